@@ -1,0 +1,236 @@
+//! Typed access to the host's `kube` import.
+//!
+//! The import moves objects as JSON text; these helpers serialize requests and deserialize answers
+//! with serde, so a provider works with its own structs or with `serde_json::Value`:
+//!
+//! ```ignore
+//! use capstan_provider_sdk::kube::{self, Cluster, Target};
+//! let nodes = Target::new(Cluster::Workload, "v1", "Node");
+//! let node: serde_json::Value = kube::get(&nodes.object("worker-1"))?;
+//! ```
+//!
+//! Every call is checked by the host against the provider's grants; a call outside them fails with
+//! [`KubeError::PermissionDenied`].
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::bindings::capstan::provider::kube as raw;
+pub use crate::bindings::capstan::provider::kube::{
+    Cluster, KubeError, ListOptions, ObjectRef, PatchType, Target,
+};
+
+/// A failed kube call.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The host or the API server refused the call.
+    #[error("{}: {}", .0.kind(), .0.message())]
+    Kube(#[from] KubeError),
+    /// The request body could not be serialized.
+    #[error("encoding the request: {0}")]
+    Encode(#[source] serde_json::Error),
+    /// The answer did not have the expected shape.
+    #[error("decoding the answer: {0}")]
+    Decode(#[source] serde_json::Error),
+}
+
+impl Error {
+    /// Whether the object does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Error::Kube(KubeError::NotFound(_)))
+    }
+
+    /// The kube error, if the call reached the host.
+    pub fn kube_error(&self) -> Option<&KubeError> {
+        match self {
+            Error::Kube(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+impl KubeError {
+    /// The kebab-case WIT case name (`permission-denied`, `not-found`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            KubeError::PermissionDenied(_) => "permission-denied",
+            KubeError::NotFound(_) => "not-found",
+            KubeError::Conflict(_) => "conflict",
+            KubeError::Invalid(_) => "invalid",
+            KubeError::Unavailable(_) => "unavailable",
+            KubeError::Other(_) => "other",
+        }
+    }
+
+    /// The message the host or the server gave.
+    pub fn message(&self) -> &str {
+        match self {
+            KubeError::PermissionDenied(m)
+            | KubeError::NotFound(m)
+            | KubeError::Conflict(m)
+            | KubeError::Invalid(m)
+            | KubeError::Unavailable(m)
+            | KubeError::Other(m) => m,
+        }
+    }
+}
+
+impl Target {
+    /// A kind in a cluster: `Target::new(Cluster::Workload, "v1", "Node")`. Cluster-scoped (or all
+    /// namespaces, for lists) until [`namespaced`](Self::namespaced).
+    pub fn new(cluster: Cluster, api_version: &str, kind: &str) -> Self {
+        Self {
+            cluster,
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
+            namespace: None,
+        }
+    }
+
+    /// The same kind in one namespace.
+    pub fn namespaced(mut self, namespace: &str) -> Self {
+        self.namespace = Some(namespace.to_string());
+        self
+    }
+
+    /// One object of this kind.
+    pub fn object(&self, name: &str) -> ObjectRef {
+        ObjectRef {
+            target: self.clone(),
+            name: name.to_string(),
+            subresource: None,
+        }
+    }
+}
+
+impl ObjectRef {
+    /// A subresource (`status`, `scale`) of the object.
+    pub fn subresource(mut self, subresource: &str) -> Self {
+        self.subresource = Some(subresource.to_string());
+        self
+    }
+}
+
+impl ListOptions {
+    /// Objects matching a label selector (`app=web,tier!=db`).
+    pub fn labels(selector: &str) -> Self {
+        Self {
+            label_selector: Some(selector.to_string()),
+            ..Self::default()
+        }
+    }
+}
+
+fn decode<T: DeserializeOwned>(json: &str) -> Result<T, Error> {
+    serde_json::from_str(json).map_err(Error::Decode)
+}
+
+fn encode<T: Serialize + ?Sized>(body: &T) -> Result<String, Error> {
+    serde_json::to_string(body).map_err(Error::Encode)
+}
+
+/// Reads one object.
+pub fn get<T: DeserializeOwned>(object: &ObjectRef) -> Result<T, Error> {
+    decode(&raw::get(object)?)
+}
+
+/// Reads one object; `None` when it does not exist.
+pub fn get_opt<T: DeserializeOwned>(object: &ObjectRef) -> Result<Option<T>, Error> {
+    match raw::get(object) {
+        Ok(json) => decode(&json).map(Some),
+        Err(KubeError::NotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Lists objects, returning the list's `items`.
+pub fn list<T: DeserializeOwned>(target: &Target, options: &ListOptions) -> Result<Vec<T>, Error> {
+    #[derive(serde::Deserialize)]
+    struct List<T> {
+        #[serde(default = "Vec::new")]
+        items: Vec<T>,
+    }
+    let list: List<T> = decode(&raw::list(target, options)?)?;
+    Ok(list.items)
+}
+
+/// Creates `body` (with apiVersion, kind and metadata) and returns what the server stored.
+pub fn create<B: Serialize + ?Sized, T: DeserializeOwned>(
+    target: &Target,
+    body: &B,
+) -> Result<T, Error> {
+    decode(&raw::create(target, &encode(body)?)?)
+}
+
+/// Applies an RFC 7386 JSON merge patch.
+pub fn patch_merge<P: Serialize + ?Sized, T: DeserializeOwned>(
+    object: &ObjectRef,
+    patch: &P,
+) -> Result<T, Error> {
+    decode(&raw::patch(
+        object,
+        PatchType::Merge,
+        &encode(patch)?,
+        None,
+    )?)
+}
+
+/// Applies an RFC 6902 JSON patch (a list of operations).
+pub fn patch_json<P: Serialize + ?Sized, T: DeserializeOwned>(
+    object: &ObjectRef,
+    operations: &P,
+) -> Result<T, Error> {
+    decode(&raw::patch(
+        object,
+        PatchType::Json,
+        &encode(operations)?,
+        None,
+    )?)
+}
+
+/// Server-side apply of `body` as `field_manager`.
+pub fn apply<B: Serialize + ?Sized, T: DeserializeOwned>(
+    object: &ObjectRef,
+    body: &B,
+    field_manager: &str,
+) -> Result<T, Error> {
+    decode(&raw::patch(
+        object,
+        PatchType::Apply,
+        &encode(body)?,
+        Some(field_manager),
+    )?)
+}
+
+/// Deletes the object; [`KubeError::NotFound`] when it is already gone.
+pub fn delete(object: &ObjectRef) -> Result<(), Error> {
+    Ok(raw::delete(object)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_builders() {
+        let t = Target::new(Cluster::Management, "cluster.x-k8s.io/v1beta1", "Machine")
+            .namespaced("default");
+        let o = t.object("m-1").subresource("scale");
+        assert_eq!(o.target.namespace.as_deref(), Some("default"));
+        assert_eq!(o.name, "m-1");
+        assert_eq!(o.subresource.as_deref(), Some("scale"));
+        assert_eq!(
+            ListOptions::labels("a=b").label_selector.as_deref(),
+            Some("a=b")
+        );
+    }
+
+    #[test]
+    fn errors_name_their_kind() {
+        let e = Error::from(KubeError::PermissionDenied("nodes create".into()));
+        assert_eq!(e.to_string(), "permission-denied: nodes create");
+        assert!(!e.is_not_found());
+        assert!(Error::from(KubeError::NotFound(String::new())).is_not_found());
+        assert_eq!(KubeError::Unavailable("x".into()).message(), "x");
+    }
+}

@@ -1,0 +1,193 @@
+//! Guest SDK for Capstan providers.
+//!
+//! A provider is a WebAssembly component implementing the `capstan:provider` world
+//! (`wit/provider.wit`). This crate generates the bindings once and adds what every provider needs on
+//! top of them, so a provider crate is mostly its own logic:
+//!
+//! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
+//!   ([`InstanceType`], [`NodeClaim`], [`ProviderError`], ...), the trait to implement is [`Guest`].
+//! - [`export_provider!`]: registers the type implementing [`Guest`] as the component's export.
+//! - [`requirements`]: constructors (`Requirement::in_("key", ["a"])`) and Karpenter's matching rules.
+//! - [`quantity`]: Kubernetes quantities (`"500m"`, `"16Gi"`, `"2e3"`) as exact integers.
+//! - [`resources`]: resource lists (`capacity`, `requests`) as quantities, with fit checks.
+//! - [`labels`]: well-known label, taint and value constants.
+//! - [`kube`]: typed access to the host's `kube` import (serde in, serde out).
+//! - [`log!`](crate::log!), [`cache`], [`clock`]: the host's small services.
+//! - [`params`]: NodeClass parameter parsing with errors that name the offending field.
+//!
+//! ```ignore
+//! use capstan_provider_sdk::{Guest, NodeClaim, NodeClass, NodePool, InstanceType, ProviderError, RepairPolicy};
+//!
+//! struct MyCloud;
+//! impl Guest for MyCloud { /* ... */ }
+//! capstan_provider_sdk::export_provider!(MyCloud);
+//! ```
+//!
+//! Everything except the host imports is plain Rust and also compiles natively, so provider logic can
+//! be unit-tested with `cargo test`; calling a host import outside a component panics.
+
+pub mod cache;
+pub mod clock;
+pub mod kube;
+pub mod labels;
+pub mod log;
+pub mod params;
+pub mod quantity;
+pub mod requirements;
+pub mod resources;
+
+/// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world`.
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "cloud-provider-world",
+        path: "../../wit",
+        pub_export_macro: true,
+        export_macro_name: "export_provider",
+        default_bindings_module: "capstan_provider_sdk::bindings",
+        additional_derives: [PartialEq, Clone],
+        additional_type_attributes: {
+            "capstan:provider/kube@0.1.0/list-options": [#[derive(Default)]],
+        },
+    });
+}
+
+/// Registers a type implementing [`Guest`] as this component's `cloud-provider` export.
+///
+/// Invoke it once, at the root of the provider crate: `capstan_provider_sdk::export_provider!(MyCloud);`
+pub use bindings::export_provider;
+
+/// The trait a provider implements: Karpenter's CloudProvider surface.
+pub use bindings::exports::capstan::provider::cloud_provider::Guest;
+
+pub use bindings::capstan::provider::types::{
+    CreateFailure, InstanceType, KeyValue, NodeClaim, NodeClass, NodePool, Offering, Operator,
+    Overhead, ProviderError, RepairPolicy, Requirement, Resource, Taint, TaintEffect,
+};
+
+pub use quantity::Quantity;
+pub use requirements::Requirements;
+pub use resources::ResourceList;
+
+/// Re-exported so generated code and macros resolve the runtime through this crate.
+#[doc(hidden)]
+pub use wit_bindgen;
+
+impl Resource {
+    /// A named quantity: `Resource::new("cpu", "4")`.
+    pub fn new(name: impl Into<String>, quantity: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            quantity: quantity.into(),
+        }
+    }
+}
+
+impl KeyValue {
+    /// A label or annotation.
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+}
+
+impl Taint {
+    /// A taint with a value.
+    pub fn new(key: impl Into<String>, value: Option<String>, effect: TaintEffect) -> Self {
+        Self {
+            key: key.into(),
+            value,
+            effect,
+        }
+    }
+}
+
+impl TaintEffect {
+    /// The Kubernetes spelling (`NoSchedule`, `PreferNoSchedule`, `NoExecute`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+
+    /// Parses the Kubernetes spelling.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "NoSchedule" => Some(TaintEffect::NoSchedule),
+            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
+            "NoExecute" => Some(TaintEffect::NoExecute),
+            _ => None,
+        }
+    }
+}
+
+impl ProviderError {
+    /// The kebab-case WIT case name (`not-found`, `create-failed`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::NotFound(_) => "not-found",
+            ProviderError::InsufficientCapacity(_) => "insufficient-capacity",
+            ProviderError::NodeClassNotReady(_) => "node-class-not-ready",
+            ProviderError::CreateFailed(_) => "create-failed",
+            ProviderError::Retryable(_) => "retryable",
+            ProviderError::Invalid(_) => "invalid",
+        }
+    }
+
+    /// A `create-failed` error.
+    pub fn create_failed(reason: impl Into<String>, message: impl Into<String>) -> Self {
+        ProviderError::CreateFailed(CreateFailure {
+            reason: reason.into(),
+            message: message.into(),
+        })
+    }
+}
+
+/// Looks a key up in a label or annotation list (the last entry wins, as when building a map).
+pub fn lookup<'a>(pairs: &'a [KeyValue], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .rev()
+        .find(|kv| kv.key == key)
+        .map(|kv| kv.value.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lookup_takes_the_last_entry() {
+        let pairs = vec![KeyValue::new("a", "1"), KeyValue::new("a", "2")];
+        assert_eq!(lookup(&pairs, "a"), Some("2"));
+        assert_eq!(lookup(&pairs, "b"), None);
+    }
+
+    #[test]
+    fn taint_effects_round_trip() {
+        for effect in [
+            TaintEffect::NoSchedule,
+            TaintEffect::PreferNoSchedule,
+            TaintEffect::NoExecute,
+        ] {
+            assert_eq!(TaintEffect::parse(effect.as_str()), Some(effect));
+        }
+        assert_eq!(TaintEffect::parse("Nope"), None);
+    }
+
+    #[test]
+    fn provider_error_kinds_are_kebab_case() {
+        assert_eq!(
+            ProviderError::create_failed("R", "m").kind(),
+            "create-failed"
+        );
+        assert_eq!(
+            ProviderError::InsufficientCapacity(String::new()).kind(),
+            "insufficient-capacity"
+        );
+    }
+}
