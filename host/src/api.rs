@@ -1,0 +1,28 @@
+//! Kubernetes API types.
+//!
+//! - `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`]: Karpenter's API, field for field, so existing
+//!   NodePool YAML works unchanged and `kubectl get nodeclaims` shows what Karpenter would.
+//! - `capstan.dev/v1alpha1` [`NodeClass`] (what a NodePool's `nodeClassRef` points at; selects a
+//!   provider and carries its parameters) and [`Provider`] (where a provider's wasm comes from, and
+//!   the grants and limits it runs with).
+//!
+//! The CRD YAML in `crds/` is generated from these types ([`crds::all`]); a test fails when the two
+//! drift apart.
+
+pub mod crds;
+pub mod duration;
+pub mod labels;
+pub mod nodeclaim;
+pub mod nodeclass;
+pub mod nodepool;
+pub mod provider;
+pub mod shared;
+
+pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
+pub use nodeclass::{NodeClass, NodeClassSpec, NodeClassStatus};
+pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
+pub use provider::{Provider, ProviderSpec, ProviderStatus};
+pub use shared::{
+    Condition, ConditionStatus, NodeClassReference, NodeSelectorOperator, Quantity, Requirement,
+    ResourceList, Taint, TaintEffect,
+};

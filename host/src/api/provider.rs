@@ -1,0 +1,123 @@
+//! `capstan.dev/v1alpha1` Provider: where a provider's wasm component comes from, the permissions
+//! it runs with and its resource limits. Cluster-scoped and meant to be writable by cluster admins
+//! only: whoever can write the source ConfigMap ships code, but only a Provider grants it power, and
+//! `sha256` can pin the exact code.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::shared::{Condition, Quantity};
+
+/// Provider loads one wasm component and states what it may touch.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "capstan.dev",
+    version = "v1alpha1",
+    kind = "Provider",
+    plural = "providers",
+    singular = "provider",
+    category = "capstan",
+    status = "ProviderStatus",
+    derive = "PartialEq",
+    doc = "Provider is a Capstan provider: a wasm component, its grants and its limits",
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
+    printcolumn(name = "Degraded", type_ = "string", json_path = ".status.conditions[?(@.type==\"Degraded\")].status"),
+    printcolumn(name = "WIT", type_ = "string", json_path = ".status.witVersion"),
+    printcolumn(name = "Digest", type_ = "string", json_path = ".status.digest", priority = "1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSpec {
+    pub source: ProviderSource,
+    /// What the provider may do in Kubernetes. Everything else is denied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub grants: Vec<ProviderGrant>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub limits: Option<ProviderLimits>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderSource {
+    /// The ConfigMap key holding the component (binaryData; `.gz` or `.zst` keys are decompressed).
+    pub config_map: ConfigMapKeySource,
+    /// Optional pin: the hex sha256 of the (decompressed) component. A different component is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(r"^[a-f0-9]{64}$"))]
+    pub sha256: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ConfigMapKeySource {
+    pub namespace: String,
+    pub name: String,
+    pub key: String,
+}
+
+/// Which cluster a grant applies to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum GrantCluster {
+    /// The cluster whose nodes Capstan manages.
+    #[default]
+    Workload,
+    /// The management cluster (`--management-kubeconfig`), for Cluster API setups.
+    Management,
+}
+
+/// One permission, shaped like an RBAC rule plus the cluster and namespaces it applies to.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderGrant {
+    #[serde(default)]
+    pub cluster: GrantCluster,
+    /// API groups (`""` is the core group, `*` any).
+    pub api_groups: Vec<String>,
+    /// Resources, with subresources spelled `resource/subresource` (`*` any resource; a
+    /// subresource is only granted when named).
+    pub resources: Vec<String>,
+    /// Verbs: get, list, watch, create, patch, update, delete, or `*`.
+    pub verbs: Vec<String>,
+    /// Namespaces the grant covers (`*` any). Absent or empty: cluster-scoped resources only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderLimits {
+    /// Linear memory per call (default 64Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+    /// Wall-clock limit of every call except `create` (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub call_timeout: Option<String>,
+    /// Wall-clock limit of `create` (default 5m).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub launch_timeout: Option<String>,
+    /// Calls running at once (default 16).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1024))]
+    pub concurrency: Option<u32>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderStatus {
+    /// sha256 of the component serving now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// The WIT package version the component implements.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wit_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_loaded: Option<Time>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
