@@ -1,0 +1,106 @@
+//! RFC 3339 timestamps (`metadata.creationTimestamp`) to milliseconds since the Unix epoch.
+
+/// Parses `YYYY-MM-DDTHH:MM:SS[.fff][Z|±HH:MM]`; `None` if it is not one.
+pub fn parse_millis(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() < 20 || b[4] != b'-' || b[7] != b'-' || !matches!(b[10], b'T' | b't' | b' ') {
+        return None;
+    }
+    if b[13] != b':' || b[16] != b':' {
+        return None;
+    }
+    let num = |range: std::ops::Range<usize>| -> Option<i64> {
+        let s = text.get(range)?;
+        if s.bytes().all(|c| c.is_ascii_digit()) {
+            s.parse().ok()
+        } else {
+            None
+        }
+    };
+    let (year, month, day) = (num(0..4)?, num(5..7)?, num(8..10)?);
+    let (hour, minute, second) = (num(11..13)?, num(14..16)?, num(17..19)?);
+    if !(1..=12).contains(&month)
+        || !(1..=31).contains(&day)
+        || hour > 23
+        || minute > 59
+        || second > 60
+    {
+        return None;
+    }
+    let mut rest = &text[19..];
+    let mut millis = 0i64;
+    if let Some(frac) = rest.strip_prefix('.') {
+        let digits = frac.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let first3: String = frac[..digits]
+            .chars()
+            .chain("000".chars())
+            .take(3)
+            .collect();
+        millis = first3.parse().ok()?;
+        rest = &frac[digits..];
+    }
+    let offset_minutes = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let sign = match rest.as_bytes().first()? {
+                b'+' => 1,
+                b'-' => -1,
+                _ => return None,
+            };
+            let t = rest.get(1..)?;
+            if t.len() != 5 || t.as_bytes()[2] != b':' {
+                return None;
+            }
+            let (h, m) = (t[..2].parse::<i64>().ok()?, t[3..].parse::<i64>().ok()?);
+            sign * (h * 60 + m)
+        }
+    };
+    let days = days_from_civil(year, month, day);
+    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second - offset_minutes * 60;
+    u64::try_from(seconds * 1000 + millis).ok()
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(year: i64, month: i64, day: i64) -> i64 {
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_kubernetes_timestamps() {
+        assert_eq!(parse_millis("1970-01-01T00:00:00Z"), Some(0));
+        assert_eq!(parse_millis("2000-03-01T00:00:00Z"), Some(951_868_800_000));
+        assert_eq!(
+            parse_millis("2024-11-25T23:21:05Z"),
+            Some(1_732_576_865_000)
+        );
+        assert_eq!(
+            parse_millis("2024-11-25T23:21:05.5Z"),
+            Some(1_732_576_865_500)
+        );
+        assert_eq!(
+            parse_millis("2024-11-26T01:21:05+02:00"),
+            Some(1_732_576_865_000)
+        );
+        assert_eq!(
+            parse_millis("2024-11-25T22:21:05-01:00"),
+            Some(1_732_576_865_000)
+        );
+        assert_eq!(parse_millis("nope"), None);
+        assert_eq!(parse_millis("2024-13-25T23:21:05Z"), None);
+        assert_eq!(parse_millis("2024-11-25T23:21:05"), None);
+        assert_eq!(parse_millis("1969-12-31T23:59:59Z"), None);
+    }
+}

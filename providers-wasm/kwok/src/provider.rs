@@ -1,0 +1,223 @@
+//! The `cloud-provider` export: glue between the WIT calls, the pure modules and the `kube` import.
+//! Every kube call targets `v1/Node` (cluster-scoped) in the workload cluster.
+
+use capstan_provider_sdk::kube::{self, Cluster, ListOptions, ObjectRef, Target};
+use capstan_provider_sdk::{
+    Guest, InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
+    ResourceList, clock, lookup,
+};
+
+use crate::catalog;
+use crate::drift::{self, Recorded};
+use crate::errors::from_kube;
+use crate::node::{self, HASH_ANNOTATION, IMAGE_ANNOTATION, Node, Provenance};
+use crate::params::Parameters;
+use crate::selection::{self, NoLaunch};
+
+/// The kwok provider.
+pub struct Kwok;
+
+fn nodes() -> Target {
+    Target::new(Cluster::Workload, "v1", "Node")
+}
+
+fn node_ref(name: &str) -> ObjectRef {
+    nodes().object(name)
+}
+
+/// The node named by a kwok provider ID, or `not-found` for any other ID.
+fn node_name(provider_id: &str) -> Result<&str, ProviderError> {
+    node::name_from_provider_id(provider_id).ok_or_else(|| {
+        ProviderError::NotFound(format!("{provider_id:?} is not a kwok provider ID"))
+    })
+}
+
+/// A node this provider manages, or `None` if it is absent or someone else's.
+fn managed_node(name: &str, launch: bool) -> Result<Option<Node>, ProviderError> {
+    let node: Option<Node> = kube::get_opt(&node_ref(name)).map_err(|e| from_kube(e, launch))?;
+    Ok(node.filter(Node::is_managed))
+}
+
+fn invalid(e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Invalid(e.to_string())
+}
+
+/// The claim for a node that already exists under the claim's name (a retried `create`).
+fn existing(name: &str, claim: &NodeClaim) -> Result<Option<NodeClaim>, ProviderError> {
+    let node: Option<Node> = kube::get_opt(&node_ref(name)).map_err(|e| from_kube(e, true))?;
+    match node {
+        None => Ok(None),
+        Some(node) if !node.is_managed() => Err(ProviderError::create_failed(
+            "NodeNameTaken",
+            format!("a Node named {name} exists and is not managed by the kwok provider"),
+        )),
+        Some(node) if node.is_deleting() => Err(ProviderError::Retryable(format!(
+            "the Node {name} from an earlier launch is still being deleted"
+        ))),
+        Some(node) => Ok(Some(node::launched_claim(&node, claim))),
+    }
+}
+
+impl Guest for Kwok {
+    fn name() -> String {
+        "kwok".to_string()
+    }
+
+    fn get_instance_types(
+        _pool: NodePool,
+        class: NodeClass,
+    ) -> Result<Vec<InstanceType>, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        Ok(catalog::build(&params)?
+            .iter()
+            .map(catalog::Entry::to_instance_type)
+            .collect())
+    }
+
+    fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        if let Some(launched) = existing(&claim.name, &claim)? {
+            return Ok(launched);
+        }
+        let entries = catalog::build(&params)?;
+        let requirements = Requirements::from_slice(&claim.requirements).map_err(invalid)?;
+        let requests = ResourceList::from_resources(&claim.requests).map_err(invalid)?;
+        let launch = selection::cheapest(&entries, &requirements, &requests).map_err(|e| {
+            ProviderError::InsufficientCapacity(match &e {
+                NoLaunch::Incompatible(m) | NoLaunch::Unavailable(m) => m.clone(),
+            })
+        })?;
+        let delay = params.launch_delay_millis();
+        if delay > 0 {
+            clock::sleep_millis(delay);
+        }
+        let hash = params.hash();
+        let body = node::build(
+            &claim,
+            &launch,
+            Provenance {
+                node_class: &class.name,
+                hash: &hash,
+                image_id: params.image_id(),
+                created_at: clock::now_millis(),
+            },
+        );
+        let created: Node = match kube::create(&nodes(), &body) {
+            Ok(created) => created,
+            Err(e) if matches!(e.kube_error(), Some(kube::KubeError::Conflict(_))) => {
+                // Another attempt created it first: return that one.
+                return existing(&claim.name, &claim)?.ok_or_else(|| {
+                    ProviderError::Retryable(format!("Node {} conflicted and vanished", claim.name))
+                });
+            }
+            Err(e) => return Err(from_kube(e, true)),
+        };
+        let created = if created.status.capacity.is_empty() {
+            // The API server kept no status: write it through the status subresource.
+            let patch = serde_json::json!({ "status": body.status });
+            match kube::patch_merge::<_, Node>(&node_ref(&claim.name).subresource("status"), &patch)
+            {
+                Ok(patched) => patched,
+                Err(e) => {
+                    capstan_provider_sdk::warn!("could not set status of Node {}: {e}", claim.name);
+                    Node {
+                        status: body.status.clone(),
+                        ..created
+                    }
+                }
+            }
+        } else {
+            created
+        };
+        capstan_provider_sdk::info!(
+            "launched {} as {} in {} ({})",
+            claim.name,
+            launch.entry.name,
+            launch.offer.zone,
+            launch.offer.capacity_type
+        );
+        Ok(node::launched_claim(&created, &claim))
+    }
+
+    fn delete(claim: NodeClaim) -> Result<(), ProviderError> {
+        let name = match &claim.provider_id {
+            Some(id) => node_name(id)?.to_string(),
+            None => claim
+                .node_name
+                .clone()
+                .unwrap_or_else(|| claim.name.clone()),
+        };
+        let Some(node) = managed_node(&name, false)? else {
+            return Err(ProviderError::NotFound(format!("Node {name} is gone")));
+        };
+        if node.is_deleting() {
+            return Ok(());
+        }
+        match kube::delete(&node_ref(&name)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => {
+                Err(ProviderError::NotFound(format!("Node {name} is gone")))
+            }
+            Err(e) => Err(from_kube(e, false)),
+        }
+    }
+
+    fn get(provider_id: String) -> Result<NodeClaim, ProviderError> {
+        let name = node_name(&provider_id)?;
+        managed_node(name, false)?
+            .map(|n| n.to_claim())
+            .ok_or_else(|| ProviderError::NotFound(format!("no kwok Node {name}")))
+    }
+
+    fn list() -> Result<Vec<NodeClaim>, ProviderError> {
+        let selector = format!("{}={}", node::PROVIDER_LABEL, node::PROVIDER_NAME);
+        let nodes: Vec<Node> = kube::list(&nodes(), &ListOptions::labels(&selector))
+            .map_err(|e| from_kube(e, false))?;
+        Ok(nodes
+            .iter()
+            .filter(|n| n.is_managed())
+            .map(Node::to_claim)
+            .collect())
+    }
+
+    fn is_drifted(claim: NodeClaim, class: NodeClass) -> Result<Option<String>, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        let (hash, image) = (params.hash(), params.image_id().to_string());
+        // The claim carries what `create` recorded when the host kept its annotations; otherwise
+        // ask the node.
+        if lookup(&claim.annotations, HASH_ANNOTATION).is_some() {
+            let recorded = Recorded {
+                hash: lookup(&claim.annotations, HASH_ANNOTATION),
+                image: lookup(&claim.annotations, IMAGE_ANNOTATION).or(claim.image_id.as_deref()),
+            };
+            return Ok(drift::reason(recorded, &hash, &image).map(str::to_string));
+        }
+        let Some(provider_id) = &claim.provider_id else {
+            return Ok(None);
+        };
+        let Some(node) = managed_node(node_name(provider_id)?, false)? else {
+            return Ok(None);
+        };
+        let recorded = Recorded {
+            hash: node.annotation(HASH_ANNOTATION),
+            image: node.annotation(IMAGE_ANNOTATION),
+        };
+        Ok(drift::reason(recorded, &hash, &image).map(str::to_string))
+    }
+
+    fn repair_policies() -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".to_string(),
+                condition_status: status.to_string(),
+                toleration_seconds: 30 * 60,
+            })
+            .collect()
+    }
+
+    fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        catalog::build(&params).map(drop)
+    }
+}
