@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Builds the guest components for wasm32-wasip2 and copies them to OUT_DIR (default:
+# providers-wasm/target/wasm), printing each path and size.
+#
+#   providers-wasm/build.sh [OUT_DIR]
+#
+# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, chaos.wasm.
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# Resolve paths against the caller's directory before changing into the workspace.
+out="$(realpath -m "${1:-$here/target/wasm}")"
+CARGO_TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$here/target}")"
+export CARGO_TARGET_DIR
+target=wasm32-wasip2
+artifacts=(kwok chaos)
+
+if command -v rustup >/dev/null 2>&1; then
+  if ! rustup target list --installed | grep -qx "$target"; then
+    rustup target add "$target"
+  fi
+else
+  echo "build.sh: rustup not found; assuming the $target standard library is installed" >&2
+fi
+
+cd "$here"
+cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-fixture-chaos
+
+mkdir -p "$out"
+for name in "${artifacts[@]}"; do
+  src="$CARGO_TARGET_DIR/$target/release/$name.wasm"
+  cp "$src" "$out/$name.wasm"
+  printf '%s\t%s bytes\n' "$out/$name.wasm" "$(wc -c <"$out/$name.wasm")"
+done
