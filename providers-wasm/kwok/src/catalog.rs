@@ -6,7 +6,6 @@ mod generate;
 
 use std::collections::BTreeMap;
 
-use capstan_provider_sdk::params::invalid;
 use capstan_provider_sdk::requirements::ValueSet;
 use capstan_provider_sdk::{
     InstanceType, Offering, Overhead, ProviderError, Quantity, Requirement, Requirements,
@@ -204,10 +203,21 @@ pub fn build(params: &Parameters) -> Result<Vec<Entry>, ProviderError> {
     }
     entries.retain(|e| !e.offers.is_empty());
     if entries.is_empty() {
-        return Err(invalid(
-            "instanceTypes",
-            "no instance type is left after the filters (families, architectures, zones, capacityTypes, maxCpu)",
-        ));
+        let fields: Vec<&str> = [
+            ("instanceTypes", params.instance_types.is_some()),
+            ("families", params.families.is_some()),
+            ("architectures", params.architectures.is_some()),
+            ("zones", params.zones.is_some()),
+            ("capacityTypes", params.capacity_types.is_some()),
+            ("maxCpu", params.max_cpu.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(field, set)| set.then_some(field))
+        .collect();
+        return Err(ProviderError::Invalid(format!(
+            "parameters.{}: no instance type is left to launch",
+            fields.join(", parameters.")
+        )));
     }
     Ok(entries)
 }
@@ -309,7 +319,15 @@ mod tests {
             assert_eq!(e.offers[0].capacity_type, "on-demand");
         }
         let none = build(&params(r#"{"zones":["mars"]}"#)).unwrap_err();
-        assert!(matches!(none, ProviderError::Invalid(m) if m.contains("no instance type")));
+        assert_eq!(
+            none,
+            ProviderError::Invalid("parameters.zones: no instance type is left to launch".into())
+        );
+        let none = build(&params(r#"{"families":["x"],"maxCpu":1}"#)).unwrap_err();
+        assert!(
+            matches!(&none, ProviderError::Invalid(m) if m.starts_with("parameters.families, parameters.maxCpu:")),
+            "{none:?}"
+        );
         assert!(build(&params(r#"{"maxCpu":0}"#)).is_err());
     }
 
