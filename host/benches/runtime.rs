@@ -1,0 +1,175 @@
+//! Runtime benchmarks (`cargo bench -p capstan`):
+//!
+//! - `fresh-instance`: a `name()` call in a fresh instance, pooling vs on-demand allocation;
+//! - `instance-types`: `get-instance-types` returning 1,000 types across the boundary vs the same
+//!   Rust code (the chaos fixture's `catalog.rs`) called natively;
+//! - `load`: loading a precompiled component vs compiling it.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use capstan::capability::Capabilities;
+use capstan::runtime::cache::Precompiled;
+use capstan::runtime::engine::{AllocatorChoice, EngineBuilder};
+use capstan::runtime::types::{NodeClass, NodePool};
+use capstan::runtime::{Limits, ProviderPre, Runtime};
+use criterion::{Criterion, criterion_group, criterion_main};
+
+/// The chaos fixture's catalog, compiled natively against the host's bindings of the same types.
+#[allow(clippy::all)]
+mod native {
+    use capstan::runtime::types::{
+        InstanceType, Offering, Operator, Overhead, Requirement, Resource,
+    };
+    include!("../../providers-wasm/fixtures/chaos/src/catalog.rs");
+}
+
+fn chaos_wasm() -> Vec<u8> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("providers");
+    let status = Command::new("bash")
+        .arg(root.join("providers-wasm/build.sh"))
+        .arg(&out)
+        .current_dir(root.join("providers-wasm"))
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .status()
+        .expect("run providers-wasm/build.sh");
+    assert!(status.success(), "providers-wasm/build.sh failed");
+    std::fs::read(out.join("chaos.wasm")).expect("chaos.wasm")
+}
+
+fn runtime(allocator: AllocatorChoice) -> Runtime {
+    Runtime::builder()
+        .engine(EngineBuilder::default().allocator(allocator))
+        .build()
+        .expect("runtime")
+}
+
+fn provider(runtime: &Runtime, bytes: &[u8]) -> ProviderPre {
+    runtime
+        .load(bytes, Limits::default(), Capabilities::isolated("chaos"))
+        .expect("chaos loads")
+}
+
+fn class(parameters: &str) -> NodeClass {
+    NodeClass {
+        name: "bench".into(),
+        parameters: parameters.into(),
+    }
+}
+
+fn pool() -> NodePool {
+    NodePool {
+        name: "bench".into(),
+        requirements: Vec::new(),
+        labels: Vec::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+    }
+}
+
+fn tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
+/// Times `iters` sequential awaits of `call` inside one `block_on`.
+fn timed<F, Fut>(rt: &tokio::runtime::Runtime, iters: u64, mut call: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = ()>,
+{
+    rt.block_on(async {
+        let start = Instant::now();
+        for _ in 0..iters {
+            call().await;
+        }
+        start.elapsed()
+    })
+}
+
+fn benches(c: &mut Criterion) {
+    let bytes = chaos_wasm();
+    let rt = tokio();
+
+    let pooling = runtime(AllocatorChoice::Pooling);
+    let on_demand = runtime(AllocatorChoice::OnDemand);
+    let pooled = provider(&pooling, &bytes);
+    let unpooled = provider(&on_demand, &bytes);
+
+    let mut group = c.benchmark_group("fresh-instance");
+    group.bench_function("name/pooling", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                black_box(pooled.name().await.expect("name"));
+            })
+        })
+    });
+    group.bench_function("name/on-demand", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                black_box(unpooled.name().await.expect("name"));
+            })
+        })
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("instance-types");
+    let one = class(r#"{"mode":"catalog","count":1}"#);
+    let thousand = class(r#"{"mode":"catalog","count":1000}"#);
+    let pool = pool();
+    group.bench_function("wasm/1", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                black_box(pooled.get_instance_types(&pool, &one).await.expect("types"));
+            })
+        })
+    });
+    group.bench_function("wasm/1000", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let types = pooled
+                    .get_instance_types(&pool, &thousand)
+                    .await
+                    .expect("types");
+                assert_eq!(types.len(), 1000);
+                black_box(types);
+            })
+        })
+    });
+    group.bench_function("native/1000", |b| {
+        b.iter(|| {
+            let types = native::catalog(black_box(1000));
+            assert_eq!(types.len(), 1000);
+            black_box(types)
+        })
+    });
+    group.finish();
+
+    let engine = pooling.engine().engine();
+    let artifact = Precompiled::compile(engine, &bytes).expect("compile");
+    let mut group = c.benchmark_group("load");
+    group.sample_size(10);
+    group.bench_function("deserialize-precompiled", |b| {
+        b.iter(|| black_box(artifact.load(engine).expect("load")))
+    });
+    group.bench_function("compile", |b| {
+        b.iter(|| {
+            black_box(
+                Precompiled::compile(engine, &bytes)
+                    .and_then(|a| a.load(engine))
+                    .expect("compile"),
+            )
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(runtime_benches, benches);
+criterion_main!(runtime_benches);

@@ -1,0 +1,753 @@
+//! Grants: what an admin allows a provider to do through the `kube` import.
+//!
+//! The shape is the one the `Provider` resource's `spec.grants` will use:
+//!
+//! ```yaml
+//! - cluster: management          # or workload (the default)
+//!   apiGroups: [cluster.x-k8s.io] # "" (or "core") is the core group, "*" any group
+//!   resources: [machinedeployments, machinedeployments/scale, machines]
+//!   verbs: [get, list, watch, patch]
+//!   namespaces: [default]
+//! ```
+//!
+//! Matching is deny-by-default: a call is allowed only if one grant matches every part of it.
+//!
+//! - **Resources**: `nodes` grants the resource itself, never its subresources; a subresource is
+//!   granted only by an explicit `nodes/status` or `nodes/*`. `*` is any resource (without
+//!   subresources), `*/scale` the `scale` subresource of any resource, `*/*` any subresource.
+//! - **Namespaces**: absent or empty means *cluster-scoped resources only* (Nodes, CRDs, ...).
+//!   A list of names grants namespaced resources in those namespaces; `*` grants every namespace,
+//!   including lists across all namespaces. A grant covers either cluster-scoped or namespaced
+//!   resources, never both: write two grants for both. (Absent meaning "all namespaces" would make
+//!   the easiest grant to write the most dangerous one.)
+//! - **Verbs**: `get`, `list`, `watch`, `create`, `patch`, `update`, `delete`, or `*`.
+
+pub mod parse;
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Which cluster a call goes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Cluster {
+    /// The cluster whose nodes Capstan manages.
+    #[default]
+    Workload,
+    /// The management cluster (Cluster API keeps Machines there).
+    Management,
+}
+
+impl fmt::Display for Cluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Cluster::Workload => "workload",
+            Cluster::Management => "management",
+        })
+    }
+}
+
+/// What a call does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verb {
+    /// Read one object.
+    Get,
+    /// Read a collection.
+    List,
+    /// Watch a collection.
+    Watch,
+    /// Create an object.
+    Create,
+    /// Patch an object.
+    Patch,
+    /// Replace an object.
+    Update,
+    /// Delete an object.
+    Delete,
+}
+
+impl Verb {
+    /// Every verb.
+    pub const ALL: [Verb; 7] = [
+        Verb::Get,
+        Verb::List,
+        Verb::Watch,
+        Verb::Create,
+        Verb::Patch,
+        Verb::Update,
+        Verb::Delete,
+    ];
+
+    /// The verb's name as written in grants.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verb::Get => "get",
+            Verb::List => "list",
+            Verb::Watch => "watch",
+            Verb::Create => "create",
+            Verb::Patch => "patch",
+            Verb::Update => "update",
+            Verb::Delete => "delete",
+        }
+    }
+}
+
+impl fmt::Display for Verb {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A verb in a grant: one verb or `*`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VerbRule {
+    /// Any verb.
+    #[serde(rename = "*")]
+    Any,
+    /// `get`.
+    Get,
+    /// `list`.
+    List,
+    /// `watch`.
+    Watch,
+    /// `create`.
+    Create,
+    /// `patch`.
+    Patch,
+    /// `update`.
+    Update,
+    /// `delete`.
+    Delete,
+}
+
+impl VerbRule {
+    /// Whether this rule allows `verb`.
+    pub fn allows(self, verb: Verb) -> bool {
+        matches!(
+            (self, verb),
+            (VerbRule::Any, _)
+                | (VerbRule::Get, Verb::Get)
+                | (VerbRule::List, Verb::List)
+                | (VerbRule::Watch, Verb::Watch)
+                | (VerbRule::Create, Verb::Create)
+                | (VerbRule::Patch, Verb::Patch)
+                | (VerbRule::Update, Verb::Update)
+                | (VerbRule::Delete, Verb::Delete)
+        )
+    }
+}
+
+impl From<Verb> for VerbRule {
+    fn from(verb: Verb) -> Self {
+        match verb {
+            Verb::Get => VerbRule::Get,
+            Verb::List => VerbRule::List,
+            Verb::Watch => VerbRule::Watch,
+            Verb::Create => VerbRule::Create,
+            Verb::Patch => VerbRule::Patch,
+            Verb::Update => VerbRule::Update,
+            Verb::Delete => VerbRule::Delete,
+        }
+    }
+}
+
+/// One grant. See the [module documentation](self) for the matching rules.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Grant {
+    /// The cluster (default workload).
+    #[serde(default)]
+    pub cluster: Cluster,
+    /// API groups: `""` or `"core"` for the core group, `"*"` for any.
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    /// Resources (plural names), optionally `resource/subresource`.
+    #[serde(default)]
+    pub resources: Vec<String>,
+    /// Verbs.
+    #[serde(default)]
+    pub verbs: Vec<VerbRule>,
+    /// Namespaces: empty for cluster-scoped resources only, names, or `"*"` for all.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+}
+
+/// Where a call's object lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope<'a> {
+    /// A cluster-scoped resource.
+    Cluster,
+    /// A namespaced resource in this namespace.
+    Namespace(&'a str),
+    /// A namespaced resource across all namespaces (a cluster-wide list or watch).
+    AllNamespaces,
+}
+
+impl fmt::Display for Scope<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Scope::Cluster => f.write_str("cluster-scoped"),
+            Scope::Namespace(ns) => write!(f, "in namespace {ns}"),
+            Scope::AllNamespaces => f.write_str("in all namespaces"),
+        }
+    }
+}
+
+/// A call to check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Request<'a> {
+    /// The cluster.
+    pub cluster: Cluster,
+    /// The API group (`""` for core).
+    pub group: &'a str,
+    /// The resource's plural name.
+    pub resource: &'a str,
+    /// A subresource (`scale`, `status`).
+    pub subresource: Option<&'a str>,
+    /// The verb.
+    pub verb: Verb,
+    /// Where the object lives.
+    pub scope: Scope<'a>,
+}
+
+impl fmt::Display for Request<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} ", self.verb)?;
+        if !self.group.is_empty() {
+            write!(f, "{}.", self.group)?;
+        }
+        f.write_str(self.resource)?;
+        if let Some(sub) = self.subresource {
+            write!(f, "/{sub}")?;
+        }
+        write!(f, " ({}) on the {} cluster", self.scope, self.cluster)
+    }
+}
+
+/// A call the grants do not allow.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not granted: {request}")]
+pub struct Denied {
+    /// The refused call, described.
+    pub request: String,
+}
+
+impl Grant {
+    /// Whether this grant allows `request`.
+    pub fn allows(&self, request: &Request<'_>) -> bool {
+        self.cluster == request.cluster
+            && self.allows_group(request.group)
+            && self.verbs.iter().any(|rule| rule.allows(request.verb))
+            && self
+                .resources
+                .iter()
+                .any(|rule| resource_matches(rule, request.resource, request.subresource))
+            && scope_matches(&self.namespaces, request.scope)
+    }
+
+    /// Whether this grant could allow *some* call with this cluster, group and verb (a cheap check
+    /// before discovery, so that an obviously denied call costs no API request).
+    pub fn may_allow(&self, cluster: Cluster, group: &str, verb: Verb) -> bool {
+        self.cluster == cluster
+            && self.allows_group(group)
+            && self.verbs.iter().any(|rule| rule.allows(verb))
+    }
+
+    fn allows_group(&self, group: &str) -> bool {
+        self.api_groups
+            .iter()
+            .any(|g| g == "*" || g == group || (g == "core" && group.is_empty()))
+    }
+}
+
+fn resource_matches(rule: &str, resource: &str, subresource: Option<&str>) -> bool {
+    let (rule_resource, rule_sub) = match rule.split_once('/') {
+        Some((r, s)) => (r, Some(s)),
+        None => (rule, None),
+    };
+    let resource_ok = rule_resource == "*" || rule_resource == resource;
+    match (rule_sub, subresource) {
+        (None, None) => resource_ok,
+        (Some(rule_sub), Some(sub)) => resource_ok && (rule_sub == "*" || rule_sub == sub),
+        _ => false,
+    }
+}
+
+fn scope_matches(namespaces: &[String], scope: Scope<'_>) -> bool {
+    match scope {
+        Scope::Cluster => namespaces.is_empty(),
+        Scope::Namespace(ns) => namespaces.iter().any(|n| n == "*" || n == ns),
+        Scope::AllNamespaces => namespaces.iter().any(|n| n == "*"),
+    }
+}
+
+/// Everything a provider may do through `kube`. Empty allows nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Grants(pub Vec<Grant>);
+
+impl Grants {
+    /// No grants: every call is denied.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Allows `request` if some grant matches it.
+    pub fn check(&self, request: &Request<'_>) -> Result<(), Denied> {
+        if self.0.iter().any(|grant| grant.allows(request)) {
+            Ok(())
+        } else {
+            Err(Denied {
+                request: request.to_string(),
+            })
+        }
+    }
+
+    /// Whether some grant could allow a call with this cluster, group and verb.
+    pub fn may_allow(&self, cluster: Cluster, group: &str, verb: Verb) -> bool {
+        self.0
+            .iter()
+            .any(|grant| grant.may_allow(cluster, group, verb))
+    }
+
+    /// The grants, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Grant> {
+        self.0.iter()
+    }
+
+    /// Whether there are no grants.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl FromIterator<Grant> for Grants {
+    fn from_iter<I: IntoIterator<Item = Grant>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn grant(groups: &[&str], resources: &[&str], verbs: &[VerbRule], ns: &[&str]) -> Grant {
+        Grant {
+            cluster: Cluster::Workload,
+            api_groups: groups.iter().map(|s| s.to_string()).collect(),
+            resources: resources.iter().map(|s| s.to_string()).collect(),
+            verbs: verbs.to_vec(),
+            namespaces: ns.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    fn req<'a>(
+        group: &'a str,
+        resource: &'a str,
+        sub: Option<&'a str>,
+        verb: Verb,
+        scope: Scope<'a>,
+    ) -> Request<'a> {
+        Request {
+            cluster: Cluster::Workload,
+            group,
+            resource,
+            subresource: sub,
+            verb,
+            scope,
+        }
+    }
+
+    #[test]
+    fn empty_grants_deny() {
+        let denied = Grants::none()
+            .check(&req(
+                "",
+                "secrets",
+                None,
+                Verb::Get,
+                Scope::Namespace("default"),
+            ))
+            .unwrap_err();
+        assert_eq!(
+            denied.to_string(),
+            "not granted: get secrets (in namespace default) on the workload cluster"
+        );
+    }
+
+    #[test]
+    fn exact_grant_allows() {
+        let g = Grants(vec![grant(&[""], &["nodes"], &[VerbRule::Get], &[])]);
+        assert!(
+            g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
+                .is_ok()
+        );
+        assert!(
+            g.check(&req("", "nodes", None, Verb::Delete, Scope::Cluster))
+                .is_err()
+        );
+        assert!(
+            g.check(&req("apps", "nodes", None, Verb::Get, Scope::Cluster))
+                .is_err()
+        );
+        assert!(
+            g.check(&req("", "pods", None, Verb::Get, Scope::Cluster))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn core_alias() {
+        let g = Grants(vec![grant(&["core"], &["nodes"], &[VerbRule::Get], &[])]);
+        assert!(
+            g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn subresources_need_explicit_grants() {
+        let plain = Grants(vec![grant(
+            &["apps"],
+            &["deployments"],
+            &[VerbRule::Any],
+            &["*"],
+        )]);
+        let scale = req(
+            "apps",
+            "deployments",
+            Some("scale"),
+            Verb::Patch,
+            Scope::Namespace("a"),
+        );
+        assert!(plain.check(&scale).is_err());
+        let any_resource = Grants(vec![grant(&["apps"], &["*"], &[VerbRule::Any], &["*"])]);
+        assert!(any_resource.check(&scale).is_err());
+
+        for rule in ["deployments/scale", "deployments/*", "*/scale", "*/*"] {
+            let g = Grants(vec![grant(&["apps"], &[rule], &[VerbRule::Patch], &["*"])]);
+            assert!(g.check(&scale).is_ok(), "{rule}");
+            // ...but not the resource itself.
+            let main = req(
+                "apps",
+                "deployments",
+                None,
+                Verb::Patch,
+                Scope::Namespace("a"),
+            );
+            assert!(g.check(&main).is_err(), "{rule}");
+        }
+        let status = Grants(vec![grant(
+            &["apps"],
+            &["deployments/status"],
+            &[VerbRule::Any],
+            &["*"],
+        )]);
+        assert!(status.check(&scale).is_err());
+    }
+
+    #[test]
+    fn namespaces() {
+        let g = Grants(vec![grant(
+            &[""],
+            &["configmaps"],
+            &[VerbRule::Any],
+            &["a"],
+        )]);
+        assert!(
+            g.check(&req(
+                "",
+                "configmaps",
+                None,
+                Verb::Get,
+                Scope::Namespace("a")
+            ))
+            .is_ok()
+        );
+        assert!(
+            g.check(&req(
+                "",
+                "configmaps",
+                None,
+                Verb::Get,
+                Scope::Namespace("b")
+            ))
+            .is_err()
+        );
+        assert!(
+            g.check(&req(
+                "",
+                "configmaps",
+                None,
+                Verb::List,
+                Scope::AllNamespaces
+            ))
+            .is_err()
+        );
+        assert!(
+            g.check(&req("", "configmaps", None, Verb::Get, Scope::Cluster))
+                .is_err()
+        );
+
+        let all = Grants(vec![grant(
+            &[""],
+            &["configmaps"],
+            &[VerbRule::Any],
+            &["*"],
+        )]);
+        assert!(
+            all.check(&req(
+                "",
+                "configmaps",
+                None,
+                Verb::List,
+                Scope::AllNamespaces
+            ))
+            .is_ok()
+        );
+        assert!(
+            all.check(&req(
+                "",
+                "configmaps",
+                None,
+                Verb::Get,
+                Scope::Namespace("z")
+            ))
+            .is_ok()
+        );
+        // A namespaced grant never covers cluster-scoped resources.
+        assert!(
+            all.check(&req("", "configmaps", None, Verb::Get, Scope::Cluster))
+                .is_err()
+        );
+
+        let cluster_only = Grants(vec![grant(&[""], &["*"], &[VerbRule::Any], &[])]);
+        assert!(
+            cluster_only
+                .check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
+                .is_ok()
+        );
+        assert!(
+            cluster_only
+                .check(&req(
+                    "",
+                    "secrets",
+                    None,
+                    Verb::Get,
+                    Scope::Namespace("default")
+                ))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn clusters_are_separate() {
+        let mut g = grant(&["*"], &["*"], &[VerbRule::Any], &[]);
+        g.cluster = Cluster::Management;
+        let grants = Grants(vec![g]);
+        assert!(
+            grants
+                .check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
+                .is_err()
+        );
+        let mut r = req("", "nodes", None, Verb::Get, Scope::Cluster);
+        r.cluster = Cluster::Management;
+        assert!(grants.check(&r).is_ok());
+    }
+
+    #[test]
+    fn may_allow_is_a_prefilter() {
+        let g = Grants(vec![grant(&[""], &["nodes"], &[VerbRule::Get], &[])]);
+        assert!(g.may_allow(Cluster::Workload, "", Verb::Get));
+        assert!(!g.may_allow(Cluster::Workload, "", Verb::List));
+        assert!(!g.may_allow(Cluster::Management, "", Verb::Get));
+        assert!(!g.may_allow(Cluster::Workload, "apps", Verb::Get));
+    }
+
+    #[test]
+    fn yaml_shape() {
+        let yaml = r#"
+- cluster: management
+  apiGroups: [cluster.x-k8s.io]
+  resources: [machinedeployments, machinedeployments/scale, machines]
+  verbs: [get, list, watch, patch]
+  namespaces: [default]
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: ["*"]
+"#;
+        let grants: Grants = serde_saphyr::from_str(yaml).unwrap();
+        assert_eq!(grants.0.len(), 2);
+        assert_eq!(grants.0[0].cluster, Cluster::Management);
+        assert_eq!(grants.0[1].cluster, Cluster::Workload);
+        assert_eq!(grants.0[1].verbs, vec![VerbRule::Any]);
+        assert!(grants.0[1].namespaces.is_empty());
+        let scale = Request {
+            cluster: Cluster::Management,
+            group: "cluster.x-k8s.io",
+            resource: "machinedeployments",
+            subresource: Some("scale"),
+            verb: Verb::Patch,
+            scope: Scope::Namespace("default"),
+        };
+        assert!(grants.check(&scale).is_ok());
+    }
+
+    fn arb_word() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(String::new()),
+            Just("*".to_string()),
+            Just("apps".to_string()),
+            Just("nodes".to_string()),
+            Just("default".to_string()),
+            "[a-z]{1,4}",
+        ]
+    }
+
+    fn arb_resource_rule() -> impl Strategy<Value = String> {
+        (arb_word(), prop::option::of(arb_word())).prop_map(|(r, s)| match s {
+            Some(s) => format!("{r}/{s}"),
+            None => r,
+        })
+    }
+
+    fn arb_verb() -> impl Strategy<Value = Verb> {
+        prop::sample::select(Verb::ALL.to_vec())
+    }
+
+    fn arb_verb_rule() -> impl Strategy<Value = VerbRule> {
+        prop_oneof![Just(VerbRule::Any), arb_verb().prop_map(VerbRule::from)]
+    }
+
+    fn arb_cluster() -> impl Strategy<Value = Cluster> {
+        prop_oneof![Just(Cluster::Workload), Just(Cluster::Management)]
+    }
+
+    fn arb_grant() -> impl Strategy<Value = Grant> {
+        (
+            arb_cluster(),
+            prop::collection::vec(arb_word(), 0..3),
+            prop::collection::vec(arb_resource_rule(), 0..3),
+            prop::collection::vec(arb_verb_rule(), 0..3),
+            prop::collection::vec(arb_word(), 0..3),
+        )
+            .prop_map(
+                |(cluster, api_groups, resources, verbs, namespaces)| Grant {
+                    cluster,
+                    api_groups,
+                    resources,
+                    verbs,
+                    namespaces,
+                },
+            )
+    }
+
+    #[derive(Debug, Clone)]
+    struct OwnedRequest {
+        cluster: Cluster,
+        group: String,
+        resource: String,
+        sub: Option<String>,
+        verb: Verb,
+        scope: u8,
+        ns: String,
+    }
+
+    impl OwnedRequest {
+        fn as_request(&self) -> Request<'_> {
+            Request {
+                cluster: self.cluster,
+                group: &self.group,
+                resource: &self.resource,
+                subresource: self.sub.as_deref(),
+                verb: self.verb,
+                scope: match self.scope {
+                    0 => Scope::Cluster,
+                    1 => Scope::AllNamespaces,
+                    _ => Scope::Namespace(&self.ns),
+                },
+            }
+        }
+    }
+
+    fn arb_request() -> impl Strategy<Value = OwnedRequest> {
+        (
+            arb_cluster(),
+            "(|apps|[a-z]{1,3})",
+            "(nodes|[a-z]{1,3})",
+            prop::option::of("(scale|status|[a-z]{1,3})"),
+            arb_verb(),
+            0u8..3,
+            "(default|[a-z]{1,3})",
+        )
+            .prop_map(
+                |(cluster, group, resource, sub, verb, scope, ns)| OwnedRequest {
+                    cluster,
+                    group,
+                    resource,
+                    sub,
+                    verb,
+                    scope,
+                    ns,
+                },
+            )
+    }
+
+    proptest! {
+        #[test]
+        fn nothing_is_allowed_without_grants(r in arb_request()) {
+            prop_assert!(Grants::none().check(&r.as_request()).is_err());
+        }
+
+        #[test]
+        fn adding_grants_never_removes_permissions(
+            base in prop::collection::vec(arb_grant(), 0..4),
+            extra in arb_grant(),
+            r in arb_request(),
+        ) {
+            let before = Grants(base.clone()).check(&r.as_request()).is_ok();
+            let mut more = base;
+            more.push(extra);
+            let after = Grants(more).check(&r.as_request()).is_ok();
+            prop_assert!(!before || after);
+        }
+
+        #[test]
+        fn grants_without_verbs_allow_nothing(mut g in arb_grant(), r in arb_request()) {
+            g.verbs.clear();
+            prop_assert!(Grants(vec![g]).check(&r.as_request()).is_err());
+        }
+
+        #[test]
+        fn a_subresource_is_never_allowed_by_a_plain_resource_rule(
+            mut g in arb_grant(),
+            r in arb_request(),
+        ) {
+            g.resources.retain(|rule| !rule.contains('/'));
+            let mut r = r;
+            r.sub = Some("scale".into());
+            prop_assert!(Grants(vec![g]).check(&r.as_request()).is_err());
+        }
+
+        #[test]
+        fn allowed_implies_prefilter(g in prop::collection::vec(arb_grant(), 0..4), r in arb_request()) {
+            let grants = Grants(g);
+            let request = r.as_request();
+            if grants.check(&request).is_ok() {
+                prop_assert!(grants.may_allow(request.cluster, request.group, request.verb));
+            }
+        }
+
+        #[test]
+        fn yaml_round_trip(g in prop::collection::vec(arb_grant(), 0..4)) {
+            let grants = Grants(g);
+            let json = serde_json::to_string(&grants).unwrap();
+            let back: Grants = serde_json::from_str(&json).unwrap();
+            prop_assert_eq!(back, grants);
+        }
+    }
+}

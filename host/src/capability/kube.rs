@@ -1,0 +1,638 @@
+//! The host side of the `kube` import: a proxy to the API server that checks every call against
+//! the provider's [`Grants`] first.
+//!
+//! A call names its object by `apiVersion` and `kind`; the proxy resolves that to a resource
+//! (plural name, scope, subresources) through discovery, cached per cluster and group-version
+//! for [`DISCOVERY_TTL`] and refreshed once on a miss (a CRD installed a moment ago). Then the
+//! grants decide, and only then does the request go out, through kube-rs, with the host's
+//! credentials. Denied calls are logged at `warn` and counted.
+//!
+//! Names, namespaces and subresources must be single path segments: a provider cannot reach
+//! another URL than the one the grants were checked for.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use ::kube::Client;
+use ::kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
+use ::kube::core::Request as KubeRequest;
+
+use super::grants::{Cluster, Grants, Request, Scope, Verb};
+use super::metrics::CapabilityMetrics;
+
+/// How long discovery results are trusted.
+pub const DISCOVERY_TTL: Duration = Duration::from_secs(300);
+/// A kind missing from a discovery result is looked up again at most this often.
+pub const DISCOVERY_MISS_REFRESH: Duration = Duration::from_secs(2);
+
+/// Why a `kube` call failed, as the guest sees it (the WIT `kube-error`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KubeCallError {
+    /// The grants do not allow the call, or the API server refused the host's credentials.
+    #[error("permission-denied: {0}")]
+    PermissionDenied(String),
+    /// The object, kind or API version does not exist.
+    #[error("not-found: {0}")]
+    NotFound(String),
+    /// The object exists, or changed underneath.
+    #[error("conflict: {0}")]
+    Conflict(String),
+    /// The request is malformed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+    /// The cluster is unreachable, not configured, or overloaded.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Anything else.
+    #[error("other: {0}")]
+    Other(String),
+}
+
+/// The kind of object a call is about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Which cluster.
+    pub cluster: Cluster,
+    /// `group/version`, or `version` for the core group.
+    pub api_version: String,
+    /// The kind (`ConfigMap`).
+    pub kind: String,
+    /// The namespace; none for cluster-scoped kinds and cluster-wide lists.
+    pub namespace: Option<String>,
+}
+
+/// One object, optionally a subresource of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectRef {
+    /// Its kind and place.
+    pub target: Target,
+    /// Its name.
+    pub name: String,
+    /// A subresource (`scale`, `status`).
+    pub subresource: Option<String>,
+}
+
+/// Options of a list call.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ListOptions {
+    /// A label selector.
+    pub label_selector: Option<String>,
+    /// A field selector.
+    pub field_selector: Option<String>,
+    /// Page size.
+    pub limit: Option<u32>,
+}
+
+/// The kind of patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// RFC 7386 JSON merge patch.
+    Merge,
+    /// RFC 6902 JSON patch.
+    Json,
+    /// Server-side apply.
+    Apply,
+}
+
+/// What discovery knows about a kind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceInfo {
+    /// The plural resource name.
+    pub plural: String,
+    /// Whether objects live in namespaces.
+    pub namespaced: bool,
+    /// Its subresources (`status`, `scale`).
+    pub subresources: Vec<String>,
+}
+
+struct GroupVersion {
+    fetched: Instant,
+    kinds: HashMap<String, ResourceInfo>,
+}
+
+/// Discovery results of one cluster, by group-version.
+#[derive(Default)]
+struct DiscoveryCache {
+    entries: Mutex<HashMap<String, GroupVersion>>,
+}
+
+impl DiscoveryCache {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, GroupVersion>> {
+        self.entries
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    async fn resolve(
+        &self,
+        client: &Client,
+        cluster: Cluster,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<ResourceInfo, KubeCallError> {
+        let missing = || {
+            KubeCallError::NotFound(format!(
+                "the {cluster} cluster serves no kind {kind} in {api_version}"
+            ))
+        };
+        {
+            let entries = self.lock();
+            if let Some(gv) = entries.get(api_version)
+                && gv.fetched.elapsed() < DISCOVERY_TTL
+            {
+                if let Some(info) = gv.kinds.get(kind) {
+                    return Ok(info.clone());
+                }
+                if gv.fetched.elapsed() < DISCOVERY_MISS_REFRESH {
+                    return Err(missing());
+                }
+            }
+        }
+        let kinds = fetch_group_version(client, cluster, api_version).await?;
+        let info = kinds.get(kind).cloned();
+        self.lock().insert(
+            api_version.to_owned(),
+            GroupVersion {
+                fetched: Instant::now(),
+                kinds,
+            },
+        );
+        info.ok_or_else(missing)
+    }
+}
+
+async fn fetch_group_version(
+    client: &Client,
+    cluster: Cluster,
+    api_version: &str,
+) -> Result<HashMap<String, ResourceInfo>, KubeCallError> {
+    let list = if api_version.contains('/') {
+        client.list_api_group_resources(api_version).await
+    } else {
+        client.list_core_api_resources(api_version).await
+    };
+    let list = list.map_err(|err| match map_error(err) {
+        KubeCallError::NotFound(_) => KubeCallError::NotFound(format!(
+            "the {cluster} cluster does not serve {api_version}"
+        )),
+        other => other,
+    })?;
+    let mut kinds: HashMap<String, ResourceInfo> = HashMap::new();
+    let mut subresources: Vec<(String, String)> = Vec::new();
+    for resource in list.resources {
+        match resource.name.split_once('/') {
+            Some((main, sub)) => subresources.push((main.to_owned(), sub.to_owned())),
+            None => {
+                kinds.entry(resource.kind.clone()).or_insert(ResourceInfo {
+                    plural: resource.name,
+                    namespaced: resource.namespaced,
+                    subresources: Vec::new(),
+                });
+            }
+        }
+    }
+    for info in kinds.values_mut() {
+        info.subresources = subresources
+            .iter()
+            .filter(|(main, _)| *main == info.plural)
+            .map(|(_, sub)| sub.clone())
+            .collect();
+    }
+    Ok(kinds)
+}
+
+/// A connection to one cluster, with its discovery cache. Shared by every provider that talks to
+/// the cluster.
+pub struct ClusterConnection {
+    cluster: Cluster,
+    client: Client,
+    discovery: DiscoveryCache,
+}
+
+impl std::fmt::Debug for ClusterConnection {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterConnection")
+            .field("cluster", &self.cluster)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterConnection {
+    /// A connection to `cluster` through `client`.
+    pub fn new(cluster: Cluster, client: Client) -> Arc<Self> {
+        Arc::new(Self {
+            cluster,
+            client,
+            discovery: DiscoveryCache::default(),
+        })
+    }
+
+    /// Which cluster this is.
+    pub fn cluster(&self) -> Cluster {
+        self.cluster
+    }
+
+    /// Resolves `kind` in `api_version` through the discovery cache.
+    pub async fn resolve(
+        &self,
+        api_version: &str,
+        kind: &str,
+    ) -> Result<ResourceInfo, KubeCallError> {
+        self.discovery
+            .resolve(&self.client, self.cluster, api_version, kind)
+            .await
+    }
+}
+
+/// The `kube` import of one provider: its grants, and the clusters it may reach.
+pub struct KubeProxy {
+    provider: Arc<str>,
+    grants: Grants,
+    workload: Option<Arc<ClusterConnection>>,
+    management: Option<Arc<ClusterConnection>>,
+    metrics: Arc<CapabilityMetrics>,
+}
+
+impl std::fmt::Debug for KubeProxy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KubeProxy")
+            .field("provider", &self.provider)
+            .field("grants", &self.grants)
+            .field("workload", &self.workload.is_some())
+            .field("management", &self.management.is_some())
+            .finish()
+    }
+}
+
+/// A call that passed the checks: where to send it.
+struct Resolved<'a> {
+    connection: &'a ClusterConnection,
+    url_path: String,
+}
+
+impl KubeProxy {
+    /// A proxy for `provider`.
+    pub fn new(
+        provider: Arc<str>,
+        grants: Grants,
+        workload: Option<Arc<ClusterConnection>>,
+        management: Option<Arc<ClusterConnection>>,
+        metrics: Arc<CapabilityMetrics>,
+    ) -> Self {
+        Self {
+            provider,
+            grants,
+            workload,
+            management,
+            metrics,
+        }
+    }
+
+    /// The grants in force.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// Reads one object (or subresource) as JSON.
+    pub async fn get(&self, object: &ObjectRef) -> Result<String, KubeCallError> {
+        let resolved = self
+            .resolve(
+                &object.target,
+                Verb::Get,
+                Some(&object.name),
+                object.subresource.as_deref(),
+            )
+            .await?;
+        let request = KubeRequest::new(resolved.url_path.as_str());
+        let http = match object.subresource.as_deref() {
+            Some(sub) => request.get_subresource(sub, &object.name),
+            None => request.get(&object.name, &GetParams::default()),
+        };
+        self.send(resolved.connection, http).await
+    }
+
+    /// Lists objects as a JSON `...List`.
+    pub async fn list(
+        &self,
+        target: &Target,
+        options: &ListOptions,
+    ) -> Result<String, KubeCallError> {
+        let resolved = self.resolve(target, Verb::List, None, None).await?;
+        let mut params = ListParams::default();
+        params.label_selector = options.label_selector.clone();
+        params.field_selector = options.field_selector.clone();
+        params.limit = options.limit;
+        let http = KubeRequest::new(resolved.url_path.as_str()).list(&params);
+        self.send(resolved.connection, http).await
+    }
+
+    /// Creates `body` and returns what the server stored.
+    pub async fn create(&self, target: &Target, body: &str) -> Result<String, KubeCallError> {
+        let resolved = self.resolve(target, Verb::Create, None, None).await?;
+        let http = KubeRequest::new(resolved.url_path.as_str())
+            .create(&PostParams::default(), body.as_bytes().to_vec());
+        self.send(resolved.connection, http).await
+    }
+
+    /// Patches an object (or subresource) and returns the result.
+    pub async fn patch(
+        &self,
+        object: &ObjectRef,
+        kind: PatchKind,
+        body: &str,
+        field_manager: Option<&str>,
+    ) -> Result<String, KubeCallError> {
+        let resolved = self
+            .resolve(
+                &object.target,
+                Verb::Patch,
+                Some(&object.name),
+                object.subresource.as_deref(),
+            )
+            .await?;
+        let value: serde_json::Value = serde_json::from_str(body)
+            .map_err(|err| KubeCallError::Invalid(format!("patch body is not JSON: {err}")))?;
+        let (patch, params) = match kind {
+            PatchKind::Merge | PatchKind::Json => {
+                if kind == PatchKind::Json && !value.is_array() {
+                    return Err(KubeCallError::Invalid(
+                        "a JSON patch (RFC 6902) must be an array of operations".into(),
+                    ));
+                }
+                let mut params = PatchParams::default();
+                params.field_manager = field_manager.map(str::to_owned);
+                (Patch::Merge(value), params)
+            }
+            PatchKind::Apply => {
+                let manager = field_manager.ok_or_else(|| {
+                    KubeCallError::Invalid("server-side apply requires a field-manager".into())
+                })?;
+                (Patch::Apply(value), PatchParams::apply(manager))
+            }
+        };
+        let request = KubeRequest::new(resolved.url_path.as_str());
+        let http = match object.subresource.as_deref() {
+            Some(sub) => request.patch_subresource(sub, &object.name, &params, &patch),
+            None => request.patch(&object.name, &params, &patch),
+        };
+        let http = http.map(|mut http| {
+            if kind == PatchKind::Json {
+                // kube-rs's typed JSON patch needs the `json-patch` crate's types; the body is the
+                // guest's operations as they are, so only the content type changes.
+                http.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    http::HeaderValue::from_static("application/json-patch+json"),
+                );
+            }
+            http
+        });
+        self.send(resolved.connection, http).await
+    }
+
+    /// Deletes an object.
+    pub async fn delete(&self, object: &ObjectRef) -> Result<(), KubeCallError> {
+        if object.subresource.is_some() {
+            return Err(KubeCallError::Invalid(
+                "delete does not take a subresource".into(),
+            ));
+        }
+        let resolved = self
+            .resolve(&object.target, Verb::Delete, Some(&object.name), None)
+            .await?;
+        let http = KubeRequest::new(resolved.url_path.as_str())
+            .delete(&object.name, &DeleteParams::default());
+        self.send(resolved.connection, http).await.map(|_| ())
+    }
+
+    async fn send(
+        &self,
+        connection: &ClusterConnection,
+        http: Result<http::Request<Vec<u8>>, ::kube::core::request::Error>,
+    ) -> Result<String, KubeCallError> {
+        let http = http.map_err(|err| KubeCallError::Invalid(format!("bad request: {err}")))?;
+        tracing::debug!(
+            provider = %self.provider,
+            cluster = %connection.cluster,
+            method = %http.method(),
+            uri = %http.uri(),
+            "kube call"
+        );
+        connection.client.request_text(http).await.map_err(|err| {
+            self.metrics.kube_failed();
+            map_error(err)
+        })
+    }
+
+    /// Validates, resolves and checks a call.
+    async fn resolve(
+        &self,
+        target: &Target,
+        verb: Verb,
+        name: Option<&str>,
+        subresource: Option<&str>,
+    ) -> Result<Resolved<'_>, KubeCallError> {
+        self.metrics.kube_call();
+        let cluster = target.cluster;
+        let (group, version) = split_api_version(&target.api_version)?;
+        check_segment("kind", &target.kind)?;
+        if let Some(ns) = &target.namespace {
+            check_segment("namespace", ns)?;
+        }
+        if let Some(name) = name {
+            check_segment("name", name)?;
+        }
+        if let Some(sub) = subresource {
+            check_segment("subresource", sub)?;
+        }
+        // Deny before any API request when no grant could match (an obviously denied call costs
+        // nothing and reveals nothing).
+        if !self.grants.may_allow(cluster, group, verb) {
+            let what = format!(
+                "{verb} {} {} on the {cluster} cluster",
+                target.api_version, target.kind
+            );
+            return Err(self.deny(&what));
+        }
+        let connection = match cluster {
+            Cluster::Workload => self.workload.as_deref(),
+            Cluster::Management => self.management.as_deref(),
+        }
+        .ok_or_else(|| {
+            self.metrics.kube_failed();
+            KubeCallError::Unavailable(format!("this host has no {cluster} cluster configured"))
+        })?;
+        let info = connection
+            .resolve(&target.api_version, &target.kind)
+            .await
+            .inspect_err(|_| self.metrics.kube_failed())?;
+        let scope = match (&target.namespace, info.namespaced) {
+            (Some(ns), true) => Scope::Namespace(ns),
+            (None, true) if verb == Verb::List || verb == Verb::Watch => Scope::AllNamespaces,
+            (None, true) => {
+                return Err(KubeCallError::Invalid(format!(
+                    "{} is namespaced: the call needs a namespace",
+                    target.kind
+                )));
+            }
+            (Some(_), false) => {
+                return Err(KubeCallError::Invalid(format!(
+                    "{} is cluster-scoped: the call must not name a namespace",
+                    target.kind
+                )));
+            }
+            (None, false) => Scope::Cluster,
+        };
+        if let Some(sub) = subresource
+            && !info.subresources.iter().any(|s| s == sub)
+        {
+            return Err(KubeCallError::NotFound(format!(
+                "{} has no subresource {sub:?}",
+                target.kind
+            )));
+        }
+        let request = Request {
+            cluster,
+            group,
+            resource: &info.plural,
+            subresource,
+            verb,
+            scope,
+        };
+        if let Err(denied) = self.grants.check(&request) {
+            return Err(self.deny(&denied.request));
+        }
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let url_path = match &target.namespace {
+            Some(ns) => format!("{prefix}/namespaces/{ns}/{}", info.plural),
+            None => format!("{prefix}/{}", info.plural),
+        };
+        Ok(Resolved {
+            connection,
+            url_path,
+        })
+    }
+
+    fn deny(&self, what: &str) -> KubeCallError {
+        self.metrics.kube_denied();
+        tracing::warn!(provider = %self.provider, call = %what, "kube call denied by the provider's grants");
+        KubeCallError::PermissionDenied(format!(
+            "the grants of provider {} do not allow {what}",
+            self.provider
+        ))
+    }
+}
+
+/// `(group, version)` of an `apiVersion`; the core group is `""`.
+fn split_api_version(api_version: &str) -> Result<(&str, &str), KubeCallError> {
+    let (group, version) = match api_version.split_once('/') {
+        Some((group, version)) => (group, version),
+        None => ("", api_version),
+    };
+    let valid_group = group
+        .chars()
+        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '.' || c == '-');
+    let valid_version = !version.is_empty()
+        && version
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
+    if !valid_group || !valid_version || (api_version.contains('/') && group.is_empty()) {
+        return Err(KubeCallError::Invalid(format!(
+            "apiVersion {api_version:?} is not `group/version` or `version`"
+        )));
+    }
+    Ok((group, version))
+}
+
+/// Rejects anything that is not one safe URL path segment.
+fn check_segment(what: &str, value: &str) -> Result<(), KubeCallError> {
+    let ok = !value.is_empty()
+        && value.len() <= 253
+        && value != "."
+        && value != ".."
+        && value
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | '_' | ':'));
+    if ok {
+        Ok(())
+    } else {
+        Err(KubeCallError::Invalid(format!(
+            "{what} {value:?} is not a valid Kubernetes name"
+        )))
+    }
+}
+
+/// Maps a kube-rs error onto the WIT error classes.
+fn map_error(err: ::kube::Error) -> KubeCallError {
+    match err {
+        ::kube::Error::Api(status) => {
+            let message = if status.message.is_empty() {
+                status.reason.clone()
+            } else {
+                status.message.clone()
+            };
+            match status.code {
+                401 | 403 => KubeCallError::PermissionDenied(format!(
+                    "the API server refused the host's credentials: {message}"
+                )),
+                404 => KubeCallError::NotFound(message),
+                409 => KubeCallError::Conflict(message),
+                400 | 422 => KubeCallError::Invalid(message),
+                408 | 429 | 500..=599 => KubeCallError::Unavailable(message),
+                code => KubeCallError::Other(format!("HTTP {code}: {message}")),
+            }
+        }
+        err @ (::kube::Error::HyperError(_) | ::kube::Error::Service(_)) => {
+            KubeCallError::Unavailable(err.to_string())
+        }
+        other => KubeCallError::Other(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions() {
+        assert_eq!(split_api_version("v1").unwrap(), ("", "v1"));
+        assert_eq!(split_api_version("apps/v1").unwrap(), ("apps", "v1"));
+        assert_eq!(
+            split_api_version("cluster.x-k8s.io/v1beta1").unwrap(),
+            ("cluster.x-k8s.io", "v1beta1")
+        );
+        for bad in [
+            "",
+            "/v1",
+            "apps/",
+            "a/b/c",
+            "v1/../../x",
+            "Apps/v1",
+            "apps/v1?x",
+        ] {
+            assert!(split_api_version(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn segments() {
+        for good in ["default", "a.b-c", "system:node", "x_y"] {
+            assert!(check_segment("name", good).is_ok(), "{good}");
+        }
+        for bad in ["", ".", "..", "a/b", "a?b", "a#b", "a%2Fb", "a b"] {
+            assert!(check_segment("name", bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn error_display_is_kebab_variant() {
+        assert_eq!(
+            KubeCallError::PermissionDenied("x".into()).to_string(),
+            "permission-denied: x"
+        );
+    }
+}

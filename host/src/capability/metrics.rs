@@ -1,0 +1,75 @@
+//! Counters of what a provider did through its imports, for the future `/metrics` endpoint.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Per-provider counters. All methods are lock-free.
+#[derive(Debug, Default)]
+pub struct CapabilityMetrics {
+    kube_calls: AtomicU64,
+    kube_denied: AtomicU64,
+    kube_failed: AtomicU64,
+    log_lines: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+}
+
+/// A copy of the counters at one moment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MetricsSnapshot {
+    /// `kube` calls made (allowed or not).
+    pub kube_calls: u64,
+    /// `kube` calls refused by the grants.
+    pub kube_denied: u64,
+    /// Allowed `kube` calls that failed (any error from the API server or the connection).
+    pub kube_failed: u64,
+    /// `host.log` lines.
+    pub log_lines: u64,
+    /// `host.cache-get` hits.
+    pub cache_hits: u64,
+    /// `host.cache-get` misses.
+    pub cache_misses: u64,
+}
+
+impl CapabilityMetrics {
+    /// Counts a `kube` call.
+    pub fn kube_call(&self) {
+        self.kube_calls.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a denied `kube` call.
+    pub fn kube_denied(&self) {
+        self.kube_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed `kube` call.
+    pub fn kube_failed(&self) {
+        self.kube_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a log line.
+    pub fn log_line(&self) {
+        self.log_lines.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a cache lookup.
+    pub fn cache_lookup(&self, hit: bool) {
+        let counter = if hit {
+            &self.cache_hits
+        } else {
+            &self.cache_misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The current values.
+    pub fn snapshot(&self) -> MetricsSnapshot {
+        MetricsSnapshot {
+            kube_calls: self.kube_calls.load(Ordering::Relaxed),
+            kube_denied: self.kube_denied.load(Ordering::Relaxed),
+            kube_failed: self.kube_failed.load(Ordering::Relaxed),
+            log_lines: self.log_lines.load(Ordering::Relaxed),
+            cache_hits: self.cache_hits.load(Ordering::Relaxed),
+            cache_misses: self.cache_misses.load(Ordering::Relaxed),
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Capstan: a Karpenter-compatible node autoprovisioner whose cloud-specific logic runs as sandboxed
+//! WebAssembly components.
+//!
+//! This crate is the host. Its parts so far:
+//!
+//! - [`api`]: the Kubernetes API types (`karpenter.sh/v1` NodePool and NodeClaim, `capstan.dev/v1alpha1`
+//!   NodeClass and Provider) and the CRDs generated from them.
+//! - [`runtime`]: the one wasmtime [`Engine`](wasmtime::Engine), the compiled-component cache,
+//!   validation of untrusted component bytes, and per-call instances with memory, CPU and wall-clock
+//!   limits ([`runtime::ProviderPre`]).
+//! - [`capability`]: the host side of the imports a provider gets (`kube`, `host`), each checked
+//!   against the provider's [`capability::grants::Grants`].
+//! - [`conformance`]: the conformance kit behind `capstan provider test`.
+
+pub mod api;
+pub mod capability;
+pub mod conformance;
+pub mod runtime;

@@ -1,0 +1,341 @@
+//! The `capstan` command.
+//!
+//! - `capstan provider inspect FILE`: what a component is (WIT package and version, exports,
+//!   imports, size, sha256) and whether this host can run it.
+//! - `capstan provider test FILE`: the conformance kit.
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use cap_std::ambient_authority;
+use cap_std::fs::Dir;
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use capstan::capability::Capabilities;
+use capstan::capability::grants::{Cluster, Grants, parse as grants_parse};
+use capstan::capability::kube::ClusterConnection;
+use capstan::conformance;
+use capstan::runtime::types::NodeClass;
+use capstan::runtime::validate::{self, DEFAULT_MAX_COMPONENT_SIZE};
+use capstan::runtime::{Limits, Runtime};
+
+/// Capstan: a Karpenter-compatible node autoprovisioner with providers in WebAssembly.
+#[derive(Debug, Parser)]
+#[command(name = "capstan", version, about)]
+struct Cli {
+    /// Log format.
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "CAPSTAN_LOG_FORMAT")]
+    log_format: LogFormat,
+    /// Log level or filter (`info`, `capstan=debug`); RUST_LOG wins if set.
+    #[arg(long, global = true, default_value = "warn", env = "CAPSTAN_LOG_LEVEL")]
+    log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Work with provider components.
+    #[command(subcommand)]
+    Provider(ProviderCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ProviderCommand {
+    /// Show what a component is and whether this host can run it.
+    Inspect(InspectArgs),
+    /// Run the conformance kit against a provider.
+    Test(TestArgs),
+}
+
+#[derive(Debug, Args)]
+struct InspectArgs {
+    /// The component (`.wasm`).
+    file: PathBuf,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+    /// Refuse components larger than this many bytes.
+    #[arg(long, default_value_t = DEFAULT_MAX_COMPONENT_SIZE)]
+    max_size: usize,
+}
+
+#[derive(Debug, Args)]
+struct TestArgs {
+    /// The component (`.wasm`).
+    file: PathBuf,
+    /// Kubeconfig of the workload cluster; without it the checks that need a cluster are skipped.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of the management cluster (Cluster API providers).
+    #[arg(long)]
+    management_kubeconfig: Option<PathBuf>,
+    /// Grants file (YAML or JSON: a list, or an object with `grants`).
+    #[arg(long)]
+    grants: Option<PathBuf>,
+    /// One grant, e.g. `groups=core;resources=nodes,nodes/status;verbs=get,list,create,patch,delete`
+    /// (repeatable; added to --grants).
+    #[arg(long = "grant")]
+    grant: Vec<String>,
+    /// NodeClass parameters for the test (a JSON or YAML object).
+    #[arg(long)]
+    node_class: Option<PathBuf>,
+    /// Name of the NodePool to ask instance types for.
+    #[arg(long, default_value = "conformance")]
+    pool: String,
+    /// Wall-clock limit of each call except create, in seconds.
+    #[arg(long, default_value_t = 30)]
+    call_timeout: u64,
+    /// Wall-clock limit of create, in seconds.
+    #[arg(long, default_value_t = 600)]
+    create_timeout: u64,
+    /// Memory limit per call, in MiB.
+    #[arg(long, default_value_t = 64)]
+    memory_mib: u64,
+    /// Directory for compiled components (default: ~/.cache/capstan/components).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+    /// Do not cache compiled components.
+    #[arg(long)]
+    no_cache: bool,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Err(err) = init_tracing(cli.log_format, &cli.log_level) {
+        eprintln!("error: {err:#}");
+        return ExitCode::from(2);
+    }
+    let result = match cli.command {
+        Command::Provider(ProviderCommand::Inspect(args)) => inspect(&args),
+        Command::Provider(ProviderCommand::Test(args)) => test(args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing(format: LogFormat, level: &str) -> Result<()> {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .with_context(|| format!("bad log level {level:?}"))?;
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    }
+    .map_err(|err| anyhow::anyhow!("cannot install the log subscriber: {err}"))
+}
+
+/// Reads a component, refusing oversized files before reading them.
+fn read_component(path: &Path, max_size: usize) -> Result<Vec<u8>> {
+    let file = fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let len = file
+        .metadata()
+        .with_context(|| format!("cannot stat {}", path.display()))?
+        .len();
+    if len > max_size as u64 {
+        bail!(
+            "{}: {}",
+            path.display(),
+            validate::ValidateError::TooLarge {
+                size: usize::try_from(len).unwrap_or(usize::MAX),
+                limit: max_size,
+            }
+        );
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    file.take(max_size as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(bytes)
+}
+
+fn inspect(args: &InspectArgs) -> Result<ExitCode> {
+    let bytes = read_component(&args.file, args.max_size)?;
+    let info = validate::inspect(&bytes, args.max_size)
+        .map_err(|err| anyhow::anyhow!("{}: {err}", args.file.display()))?;
+    let provider = info.provider_version();
+    if args.json {
+        let value = serde_json::json!({
+            "file": args.file,
+            "info": info,
+            "provider": provider.as_ref().ok(),
+            "error": provider.as_ref().err().map(ToString::to_string),
+        });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        println!("file:     {}", args.file.display());
+        println!("size:     {} bytes", info.size);
+        println!("sha256:   {}", info.sha256);
+        match &provider {
+            Ok(export) => println!(
+                "provider: {} (package capstan:provider@{}, host bindings {})",
+                export.interface, export.version, export.wit
+            ),
+            Err(err) => println!("provider: not runnable: {err}"),
+        }
+        println!("exports:");
+        for export in &info.exports {
+            println!("  {}", export.name);
+            if !export.functions.is_empty() {
+                println!("    {}", export.functions.join(", "));
+            }
+        }
+        println!("imports:");
+        for import in &info.imports {
+            println!("  {}", import.name);
+        }
+    }
+    Ok(if provider.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn test(args: TestArgs) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(test_async(args))
+}
+
+async fn test_async(args: TestArgs) -> Result<ExitCode> {
+    let bytes = read_component(&args.file, DEFAULT_MAX_COMPONENT_SIZE)?;
+
+    let mut grants = match &args.grants {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            grants_parse::from_text(&text).with_context(|| format!("{}", path.display()))?
+        }
+        None => Grants::none(),
+    };
+    for flag in &args.grant {
+        grants.0.push(grants_parse::from_flag(flag)?);
+    }
+
+    let parameters = match &args.node_class {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let value: serde_json::Value = serde_saphyr::from_str(&text)
+                .with_context(|| format!("{} is not JSON or YAML", path.display()))?;
+            serde_json::to_string(&value)?
+        }
+        None => "{}".to_owned(),
+    };
+
+    let mut caps = Capabilities::builder("conformance").grants(grants);
+    if let Some(path) = &args.kubeconfig {
+        caps = caps.workload(ClusterConnection::new(
+            Cluster::Workload,
+            client(path).await?,
+        ));
+    }
+    if let Some(path) = &args.management_kubeconfig {
+        caps = caps.management(ClusterConnection::new(
+            Cluster::Management,
+            client(path).await?,
+        ));
+    }
+
+    let mut builder = Runtime::builder();
+    if !args.no_cache {
+        let dir = match &args.cache_dir {
+            Some(dir) => Some(dir.clone()),
+            None => std::env::var_os("HOME")
+                .map(|home| PathBuf::from(home).join(".cache/capstan/components")),
+        };
+        if let Some(dir) = dir {
+            fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+            let handle = Dir::open_ambient_dir(&dir, ambient_authority())
+                .with_context(|| format!("cannot open cache directory {}", dir.display()))?;
+            builder = builder.cache_dir(handle);
+        }
+    }
+    let runtime = Arc::new(builder.build()?);
+    let limits = Limits {
+        memory_bytes: args.memory_mib << 20,
+        call_timeout: Duration::from_secs(args.call_timeout),
+        create_timeout: Duration::from_secs(args.create_timeout),
+        ..Limits::default()
+    };
+    let caps = caps.build();
+    let loader = Arc::clone(&runtime);
+    let provider = tokio::task::spawn_blocking(move || loader.load(&bytes, limits, caps))
+        .await
+        .context("the loader task failed")?
+        .with_context(|| format!("{}", args.file.display()))?;
+
+    let options = conformance::Options {
+        node_class: NodeClass {
+            name: "conformance".into(),
+            parameters,
+        },
+        node_pool: capstan::runtime::types::NodePool {
+            name: args.pool.clone(),
+            requirements: Vec::new(),
+            labels: Vec::new(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+        },
+        skip_cluster_checks: args
+            .kubeconfig
+            .is_none()
+            .then(|| "needs a cluster: pass --kubeconfig".to_owned()),
+        ..conformance::Options::default()
+    };
+    let report = conformance::run(&provider, &options).await;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        println!(
+            "{} ({}, sha256 {})",
+            args.file.display(),
+            provider.export().interface,
+            provider.sha256()
+        );
+        println!("{report}");
+    }
+    Ok(if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+async fn client(path: &Path) -> Result<kube::Client> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)
+        .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
+    let config = kube::Config::from_custom_kubeconfig(
+        kubeconfig,
+        &kube::config::KubeConfigOptions::default(),
+    )
+    .await
+    .with_context(|| format!("bad kubeconfig {}", path.display()))?;
+    kube::Client::try_from(config).context("cannot create the Kubernetes client")
+}

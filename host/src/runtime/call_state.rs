@@ -1,0 +1,133 @@
+//! The data of one call's [`wasmtime::Store`]: a WASI context with nothing in it, the limiter,
+//! the provider's capabilities and the tail of the guest's stderr.
+
+use std::io;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use tokio::io::AsyncWrite;
+use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
+use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::capability::Capabilities;
+use crate::runtime::limits::{CallLimiter, Limits};
+
+/// How much of a guest's stderr is kept (the end of it: a panic message comes last).
+pub const STDERR_TAIL: usize = 4096;
+
+/// The store data of one call.
+pub(crate) struct CallState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: CallLimiter,
+    pub(crate) caps: Arc<Capabilities>,
+    pub(crate) stderr: StderrTail,
+    /// Epoch ticks in which the guest ran.
+    pub(crate) cpu_ticks: u64,
+    /// Whether the CPU budget ran out.
+    pub(crate) cpu_exhausted: bool,
+}
+
+impl CallState {
+    /// Fresh state: no files, no environment, no arguments, no network, no stdin; stdout
+    /// discarded; stderr kept in a bounded buffer.
+    pub(crate) fn new(caps: Arc<Capabilities>, limits: &Limits) -> Self {
+        let stderr = StderrTail::default();
+        let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: CallLimiter::new(limits),
+            caps,
+            stderr,
+            cpu_ticks: 0,
+            cpu_exhausted: false,
+        }
+    }
+}
+
+impl WasiView for CallState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// The last [`STDERR_TAIL`] bytes a guest wrote to stderr. Writing never fails and never blocks.
+#[derive(Clone, Default)]
+pub(crate) struct StderrTail {
+    buffer: Arc<Mutex<Vec<u8>>>,
+}
+
+impl StderrTail {
+    fn lock(&self) -> MutexGuard<'_, Vec<u8>> {
+        self.buffer
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn append(&self, bytes: &[u8]) {
+        let mut buffer = self.lock();
+        buffer.extend_from_slice(bytes);
+        if buffer.len() > 2 * STDERR_TAIL {
+            let excess = buffer.len() - STDERR_TAIL;
+            buffer.drain(..excess);
+        }
+    }
+
+    /// The kept text (lossy UTF-8), trimmed.
+    pub(crate) fn text(&self) -> String {
+        let buffer = self.lock();
+        let start = buffer.len().saturating_sub(STDERR_TAIL);
+        String::from_utf8_lossy(&buffer[start..]).trim().to_owned()
+    }
+}
+
+impl IsTerminal for StderrTail {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdoutStream for StderrTail {
+    fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
+        Box::new(self.clone())
+    }
+}
+
+impl AsyncWrite for StderrTail {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.append(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_the_tail() {
+        let tail = StderrTail::default();
+        tail.append(&vec![b'a'; 3 * STDERR_TAIL]);
+        tail.append(b"panicked at the end");
+        let text = tail.text();
+        assert_eq!(text.len(), STDERR_TAIL);
+        assert!(text.ends_with("panicked at the end"));
+    }
+}

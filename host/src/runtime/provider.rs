@@ -1,0 +1,527 @@
+//! A loaded provider, and its calls.
+//!
+//! [`ProviderPre`] holds what is prepared once per component: the compiled component, its
+//! pre-linked instance (`InstancePre`, wrapped in the bindings' `*Pre`), the limits and the
+//! provider's capabilities. Every call then gets a fresh [`Store`] and instance, so a trap, a
+//! runaway loop or a memory bomb kills that call only: the next call starts clean, and calls in
+//! flight are unaffected.
+//!
+//! Each call is bounded four ways: a concurrency slot (a semaphore per provider), memory (the
+//! store's resource limiter), CPU (epoch ticks counted while the guest runs; the guest also yields
+//! to the executor every tick, so a spinning guest never starves other tasks), and wall-clock time
+//! (per function; `create` gets longer).
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
+
+use crate::capability::Capabilities;
+use crate::runtime::bindings::since_v0_1_0::{CloudProviderWorld, CloudProviderWorldPre};
+use crate::runtime::bindings::types::{
+    InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
+};
+use crate::runtime::call_state::CallState;
+use crate::runtime::engine::CapstanEngine;
+use crate::runtime::limits::Limits;
+use crate::runtime::validate::ProviderExport;
+
+/// Why a call failed. Only [`CallError::Provider`] comes from the provider's own logic; the others
+/// are the host stopping or refusing the call.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CallError {
+    /// The provider returned one of its typed errors.
+    #[error("{function}: {}", describe_provider_error(.error))]
+    Provider {
+        /// The WIT function.
+        function: &'static str,
+        /// The provider's error.
+        error: ProviderError,
+    },
+    /// The guest trapped (a panic, an `unreachable`, an out-of-bounds access...).
+    #[error("{function}: the provider trapped: {message}{}", stderr_suffix(.stderr))]
+    Trap {
+        /// The WIT function.
+        function: &'static str,
+        /// Wasmtime's description, with the wasm backtrace.
+        message: String,
+        /// The end of what the guest wrote to stderr (a Rust panic message lands here).
+        stderr: String,
+    },
+    /// The call used up its CPU time.
+    #[error("{function}: the provider exceeded its CPU limit of {limit:?}")]
+    CpuLimit {
+        /// The WIT function.
+        function: &'static str,
+        /// The limit.
+        limit: Duration,
+    },
+    /// The call tried to grow its memory past the limit.
+    #[error("{function}: the provider exceeded its memory limit of {limit} bytes")]
+    MemoryLimit {
+        /// The WIT function.
+        function: &'static str,
+        /// The limit in bytes.
+        limit: u64,
+    },
+    /// The call did not finish in time (the guest is dropped where it was suspended).
+    #[error("{function}: the provider did not answer within {limit:?}")]
+    WallTimeout {
+        /// The WIT function.
+        function: &'static str,
+        /// The limit.
+        limit: Duration,
+    },
+    /// No slot for the call: the provider's concurrency limit stayed full for the whole wall-clock
+    /// limit, or the engine's instance pool is exhausted.
+    #[error("{function}: overloaded: {reason}")]
+    Overloaded {
+        /// The WIT function.
+        function: &'static str,
+        /// Which limit was full.
+        reason: String,
+    },
+    /// A fresh instance could not be created.
+    #[error("{function}: cannot instantiate the provider: {message}")]
+    Instantiate {
+        /// The WIT function.
+        function: &'static str,
+        /// Wasmtime's description.
+        message: String,
+    },
+}
+
+impl CallError {
+    /// The WIT function the call was to.
+    pub fn function(&self) -> &'static str {
+        match self {
+            CallError::Provider { function, .. }
+            | CallError::Trap { function, .. }
+            | CallError::CpuLimit { function, .. }
+            | CallError::MemoryLimit { function, .. }
+            | CallError::WallTimeout { function, .. }
+            | CallError::Overloaded { function, .. }
+            | CallError::Instantiate { function, .. } => function,
+        }
+    }
+
+    /// The provider's own error, if that is what this is.
+    pub fn provider_error(&self) -> Option<&ProviderError> {
+        match self {
+            CallError::Provider { error, .. } => Some(error),
+            _ => None,
+        }
+    }
+}
+
+fn stderr_suffix(stderr: &str) -> String {
+    if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("\nguest stderr:\n{stderr}")
+    }
+}
+
+/// `kind: message` of a provider error, with the WIT variant's name as the kind.
+pub fn describe_provider_error(error: &ProviderError) -> String {
+    match error {
+        ProviderError::NotFound(m) => format!("not-found: {m}"),
+        ProviderError::InsufficientCapacity(m) => format!("insufficient-capacity: {m}"),
+        ProviderError::NodeClassNotReady(m) => format!("node-class-not-ready: {m}"),
+        ProviderError::CreateFailed(f) => format!("create-failed: {}: {}", f.reason, f.message),
+        ProviderError::Retryable(m) => format!("retryable: {m}"),
+        ProviderError::Invalid(m) => format!("invalid: {m}"),
+    }
+}
+
+/// Counters of a provider's calls.
+#[derive(Debug, Default)]
+struct Counters {
+    in_flight: AtomicUsize,
+    peak_in_flight: AtomicUsize,
+    calls: AtomicU64,
+    failed: AtomicU64,
+}
+
+/// A copy of a provider's call counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CallStats {
+    /// Calls running now.
+    pub in_flight: usize,
+    /// The most calls that ever ran at once.
+    pub peak_in_flight: usize,
+    /// Calls started (that got a slot).
+    pub calls: u64,
+    /// Calls that failed for any reason but the provider's own typed error.
+    pub failed: u64,
+}
+
+struct InFlight<'a>(&'a Counters);
+
+impl<'a> InFlight<'a> {
+    fn enter(counters: &'a Counters) -> Self {
+        counters.calls.fetch_add(1, Ordering::Relaxed);
+        let now = counters.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        counters.peak_in_flight.fetch_max(now, Ordering::SeqCst);
+        Self(counters)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Which bindings run the component.
+enum Pre {
+    V0_1(CloudProviderWorldPre<CallState>),
+}
+
+struct Inner {
+    engine: CapstanEngine,
+    pre: Pre,
+    export: ProviderExport,
+    sha256: String,
+    limits: Limits,
+    caps: Arc<Capabilities>,
+    permits: Semaphore,
+    counters: Counters,
+}
+
+/// A provider ready to be called: compiled, linked and type-checked once; instantiated per call.
+/// Cheap to clone (shared).
+#[derive(Clone)]
+pub struct ProviderPre {
+    inner: Arc<Inner>,
+}
+
+impl fmt::Debug for ProviderPre {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProviderPre")
+            .field("provider", &self.inner.caps.provider())
+            .field("export", &self.inner.export)
+            .field("sha256", &self.inner.sha256)
+            .field("limits", &self.inner.limits)
+            .finish()
+    }
+}
+
+/// One call in progress: its store and instance.
+struct Call<'a> {
+    provider: &'a Inner,
+    function: &'static str,
+    store: Store<CallState>,
+    world: CloudProviderWorld,
+}
+
+impl ProviderPre {
+    pub(crate) fn new_v0_1(
+        engine: CapstanEngine,
+        pre: CloudProviderWorldPre<CallState>,
+        export: ProviderExport,
+        sha256: String,
+        mut limits: Limits,
+        caps: Arc<Capabilities>,
+    ) -> Self {
+        limits.memory_bytes = limits.memory_bytes.min(engine.memory_ceiling());
+        limits.concurrency = limits.concurrency.clamp(1, Semaphore::MAX_PERMITS);
+        Self {
+            inner: Arc::new(Inner {
+                engine,
+                pre: Pre::V0_1(pre),
+                export,
+                sha256,
+                permits: Semaphore::new(limits.concurrency),
+                limits,
+                caps,
+                counters: Counters::default(),
+            }),
+        }
+    }
+
+    /// The exported contract.
+    pub fn export(&self) -> &ProviderExport {
+        &self.inner.export
+    }
+
+    /// Hex sha256 of the component bytes.
+    pub fn sha256(&self) -> &str {
+        &self.inner.sha256
+    }
+
+    /// The limits in force (after capping memory at the engine's ceiling).
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    /// The provider's capabilities.
+    pub fn capabilities(&self) -> &Arc<Capabilities> {
+        &self.inner.caps
+    }
+
+    /// The call counters.
+    pub fn stats(&self) -> CallStats {
+        let c = &self.inner.counters;
+        CallStats {
+            in_flight: c.in_flight.load(Ordering::SeqCst),
+            peak_in_flight: c.peak_in_flight.load(Ordering::SeqCst),
+            calls: c.calls.load(Ordering::Relaxed),
+            failed: c.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `name()`: the provider's self-reported name.
+    pub async fn name(&self) -> Result<String, CallError> {
+        self.guarded("name", async {
+            let mut call = self.instantiate("name").await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_name(&mut call.store).await;
+            call.finish(result)
+        })
+        .await
+    }
+
+    /// `get-instance-types(pool, class)`.
+    pub async fn get_instance_types(
+        &self,
+        pool: &NodePool,
+        class: &NodeClass,
+    ) -> Result<Vec<InstanceType>, CallError> {
+        const F: &str = "get-instance-types";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest
+                .call_get_instance_types(&mut call.store, pool, class)
+                .await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `create(claim, class)`, with the longer `create` wall-clock limit.
+    pub async fn create(
+        &self,
+        claim: &NodeClaim,
+        class: &NodeClass,
+    ) -> Result<NodeClaim, CallError> {
+        const F: &str = "create";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_create(&mut call.store, claim, class).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `delete(claim)`.
+    pub async fn delete(&self, claim: &NodeClaim) -> Result<(), CallError> {
+        const F: &str = "delete";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_delete(&mut call.store, claim).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `get(provider-id)`.
+    pub async fn get(&self, provider_id: &str) -> Result<NodeClaim, CallError> {
+        const F: &str = "get";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_get(&mut call.store, provider_id).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `list()`.
+    pub async fn list(&self) -> Result<Vec<NodeClaim>, CallError> {
+        const F: &str = "list";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_list(&mut call.store).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `is-drifted(claim, class)`.
+    pub async fn is_drifted(
+        &self,
+        claim: &NodeClaim,
+        class: &NodeClass,
+    ) -> Result<Option<String>, CallError> {
+        const F: &str = "is-drifted";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_is_drifted(&mut call.store, claim, class).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// `repair-policies()`.
+    pub async fn repair_policies(&self) -> Result<Vec<RepairPolicy>, CallError> {
+        const F: &str = "repair-policies";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_repair_policies(&mut call.store).await;
+            call.finish(result)
+        })
+        .await
+    }
+
+    /// `validate-node-class(class)`.
+    pub async fn validate_node_class(&self, class: &NodeClass) -> Result<(), CallError> {
+        const F: &str = "validate-node-class";
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let guest = call.world.capstan_provider_cloud_provider();
+            let result = guest.call_validate_node_class(&mut call.store, class).await;
+            provider_result(F, call.finish(result)?)
+        })
+        .await
+    }
+
+    /// Runs `call` in a concurrency slot, within the function's wall-clock limit (waiting for the
+    /// slot counts against it).
+    async fn guarded<R>(
+        &self,
+        function: &'static str,
+        call: impl Future<Output = Result<R, CallError>>,
+    ) -> Result<R, CallError> {
+        let inner = &*self.inner;
+        let limit = inner.limits.wall_limit(function);
+        let started = Instant::now();
+        let permit = match tokio::time::timeout(limit, inner.permits.acquire()).await {
+            Ok(Ok(permit)) => permit,
+            Ok(Err(_closed)) => {
+                return Err(CallError::Overloaded {
+                    function,
+                    reason: "the provider is shutting down".into(),
+                });
+            }
+            Err(_elapsed) => {
+                return Err(CallError::Overloaded {
+                    function,
+                    reason: format!(
+                        "all {} concurrency slots stayed busy for {limit:?}",
+                        inner.limits.concurrency
+                    ),
+                });
+            }
+        };
+        let in_flight = InFlight::enter(&inner.counters);
+        let remaining = limit.saturating_sub(started.elapsed());
+        let result = match tokio::time::timeout(remaining, call).await {
+            Ok(result) => result,
+            Err(_elapsed) => Err(CallError::WallTimeout { function, limit }),
+        };
+        drop(in_flight);
+        drop(permit);
+        if let Err(err) = &result
+            && !matches!(err, CallError::Provider { .. })
+        {
+            inner.counters.failed.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(provider = %inner.caps.provider(), function, error = %err, "provider call failed");
+        }
+        result
+    }
+
+    /// A fresh store and instance for one call.
+    async fn instantiate(&self, function: &'static str) -> Result<Call<'_>, CallError> {
+        let inner = &*self.inner;
+        let engine = inner.engine.engine();
+        let mut store = Store::new(
+            engine,
+            CallState::new(Arc::clone(&inner.caps), &inner.limits),
+        );
+        store.limiter(|state| &mut state.limiter);
+        let budget = inner.engine.ticks(inner.limits.cpu_time);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(move |mut context| {
+            let state = context.data_mut();
+            state.cpu_ticks += 1;
+            if state.cpu_ticks >= budget {
+                state.cpu_exhausted = true;
+                Ok(UpdateDeadline::Interrupt)
+            } else {
+                Ok(UpdateDeadline::Yield(1))
+            }
+        });
+        let Pre::V0_1(pre) = &inner.pre;
+        match pre.instantiate_async(&mut store).await {
+            Ok(world) => Ok(Call {
+                provider: inner,
+                function,
+                store,
+                world,
+            }),
+            Err(err) => Err(classify(inner, function, &store, err, true)),
+        }
+    }
+}
+
+impl Call<'_> {
+    /// The call's result, with a wasmtime error classified. The store (and instance) is dropped
+    /// with `self`, trap or not.
+    fn finish<T>(self, result: wasmtime::Result<T>) -> Result<T, CallError> {
+        result.map_err(|err| classify(self.provider, self.function, &self.store, err, false))
+    }
+}
+
+fn provider_result<T>(
+    function: &'static str,
+    result: Result<T, ProviderError>,
+) -> Result<T, CallError> {
+    result.map_err(|error| CallError::Provider { function, error })
+}
+
+fn classify(
+    inner: &Inner,
+    function: &'static str,
+    store: &Store<CallState>,
+    err: wasmtime::Error,
+    instantiating: bool,
+) -> CallError {
+    let state = store.data();
+    if state.cpu_exhausted {
+        return CallError::CpuLimit {
+            function,
+            limit: inner.limits.cpu_time,
+        };
+    }
+    if state.limiter.memory_refused() {
+        return CallError::MemoryLimit {
+            function,
+            limit: inner.limits.memory_bytes,
+        };
+    }
+    if err.is::<PoolConcurrencyLimitError>() {
+        return CallError::Overloaded {
+            function,
+            reason: format!("{err}"),
+        };
+    }
+    let message = format!("{err:?}");
+    if instantiating {
+        return CallError::Instantiate { function, message };
+    }
+    CallError::Trap {
+        function,
+        message,
+        stderr: state.stderr.text(),
+    }
+}

@@ -1,0 +1,139 @@
+//! The `capstan` binary: `provider inspect` and `provider test` (without a cluster).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use crate::fixtures::providers_dir;
+
+fn capstan(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .output()
+        .expect("run capstan")
+}
+
+fn write_temp(name: &str, bytes: &[u8]) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn inspect_a_provider() {
+    let chaos = providers_dir().join("chaos.wasm");
+    let out = capstan(&["provider", "inspect", chaos.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("capstan:provider/cloud-provider@0.1.0"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("package capstan:provider@0.1.0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("get-instance-types"), "{stdout}");
+    assert!(stdout.contains("sha256:"), "{stdout}");
+    assert!(stdout.contains("capstan:provider/kube@0.1.0"), "{stdout}");
+
+    let out = capstan(&["provider", "inspect", "--json", chaos.to_str().unwrap()]);
+    assert!(out.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["provider"]["version"], "0.1.0");
+    assert_eq!(json["provider"]["wit"], "0.1");
+    assert_eq!(json["info"]["sha256"].as_str().unwrap().len(), 64);
+    let size = std::fs::metadata(&chaos).unwrap().len();
+    assert_eq!(json["info"]["size"], size);
+}
+
+#[test]
+fn inspect_refuses_bad_input_by_name() {
+    let not_wasm = write_temp("not-wasm.wasm", b"hello, world\n");
+    let out = capstan(&["provider", "inspect", not_wasm.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("not a WebAssembly file"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let core = write_temp("core.wasm", &wat::parse_str("(module)").unwrap());
+    let out = capstan(&["provider", "inspect", core.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("core WebAssembly module"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let big = write_temp("big.wasm", &[0u8; 4096]);
+    let out = capstan(&[
+        "provider",
+        "inspect",
+        "--max-size",
+        "1000",
+        big.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("over the limit of 1000 bytes"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let other = crate::bad_input::component_exporting("example:greeter/hello@1.0.0", &["hello"]);
+    let other = write_temp("other.wasm", &other);
+    let out = capstan(&["provider", "inspect", other.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains("not runnable"), "{stdout}");
+    assert!(stdout.contains("example:greeter/hello@1.0.0"), "{stdout}");
+
+    let out = capstan(&["provider", "inspect", "/definitely/not/here.wasm"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("cannot open"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn test_without_a_cluster_skips_cluster_checks_and_reports_failures() {
+    let chaos = providers_dir().join("chaos.wasm");
+    let out = capstan(&["provider", "test", "--no-cache", chaos.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    // chaos accepts an object with unknown fields as a NodeClass, which the kit calls a failure.
+    assert!(!out.status.success(), "{stdout}");
+    assert!(stdout.contains("PASS  name: chaos"), "{stdout}");
+    assert!(
+        stdout.contains("FAIL  validate-node-class rejects garbage"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("SKIP  create: needs a cluster: pass --kubeconfig"),
+        "{stdout}"
+    );
+    let last = stdout.trim_end().lines().last().unwrap();
+    assert!(
+        last.ends_with("skipped") && last.contains("failed"),
+        "{last}"
+    );
+
+    let out = capstan(&[
+        "provider",
+        "test",
+        "--no-cache",
+        "--json",
+        chaos.to_str().unwrap(),
+    ]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let checks = report["checks"].as_array().unwrap();
+    assert!(checks.iter().any(|c| c["outcome"] == "skip"));
+}

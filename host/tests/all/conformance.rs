@@ -1,0 +1,162 @@
+//! The conformance kit: kwok passes it against a real control plane; chaos shows what failing
+//! looks like.
+
+use std::time::Duration;
+
+use capstan::capability::Capabilities;
+use capstan::capability::grants::{Cluster, Grants, parse};
+use capstan::capability::kube::ClusterConnection;
+use capstan::conformance::{self, Outcome, checks};
+use capstan::runtime::Limits;
+use capstan_test_support::ControlPlane;
+
+use crate::fixtures::{chaos, class, kwok_compiled, runtime};
+
+/// What kwok needs: Nodes, and their status.
+pub const KWOK_GRANTS: &str = r#"
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, create, patch, delete]
+- apiGroups: [""]
+  resources: [nodes/status]
+  verbs: [get, patch]
+"#;
+
+fn kwok_grants() -> Grants {
+    parse::from_text(KWOK_GRANTS).unwrap()
+}
+
+#[tokio::test]
+async fn kwok_passes_on_a_real_cluster() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let caps = Capabilities::builder("kwok")
+        .grants(kwok_grants())
+        .workload(ClusterConnection::new(
+            Cluster::Workload,
+            cp.client().expect("client"),
+        ))
+        .build();
+    let provider = runtime()
+        .instantiate_pre(kwok_compiled(), Limits::default(), caps.clone())
+        .unwrap();
+    let options = conformance::Options {
+        delete_interval: Duration::from_millis(200),
+        ..conformance::Options::default()
+    };
+    let report = conformance::run(&provider, &options).await;
+    println!("{report}");
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.skipped(), 0, "{report}");
+    assert_eq!(
+        caps.metrics().snapshot().kube_denied,
+        0,
+        "kwok stays inside its grants"
+    );
+}
+
+#[tokio::test]
+async fn kwok_without_grants_fails_with_permission_errors_not_traps() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let caps = Capabilities::builder("kwok")
+        .workload(ClusterConnection::new(
+            Cluster::Workload,
+            cp.client().expect("client"),
+        ))
+        .build();
+    let provider = runtime()
+        .instantiate_pre(kwok_compiled(), Limits::default(), caps.clone())
+        .unwrap();
+    let report = conformance::run(&provider, &conformance::Options::default()).await;
+    let create = report.check(checks::CREATE).unwrap();
+    assert!(matches!(create.outcome, Outcome::Fail(_)), "{report}");
+    assert!(caps.metrics().snapshot().kube_denied > 0);
+    for check in &report.checks {
+        if let Outcome::Fail(message) = &check.outcome {
+            assert!(!message.contains("trapped"), "{}: {message}", check.name);
+        }
+    }
+}
+
+#[tokio::test]
+async fn chaos_failures_are_reported_per_check() {
+    let provider = chaos(Limits::default(), Capabilities::isolated("chaos"));
+    let options = conformance::Options {
+        skip_cluster_checks: Some("no cluster in this test".into()),
+        ..conformance::Options::default()
+    };
+    let report = conformance::run(&provider, &options).await;
+    assert!(
+        matches!(report.check(checks::NAME).unwrap().outcome, Outcome::Pass(ref n) if n == "chaos")
+    );
+    assert!(
+        matches!(
+            report.check(checks::INSTANCE_TYPES).unwrap().outcome,
+            Outcome::Pass(_)
+        ),
+        "{report}"
+    );
+    assert!(
+        matches!(
+            report.check(checks::VALIDATE_REJECTS).unwrap().outcome,
+            Outcome::Fail(_)
+        ),
+        "{report}"
+    );
+    assert!(matches!(
+        report.check(checks::CREATE).unwrap().outcome,
+        Outcome::Skip(_)
+    ));
+    assert!(!report.passed());
+
+    // A trapping provider fails the instance-type check with the trap, and the kit carries on.
+    let trap = conformance::Options {
+        node_class: class(serde_json::json!({"mode": "trap"})),
+        ..options
+    };
+    let report = conformance::run(&provider, &trap).await;
+    match &report.check(checks::INSTANCE_TYPES).unwrap().outcome {
+        Outcome::Fail(message) => assert!(message.contains("trapped"), "{message}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(matches!(
+        report.check(checks::NAME).unwrap().outcome,
+        Outcome::Pass(_)
+    ));
+}
+
+#[test]
+fn kwok_grants_parse() {
+    assert_eq!(kwok_grants().0.len(), 2);
+}
+
+#[tokio::test]
+async fn kwok_passes_through_the_cli() {
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-conformance");
+    std::fs::create_dir_all(&dir).unwrap();
+    let grants = dir.join("kwok-grants.yaml");
+    std::fs::write(&grants, KWOK_GRANTS).unwrap();
+    let kwok = crate::fixtures::providers_dir().join("kwok.wasm");
+    let kubeconfig = cp.kubeconfig_path().to_path_buf();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(["provider", "test", "--no-cache"])
+        .arg(&kwok)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .arg("--grants")
+        .arg(&grants)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("PASS  create is idempotent"), "{stdout}");
+    assert!(
+        stdout.trim_end().ends_with("0 failed, 0 skipped"),
+        "{stdout}"
+    );
+}

@@ -1,0 +1,117 @@
+//! Guest fixtures (`kwok.wasm`, `chaos.wasm`), built once per test binary with
+//! `providers-wasm/build.sh`, and a runtime shared by the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+
+use capstan::capability::Capabilities;
+use capstan::runtime::engine::EngineBuilder;
+use capstan::runtime::types::{NodeClass, NodePool};
+use capstan::runtime::{Compiled, Limits, ProviderPre, Runtime};
+
+static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The directory holding the built fixtures (builds them on first use; cargo makes it quick when
+/// they are up to date).
+pub fn providers_dir() -> &'static Path {
+    let built = BUILT.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let script = root.join("providers-wasm/build.sh");
+        let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("providers");
+        let output = Command::new("bash")
+            .arg(&script)
+            .arg(&out)
+            .current_dir(root.join("providers-wasm"))
+            // The guests have their own workspace and target directory; do not leak the host
+            // build's settings into it.
+            .env_remove("CARGO_TARGET_DIR")
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env_remove("CARGO_BUILD_TARGET")
+            .output()
+            .map_err(|err| format!("cannot run {}: {err}", script.display()))?;
+        if !output.status.success() {
+            return Err(format!(
+                "{} failed ({}):\n{}\n{}",
+                script.display(),
+                output.status,
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            ));
+        }
+        Ok(out)
+    });
+    match built {
+        Ok(dir) => dir,
+        Err(err) => panic!("building the guest fixtures failed: {err}"),
+    }
+}
+
+/// The bytes of a built fixture.
+pub fn wasm(name: &str) -> Vec<u8> {
+    let path = providers_dir().join(format!("{name}.wasm"));
+    std::fs::read(&path).unwrap_or_else(|err| panic!("cannot read {}: {err}", path.display()))
+}
+
+/// `chaos.wasm`.
+pub fn chaos_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| wasm("chaos"))
+}
+
+/// `kwok.wasm`.
+pub fn kwok_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| wasm("kwok"))
+}
+
+/// One runtime for the whole test binary (one engine, as in production).
+pub fn runtime() -> &'static Runtime {
+    static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        Runtime::builder()
+            .engine(EngineBuilder::default().max_instances(512))
+            .build()
+            .expect("runtime")
+    })
+}
+
+/// `chaos.wasm`, compiled once.
+pub fn chaos_compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| runtime().compile(chaos_bytes()).expect("chaos compiles"))
+}
+
+/// `kwok.wasm`, compiled once.
+pub fn kwok_compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| runtime().compile(kwok_bytes()).expect("kwok compiles"))
+}
+
+/// A chaos provider with these limits and capabilities.
+pub fn chaos(limits: Limits, caps: Arc<Capabilities>) -> ProviderPre {
+    runtime()
+        .instantiate_pre(chaos_compiled(), limits, caps)
+        .expect("chaos links")
+}
+
+/// A NodeClass with these JSON parameters.
+pub fn class(parameters: serde_json::Value) -> NodeClass {
+    NodeClass {
+        name: "test".into(),
+        parameters: parameters.to_string(),
+    }
+}
+
+/// A NodePool named `name`.
+pub fn pool(name: &str) -> NodePool {
+    NodePool {
+        name: name.into(),
+        requirements: Vec::new(),
+        labels: Vec::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+    }
+}

@@ -1,0 +1,12 @@
+//! The host's integration tests: one binary (wasmtime's layout), one module per area.
+//!
+//! The guest fixtures are built on first use with `providers-wasm/build.sh`; the tests that need
+//! a real API server share one control plane from `capstan-test-support`.
+
+mod bad_input;
+mod cache;
+mod cli;
+mod conformance;
+mod fixtures;
+mod grants;
+mod runtime_isolation;
