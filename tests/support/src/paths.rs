@@ -1,0 +1,73 @@
+//! Where things are: the repository, the shared upstream data and the built binaries.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use crate::{Error, Result};
+
+/// The repository root (two levels above this crate's manifest directory).
+pub fn repo_root() -> PathBuf {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest
+        .parent()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| manifest.to_path_buf())
+}
+
+/// The shared upstream reference data: `$CAPSTAN_SHARED_UPSTREAM`, or `<repo>/../shared/upstream`
+/// (CI puts a copy of `shared/` beside the clone).
+pub fn shared_upstream_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os("CAPSTAN_SHARED_UPSTREAM") {
+        return PathBuf::from(dir);
+    }
+    repo_root().join("..").join("shared").join("upstream")
+}
+
+static BIN_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+
+/// The directory holding `capstan-cp`, `kwok`, `helm` and the `kubectl` link. Runs
+/// `tests/control-plane/cp build` once per process: instant when the binaries are cached, a long
+/// cold build otherwise (its progress goes to standard error). `$CAPSTAN_CP_BIN_DIR` overrides.
+pub fn bin_dir() -> Result<PathBuf> {
+    BIN_DIR
+        .get_or_init(|| {
+            if let Some(dir) = std::env::var_os("CAPSTAN_CP_BIN_DIR") {
+                return Ok(PathBuf::from(dir));
+            }
+            build_control_plane()
+        })
+        .clone()
+        .map_err(Error::Build)
+}
+
+fn build_control_plane() -> Result<PathBuf, String> {
+    let script = repo_root().join("tests").join("control-plane").join("cp");
+    tracing::info!(script = %script.display(), "building (or reusing) the control plane binaries");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("build")
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("run {}: {e}", script.display()))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{} build exited with {} (see its output above)",
+            script.display(),
+            out.status
+        ));
+    }
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let dir = stdout
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .map(|l| PathBuf::from(l.trim()))
+        .ok_or_else(|| format!("{} build printed no directory", script.display()))?;
+    if !dir.join("capstan-cp").is_file() {
+        return Err(format!("{} has no capstan-cp binary", dir.display()));
+    }
+    Ok(dir)
+}
