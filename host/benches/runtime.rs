@@ -5,6 +5,9 @@
 //!   Rust code (the chaos fixture's `catalog.rs`) called natively;
 //! - `load`: loading a precompiled component vs compiling it.
 
+// Benchmarks are test code: a broken setup should stop them loudly.
+#![allow(clippy::expect_used)]
+
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -193,12 +193,13 @@ impl Runtime {
                     .linker_v0_1
                     .instantiate_pre(&compiled.component)
                     .map_err(|err| LoadError::Link(format!("{err:#}")))?;
-                let pre = since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(|err| {
-                    LoadError::Mismatch {
-                        interface: compiled.export.interface.clone(),
-                        message: format!("{err:#}"),
-                    }
-                })?;
+                let mismatch = |err: wasmtime::Error| LoadError::Mismatch {
+                    interface: compiled.export.interface.clone(),
+                    message: format!("{err:#}"),
+                };
+                since_v0_1_0::typecheck_exports(&pre, &compiled.export.interface)
+                    .map_err(mismatch)?;
+                let pre = since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?;
                 Ok(ProviderPre::new_v0_1(
                     self.engine.clone(),
                     pre,

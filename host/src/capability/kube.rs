@@ -319,10 +319,12 @@ impl KubeProxy {
         options: &ListOptions,
     ) -> Result<String, KubeCallError> {
         let resolved = self.resolve(target, Verb::List, None, None).await?;
-        let mut params = ListParams::default();
-        params.label_selector = options.label_selector.clone();
-        params.field_selector = options.field_selector.clone();
-        params.limit = options.limit;
+        let params = ListParams {
+            label_selector: options.label_selector.clone(),
+            field_selector: options.field_selector.clone(),
+            limit: options.limit,
+            ..ListParams::default()
+        };
         let http = KubeRequest::new(resolved.url_path.as_str()).list(&params);
         self.send(resolved.connection, http).await
     }
@@ -360,8 +362,10 @@ impl KubeProxy {
                         "a JSON patch (RFC 6902) must be an array of operations".into(),
                     ));
                 }
-                let mut params = PatchParams::default();
-                params.field_manager = field_manager.map(str::to_owned);
+                let params = PatchParams {
+                    field_manager: field_manager.map(str::to_owned),
+                    ..PatchParams::default()
+                };
                 (Patch::Merge(value), params)
             }
             PatchKind::Apply => {

@@ -53,7 +53,7 @@ pub fn problems(types: &[InstanceType]) -> Vec<String> {
             }
         }
         if let Some(r) = it.requirements.iter().find(|r| r.key == INSTANCE_TYPE)
-            && !(r.operator == Operator::In && r.values.iter().any(|v| *v == it.name))
+            && !(r.operator == Operator::In && r.values.contains(&it.name))
         {
             report(format!(
                 "{INSTANCE_TYPE} requirement does not say In [{}]",

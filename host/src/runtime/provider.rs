@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
-use wasmtime::{PoolConcurrencyLimitError, Store, UpdateDeadline};
+use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBacktrace};
 
 use crate::capability::Capabilities;
 use crate::runtime::bindings::since_v0_1_0::{CloudProviderWorld, CloudProviderWorldPre};
@@ -46,8 +46,10 @@ pub enum CallError {
     Trap {
         /// The WIT function.
         function: &'static str,
-        /// Wasmtime's description, with the wasm backtrace.
+        /// What happened (e.g. `wasm trap: wasm 'unreachable' instruction executed`).
         message: String,
+        /// The wasm backtrace, if wasmtime captured one.
+        backtrace: String,
         /// The end of what the guest wrote to stderr (a Rust panic message lands here).
         stderr: String,
     },
@@ -436,6 +438,11 @@ impl ProviderPre {
         {
             inner.counters.failed.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(provider = %inner.caps.provider(), function, error = %err, "provider call failed");
+            if let CallError::Trap { backtrace, .. } = err
+                && !backtrace.is_empty()
+            {
+                tracing::debug!(provider = %inner.caps.provider(), function, %backtrace, "trap backtrace");
+            }
         }
         result
     }
@@ -515,13 +522,24 @@ fn classify(
             reason: format!("{err}"),
         };
     }
-    let message = format!("{err:?}");
     if instantiating {
-        return CallError::Instantiate { function, message };
+        return CallError::Instantiate {
+            function,
+            message: format!("{err:#}"),
+        };
     }
+    let message = match err.downcast_ref::<Trap>() {
+        Some(trap) => trap.to_string(),
+        None => err.root_cause().to_string(),
+    };
+    let backtrace = err
+        .downcast_ref::<WasmBacktrace>()
+        .map(|bt| bt.to_string())
+        .unwrap_or_default();
     CallError::Trap {
         function,
         message,
+        backtrace,
         stderr: state.stderr.text(),
     }
 }

@@ -144,6 +144,13 @@ pub fn inspect(bytes: &[u8], max_size: usize) -> Result<ComponentInfo, ValidateE
             &bytes[4..8]
         )));
     }
+    // Walk every section once: a truncated or corrupt file fails here with the parser's message
+    // (WIT decoding alone reads only the type information it needs).
+    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
+        if let Err(err) = payload {
+            return Err(ValidateError::Malformed(err.to_string()));
+        }
+    }
     let (resolve, world) = match decode(bytes) {
         Ok(DecodedWasm::Component(resolve, world)) => (resolve, world),
         Ok(DecodedWasm::WitPackage(..)) => return Err(ValidateError::WitPackage),

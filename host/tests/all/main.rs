@@ -3,6 +3,9 @@
 //! The guest fixtures are built on first use with `providers-wasm/build.sh`; the tests that need
 //! a real API server share one control plane from `capstan-test-support`.
 
+// Test code: helpers outside `#[test]` functions may unwrap too.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod bad_input;
 mod cache;
 mod cli;

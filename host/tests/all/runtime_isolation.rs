@@ -287,33 +287,78 @@ async fn waiting_for_a_slot_counts_against_the_wall_clock_limit() {
         },
         Capabilities::isolated("chaos"),
     );
+    let sleep = |millis: u64| class(json!({"mode": "sleep", "millis": millis}));
     let busy = {
         let provider = provider.clone();
-        tokio::spawn(async move {
-            provider
-                .get_instance_types(
-                    &pool("p"),
-                    &class(json!({"mode": "sleep", "millis": 5_000})),
-                )
-                .await
-        })
+        let class = sleep(5_000);
+        tokio::spawn(async move { provider.get_instance_types(&pool("p"), &class).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let err = provider.name().await.unwrap_err();
+    // The slot frees at ~400 ms (the busy call's limit); this call then has ~100 ms of its own
+    // 400 ms left, not enough for a 200 ms sleep.
+    let started = Instant::now();
+    let err = provider
+        .get_instance_types(&pool("p"), &sleep(200))
+        .await
+        .unwrap_err();
     assert!(
         matches!(
             err,
-            CallError::Overloaded {
-                function: "name",
+            CallError::WallTimeout {
+                function: "get-instance-types",
                 ..
             }
         ),
         "{err:?}"
     );
+    assert!(
+        started.elapsed() < Duration::from_millis(550),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(matches!(
         busy.await.unwrap(),
         Err(CallError::WallTimeout { .. })
     ));
+}
+
+#[tokio::test]
+async fn a_long_queue_is_refused_as_overloaded() {
+    let provider = chaos(
+        Limits {
+            concurrency: 1,
+            call_timeout: Duration::from_millis(400),
+            ..limits()
+        },
+        Capabilities::isolated("chaos"),
+    );
+    // Ten 100 ms calls through one slot: about four fit in 400 ms; the rest wait out their whole
+    // limit in the queue.
+    let calls: Vec<_> = (0..10)
+        .map(|_| {
+            let provider = provider.clone();
+            tokio::spawn(async move {
+                provider
+                    .get_instance_types(&pool("p"), &class(json!({"mode": "sleep", "millis": 100})))
+                    .await
+            })
+        })
+        .collect();
+    let (mut ok, mut overloaded) = (0, 0);
+    for call in calls {
+        match call.await.unwrap() {
+            Ok(_) => ok += 1,
+            Err(CallError::Overloaded { function, reason }) => {
+                assert_eq!(function, "get-instance-types");
+                assert!(reason.contains("concurrency slots"), "{reason}");
+                overloaded += 1;
+            }
+            Err(CallError::WallTimeout { .. }) => {}
+            Err(other) => panic!("unexpected {other:?}"),
+        }
+    }
+    assert!(ok >= 3, "ok {ok}, overloaded {overloaded}");
+    assert!(overloaded >= 3, "ok {ok}, overloaded {overloaded}");
 }
 
 #[tokio::test]

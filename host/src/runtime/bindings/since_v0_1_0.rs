@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use wasmtime::component::{HasSelf, Linker};
+use wasmtime::component::types::ComponentItem;
+use wasmtime::component::{HasSelf, InstancePre, Linker};
+use wasmtime::error::Context as _;
 
 use crate::capability::{grants, host as host_cap, kube as kube_cap};
 use crate::runtime::call_state::CallState;
@@ -16,6 +18,7 @@ wasmtime::component::bindgen!({
 });
 
 use self::capstan::provider::{host, kube, types};
+use self::types::{InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
 
 /// A linker with WASI (p2, async) and this version's imports.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
@@ -23,6 +26,43 @@ pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallS
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     CloudProviderWorld::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
     Ok(linker)
+}
+
+/// Type-checks every function of the `cloud-provider` export named `interface` against this
+/// version's signatures, without instantiating (the generated bindings only check interface exports
+/// when an instance is created, i.e. on the first call).
+pub(crate) fn typecheck_exports(
+    pre: &InstancePre<CallState>,
+    interface: &str,
+) -> wasmtime::Result<()> {
+    let component = pre.component();
+    let (_, instance) = component
+        .get_export(None, interface)
+        .ok_or_else(|| wasmtime::format_err!("no export `{interface}`"))?;
+    let instance_type = pre.instance_type();
+    macro_rules! check {
+        ($name:literal, ($($param:ty),*) -> $result:ty) => {{
+            let (item, _) = component
+                .get_export(Some(&instance), $name)
+                .ok_or_else(|| wasmtime::format_err!("no function `{}`", $name))?;
+            match item {
+                ComponentItem::ComponentFunc(func) => func
+                    .typecheck::<($($param,)*), ($result,)>(&instance_type)
+                    .with_context(|| format!("function `{}` has the wrong type", $name))?,
+                _ => wasmtime::bail!("export `{}` is not a function", $name),
+            }
+        }};
+    }
+    check!("name", () -> String);
+    check!("get-instance-types", (NodePool, NodeClass) -> Result<Vec<InstanceType>, ProviderError>);
+    check!("create", (NodeClaim, NodeClass) -> Result<NodeClaim, ProviderError>);
+    check!("delete", (NodeClaim) -> Result<(), ProviderError>);
+    check!("get", (String) -> Result<NodeClaim, ProviderError>);
+    check!("list", () -> Result<Vec<NodeClaim>, ProviderError>);
+    check!("is-drifted", (NodeClaim, NodeClass) -> Result<Option<String>, ProviderError>);
+    check!("repair-policies", () -> Vec<RepairPolicy>);
+    check!("validate-node-class", (NodeClass) -> Result<(), ProviderError>);
+    Ok(())
 }
 
 impl types::Host for CallState {}
