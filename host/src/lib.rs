@@ -16,3 +16,4 @@ pub mod api;
 pub mod capability;
 pub mod conformance;
 pub mod runtime;
+pub mod scheduling;

@@ -1,0 +1,113 @@
+//! The scheduling simulation at the heart of the provisioner: given pending pods, NodePools with
+//! their instance types, existing nodes and NodeClaims already launching, decide which pods go
+//! where and which NodeClaims to create. Pure and I/O-free: plain domain types in, a
+//! [`SchedulingResult`] out, same input → same output.
+//!
+//! It follows Karpenter's scheduler (`pkg/controllers/provisioning/scheduling`) behaviour for
+//! behaviour:
+//!
+//! - **Requirements algebra** ([`requirements`]): `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`,
+//!   `Lt` (and v1's `Gte`/`Lte`) per key, intersection, compatibility and `minValues`.
+//! - **Instance-type filtering**: a NodePool offers the instance types compatible with its
+//!   requirements and labels that have an available offering it allows; a pod narrows them by its
+//!   node selector and required node affinity, and must tolerate the pool's taints.
+//! - **Resource fit** on allocatable = capacity − overhead − the DaemonSet pods that would land on
+//!   the node (per instance type), counting every pod against the `pods` resource.
+//! - **Packing**, first-fit decreasing: pods sorted by CPU then memory, largest first; each goes
+//!   to the first existing node that fits, then the first in-flight NodeClaim, then the NodeClaims
+//!   this run opened (fewest pods first), and only then opens a new NodeClaim from the
+//!   highest-weight pool that can take it. A new NodeClaim keeps the set of instance types that
+//!   still fit everything placed on it; at the end it is narrowed to the cheapest N
+//!   ([`SchedulerOptions::max_instance_types`]) and priced by its cheapest available offering.
+//! - **NodePool weights and limits**: heavier pools first; a pool's remaining limits exclude
+//!   instance types that would exceed them, and each new NodeClaim pessimistically uses up the
+//!   largest capacity among its options (as Karpenter does).
+//! - **Topology**: spread constraints, required pod affinity and anti-affinity over any topology
+//!   key (zone and hostname in practice), including anti-affinity of already-running pods.
+//!   Preferences (preferred affinities, `ScheduleAnyway` spreads, extra required-affinity terms,
+//!   `PreferNoSchedule` taints) are treated as requirements and relaxed one at a time when a pod
+//!   cannot be placed.
+//!
+//! Conversions from Kubernetes objects live in [`convert`], so the core never sees `k8s_openapi`.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use capstan::scheduling::{self, *};
+//!
+//! let types: Arc<[InstanceType]> = Arc::from(vec![InstanceType {
+//!     name: "small".into(),
+//!     requirements: Requirements::new().with(Requirement::in_("node.kubernetes.io/instance-type", ["small"])),
+//!     offerings: vec![Offering::new("zone-a", "on-demand", 0.1)],
+//!     capacity: Resources::new(2000, 4 << 30, 10),
+//!     overhead: Resources::default(),
+//! }]);
+//! let input = SchedulingInput {
+//!     pods: vec![Pod::new("default", "web", Resources::new(500, 1 << 30, 0))],
+//!     node_pools: vec![NodePoolView::new("default", types)],
+//!     ..SchedulingInput::default()
+//! };
+//! let result = scheduling::solve(&input);
+//! assert_eq!(result.new_claims.len(), 1);
+//! assert_eq!(result.new_claims[0].instance_type_options, vec!["small".to_string()]);
+//! ```
+
+pub mod cluster;
+pub mod convert;
+pub mod pod;
+pub mod quantity;
+pub mod requirements;
+pub mod resources;
+pub mod result;
+pub mod selector;
+mod solver;
+pub mod taints;
+
+pub use cluster::{ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering};
+pub use pod::{
+    Namespaces, Pod, PodAffinityTerm, PreferredTerm, TopologySpreadConstraint,
+    WeightedPodAffinityTerm, WhenUnsatisfiable,
+};
+pub use requirements::{Incompatibility, Operator, Requirement, Requirements, ValueSet};
+pub use resources::{ResourceLimits, Resources};
+pub use result::{ChosenOffering, NewClaim, PodIndex, SchedulingResult, Target};
+pub use selector::{LabelSelector, SelectorOperator};
+pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
+
+/// How the solver behaves.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SchedulerOptions {
+    /// How many of the cheapest compatible instance types a new NodeClaim lists (Karpenter: 60).
+    pub max_instance_types: usize,
+    /// Label keys every node has even when a NodePool does not constrain them, besides the
+    /// built-in ones (zone, region, instance type, arch, os, capacity type, nodepool, Windows
+    /// build) and every key an instance type defines. A pod may require these on a new NodeClaim
+    /// whose pool leaves them open.
+    pub well_known_labels: Vec<String>,
+}
+
+impl Default for SchedulerOptions {
+    fn default() -> Self {
+        Self {
+            max_instance_types: 60,
+            well_known_labels: Vec::new(),
+        }
+    }
+}
+
+/// Everything one simulation looks at.
+#[derive(Clone, Debug, Default)]
+pub struct SchedulingInput {
+    /// Pods to place.
+    pub pods: Vec<Pod>,
+    pub node_pools: Vec<NodePoolView>,
+    pub existing_nodes: Vec<ExistingNode>,
+    pub inflight_claims: Vec<InflightClaim>,
+    /// One pod per DaemonSet (its template): they land on every new node they tolerate and select.
+    pub daemonset_pods: Vec<Pod>,
+    pub options: SchedulerOptions,
+}
+
+/// Runs the simulation. See the module documentation for the algorithm.
+pub fn solve(input: &SchedulingInput) -> SchedulingResult {
+    solver::solve(input)
+}

@@ -1,0 +1,126 @@
+//! What the scheduler schedules onto: instance types and their offerings, NodePools, nodes that
+//! exist and NodeClaims already launching.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::pod::Pod;
+use super::requirements::Requirements;
+use super::resources::{ResourceLimits, Resources};
+use super::taints::Taint;
+
+/// A machine shape a provider can launch (Karpenter's `cloudprovider.InstanceType`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceType {
+    pub name: String,
+    /// Labels the node will carry, as requirements (`node.kubernetes.io/instance-type In [name]`,
+    /// `kubernetes.io/arch In [amd64]`, `topology.kubernetes.io/zone In [zones]`, ...).
+    pub requirements: Requirements,
+    pub offerings: Vec<Offering>,
+    pub capacity: Resources,
+    /// Kube-reserved, system-reserved and eviction thresholds: allocatable is capacity minus this.
+    pub overhead: Resources,
+}
+
+impl InstanceType {
+    /// What pods may use: capacity minus overhead.
+    pub fn allocatable(&self) -> Resources {
+        self.capacity.minus(&self.overhead)
+    }
+}
+
+/// Where and how an instance type can be bought, and for how much.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Offering {
+    pub zone: String,
+    /// `on-demand`, `spot`, `reserved`.
+    pub capacity_type: String,
+    /// Price per hour.
+    pub price: f64,
+    pub available: bool,
+    /// Further requirements the offering carries (e.g. a reservation id); usually empty.
+    pub requirements: Requirements,
+}
+
+impl Offering {
+    pub fn new(zone: impl Into<String>, capacity_type: impl Into<String>, price: f64) -> Self {
+        Self {
+            zone: zone.into(),
+            capacity_type: capacity_type.into(),
+            price,
+            available: true,
+            requirements: Requirements::new(),
+        }
+    }
+}
+
+/// A NodePool as the scheduler needs it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePoolView {
+    pub name: String,
+    /// Higher weights are tried first (default 0); ties go by name.
+    pub weight: i32,
+    /// The template's requirements, with `minValues`.
+    pub requirements: Requirements,
+    /// The template's labels; each becomes an `In [value]` requirement.
+    pub labels: BTreeMap<String, String>,
+    pub taints: Vec<Taint>,
+    /// Taints removed once the node is ready; ignored by scheduling (kept for the caller).
+    pub startup_taints: Vec<Taint>,
+    /// `spec.limits`, for messages.
+    pub limits: Option<ResourceLimits>,
+    /// What the limits leave for new nodes (limits minus what the pool's nodes already have);
+    /// `None` when unlimited.
+    pub remaining: Option<ResourceLimits>,
+    /// The instance types the pool's node class offers. Pools sharing a node class share the list.
+    pub instance_types: Arc<[InstanceType]>,
+}
+
+impl NodePoolView {
+    /// A pool with no requirements, taints or limits over `instance_types`.
+    pub fn new(name: impl Into<String>, instance_types: Arc<[InstanceType]>) -> Self {
+        Self {
+            name: name.into(),
+            weight: 0,
+            requirements: Requirements::new(),
+            labels: BTreeMap::new(),
+            taints: Vec::new(),
+            startup_taints: Vec::new(),
+            limits: None,
+            remaining: None,
+            instance_types,
+        }
+    }
+}
+
+/// A node that exists. Its running pods (DaemonSet pods included) are in `used`; `pods` lists the
+/// ones that matter for topology and anti-affinity.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct ExistingNode {
+    pub name: String,
+    pub node_pool: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    /// Taints that keep pods off (startup and not-ready taints already left out by the caller).
+    pub taints: Vec<Taint>,
+    pub allocatable: Resources,
+    pub used: Resources,
+    pub pods: Vec<Pod>,
+    /// Initialized nodes are tried before uninitialized ones.
+    pub initialized: bool,
+}
+
+/// A NodeClaim that is launching but has no node yet. DaemonSet pods that would land on it are
+/// added to `used` by the solver.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct InflightClaim {
+    pub name: String,
+    pub node_pool: Option<String>,
+    /// The claim's requirements with its labels folded in.
+    pub requirements: Requirements,
+    pub taints: Vec<Taint>,
+    /// The launched instance's allocatable.
+    pub allocatable: Resources,
+    /// Requests of pods already bound or nominated to it.
+    pub used: Resources,
+    pub pods: Vec<Pod>,
+}

@@ -1,0 +1,1 @@
+//! Conversions from Kubernetes objects (placeholder).

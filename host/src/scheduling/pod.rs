@@ -1,0 +1,134 @@
+//! The scheduling-relevant part of a pod: requests and placement constraints.
+
+use std::collections::BTreeMap;
+
+use super::requirements::{Requirement, Requirements};
+use super::resources::Resources;
+use super::selector::LabelSelector;
+use super::taints::Toleration;
+
+/// A pod as the scheduler sees it. Built by hand in tests or by [`super::convert`] from a
+/// Kubernetes Pod.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Pod {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    /// Kind of the controlling owner (`ReplicaSet`, `DaemonSet`, ...), if any.
+    pub owner_kind: Option<String>,
+    /// Effective requests: the larger of the init containers' and the sum of the containers',
+    /// plus pod overhead. The solver always counts the pod itself as `pods: 1`.
+    pub requests: Resources,
+    pub node_selector: BTreeMap<String, String>,
+    /// `requiredDuringScheduling` node-selector terms, ORed. Like Karpenter, the solver uses the
+    /// first term and relaxes to the next one when it cannot be met.
+    pub required_node_affinity: Vec<Requirements>,
+    /// `preferredDuringScheduling` node-affinity terms. The heaviest is treated as required until
+    /// relaxation drops it.
+    pub preferred_node_affinity: Vec<PreferredTerm>,
+    pub tolerations: Vec<Toleration>,
+    pub topology_spread: Vec<TopologySpreadConstraint>,
+    pub pod_affinity: Vec<PodAffinityTerm>,
+    pub preferred_pod_affinity: Vec<WeightedPodAffinityTerm>,
+    pub pod_anti_affinity: Vec<PodAffinityTerm>,
+    pub preferred_pod_anti_affinity: Vec<WeightedPodAffinityTerm>,
+}
+
+/// A weighted node-affinity preference.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreferredTerm {
+    pub weight: i32,
+    pub requirements: Requirements,
+}
+
+/// What to do when a spread constraint cannot be met.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum WhenUnsatisfiable {
+    /// A hard constraint.
+    #[default]
+    DoNotSchedule,
+    /// A preference the solver relaxes when it cannot be met.
+    ScheduleAnyway,
+}
+
+/// A topology spread constraint.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TopologySpreadConstraint {
+    pub max_skew: i32,
+    pub topology_key: String,
+    pub when_unsatisfiable: WhenUnsatisfiable,
+    /// `None` (a null selector) counts no pods.
+    pub label_selector: Option<LabelSelector>,
+    pub min_domains: Option<i32>,
+}
+
+/// Which namespaces a pod-affinity term looks at.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
+pub enum Namespaces {
+    /// The pod's own namespace (no `namespaces` and no `namespaceSelector`).
+    #[default]
+    Own,
+    /// These namespaces (resolved from `namespaces` and `namespaceSelector`).
+    Listed(Vec<String>),
+    /// Every namespace (an empty `namespaceSelector`).
+    All,
+}
+
+/// A pod (anti-)affinity term: pods matching `label_selector` in `namespaces`, per domain of
+/// `topology_key`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PodAffinityTerm {
+    pub topology_key: String,
+    /// `None` (a null selector) matches no pods.
+    pub label_selector: Option<LabelSelector>,
+    pub namespaces: Namespaces,
+}
+
+/// A weighted pod (anti-)affinity preference.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WeightedPodAffinityTerm {
+    pub weight: i32,
+    pub term: PodAffinityTerm,
+}
+
+impl Pod {
+    /// A pod in `namespace` requesting `requests`, with nothing else set.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>, requests: Resources) -> Self {
+        Self {
+            name: name.into(),
+            namespace: namespace.into(),
+            requests,
+            ..Self::default()
+        }
+    }
+
+    /// Builder: adds a label.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.labels.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Builder: adds a nodeSelector entry.
+    pub fn node_selector(mut self, key: &str, value: &str) -> Self {
+        self.node_selector.insert(key.to_owned(), value.to_owned());
+        self
+    }
+
+    /// Builder: adds a required node-affinity term holding one requirement.
+    pub fn require(mut self, requirement: Requirement) -> Self {
+        self.required_node_affinity
+            .push(Requirements::new().with(requirement));
+        self
+    }
+
+    /// Builder: adds a toleration.
+    pub fn tolerate(mut self, toleration: Toleration) -> Self {
+        self.tolerations.push(toleration);
+        self
+    }
+
+    /// `namespace/name`.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+}

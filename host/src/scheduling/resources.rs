@@ -1,0 +1,325 @@
+//! Fixed-point resource vectors: what pods request and what nodes offer.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use super::quantity::{self, QuantityError};
+
+/// Resource name of CPU (held in millicores).
+pub const CPU: &str = "cpu";
+/// Resource name of memory (bytes).
+pub const MEMORY: &str = "memory";
+/// Resource name of local ephemeral storage (bytes).
+pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+/// Resource name of the pod count a node admits.
+pub const PODS: &str = "pods";
+/// Pseudo-resource of NodePool limits: the number of nodes.
+pub const NODES: &str = "nodes";
+
+/// A resource vector in fixed point: CPU in millicores, memory and storage in bytes, pods as a
+/// count, extended resources (`nvidia.com/gpu`, `hugepages-2Mi`, ...) in whole units.
+///
+/// A resource that is not mentioned is zero. Extended resources are kept sorted by name and never
+/// hold zero, so two equal vectors compare equal.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Resources {
+    pub cpu_millis: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    pub pods: i64,
+    extended: Vec<(String, i64)>,
+}
+
+impl Resources {
+    /// CPU (millicores), memory (bytes) and pods.
+    pub fn new(cpu_millis: i64, memory: i64, pods: i64) -> Self {
+        Self {
+            cpu_millis,
+            memory,
+            pods,
+            ..Self::default()
+        }
+    }
+
+    /// Parses a Kubernetes resource list (`{"cpu": "500m", "memory": "1Gi"}`).
+    pub fn parse<'a, I>(list: I) -> Result<Self, QuantityError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut out = Self::default();
+        for (name, text) in list {
+            let value = if name == CPU {
+                quantity::parse_millis(text)?
+            } else {
+                quantity::parse_units(text)?
+            };
+            out.set(name, value);
+        }
+        Ok(out)
+    }
+
+    /// Sets one resource in base units (millicores for `cpu`).
+    pub fn set(&mut self, name: &str, value: i64) {
+        match name {
+            CPU => self.cpu_millis = value,
+            MEMORY => self.memory = value,
+            EPHEMERAL_STORAGE => self.ephemeral_storage = value,
+            PODS => self.pods = value,
+            _ => match self
+                .extended
+                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            {
+                Ok(i) if value == 0 => {
+                    self.extended.remove(i);
+                }
+                Ok(i) => self.extended[i].1 = value,
+                Err(_) if value == 0 => {}
+                Err(i) => self.extended.insert(i, (name.to_owned(), value)),
+            },
+        }
+    }
+
+    /// Builder form of [`Resources::set`].
+    pub fn with(mut self, name: &str, value: i64) -> Self {
+        self.set(name, value);
+        self
+    }
+
+    /// One resource in base units; zero when absent.
+    pub fn get(&self, name: &str) -> i64 {
+        match name {
+            CPU => self.cpu_millis,
+            MEMORY => self.memory,
+            EPHEMERAL_STORAGE => self.ephemeral_storage,
+            PODS => self.pods,
+            _ => self
+                .extended
+                .binary_search_by(|(n, _)| n.as_str().cmp(name))
+                .map_or(0, |i| self.extended[i].1),
+        }
+    }
+
+    /// The extended resources, sorted by name.
+    pub fn extended(&self) -> &[(String, i64)] {
+        &self.extended
+    }
+
+    /// Whether any extended resource is set.
+    pub fn has_extended(&self) -> bool {
+        !self.extended.is_empty()
+    }
+
+    /// Every non-zero resource, standard ones first, as `(name, base units)`.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, i64)> {
+        [
+            (CPU, self.cpu_millis),
+            (MEMORY, self.memory),
+            (EPHEMERAL_STORAGE, self.ephemeral_storage),
+            (PODS, self.pods),
+        ]
+        .into_iter()
+        .chain(self.extended.iter().map(|(n, v)| (n.as_str(), *v)))
+        .filter(|(_, v)| *v != 0)
+    }
+
+    /// Adds `other` in place (saturating).
+    pub fn add(&mut self, other: &Resources) {
+        self.cpu_millis = self.cpu_millis.saturating_add(other.cpu_millis);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.pods = self.pods.saturating_add(other.pods);
+        for (name, value) in &other.extended {
+            let sum = self.get(name).saturating_add(*value);
+            self.set(name, sum);
+        }
+    }
+
+    /// `self + other`.
+    pub fn plus(&self, other: &Resources) -> Resources {
+        let mut out = self.clone();
+        out.add(other);
+        out
+    }
+
+    /// Subtracts `other` in place (saturating; results may go negative).
+    pub fn sub(&mut self, other: &Resources) {
+        self.cpu_millis = self.cpu_millis.saturating_sub(other.cpu_millis);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.pods = self.pods.saturating_sub(other.pods);
+        for (name, value) in &other.extended {
+            let diff = self.get(name).saturating_sub(*value);
+            self.set(name, diff);
+        }
+    }
+
+    /// `self - other`.
+    pub fn minus(&self, other: &Resources) -> Resources {
+        let mut out = self.clone();
+        out.sub(other);
+        out
+    }
+
+    /// The per-resource maximum of `self` and `other`, in place.
+    pub fn max_assign(&mut self, other: &Resources) {
+        self.cpu_millis = self.cpu_millis.max(other.cpu_millis);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.pods = self.pods.max(other.pods);
+        for (name, value) in &other.extended {
+            if *value > self.get(name) {
+                self.set(name, *value);
+            }
+        }
+    }
+
+    /// Whether every resource of `self` is at most the same resource of `available` (a request
+    /// for an extended resource the other side lacks does not fit).
+    #[inline]
+    pub fn fits_in(&self, available: &Resources) -> bool {
+        self.cpu_millis <= available.cpu_millis
+            && self.memory <= available.memory
+            && self.ephemeral_storage <= available.ephemeral_storage
+            && self.pods <= available.pods
+            && (self.extended.is_empty()
+                || self.extended.iter().all(|(n, v)| *v <= available.get(n)))
+    }
+
+    /// The names of the resources of `self` that exceed `available`.
+    pub fn exceeding<'a>(&'a self, available: &'a Resources) -> impl Iterator<Item = &'a str> {
+        self.iter()
+            .filter(move |(name, value)| *value > available.get(name))
+            .map(|(name, _)| name)
+    }
+}
+
+/// Formats one resource value for people: `cpu=1500m`, `memory=1Ti`, `pods=3`.
+pub fn format_resource(name: &str, value: i64) -> String {
+    match name {
+        CPU => format!("{name}={}", quantity::format_millis(value)),
+        MEMORY | EPHEMERAL_STORAGE => format!("{name}={}", quantity::format_bytes(value)),
+        _ if name.starts_with("hugepages-") => format!("{name}={}", quantity::format_bytes(value)),
+        _ => format!("{name}={value}"),
+    }
+}
+
+impl fmt::Display for Resources {
+    /// `cpu=64, memory=1Ti, pods=1`; `{}` when empty.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut first = true;
+        for (name, value) in self.iter() {
+            if !first {
+                f.write_str(", ")?;
+            }
+            first = false;
+            f.write_str(&format_resource(name, value))?;
+        }
+        if first {
+            f.write_str("{}")?;
+        }
+        Ok(())
+    }
+}
+
+/// NodePool limits or what remains of them: only the named resources are bounded, in base units
+/// (millicores for `cpu`); `nodes` bounds the node count.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceLimits(pub BTreeMap<String, i64>);
+
+impl ResourceLimits {
+    /// Parses a Kubernetes resource list (`{"cpu": "1000", "memory": "1000Gi"}`).
+    pub fn parse<'a, I>(list: I) -> Result<Self, QuantityError>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        let mut out = BTreeMap::new();
+        for (name, text) in list {
+            let value = if name == CPU {
+                quantity::parse_millis(text)?
+            } else {
+                quantity::parse_units(text)?
+            };
+            out.insert(name.to_owned(), value);
+        }
+        Ok(Self(out))
+    }
+
+    /// Builder: bounds `name` at `value` base units.
+    pub fn with(mut self, name: &str, value: i64) -> Self {
+        self.0.insert(name.to_owned(), value);
+        self
+    }
+
+    /// The first bounded resource a node of `capacity` would exceed, if any.
+    pub fn exceeded_by(&self, capacity: &Resources) -> Option<&str> {
+        self.0
+            .iter()
+            .find(|(name, remaining)| limit_amount(capacity, name) > **remaining)
+            .map(|(name, _)| name.as_str())
+    }
+
+    /// Subtracts what a node of `capacity` uses from every bounded resource.
+    pub fn consume(&mut self, capacity: &Resources) {
+        for (name, remaining) in &mut self.0 {
+            *remaining = remaining.saturating_sub(limit_amount(capacity, name));
+        }
+    }
+}
+
+/// How much of limit `name` a node of `capacity` uses (`nodes` counts one per node).
+fn limit_amount(capacity: &Resources, name: &str) -> i64 {
+    if name == NODES { 1 } else { capacity.get(name) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_formats() {
+        let r = Resources::parse([("cpu", "1500m"), ("memory", "1Gi"), ("nvidia.com/gpu", "2")])
+            .unwrap();
+        assert_eq!(r.cpu_millis, 1500);
+        assert_eq!(r.memory, 1 << 30);
+        assert_eq!(r.get("nvidia.com/gpu"), 2);
+        assert_eq!(r.to_string(), "cpu=1500m, memory=1Gi, nvidia.com/gpu=2");
+        assert_eq!(Resources::default().to_string(), "{}");
+    }
+
+    #[test]
+    fn arithmetic_and_fit() {
+        let a = Resources::new(1000, 100, 1).with("x", 1);
+        let b = Resources::new(500, 50, 1);
+        assert_eq!(a.plus(&b), Resources::new(1500, 150, 2).with("x", 1));
+        assert_eq!(a.minus(&b).minus(&a), Resources::new(-500, -50, -1));
+        assert!(b.fits_in(&a));
+        assert!(
+            !a.fits_in(&b),
+            "extended resource missing on the other side"
+        );
+        assert_eq!(
+            a.exceeding(&b).collect::<Vec<_>>(),
+            vec!["cpu", "memory", "x"]
+        );
+        let mut m = b.clone();
+        m.max_assign(&Resources::new(100, 1000, 0).with("y", 3));
+        assert_eq!(m, Resources::new(500, 1000, 1).with("y", 3));
+        // Setting zero removes an extended resource so equality stays structural.
+        assert_eq!(a.clone().with("x", 0), Resources::new(1000, 100, 1));
+    }
+
+    #[test]
+    fn limits() {
+        let mut limits = ResourceLimits::default().with("cpu", 4000).with("nodes", 2);
+        let node = Resources::new(2000, 1 << 30, 10);
+        assert_eq!(limits.exceeded_by(&node), None);
+        limits.consume(&node);
+        limits.consume(&node);
+        assert_eq!(limits.exceeded_by(&node), Some("cpu"));
+        assert_eq!(limits.0["nodes"], 0);
+    }
+}

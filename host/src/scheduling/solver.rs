@@ -1,0 +1,1010 @@
+//! The greedy first-fit-decreasing solver (Karpenter's `Scheduler.Solve`).
+//!
+//! Capacity is a list of *bins*: existing nodes and in-flight claims (fixed allocatable), then the
+//! NodeClaims this run opens (a shrinking set of instance types). Placing a pod on a bin checks,
+//! cheapest test first: taints, resources against the bin's best case, node requirements,
+//! topology, and for new NodeClaims which instance types survive the narrowed requirements,
+//! offerings and the summed requests. Failed attempts allocate nothing unless the pod carries
+//! node requirements of its own.
+
+mod bitset;
+mod catalog;
+mod pod_state;
+mod queue;
+mod topology;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+
+use bitset::BitSet;
+use catalog::Catalog;
+use pod_state::{PodState, inverse_specs, node_requirements};
+use queue::Queue;
+use topology::{DomainId, GroupId, GroupKind, Topology};
+
+use super::SchedulingInput;
+use super::cluster::NodePoolView;
+use super::pod::Pod;
+use super::requirements::{Requirement, Requirements, ValueSet};
+use super::resources::{ResourceLimits, Resources};
+use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
+use super::taints::{Taint, first_untolerated};
+use crate::api::labels::{
+    ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, REGION, ZONE,
+};
+
+/// Labels every node carries whether or not a pool constrains them.
+const WELL_KNOWN: &[&str] = &[
+    NODEPOOL,
+    ZONE,
+    REGION,
+    INSTANCE_TYPE,
+    ARCH,
+    OS,
+    CAPACITY_TYPE,
+    "node.kubernetes.io/windows-build",
+];
+
+pub(super) fn solve(input: &SchedulingInput) -> SchedulingResult {
+    Solver::new(input).run()
+}
+
+/// What a bin is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BinKind {
+    /// `input.existing_nodes[i]`.
+    Node(usize),
+    /// `input.inflight_claims[i]`.
+    Claim(usize),
+    /// A NodeClaim this run opens from `pools[pool]`.
+    New { pool: usize },
+}
+
+#[derive(Debug)]
+enum Capacity {
+    /// Existing capacity: what it can allocate.
+    Fixed(Resources),
+    /// A new NodeClaim: the instance types still possible and their per-resource maximum.
+    Types { mask: BitSet, max_alloc: Resources },
+}
+
+#[derive(Debug)]
+struct Bin<'a> {
+    kind: BinKind,
+    requirements: Requirements,
+    taints: &'a [Taint],
+    /// Everything placed on it: used + pending DaemonSets + pods (new claims: pods only; their
+    /// DaemonSet overhead is taken off each instance type's allocatable instead).
+    requests: Resources,
+    capacity: Capacity,
+    pods: Vec<usize>,
+    /// Whether well-known labels the bin leaves undefined may be required (new claims only: an
+    /// existing node's labels are all there is).
+    open_labels: bool,
+    /// The bin's hostname domain, when a group uses hostnames.
+    host_domain: Option<DomainId>,
+}
+
+struct Pool<'a> {
+    view: &'a NodePoolView,
+    /// Pool requirements, template labels and `karpenter.sh/nodepool In [name]`.
+    template: Requirements,
+    catalog: Catalog,
+    remaining: Option<ResourceLimits>,
+}
+
+/// Buffers reused across attempts.
+#[derive(Default)]
+struct Scratch {
+    domains: Vec<DomainId>,
+    /// `(topology key, allowed domains)`; the first `narrowed_len` entries are live.
+    narrowed: Vec<(usize, Vec<DomainId>)>,
+    narrowed_len: usize,
+    mask: BitSet,
+    values: BitSet,
+}
+
+struct Solver<'a> {
+    input: &'a SchedulingInput,
+    well_known: HashSet<String>,
+    pools: Vec<Pool<'a>>,
+    prefer_no_schedule_exists: bool,
+    topology: Topology,
+    hostname_key: Option<usize>,
+    pods: Vec<PodState>,
+    bins: Vec<Bin<'a>>,
+    /// `bins[..fixed]` are existing nodes then in-flight claims, in the order they are tried.
+    fixed: usize,
+    /// New claims, fewest pods first (then oldest).
+    claim_order: Vec<usize>,
+    opened: usize,
+    placements: Vec<(usize, Target)>,
+    scratch: Scratch,
+}
+
+/// `Err(Some(reason))` when asked for a reason, `Err(None)` otherwise.
+macro_rules! bail {
+    ($want:expr, $($arg:tt)*) => {
+        return Err(if $want { Some(format!($($arg)*)) } else { None })
+    };
+}
+
+impl<'a> Solver<'a> {
+    fn new(input: &'a SchedulingInput) -> Self {
+        let mut well_known: HashSet<String> = WELL_KNOWN.iter().map(|s| (*s).to_owned()).collect();
+        well_known.extend(input.options.well_known_labels.iter().cloned());
+        for pool in &input.node_pools {
+            for it in pool.instance_types.iter() {
+                for r in it.requirements.iter() {
+                    if !well_known.contains(r.key()) {
+                        well_known.insert(r.key().to_owned());
+                    }
+                }
+            }
+        }
+        let is_well_known = |k: &str| well_known.contains(k);
+
+        let daemonsets: Vec<(&Pod, Requirements)> = input
+            .daemonset_pods
+            .iter()
+            .map(|p| (p, node_requirements(p, 0, None)))
+            .collect();
+
+        let mut order: Vec<&NodePoolView> = input.node_pools.iter().collect();
+        order.sort_by(|a, b| b.weight.cmp(&a.weight).then_with(|| a.name.cmp(&b.name)));
+        let pools: Vec<Pool<'a>> = order
+            .into_iter()
+            .map(|view| {
+                let mut template = view.requirements.clone();
+                for (k, v) in &view.labels {
+                    template.add(Requirement::in_(k.as_str(), [v.as_str()]));
+                }
+                template.add(Requirement::in_(NODEPOOL, [view.name.as_str()]));
+                let mut catalog = Catalog::build(view, &template, &daemonsets, &is_well_known);
+                catalog.apply_limits(view, view.remaining.as_ref());
+                Pool {
+                    view,
+                    template,
+                    catalog,
+                    remaining: view.remaining.clone(),
+                }
+            })
+            .collect();
+        let prefer_no_schedule_exists = pools.iter().any(|p| {
+            p.view
+                .taints
+                .iter()
+                .any(|t| t.effect == super::taints::TaintEffect::PreferNoSchedule)
+        });
+
+        // Groups: every pending pod's own, and the inverse anti-affinity of running pods.
+        let mut topology = Topology::default();
+        let mut pods: Vec<PodState> = input
+            .pods
+            .iter()
+            .map(|p| PodState::new(p, &mut topology))
+            .collect();
+        let running = input
+            .existing_nodes
+            .iter()
+            .flat_map(|n| n.pods.iter())
+            .chain(input.inflight_claims.iter().flat_map(|c| c.pods.iter()));
+        for pod in running.clone() {
+            for spec in inverse_specs(pod) {
+                topology.group_for(spec);
+            }
+        }
+        for (state, pod) in pods.iter_mut().zip(&input.pods) {
+            state.index_selectors(pod, &topology);
+        }
+
+        let mut solver = Solver {
+            input,
+            well_known,
+            pools,
+            prefer_no_schedule_exists,
+            hostname_key: topology.hostname_key(),
+            topology,
+            pods,
+            bins: Vec::new(),
+            fixed: 0,
+            claim_order: Vec::new(),
+            opened: 0,
+            placements: Vec::new(),
+            scratch: Scratch::default(),
+        };
+        solver.register_domains();
+        solver.add_fixed_bins(&daemonsets);
+        solver
+    }
+
+    /// Registers the domain universe of every topology key in use: what pools and their instance
+    /// types and offerings allow, and what existing capacity carries.
+    fn register_domains(&mut self) {
+        let keys: Vec<String> = self.topology.key_names().map(str::to_owned).collect();
+        let mut universe: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
+        for key in &keys {
+            let values = universe.entry(key.as_str()).or_default();
+            for pool in &self.pools {
+                let allowed = pool.template.set_of(key);
+                if let Some(set) = allowed.filter(|s| !s.is_complement()) {
+                    values.extend(set.values().iter().cloned());
+                }
+                for &i in &pool.catalog.types {
+                    let it = &pool.view.instance_types[i];
+                    if let Some(set) = it.requirements.set_of(key).filter(|s| !s.is_complement()) {
+                        values.extend(
+                            set.values()
+                                .iter()
+                                .filter(|v| allowed.is_none_or(|a| a.contains(v)))
+                                .cloned(),
+                        );
+                    }
+                    if key == ZONE {
+                        values.extend(
+                            it.offerings
+                                .iter()
+                                .filter(|o| {
+                                    o.available && allowed.is_none_or(|a| a.contains(&o.zone))
+                                })
+                                .map(|o| o.zone.clone()),
+                        );
+                    }
+                }
+            }
+            for node in &self.input.existing_nodes {
+                values.extend(node_label(&node.labels, &node.name, key).map(str::to_owned));
+            }
+            for claim in &self.input.inflight_claims {
+                let labels = claim_labels(claim);
+                values.extend(node_label(&labels, &claim.name, key).map(str::to_owned));
+            }
+        }
+        for (key, values) in universe {
+            for v in values {
+                self.topology.register(key, &v);
+            }
+        }
+    }
+
+    /// Existing nodes (initialized first, then by name) and in-flight claims (by name), with the
+    /// topology counts of the pods already on them.
+    fn add_fixed_bins(&mut self, daemonsets: &[(&Pod, Requirements)]) {
+        let input = self.input;
+        let mut nodes: Vec<usize> = (0..input.existing_nodes.len()).collect();
+        nodes.sort_by(|&a, &b| {
+            let (a, b) = (&input.existing_nodes[a], &input.existing_nodes[b]);
+            b.initialized
+                .cmp(&a.initialized)
+                .then_with(|| a.name.cmp(&b.name))
+        });
+        let mut claims: Vec<usize> = (0..input.inflight_claims.len()).collect();
+        claims.sort_by(|&a, &b| {
+            input.inflight_claims[a]
+                .name
+                .cmp(&input.inflight_claims[b].name)
+        });
+
+        for i in nodes {
+            let node = &input.existing_nodes[i];
+            let mut requirements = Requirements::from_labels(
+                node.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+            );
+            if !requirements.has(HOSTNAME) {
+                requirements.add(Requirement::in_(HOSTNAME, [node.name.as_str()]));
+            }
+            self.push_fixed(
+                BinKind::Node(i),
+                requirements,
+                &node.taints,
+                node.used.clone(),
+                &node.allocatable,
+                &node.pods,
+            );
+        }
+        for i in claims {
+            let claim = &input.inflight_claims[i];
+            let mut requirements = claim.requirements.clone();
+            if !requirements.has(HOSTNAME) {
+                requirements.add(Requirement::in_(HOSTNAME, [claim.name.as_str()]));
+            }
+            let mut requests = claim.used.clone();
+            for (ds, reqs) in daemonsets {
+                if first_untolerated(&claim.taints, &ds.tolerations).is_none()
+                    && requirements
+                        .compatible(reqs, |k| self.well_known.contains(k))
+                        .is_ok()
+                {
+                    requests.add(&ds.requests);
+                    requests.pods += 1;
+                }
+            }
+            self.push_fixed(
+                BinKind::Claim(i),
+                requirements,
+                &claim.taints,
+                requests,
+                &claim.allocatable,
+                &claim.pods,
+            );
+        }
+        self.fixed = self.bins.len();
+    }
+
+    fn push_fixed(
+        &mut self,
+        kind: BinKind,
+        requirements: Requirements,
+        taints: &'a [Taint],
+        requests: Resources,
+        allocatable: &Resources,
+        running: &[Pod],
+    ) {
+        let host_domain = self.hostname_domain(&requirements);
+        // Count the running pods in every group that selects them, and where the ones with
+        // required anti-affinity are.
+        let strict = |_: &str| false;
+        for pod in running {
+            for g in 0..self.topology.group_count() {
+                let spec = self.topology.spec(g);
+                if spec.inverse || !self.topology.selects(g, pod) {
+                    continue;
+                }
+                if !self.topology.node_counts(g, &requirements, &strict) {
+                    continue;
+                }
+                let key = self
+                    .topology
+                    .key_name(self.topology.group_key(g))
+                    .to_owned();
+                self.topology
+                    .record_set(g, requirements.set_of(&key), false);
+            }
+            for spec in inverse_specs(pod) {
+                if let Some(g) = self.topology.existing_group(&spec) {
+                    self.topology
+                        .record_set(g, requirements.set_of(&spec.key), true);
+                }
+            }
+        }
+        self.bins.push(Bin {
+            kind,
+            requirements,
+            taints,
+            requests,
+            capacity: Capacity::Fixed(allocatable.clone()),
+            pods: Vec::new(),
+            open_labels: false,
+            host_domain,
+        });
+    }
+
+    fn hostname_domain(&self, requirements: &Requirements) -> Option<DomainId> {
+        let key = self.hostname_key?;
+        let host = requirements.set_of(HOSTNAME)?.single_value()?;
+        self.topology.domain(key, host)
+    }
+
+    fn run(mut self) -> SchedulingResult {
+        let input = self.input;
+        let mut order: Vec<usize> = (0..input.pods.len()).collect();
+        // Largest first: CPU, then memory, descending; input order breaks ties.
+        order.sort_by(|&a, &b| {
+            let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
+            rb.cpu_millis
+                .cmp(&ra.cpu_millis)
+                .then(rb.memory.cmp(&ra.memory))
+        });
+        let mut queue = Queue::new(order, input.pods.len());
+        let mut errors: Vec<Option<String>> = vec![None; input.pods.len()];
+        while let Some(p) = queue.pop() {
+            match self.add(p) {
+                Ok(()) => errors[p] = None,
+                Err(reason) => {
+                    errors[p] = Some(reason);
+                    let relaxed = self.pods[p].relax(
+                        &input.pods[p],
+                        &mut self.topology,
+                        self.prefer_no_schedule_exists,
+                    );
+                    if let Some(what) = relaxed {
+                        tracing::debug!(pod = %input.pods[p].key(), relaxed = what, "relaxing a preference of a pod that did not schedule");
+                    }
+                    queue.push(p, relaxed.is_some());
+                }
+            }
+        }
+
+        let mut unschedulable: Vec<(usize, String)> = queue
+            .remaining()
+            .map(|p| {
+                let reason = errors[p]
+                    .take()
+                    .unwrap_or_else(|| "not scheduled".to_owned());
+                (p, reason)
+            })
+            .collect();
+        let mut new_claims = Vec::new();
+        for b in self.fixed..self.bins.len() {
+            match self.finalize(b) {
+                Some(claim) => new_claims.push(claim),
+                None => unschedulable.extend(self.bins[b].pods.iter().map(|&p| {
+                    (
+                        p,
+                        "no available offering is compatible with the pod's constraints".to_owned(),
+                    )
+                })),
+            }
+        }
+        unschedulable.sort_by_key(|(p, _)| *p);
+        tracing::debug!(
+            pods = input.pods.len(),
+            new_claims = new_claims.len(),
+            existing = self.placements.len(),
+            unschedulable = unschedulable.len(),
+            "scheduling simulation finished"
+        );
+        SchedulingResult {
+            new_claims,
+            existing_placements: self.placements,
+            unschedulable,
+        }
+    }
+
+    /// Places pod `p`: existing capacity, then the claims this run opened, then a new claim.
+    fn add(&mut self, p: usize) -> Result<(), String> {
+        for b in 0..self.fixed {
+            if self.try_add(b, p, false).is_ok() {
+                let target = match self.bins[b].kind {
+                    BinKind::Node(i) => Target::Node(self.input.existing_nodes[i].name.clone()),
+                    BinKind::Claim(i) => Target::Claim(self.input.inflight_claims[i].name.clone()),
+                    BinKind::New { .. } => unreachable_target(),
+                };
+                self.placements.push((p, target));
+                return Ok(());
+            }
+        }
+        for i in 0..self.claim_order.len() {
+            let b = self.claim_order[i];
+            if self.try_add(b, p, false).is_ok() {
+                self.bubble(i);
+                return Ok(());
+            }
+        }
+        let mut reasons = Vec::new();
+        for pool in 0..self.pools.len() {
+            match self.open_claim(pool, p) {
+                Ok(()) => return Ok(()),
+                Err(reason) => reasons.push(reason),
+            }
+        }
+        if reasons.is_empty() {
+            reasons.push("no nodepool can launch capacity".to_owned());
+        }
+        Err(reasons.join("; "))
+    }
+
+    /// Moves the claim at `claim_order[i]`, which just gained a pod, past claims that now have
+    /// fewer pods.
+    fn bubble(&mut self, mut i: usize) {
+        let key = |bins: &[Bin<'_>], b: usize| (bins[b].pods.len(), b);
+        while i + 1 < self.claim_order.len()
+            && key(&self.bins, self.claim_order[i]) > key(&self.bins, self.claim_order[i + 1])
+        {
+            self.claim_order.swap(i, i + 1);
+            i += 1;
+        }
+    }
+
+    /// Opens a claim from `pools[pool]` for pod `p`, or says why the pool cannot take it.
+    fn open_claim(&mut self, pool: usize, p: usize) -> Result<(), String> {
+        let input = self.input;
+        let pod = &input.pods[p];
+        let ps = &self.pools[pool];
+        let name = &ps.view.name;
+        if let Some(taint) = self.pods[p].untolerated(pod, &ps.view.taints) {
+            return Err(format!(
+                "incompatible with nodepool {name}: untolerated taint {taint}"
+            ));
+        }
+        if ps.catalog.len() == 0 {
+            return Err(format!(
+                "nodepool {name} has no instance type compatible with its requirements and an available offering"
+            ));
+        }
+        let mut mask = ps.catalog.all.clone();
+        mask.intersect_with(&ps.catalog.within_limits);
+        if mask.is_empty() {
+            let exceeded = ps
+                .remaining
+                .as_ref()
+                .and_then(|r| r.exceeded_by(&ps.view.instance_types[ps.catalog.types[0]].capacity))
+                .unwrap_or("resource");
+            return Err(format!("nodepool {name} limit {exceeded} exceeded"));
+        }
+        let max_alloc = ps.catalog.restrict_to_fit(&mut mask, &Resources::default());
+        let hostname = format!("hostname-placeholder-{:04}", self.opened + 1);
+        let mut requirements = ps.template.clone();
+        requirements.add(Requirement::in_(HOSTNAME, [hostname.as_str()]));
+        let host_domain = self.topology.register(HOSTNAME, &hostname);
+        self.bins.push(Bin {
+            kind: BinKind::New { pool },
+            requirements,
+            taints: &self.pools[pool].view.taints,
+            requests: Resources::default(),
+            capacity: Capacity::Types { mask, max_alloc },
+            pods: Vec::new(),
+            open_labels: true,
+            host_domain,
+        });
+        let b = self.bins.len() - 1;
+        match self.try_add(b, p, true) {
+            Ok(()) => {
+                self.opened += 1;
+                let at = self
+                    .claim_order
+                    .partition_point(|&x| (self.bins[x].pods.len(), x) < (1, b));
+                self.claim_order.insert(at, b);
+                self.consume_limits(pool, b);
+                Ok(())
+            }
+            Err(reason) => {
+                self.bins.pop();
+                let pool_name = &self.pools[pool].view.name;
+                Err(format!(
+                    "incompatible with nodepool {pool_name}: {}",
+                    reason.unwrap_or_default()
+                ))
+            }
+        }
+    }
+
+    /// Takes the largest capacity among a new claim's options off its pool's remaining limits.
+    fn consume_limits(&mut self, pool: usize, b: usize) {
+        let ps = &mut self.pools[pool];
+        let Some(remaining) = ps.remaining.as_mut() else {
+            return;
+        };
+        let Capacity::Types { mask, .. } = &self.bins[b].capacity else {
+            return;
+        };
+        let mut max = Resources::default();
+        for t in mask.iter() {
+            max.max_assign(&ps.view.instance_types[ps.catalog.types[t]].capacity);
+        }
+        remaining.consume(&max);
+        let remaining = ps.remaining.clone();
+        ps.catalog.apply_limits(ps.view, remaining.as_ref());
+    }
+
+    /// Tries pod `p` on bin `b`; on success the pod is placed and topology updated.
+    fn try_add(&mut self, b: usize, p: usize, want: bool) -> Result<(), Option<String>> {
+        let input = self.input;
+        let pod = &input.pods[p];
+        let st = &self.pods[p];
+        let bin = &self.bins[b];
+
+        // Taints.
+        if let Some(taint) = st.untolerated(pod, bin.taints) {
+            bail!(want, "untolerated taint {taint}");
+        }
+
+        // Resources, against the best case.
+        let requests = bin.requests.plus(&st.requests);
+        match &bin.capacity {
+            Capacity::Fixed(alloc) => {
+                if !requests.fits_in(alloc) {
+                    bail!(want, "does not fit: {requests} exceeds allocatable {alloc}");
+                }
+            }
+            Capacity::Types { max_alloc, mask } => {
+                if !requests.fits_in(max_alloc) {
+                    if let BinKind::New { pool } = bin.kind {
+                        bail!(want, "{}", self.no_fit_reason(pool, mask, pod));
+                    }
+                    bail!(want, "does not fit");
+                }
+            }
+        }
+
+        // Node requirements.
+        let mut merged: Vec<(&str, ValueSet)> = Vec::new();
+        if !st.requirements.is_empty() {
+            let open = bin.open_labels;
+            let well_known = &self.well_known;
+            if let Err(e) = bin
+                .requirements
+                .compatible(&st.requirements, |k| open && well_known.contains(k))
+            {
+                bail!(want, "{e}");
+            }
+            for r in st.requirements.iter() {
+                let set = match bin.requirements.set_of(r.key()) {
+                    Some(existing) => {
+                        let narrowed = existing.intersection(r.set());
+                        if narrowed == *existing {
+                            continue;
+                        }
+                        narrowed
+                    }
+                    None => r.set().clone(),
+                };
+                merged.push((r.key(), set));
+            }
+        }
+        let merged_set = |key: &str| merged.iter().find(|(k, _)| *k == key).map(|(_, s)| s);
+
+        // Topology.
+        let topology = &self.topology;
+        let scratch = &mut self.scratch;
+        scratch.narrowed_len = 0;
+        if st.has_topology() {
+            for &g in st.owned.iter().chain(&st.repelled_by) {
+                let key = topology.group_key(g);
+                let key_name = topology.key_name(key);
+                let overridden = merged_set(key_name);
+                let node_domains = overridden.or_else(|| bin.requirements.set_of(key_name));
+                let hint = if overridden.is_none() && Some(key) == self.hostname_key {
+                    bin.host_domain
+                } else {
+                    None
+                };
+                let selects = topology.spec(g).inverse || st.selected_by.binary_search(&g).is_ok();
+                let pod_domains = st.strict.set_of(key_name);
+                if !topology.allowed_domains(
+                    g,
+                    selects,
+                    pod_domains,
+                    node_domains,
+                    hint,
+                    &mut scratch.domains,
+                ) {
+                    bail!(want, "{}", topology_reason(topology, g));
+                }
+                let live = scratch.narrowed_len;
+                if let Some((_, allowed)) =
+                    scratch.narrowed[..live].iter_mut().find(|(k, _)| *k == key)
+                {
+                    allowed.retain(|d| scratch.domains.binary_search(d).is_ok());
+                    if allowed.is_empty() {
+                        bail!(want, "{}", topology_reason(topology, g));
+                    }
+                } else {
+                    if scratch.narrowed.len() == live {
+                        scratch.narrowed.push((key, Vec::new()));
+                    }
+                    let entry = &mut scratch.narrowed[live];
+                    entry.0 = key;
+                    entry.1.clear();
+                    entry.1.extend_from_slice(&scratch.domains);
+                    scratch.narrowed_len += 1;
+                }
+            }
+        }
+
+        // Instance types of a new claim.
+        let mut new_max_alloc = None;
+        if let (Capacity::Types { mask, .. }, BinKind::New { pool }) = (&bin.capacity, bin.kind) {
+            let ps = &mut self.pools[pool];
+            scratch.mask.copy_from(mask);
+            let mut offerings_changed = false;
+            for (key, set) in &merged {
+                ps.catalog.restrict_to_set(&mut scratch.mask, key, set);
+                offerings_changed |= ps.catalog.affects_offerings(key);
+            }
+            for (key, allowed) in &scratch.narrowed[..scratch.narrowed_len] {
+                let key_name = topology.key_name(*key);
+                if same_values(bin.requirements.set_of(key_name), topology, *key, allowed) {
+                    continue;
+                }
+                let names = allowed.iter().map(|&d| topology.domain_name(*key, d));
+                ps.catalog.restrict_to_values(
+                    &mut scratch.mask,
+                    key_name,
+                    names,
+                    &mut scratch.values,
+                );
+                offerings_changed |= ps.catalog.affects_offerings(key_name);
+            }
+            if scratch.mask.is_empty() {
+                bail!(
+                    want,
+                    "no instance type of nodepool {} is compatible with {}",
+                    ps.view.name,
+                    describe_narrowing(
+                        &merged,
+                        topology,
+                        &scratch.narrowed[..scratch.narrowed_len]
+                    )
+                );
+            }
+            if offerings_changed {
+                let narrowed = &scratch.narrowed[..scratch.narrowed_len];
+                let allows = |key: &str, value: &str| -> bool {
+                    if let Some(k) = topology.key_index(key)
+                        && let Some((_, allowed)) = narrowed.iter().find(|(nk, _)| *nk == k)
+                    {
+                        return topology
+                            .domain(k, value)
+                            .is_some_and(|d| allowed.binary_search(&d).is_ok());
+                    }
+                    merged_set(key)
+                        .or_else(|| bin.requirements.set_of(key))
+                        .is_none_or(|s| s.contains(value))
+                };
+                let pod_reqs = &st.requirements;
+                let bin_reqs = &bin.requirements;
+                ps.catalog.restrict_to_offerings(
+                    &mut scratch.mask,
+                    ps.view,
+                    |z| allows(ZONE, z),
+                    |c| allows(CAPACITY_TYPE, c),
+                    |reqs| bin_reqs.intersects(reqs).is_ok() && pod_reqs.intersects(reqs).is_ok(),
+                );
+                if scratch.mask.is_empty() {
+                    bail!(
+                        want,
+                        "no instance type of nodepool {} has an available offering the pod's constraints allow",
+                        ps.view.name
+                    );
+                }
+            }
+            let before_fit = if want {
+                Some(scratch.mask.clone())
+            } else {
+                None
+            };
+            let max_alloc = ps.catalog.restrict_to_fit(&mut scratch.mask, &requests);
+            if scratch.mask.is_empty() {
+                let candidates = before_fit.unwrap_or_default();
+                bail!(want, "{}", self.no_fit_reason(pool, &candidates, pod));
+            }
+            for r in bin.requirements.iter() {
+                if let Some(min) = r.min_values() {
+                    let min = min as usize;
+                    let have = ps
+                        .catalog
+                        .distinct_values(ps.view, &scratch.mask, r.key(), min);
+                    if have < min {
+                        bail!(
+                            want,
+                            "minValues {min} for {} not met: only {have} value(s) remain",
+                            r.key()
+                        );
+                    }
+                }
+            }
+            new_max_alloc = Some(max_alloc);
+        }
+
+        // Commit.
+        let merged: Vec<(String, ValueSet)> =
+            merged.into_iter().map(|(k, s)| (k.to_owned(), s)).collect();
+        let bin = &mut self.bins[b];
+        bin.requests = requests;
+        for (key, set) in merged {
+            bin.requirements.set(&key, set);
+        }
+        for (key, allowed) in &self.scratch.narrowed[..self.scratch.narrowed_len] {
+            let key_name = self.topology.key_name(*key);
+            if !same_values(
+                bin.requirements.set_of(key_name),
+                &self.topology,
+                *key,
+                allowed,
+            ) {
+                let set =
+                    ValueSet::in_(allowed.iter().map(|&d| self.topology.domain_name(*key, d)));
+                bin.requirements.set(key_name, set);
+            }
+        }
+        if let (Capacity::Types { mask, max_alloc }, Some(new_max)) =
+            (&mut bin.capacity, new_max_alloc)
+        {
+            mask.copy_from(&self.scratch.mask);
+            *max_alloc = new_max;
+        }
+        bin.pods.push(p);
+        let st = &self.pods[p];
+        let open = bin.open_labels;
+        let well_known = &self.well_known;
+        let allow = |k: &str| open && well_known.contains(k);
+        for &g in &st.selected_by {
+            if self.topology.node_counts(g, &bin.requirements, &allow) {
+                let key = self.topology.group_key(g);
+                let set = bin.requirements.set_of(self.topology.key_name(key));
+                self.topology.record_set(g, set, false);
+            }
+        }
+        for &g in &st.inverse_owned {
+            let key = self.topology.group_key(g);
+            let set = bin.requirements.set_of(self.topology.key_name(key));
+            self.topology.record_set(g, set, true);
+        }
+        Ok(())
+    }
+
+    /// "no instance type satisfies cpu=64, memory=1Ti with nodepool default (largest: ...)".
+    fn no_fit_reason(&self, pool: usize, candidates: &BitSet, pod: &Pod) -> String {
+        let ps = &self.pools[pool];
+        let largest = ps.catalog.largest(candidates).map_or_else(
+            || "none".to_owned(),
+            |t| {
+                let it = &ps.view.instance_types[ps.catalog.types[t]];
+                format!("{} with allocatable {}", it.name, ps.catalog.alloc[t])
+            },
+        );
+        let daemon = ps
+            .catalog
+            .largest(candidates)
+            .map(|t| &ps.catalog.daemon[t])
+            .filter(|d| **d != Resources::default())
+            .map(|d| format!(", daemonset overhead {d}"))
+            .unwrap_or_default();
+        format!(
+            "no instance type satisfies {} with nodepool {} (largest: {largest}{daemon})",
+            pod.requests, ps.view.name
+        )
+    }
+
+    /// The NodeClaim for new bin `b`, or `None` when no offering is left to launch it.
+    fn finalize(&self, b: usize) -> Option<NewClaim> {
+        let bin = &self.bins[b];
+        let (BinKind::New { pool }, Capacity::Types { mask, .. }) = (bin.kind, &bin.capacity)
+        else {
+            return None;
+        };
+        let ps = &self.pools[pool];
+        let mut requirements = bin.requirements.clone();
+        requirements.remove(HOSTNAME);
+        let mut priced: Vec<(f64, &str, usize, usize)> = mask
+            .iter()
+            .filter_map(|t| {
+                let (price, offering) = ps.catalog.cheapest_offering(t, ps.view, &requirements)?;
+                Some((
+                    price,
+                    ps.view.instance_types[ps.catalog.types[t]].name.as_str(),
+                    t,
+                    offering,
+                ))
+            })
+            .collect();
+        priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        let &(cheapest_price, _, cheapest_t, cheapest_o) = priced.first()?;
+
+        let limit = self.input.options.max_instance_types.max(1);
+        let mut chosen: Vec<usize> = (0..priced.len().min(limit)).collect();
+        // Keep minValues satisfiable after truncation: add the cheapest types that bring values.
+        for r in requirements.iter() {
+            let Some(min) = r.min_values() else { continue };
+            let values_of = |i: usize| -> Vec<String> {
+                let it = &ps.view.instance_types[ps.catalog.types[priced[i].2]];
+                it.requirements
+                    .set_of(r.key())
+                    .map(|s| s.values().to_vec())
+                    .unwrap_or_default()
+            };
+            let mut seen: BTreeSet<String> = chosen.iter().flat_map(|&i| values_of(i)).collect();
+            let mut next = chosen.len();
+            while seen.len() < min as usize && next < priced.len() {
+                let values = values_of(next);
+                if values.iter().any(|v| !seen.contains(v)) {
+                    seen.extend(values);
+                    chosen.push(next);
+                }
+                next += 1;
+            }
+        }
+        chosen.sort_unstable();
+        let options: Vec<String> = chosen.iter().map(|&i| priced[i].1.to_owned()).collect();
+        let narrowed = match requirements.set_of(INSTANCE_TYPE) {
+            Some(existing) => existing.intersection(&ValueSet::in_(options.iter().cloned())),
+            None => ValueSet::in_(options.iter().cloned()),
+        };
+        requirements.set(INSTANCE_TYPE, narrowed);
+
+        let it = &ps.view.instance_types[ps.catalog.types[cheapest_t]];
+        let offering = &it.offerings[cheapest_o];
+        Some(NewClaim {
+            node_pool: ps.view.name.clone(),
+            requirements,
+            requests: bin.requests.plus(&ps.catalog.daemon[cheapest_t]),
+            instance_type_options: options,
+            cheapest_price,
+            cheapest_offering: ChosenOffering {
+                instance_type: it.name.clone(),
+                zone: offering.zone.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                price: offering.price,
+            },
+            pods: bin.pods.clone(),
+        })
+    }
+}
+
+/// Placements on new claims are reported as claims, never as targets.
+fn unreachable_target() -> Target {
+    Target::Claim(String::new())
+}
+
+/// The value a node or claim carries for `key`; hostnames fall back to the object's name.
+fn node_label<'l>(
+    labels: &'l BTreeMap<String, String>,
+    name: &'l str,
+    key: &str,
+) -> Option<&'l str> {
+    labels
+        .get(key)
+        .map(String::as_str)
+        .or_else(|| (key == HOSTNAME).then_some(name))
+}
+
+/// The single-valued requirements of an in-flight claim, as labels.
+fn claim_labels(claim: &super::cluster::InflightClaim) -> BTreeMap<String, String> {
+    claim
+        .requirements
+        .iter()
+        .filter_map(|r| {
+            r.set()
+                .single_value()
+                .map(|v| (r.key().to_owned(), v.to_owned()))
+        })
+        .collect()
+}
+
+/// Whether `set` is exactly the domains `allowed` of topology key `key`.
+fn same_values(
+    set: Option<&ValueSet>,
+    topology: &Topology,
+    key: usize,
+    allowed: &[DomainId],
+) -> bool {
+    set.is_some_and(|s| {
+        !s.is_complement()
+            && s.values().len() == allowed.len()
+            && allowed
+                .iter()
+                .all(|&d| s.contains(topology.domain_name(key, d)))
+    })
+}
+
+fn describe_narrowing(
+    merged: &[(&str, ValueSet)],
+    topology: &Topology,
+    narrowed: &[(usize, Vec<DomainId>)],
+) -> String {
+    let mut parts: Vec<String> = merged.iter().map(|(k, s)| format!("{k} {s}")).collect();
+    for (key, allowed) in narrowed {
+        let set = ValueSet::in_(allowed.iter().map(|&d| topology.domain_name(*key, d)));
+        parts.push(format!("{} {set}", topology.key_name(*key)));
+    }
+    if parts.is_empty() {
+        "the pod's requirements".to_owned()
+    } else {
+        parts.join(", ")
+    }
+}
+
+fn topology_reason(topology: &Topology, g: GroupId) -> String {
+    let spec = topology.spec(g);
+    match spec.kind {
+        GroupKind::Spread => format!(
+            "topology spread constraint on {} (maxSkew {}) cannot be met",
+            spec.key, spec.max_skew
+        ),
+        GroupKind::Affinity => format!(
+            "pod affinity on {}: no allowed domain has a matching pod",
+            spec.key
+        ),
+        GroupKind::AntiAffinity if spec.inverse => format!(
+            "pod anti-affinity of running or placed pods on {}: every allowed domain has one",
+            spec.key
+        ),
+        GroupKind::AntiAffinity => format!(
+            "pod anti-affinity on {}: every allowed domain already has a matching pod",
+            spec.key
+        ),
+    }
+}

@@ -1,0 +1,110 @@
+//! A fixed-size bit set over instance-type indices.
+
+/// Bits `0..len`, packed into words. All sets a solver combines have the same length.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(super) struct BitSet {
+    words: Vec<u64>,
+}
+
+impl BitSet {
+    /// The empty set over `len` bits.
+    pub(super) fn empty(len: usize) -> Self {
+        Self {
+            words: vec![0; len.div_ceil(64)],
+        }
+    }
+
+    /// The full set over `len` bits.
+    pub(super) fn full(len: usize) -> Self {
+        let mut s = Self::empty(len);
+        for i in 0..len {
+            s.insert(i);
+        }
+        s
+    }
+
+    #[inline]
+    pub(super) fn insert(&mut self, i: usize) {
+        self.words[i / 64] |= 1 << (i % 64);
+    }
+
+    #[inline]
+    pub(super) fn remove(&mut self, i: usize) {
+        self.words[i / 64] &= !(1 << (i % 64));
+    }
+
+    #[cfg(test)]
+    pub(super) fn contains(&self, i: usize) -> bool {
+        self.words[i / 64] & (1 << (i % 64)) != 0
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.words.iter().all(|w| *w == 0)
+    }
+
+    #[cfg(test)]
+    pub(super) fn count(&self) -> usize {
+        self.words.iter().map(|w| w.count_ones() as usize).sum()
+    }
+
+    /// `self &= other`.
+    pub(super) fn intersect_with(&mut self, other: &BitSet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a &= *b;
+        }
+    }
+
+    /// `self |= other`.
+    pub(super) fn union_with(&mut self, other: &BitSet) {
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= *b;
+        }
+    }
+
+    /// Makes `self` a copy of `other` without reallocating.
+    pub(super) fn copy_from(&mut self, other: &BitSet) {
+        self.words.clear();
+        self.words.extend_from_slice(&other.words);
+    }
+
+    /// The members, ascending.
+    pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
+        self.words.iter().enumerate().flat_map(|(wi, &word)| {
+            let mut w = word;
+            std::iter::from_fn(move || {
+                if w == 0 {
+                    return None;
+                }
+                let bit = w.trailing_zeros() as usize;
+                w &= w - 1;
+                Some(wi * 64 + bit)
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_operations() {
+        let mut a = BitSet::empty(130);
+        for i in [0, 63, 64, 129] {
+            a.insert(i);
+        }
+        assert_eq!(a.iter().collect::<Vec<_>>(), vec![0, 63, 64, 129]);
+        assert_eq!(a.count(), 4);
+        let mut b = BitSet::full(130);
+        b.remove(63);
+        b.intersect_with(&a);
+        assert_eq!(b.iter().collect::<Vec<_>>(), vec![0, 64, 129]);
+        assert!(b.contains(64) && !b.contains(63));
+        let mut c = BitSet::empty(130);
+        assert!(c.is_empty());
+        c.union_with(&b);
+        assert_eq!(c, b);
+        c.copy_from(&a);
+        assert_eq!(c, a);
+    }
+}

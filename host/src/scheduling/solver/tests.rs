@@ -1,0 +1,802 @@
+//! Scenario tests of the solver: each asserts on the instance types, counts or zones chosen.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use crate::api::labels::{ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, ZONE};
+use crate::scheduling::*;
+
+const GI: i64 = 1 << 30;
+const ZONES: [&str; 3] = ["zone-1", "zone-2", "zone-3"];
+
+fn instance_type(
+    name: &str,
+    cpu: i64,
+    mem_gib: i64,
+    pods: i64,
+    arch: &str,
+    price: f64,
+) -> InstanceType {
+    InstanceType {
+        name: name.to_owned(),
+        requirements: Requirements::new()
+            .with(Requirement::in_(INSTANCE_TYPE, [name]))
+            .with(Requirement::in_(ARCH, [arch]))
+            .with(Requirement::in_(ZONE, ZONES))
+            .with(Requirement::in_(CAPACITY_TYPE, ["on-demand"]))
+            .with(Requirement::in_("example.com/cpu", [cpu.to_string()])),
+        offerings: ZONES
+            .iter()
+            .map(|z| Offering::new(*z, "on-demand", price))
+            .collect(),
+        capacity: Resources::new(cpu * 1000, mem_gib * GI, pods),
+        overhead: Resources::default(),
+    }
+}
+
+/// 1, 2, 4, 8, 16 CPU amd64 types (`c1`..`c16`, 2 GiB per CPU, 10 pods per CPU, priced by CPU)
+/// and a 4 CPU arm64 type that is cheaper than its amd64 twin.
+fn catalog() -> Arc<[InstanceType]> {
+    let mut types: Vec<InstanceType> = [1, 2, 4, 8, 16]
+        .iter()
+        .map(|&c| instance_type(&format!("c{c}"), c, 2 * c, 10 * c, "amd64", 0.1 * c as f64))
+        .collect();
+    types.push(instance_type("a4", 4, 8, 40, "arm64", 0.3));
+    types.into()
+}
+
+fn pool(name: &str) -> NodePoolView {
+    NodePoolView::new(name, catalog())
+}
+
+fn pod(name: &str, cpu_millis: i64, mem: i64) -> Pod {
+    Pod::new("default", name, Resources::new(cpu_millis, mem, 0))
+}
+
+fn input(pods: Vec<Pod>, pools: Vec<NodePoolView>) -> SchedulingInput {
+    SchedulingInput {
+        pods,
+        node_pools: pools,
+        ..SchedulingInput::default()
+    }
+}
+
+fn zone_of(claim: &NewClaim) -> &str {
+    claim
+        .requirements
+        .set_of(ZONE)
+        .and_then(ValueSet::single_value)
+        .unwrap_or("<unset>")
+}
+
+fn affinity_term(key: &str, labels: &[(&str, &str)]) -> PodAffinityTerm {
+    PodAffinityTerm {
+        topology_key: key.to_owned(),
+        label_selector: Some(LabelSelector::labels(labels.iter().copied())),
+        namespaces: Namespaces::Own,
+    }
+}
+
+fn spread(key: &str, labels: &[(&str, &str)]) -> TopologySpreadConstraint {
+    TopologySpreadConstraint {
+        max_skew: 1,
+        topology_key: key.to_owned(),
+        when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+        label_selector: Some(LabelSelector::labels(labels.iter().copied())),
+        min_domains: None,
+    }
+}
+
+#[test]
+fn one_pod_gets_the_cheapest_type_that_fits_and_options_are_price_ordered() {
+    let result = solve(&input(vec![pod("a", 1500, GI)], vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let [claim] = result.new_claims.as_slice() else {
+        panic!("expected one claim, got {:?}", result.new_claims)
+    };
+    assert_eq!(claim.node_pool, "default");
+    assert_eq!(claim.cheapest_offering.instance_type, "c2");
+    assert!((claim.cheapest_price - 0.2).abs() < 1e-9);
+    assert_eq!(
+        claim.instance_type_options,
+        vec!["c2", "a4", "c4", "c8", "c16"]
+    );
+    assert_eq!(
+        claim.requirements.set_of(INSTANCE_TYPE),
+        Some(&ValueSet::in_(["c2", "a4", "c4", "c8", "c16"]))
+    );
+    assert!(
+        !claim.requirements.has(HOSTNAME),
+        "placeholder hostname is removed"
+    );
+    assert_eq!(claim.requests, Resources::new(1500, GI, 1));
+    assert_eq!(claim.pods, vec![0]);
+}
+
+#[test]
+fn options_are_truncated_to_the_cheapest_n() {
+    let mut inp = input(vec![pod("a", 500, GI)], vec![pool("default")]);
+    inp.options.max_instance_types = 2;
+    let result = solve(&inp);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c1", "c2"]);
+}
+
+#[test]
+fn pods_pack_largest_first_onto_one_claim_that_grows() {
+    // 3 + 2 + 2 + 1 CPU: fits one 8 CPU node (c8), the cheapest that holds all.
+    let pods = vec![
+        pod("s", 1000, GI),
+        pod("l", 3000, GI),
+        pod("m1", 2000, GI),
+        pod("m2", 2000, GI),
+    ];
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 1);
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.cheapest_offering.instance_type, "c8");
+    assert_eq!(
+        claim.pods,
+        vec![1, 2, 3, 0],
+        "largest first, ties in input order"
+    );
+    assert_eq!(claim.instance_type_options, vec!["c8", "c16"]);
+}
+
+#[test]
+fn node_selector_narrows_instance_types() {
+    let pods = vec![pod("arm", 1000, GI).node_selector(ARCH, "arm64")];
+    let result = solve(&input(pods, vec![pool("default")]));
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.instance_type_options, vec!["a4"]);
+    assert_eq!(
+        claim.requirements.set_of(ARCH),
+        Some(&ValueSet::in_(["arm64"]))
+    );
+}
+
+#[test]
+fn incompatible_pool_requirement_is_reported() {
+    let mut p = pool("default");
+    p.requirements.add(Requirement::in_(ARCH, ["amd64"]));
+    let pods = vec![pod("arm", 1000, GI).node_selector(ARCH, "arm64")];
+    let result = solve(&input(pods, vec![p]));
+    assert!(result.new_claims.is_empty());
+    assert_eq!(
+        result.unschedulable,
+        vec![(0, "incompatible with nodepool default: requirement kubernetes.io/arch In [arm64] vs [amd64]".to_owned())]
+    );
+}
+
+#[test]
+fn required_node_affinity_with_gt_and_not_in() {
+    let pods = vec![
+        pod("big", 500, GI)
+            .require(Requirement::gt("example.com/cpu", 4))
+            .require(Requirement::not_in(INSTANCE_TYPE, ["c8"])),
+    ];
+    // Two required terms are ORed: the first (Gt 4) is used.
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(
+        result.new_claims[0].instance_type_options,
+        vec!["c8", "c16"]
+    );
+
+    let pods = vec![
+        pod("p", 500, GI)
+            .require(Requirement::lt("example.com/cpu", 4))
+            .require(Requirement::gt("example.com/cpu", 100)),
+    ];
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::not_in(INSTANCE_TYPE, ["c1"]));
+    let result = solve(&input(pods, vec![p]));
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c2"]);
+}
+
+#[test]
+fn second_required_term_is_used_when_the_first_cannot_be_met() {
+    let pods = vec![
+        pod("p", 500, GI)
+            .require(Requirement::in_(ARCH, ["s390x"]))
+            .require(Requirement::in_(INSTANCE_TYPE, ["c4"])),
+    ];
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c4"]);
+}
+
+#[test]
+fn taints_need_tolerations() {
+    let mut gpu = pool("gpu");
+    gpu.taints
+        .push(Taint::new("dedicated", "gpu", TaintEffect::NoSchedule));
+    let result = solve(&input(vec![pod("plain", 500, GI)], vec![gpu.clone()]));
+    assert_eq!(
+        result.unschedulable,
+        vec![(
+            0,
+            "incompatible with nodepool gpu: untolerated taint dedicated=gpu:NoSchedule".to_owned()
+        )]
+    );
+
+    let tolerant = pod("tolerant", 500, GI).tolerate(Toleration::equal("dedicated", "gpu"));
+    let result = solve(&input(vec![tolerant], vec![gpu.clone()]));
+    assert_eq!(result.new_claims.len(), 1);
+
+    // With an untainted pool too, the plain pod goes there even though gpu weighs more.
+    gpu.weight = 50;
+    let result = solve(&input(
+        vec![pod("plain", 500, GI)],
+        vec![gpu, pool("general")],
+    ));
+    assert_eq!(result.new_claims[0].node_pool, "general");
+}
+
+#[test]
+fn prefer_no_schedule_taints_are_relaxed() {
+    let mut soft = pool("soft");
+    soft.taints
+        .push(Taint::new("maybe", "", TaintEffect::PreferNoSchedule));
+    let result = solve(&input(vec![pod("p", 500, GI)], vec![soft]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].node_pool, "soft");
+}
+
+#[test]
+fn daemonset_overhead_shrinks_allocatable() {
+    // 1.5 CPU fits c2 alone, but not next to a 1 CPU DaemonSet pod.
+    let ds = pod("ds", 1000, GI);
+    let mut inp = input(vec![pod("a", 1500, GI)], vec![pool("default")]);
+    let result = solve(&inp);
+    assert_eq!(result.new_claims[0].cheapest_offering.instance_type, "c2");
+    inp.daemonset_pods.push(ds.clone());
+    let result = solve(&inp);
+    let claim = &result.new_claims[0];
+    assert_eq!(
+        claim.cheapest_offering.instance_type, "a4",
+        "the cheapest 4 CPU type"
+    );
+    assert_eq!(
+        claim.requests,
+        Resources::new(2500, 2 * GI, 2),
+        "pod + DaemonSet pod"
+    );
+
+    // A DaemonSet that does not tolerate the pool's taint does not land there.
+    let mut tainted = pool("default");
+    tainted
+        .taints
+        .push(Taint::new("t", "", TaintEffect::NoSchedule));
+    let inp = SchedulingInput {
+        pods: vec![pod("a", 1500, GI).tolerate(Toleration::exists("t"))],
+        node_pools: vec![tainted],
+        daemonset_pods: vec![ds.clone()],
+        ..SchedulingInput::default()
+    };
+    assert_eq!(
+        solve(&inp).new_claims[0].cheapest_offering.instance_type,
+        "c2"
+    );
+
+    // One that selects arm64 only lands on (and only shrinks) the arm64 type.
+    let arm_ds = ds.node_selector(ARCH, "arm64");
+    let inp = SchedulingInput {
+        pods: vec![pod("a", 3500, GI)],
+        node_pools: vec![pool("default")],
+        daemonset_pods: vec![arm_ds],
+        ..SchedulingInput::default()
+    };
+    let claim = &solve(&inp).new_claims[0];
+    assert_eq!(
+        claim.instance_type_options,
+        vec!["c4", "c8", "c16"],
+        "a4 no longer fits 3.5 CPU"
+    );
+}
+
+#[test]
+fn pods_resource_limits_pods_per_node() {
+    let tiny = Arc::from(vec![instance_type("tiny", 4, 8, 2, "amd64", 0.1)]);
+    let pods = (0..3)
+        .map(|i| pod(&format!("p{i}"), 100, 1 << 20))
+        .collect();
+    let result = solve(&input(pods, vec![NodePoolView::new("default", tiny)]));
+    let mut sizes: Vec<usize> = result.new_claims.iter().map(|c| c.pods.len()).collect();
+    sizes.sort_unstable();
+    assert_eq!(sizes, vec![1, 2]);
+}
+
+#[test]
+fn limits_stop_new_claims() {
+    let mut p = NodePoolView::new(
+        "default",
+        Arc::from(vec![instance_type("c4", 4, 8, 40, "amd64", 0.4)]),
+    );
+    p.limits = Some(ResourceLimits::default().with("cpu", 4000));
+    p.remaining = p.limits.clone();
+    let result = solve(&input(
+        vec![pod("a", 3000, GI), pod("b", 3000, GI)],
+        vec![p],
+    ));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(
+        result.unschedulable,
+        vec![(1, "nodepool default limit cpu exceeded".to_owned())]
+    );
+}
+
+#[test]
+fn limits_exclude_types_that_would_exceed_them() {
+    let mut p = pool("default");
+    p.remaining = Some(ResourceLimits::default().with("cpu", 4000));
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![p]));
+    assert_eq!(
+        result.new_claims[0].instance_type_options,
+        vec!["c1", "c2", "a4", "c4"]
+    );
+}
+
+#[test]
+fn heavier_pools_are_tried_first() {
+    let mut expensive = NodePoolView::new(
+        "expensive",
+        Arc::from(vec![instance_type("x4", 4, 8, 40, "amd64", 9.0)]),
+    );
+    expensive.weight = 10;
+    let result = solve(&input(
+        vec![pod("a", 500, GI)],
+        vec![pool("cheap"), expensive.clone()],
+    ));
+    assert_eq!(result.new_claims[0].node_pool, "expensive");
+    // When the heavier pool cannot take the pod, the next one does.
+    let result = solve(&input(
+        vec![pod("a", 6000, GI)],
+        vec![pool("cheap"), expensive],
+    ));
+    assert_eq!(result.new_claims[0].node_pool, "cheap");
+    assert_eq!(result.new_claims[0].cheapest_offering.instance_type, "c8");
+}
+
+#[test]
+fn unschedulable_reason_names_requests_and_largest_type() {
+    let result = solve(&input(
+        vec![pod("huge", 64_000, 1 << 40)],
+        vec![pool("default")],
+    ));
+    let (p, reason) = &result.unschedulable[0];
+    assert_eq!(*p, 0);
+    assert!(
+        reason.starts_with(
+            "incompatible with nodepool default: no instance type satisfies cpu=64, memory=1Ti with nodepool default (largest: c16"
+        ),
+        "{reason}"
+    );
+}
+
+#[test]
+fn zonal_spread_balances_within_max_skew() {
+    let pods = (0..9)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 1000, GI).label("app", "web");
+            p.topology_spread.push(spread(ZONE, &[("app", "web")]));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for claim in &result.new_claims {
+        *per_zone.entry(zone_of(claim)).or_default() += claim.pods.len();
+    }
+    assert_eq!(
+        per_zone,
+        BTreeMap::from([("zone-1", 3), ("zone-2", 3), ("zone-3", 3)])
+    );
+}
+
+#[test]
+fn zonal_spread_respects_a_pool_restricted_to_two_zones() {
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::in_(ZONE, ["zone-1", "zone-2"]));
+    let pods = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 1000, GI).label("app", "web");
+            p.topology_spread.push(spread(ZONE, &[("app", "web")]));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![p]));
+    let zones: Vec<&str> = result.new_claims.iter().map(zone_of).collect();
+    assert_eq!(zones, vec!["zone-1", "zone-2"]);
+    assert!(result.new_claims.iter().all(|c| c.pods.len() == 2));
+}
+
+#[test]
+fn hostname_spread_puts_pods_on_separate_nodes() {
+    let pods = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 100, GI).label("app", "web");
+            p.topology_spread.push(spread(HOSTNAME, &[("app", "web")]));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 4);
+    assert!(result.new_claims.iter().all(|c| c.pods.len() == 1));
+    assert!(
+        result
+            .new_claims
+            .iter()
+            .all(|c| c.cheapest_offering.instance_type == "c1")
+    );
+}
+
+#[test]
+fn hostname_anti_affinity_separates_and_others_still_pack() {
+    let mut pods: Vec<Pod> = (0..3)
+        .map(|i| {
+            let mut p = pod(&format!("web{i}"), 500, GI).label("app", "web");
+            p.pod_anti_affinity
+                .push(affinity_term(HOSTNAME, &[("app", "web")]));
+            p
+        })
+        .collect();
+    pods.push(pod("other", 100, 1 << 20));
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 3);
+    let webs: Vec<usize> = result
+        .new_claims
+        .iter()
+        .map(|c| c.pods.iter().filter(|&&p| p < 3).count())
+        .collect();
+    assert_eq!(webs, vec![1, 1, 1]);
+    assert_eq!(
+        result
+            .new_claims
+            .iter()
+            .map(|c| c.pods.len())
+            .sum::<usize>(),
+        4
+    );
+}
+
+#[test]
+fn anti_affinity_of_running_pods_repels_matching_pods() {
+    let mut guard = pod("guard", 100, GI);
+    guard
+        .pod_anti_affinity
+        .push(affinity_term(HOSTNAME, &[("app", "web")]));
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([
+            (HOSTNAME.to_owned(), "node-1".to_owned()),
+            (ZONE.to_owned(), "zone-1".to_owned()),
+        ]),
+        allocatable: Resources::new(8000, 16 * GI, 100),
+        used: Resources::new(100, GI, 1),
+        pods: vec![guard],
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let inp = SchedulingInput {
+        pods: vec![
+            pod("web", 100, GI).label("app", "web"),
+            pod("db", 100, GI).label("app", "db"),
+        ],
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert_eq!(
+        result.existing_placements,
+        vec![(1, Target::Node("node-1".into()))]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![0]);
+}
+
+#[test]
+fn zonal_self_affinity_co_locates() {
+    // Each pod needs its own 16 CPU node, yet all must share a zone.
+    let pods = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 10_000, GI).label("app", "db");
+            p.pod_affinity.push(affinity_term(ZONE, &[("app", "db")]));
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 4);
+    assert!(
+        result.new_claims.iter().all(|c| zone_of(c) == "zone-1"),
+        "{:?}",
+        result.new_claims
+    );
+}
+
+#[test]
+fn affinity_to_a_pod_placed_later_resolves_on_retry() {
+    // The follower sorts first (bigger) but can only go where the leader is.
+    let mut follower = pod("follower", 2000, GI);
+    follower
+        .pod_affinity
+        .push(affinity_term(HOSTNAME, &[("app", "leader")]));
+    let leader = pod("leader", 500, GI).label("app", "leader");
+    let result = solve(&input(vec![follower, leader], vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![1, 0]);
+}
+
+#[test]
+fn unsatisfiable_affinity_is_reported() {
+    let mut lonely = pod("lonely", 500, GI);
+    lonely
+        .pod_affinity
+        .push(affinity_term(HOSTNAME, &[("app", "ghost")]));
+    let result = solve(&input(vec![lonely], vec![pool("default")]));
+    assert_eq!(result.unschedulable.len(), 1);
+    assert!(
+        result.unschedulable[0]
+            .1
+            .contains("pod affinity on kubernetes.io/hostname"),
+        "{}",
+        result.unschedulable[0].1
+    );
+}
+
+#[test]
+fn preferred_node_affinity_is_honoured_when_possible_and_relaxed_when_not() {
+    let mut p = pod("p", 500, GI);
+    p.preferred_node_affinity.push(PreferredTerm {
+        weight: 10,
+        requirements: Requirements::new().with(Requirement::in_(ZONE, ["zone-2"])),
+    });
+    let result = solve(&input(vec![p], vec![pool("default")]));
+    assert_eq!(zone_of(&result.new_claims[0]), "zone-2");
+
+    let mut p = pod("p", 500, GI);
+    p.preferred_node_affinity.push(PreferredTerm {
+        weight: 10,
+        requirements: Requirements::new().with(Requirement::in_(ARCH, ["s390x"])),
+    });
+    let result = solve(&input(vec![p], vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].cheapest_offering.instance_type, "c1");
+}
+
+#[test]
+fn preferred_pod_anti_affinity_is_relaxed_when_impossible() {
+    // Only one node may exist (nodes limit), so the second web pod gives up its preference.
+    let mut p = pool("default");
+    p.remaining = Some(ResourceLimits::default().with("nodes", 1));
+    let pods = (0..2)
+        .map(|i| {
+            let mut p = pod(&format!("web{i}"), 500, GI).label("app", "web");
+            p.preferred_pod_anti_affinity.push(WeightedPodAffinityTerm {
+                weight: 100,
+                term: affinity_term(HOSTNAME, &[("app", "web")]),
+            });
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![p]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods.len(), 2);
+}
+
+#[test]
+fn schedule_anyway_spread_is_relaxed() {
+    let mut p = pool("default");
+    p.remaining = Some(ResourceLimits::default().with("nodes", 1));
+    let pods = (0..2)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 500, GI).label("app", "web");
+            let mut c = spread(HOSTNAME, &[("app", "web")]);
+            c.when_unsatisfiable = WhenUnsatisfiable::ScheduleAnyway;
+            p.topology_spread.push(c);
+            p
+        })
+        .collect();
+    let result = solve(&input(pods, vec![p]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims[0].pods.len(), 2);
+}
+
+#[test]
+fn existing_capacity_is_used_first() {
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([(HOSTNAME.to_owned(), "node-1".to_owned())]),
+        allocatable: Resources::new(2000, 4 * GI, 10),
+        used: Resources::new(500, GI, 2),
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let claim = InflightClaim {
+        name: "claim-1".into(),
+        requirements: Requirements::new().with(Requirement::in_(ARCH, ["amd64"])),
+        allocatable: Resources::new(4000, 8 * GI, 40),
+        ..InflightClaim::default()
+    };
+    let pods = vec![
+        pod("a", 1000, GI),
+        pod("b", 1000, GI),
+        pod("c", 3000, GI),
+        pod("d", 3000, GI),
+    ];
+    let inp = SchedulingInput {
+        pods,
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        inflight_claims: vec![claim],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    // c (3 CPU) does not fit node-1 (1.5 free) and goes to claim-1; a fits node-1 (0.5 left);
+    // b then goes to claim-1 (1 left); d needs a new claim.
+    assert_eq!(
+        result.existing_placements,
+        vec![
+            (2, Target::Claim("claim-1".into())),
+            (0, Target::Node("node-1".into())),
+            (1, Target::Claim("claim-1".into())),
+        ]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![3]);
+}
+
+#[test]
+fn existing_nodes_only_take_pods_whose_requirements_their_labels_meet() {
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([(ARCH.to_owned(), "amd64".to_owned())]),
+        allocatable: Resources::new(8000, 16 * GI, 10),
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let inp = SchedulingInput {
+        pods: vec![
+            pod("arm", 100, GI).node_selector(ARCH, "arm64"),
+            pod("zonal", 100, GI).node_selector(ZONE, "zone-1"),
+        ],
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert!(
+        result.existing_placements.is_empty(),
+        "{:?}",
+        result.existing_placements
+    );
+    // Both fit one new claim: arm64 in zone-1.
+    let [claim] = result.new_claims.as_slice() else {
+        panic!("{:?}", result.new_claims)
+    };
+    assert_eq!(claim.instance_type_options, vec!["a4"]);
+    assert_eq!(zone_of(claim), "zone-1");
+}
+
+#[test]
+fn min_values_keeps_enough_instance_types() {
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::exists(INSTANCE_TYPE).with_min_values(Some(3)));
+    let mut inp = input(vec![pod("a", 500, GI)], vec![p.clone()]);
+    inp.options.max_instance_types = 1;
+    let claim = &solve(&inp).new_claims[0];
+    assert_eq!(
+        claim.instance_type_options,
+        vec!["c1", "c2", "a4"],
+        "extended past N for minValues"
+    );
+    assert_eq!(
+        claim
+            .requirements
+            .get(INSTANCE_TYPE)
+            .and_then(Requirement::min_values),
+        Some(3)
+    );
+
+    // A pod that leaves only two types (>= 8 CPU) cannot honour minValues 3.
+    let result = solve(&input(vec![pod("big", 6000, GI)], vec![p]));
+    assert_eq!(result.new_claims.len(), 0);
+    assert!(
+        result.unschedulable[0]
+            .1
+            .contains("minValues 3 for node.kubernetes.io/instance-type not met"),
+        "{}",
+        result.unschedulable[0].1
+    );
+}
+
+#[test]
+fn zones_without_offerings_are_excluded() {
+    let mut types = catalog().to_vec();
+    for it in &mut types {
+        for o in &mut it.offerings {
+            o.available = o.zone != "zone-3";
+        }
+    }
+    let pods = vec![pod("p", 500, GI).node_selector(ZONE, "zone-3")];
+    let result = solve(&input(
+        pods,
+        vec![NodePoolView::new("default", types.into())],
+    ));
+    assert!(result.new_claims.is_empty());
+    assert!(
+        result.unschedulable[0].1.contains("available offering"),
+        "{}",
+        result.unschedulable[0].1
+    );
+}
+
+#[test]
+fn solving_is_deterministic() {
+    let pods: Vec<Pod> = (0..60)
+        .map(|i| {
+            let mut p = pod(
+                &format!("p{i}"),
+                100 + (i % 7) * 250,
+                (1 + i % 5) * (256 << 20),
+            )
+            .label("app", ["a", "b", "c"][i as usize % 3]);
+            match i % 4 {
+                0 => p.topology_spread.push(spread(ZONE, &[("app", "a")])),
+                1 => p
+                    .pod_anti_affinity
+                    .push(affinity_term(HOSTNAME, &[("app", "b")])),
+                2 => p.pod_affinity.push(affinity_term(ZONE, &[("app", "c")])),
+                _ => {}
+            }
+            p
+        })
+        .collect();
+    let inp = input(pods, vec![pool("default")]);
+    let first = solve(&inp);
+    assert_eq!(first, solve(&inp));
+    let placed: usize = first.new_claims.iter().map(|c| c.pods.len()).sum();
+    assert_eq!(placed + first.unschedulable.len(), 60);
+}
