@@ -39,6 +39,8 @@ pub struct Options {
     /// `$CAPSTAN_TEST_RUN_DIR` or `<tmp>/capstan-test-cp`. A directory left by an earlier run is
     /// cleaned (its processes stopped) first.
     pub dir: Option<PathBuf>,
+    /// Extra arguments for `capstan-cp supervise` (e.g. `--simulate-busy-port`).
+    pub extra_args: Vec<String>,
 }
 
 impl Default for Options {
@@ -49,6 +51,7 @@ impl Default for Options {
             kwok: true,
             start_timeout: Duration::from_secs(180),
             dir: None,
+            extra_args: Vec::new(),
         }
     }
 }
@@ -215,6 +218,7 @@ impl ControlPlane {
         if !options.kwok {
             cmd.arg("--no-kwok");
         }
+        cmd.args(&options.extra_args);
         cmd.stdin(Stdio::piped()).stdout(log).stderr(log2);
         let started = Instant::now();
         let mut child = cmd.spawn().map_err(|e| {

@@ -48,8 +48,14 @@ async fn configmap_create_get_watch() -> Result<()> {
         .metadata
         .resource_version
         .context("list has a resourceVersion")?;
+    // Only our object: the controller manager adds kube-root-ca.crt to new namespaces too.
     let mut events = cms
-        .watch(&WatchParams::default().timeout(60), &rv)
+        .watch(
+            &WatchParams::default()
+                .fields("metadata.name=proof")
+                .timeout(60),
+            &rv,
+        )
         .await?
         .boxed();
 
@@ -679,5 +685,60 @@ async fn stale_control_plane_in_the_same_dir_is_replaced() -> Result<()> {
         .await?;
     cp.stop()?;
     let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
+
+#[tokio::test]
+async fn busy_port_is_retried() -> Result<()> {
+    init_tracing();
+    let cp = ControlPlane::start(Options {
+        extra_args: vec!["--simulate-busy-port".into()],
+        ..Options::api_server_only()
+    })
+    .await?;
+    let client = cp.client()?;
+    Api::<ConfigMap>::namespaced(client, "default")
+        .list(&ListParams::default())
+        .await?;
+    let log = std::fs::read_to_string(cp.dir().join("supervisor.log"))?;
+    assert!(log.contains("retrying with new ports"), "{log}");
+    assert!(
+        std::fs::read_to_string(cp.dir().join("logs/kube-apiserver.log"))?
+            .contains("address already in use"),
+        "first attempt should have failed on the busy port"
+    );
+    cp.stop()?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn killed_supervisor_takes_its_components_with_it() -> Result<()> {
+    init_tracing();
+    let cp = ControlPlane::start(Options {
+        scheduler: false,
+        controller_manager: false,
+        ..Options::default()
+    })
+    .await?;
+    let pids = cp.pids();
+    let names: Vec<&str> = pids.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(names, ["supervisor", "etcd", "kube-apiserver", "kwok"]);
+    let supervisor = pids[0].1;
+    let status = std::process::Command::new("kill")
+        .args(["-KILL", &supervisor.to_string()])
+        .status()?;
+    ensure!(status.success());
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.contains(") Z"))
+            .unwrap_or(true)
+    };
+    wait_until(Duration::from_secs(10), "components gone", || async {
+        let left: Vec<_> = pids.iter().filter(|(_, p)| !gone(*p)).collect();
+        Ok::<_, String>(left.is_empty().then_some(()))
+    })
+    .await?;
+    assert!(cp.health().is_err());
+    cp.stop()?;
     Ok(())
 }

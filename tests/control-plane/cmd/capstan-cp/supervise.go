@@ -45,6 +45,9 @@ type options struct {
 	noKwok       bool
 	watchStdin   bool
 	startTimeout time.Duration
+	// simulateBusyPort makes the first start attempt find the API server's port taken
+	// (exercises the retry path in tests).
+	simulateBusyPort bool
 }
 
 func parseOptions(name string, args []string) (*options, error) {
@@ -57,6 +60,7 @@ func parseOptions(name string, args []string) (*options, error) {
 	fs.BoolVar(&o.noKwok, "no-kwok", false, "do not run kwok")
 	fs.BoolVar(&o.watchStdin, "watch-stdin", false, "stop everything when standard input closes (the parent died)")
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long to wait for everything to become ready")
+	fs.BoolVar(&o.simulateBusyPort, "simulate-busy-port", false, "testing: occupy the API server's port during the first start attempt")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -122,6 +126,7 @@ type cluster struct {
 	children []*child
 	died     chan *child
 	ports    map[string]int
+	attempt  int
 }
 
 func freePort() (int, error) {
@@ -177,13 +182,29 @@ func (c *cluster) start(name, bin string, args []string, env []string) (*child, 
 	go func() {
 		ch.err = cmd.Wait()
 		f.Close()
-		close(ch.done)
-		select {
-		case c.died <- ch:
-		default:
+		// Report only unexpected deaths: stopAll removes children before signalling them.
+		// (Sent before done is closed, so a stopAll that returned has seen every report.)
+		if c.current(ch) {
+			select {
+			case c.died <- ch:
+			default:
+			}
 		}
+		close(ch.done)
 	}()
 	return ch, nil
+}
+
+// current reports whether ch belongs to the running set (not stopped on purpose).
+func (c *cluster) current(ch *child) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, other := range c.children {
+		if other == ch {
+			return true
+		}
+	}
+	return false
 }
 
 // stopAll stops children in reverse start order: SIGTERM, then SIGKILL after a grace period.
@@ -272,6 +293,13 @@ func (c *cluster) startAll(ctx context.Context) error {
 		ports[n] = p
 	}
 	c.ports = ports
+	if c.o.simulateBusyPort && c.attempt == 1 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ports["apiserver"]))
+		if err == nil {
+			logf("simulating a busy port: holding %d", ports["apiserver"])
+			defer l.Close()
+		}
+	}
 	server := fmt.Sprintf("https://127.0.0.1:%d", ports["apiserver"])
 	// Kubeconfigs (one identity per component).
 	kcs := []struct {
@@ -512,11 +540,16 @@ func supervise(args []string) int {
 
 	started := time.Now()
 	for attempt := 1; ; attempt++ {
+		c.attempt = attempt
 		err = c.startAll(ctx)
 		if err == nil {
 			break
 		}
 		c.stopAll(3 * time.Second)
+		// Deaths during a failed attempt were handled by that attempt.
+		for len(c.died) > 0 {
+			<-c.died
+		}
 		if errors.Is(err, errPortInUse) && attempt < maxAttempts && ctx.Err() == nil {
 			logf("attempt %d: %v; retrying with new ports", attempt, err)
 			continue
@@ -532,23 +565,29 @@ func supervise(args []string) int {
 	}
 	logf("control plane ready in %.2fs; KUBECONFIG=%s", time.Since(started).Seconds(), filepath.Join(o.dir, "kubeconfig"))
 
-	select {
-	case why := <-stop:
-		logf("stopping: %s", why)
-		_ = os.Remove(filepath.Join(o.dir, "ready"))
-		c.stopAll(5 * time.Second)
-		// etcd data is never reused (each start begins empty); free the disk now.
-		_ = os.RemoveAll(filepath.Join(o.dir, "etcd"))
-		logf("stopped")
-		return 0
-	case ch := <-c.died:
-		_ = os.Remove(filepath.Join(o.dir, "ready"))
-		err := childDiedError(ch)
-		c.stopAll(5 * time.Second)
-		fail(o.dir, err)
-		_ = os.RemoveAll(filepath.Join(o.dir, "etcd"))
-		return 1
+	var dead *child
+	for dead == nil {
+		select {
+		case why := <-stop:
+			logf("stopping: %s", why)
+			_ = os.Remove(filepath.Join(o.dir, "ready"))
+			c.stopAll(5 * time.Second)
+			// etcd data is never reused (each start begins empty); free the disk now.
+			_ = os.RemoveAll(filepath.Join(o.dir, "etcd"))
+			logf("stopped")
+			return 0
+		case ch := <-c.died:
+			if c.current(ch) {
+				dead = ch
+			}
+		}
 	}
+	_ = os.Remove(filepath.Join(o.dir, "ready"))
+	err = childDiedError(dead)
+	c.stopAll(5 * time.Second)
+	fail(o.dir, err)
+	_ = os.RemoveAll(filepath.Join(o.dir, "etcd"))
+	return 1
 }
 
 func fail(dir string, err error) {

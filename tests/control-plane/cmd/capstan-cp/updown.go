@@ -25,6 +25,9 @@ func (o *options) superviseArgs() []string {
 	if o.noKwok {
 		args = append(args, "--no-kwok")
 	}
+	if o.simulateBusyPort {
+		args = append(args, "--simulate-busy-port")
+	}
 	return args
 }
 
