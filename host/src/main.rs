@@ -3,6 +3,7 @@
 //! - `capstan provider inspect FILE`: what a component is (WIT package and version, exports,
 //!   imports, size, sha256) and whether this host can run it.
 //! - `capstan provider test FILE`: the conformance kit.
+//! - `capstan run --provider NAME=FILE --grants NAME=FILE`: the controllers.
 
 use std::fs;
 use std::io::Read;
@@ -49,6 +50,8 @@ enum Command {
     /// Work with provider components.
     #[command(subcommand)]
     Provider(ProviderCommand),
+    /// Run the controllers (NodeClaim lifecycle, garbage collection, status).
+    Run(RunArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -114,6 +117,129 @@ struct TestArgs {
     json: bool,
 }
 
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// A provider: `NAME=FILE.wasm` (repeatable).
+    #[arg(long = "provider", required = true)]
+    providers: Vec<String>,
+    /// A provider's grants: `NAME=FILE` (YAML or JSON; repeatable).
+    #[arg(long = "grants")]
+    grants: Vec<String>,
+    /// Kubeconfig of the workload cluster (default: in-cluster or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of the management cluster (Cluster API providers).
+    #[arg(long)]
+    management_kubeconfig: Option<PathBuf>,
+    /// Delete a NodeClaim not launched this long after creation.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    launch_timeout: Duration,
+    /// Delete a NodeClaim whose Node has not registered this long after launch.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    registration_timeout: Duration,
+    /// How often garbage collection runs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    gc_interval: Duration,
+    /// Leaked instances younger than this are left alone.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    gc_grace: Duration,
+    /// Manage only NodeClaims, NodePools and NodeClasses with these labels (`k=v,...`).
+    #[arg(long)]
+    selector: Option<String>,
+    /// Directory for compiled components (default: ~/.cache/capstan/components).
+    #[arg(long)]
+    cache_dir: Option<PathBuf>,
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    capstan::api::duration::parse(text).map_err(|err| err.to_string())
+}
+
+fn split_pair<'a>(flag: &str, value: &'a str) -> Result<(&'a str, &'a str)> {
+    value
+        .split_once('=')
+        .filter(|(name, path)| !name.is_empty() && !path.is_empty())
+        .with_context(|| format!("--{flag} {value:?}: expected NAME=FILE"))
+}
+
+fn run(args: RunArgs) -> Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> Result<ExitCode> {
+    let workload = match &args.kubeconfig {
+        Some(path) => client(path).await?,
+        None => kube::Client::try_default()
+            .await
+            .context("cannot create the Kubernetes client")?,
+    };
+    let management = match &args.management_kubeconfig {
+        Some(path) => Some(client(path).await?),
+        None => None,
+    };
+    let mut grants_by_name = std::collections::HashMap::new();
+    for flag in &args.grants {
+        let (name, path) = split_pair("grants", flag)?;
+        let text = fs::read_to_string(path).with_context(|| format!("cannot read {path}"))?;
+        let grants = grants_parse::from_text(&text).with_context(|| path.to_owned())?;
+        grants_by_name.insert(name.to_owned(), grants);
+    }
+    let mut builder = Runtime::builder();
+    let cache = args.cache_dir.clone().or_else(|| {
+        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache/capstan/components"))
+    });
+    if let Some(dir) = cache {
+        fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+        let handle = Dir::open_ambient_dir(&dir, ambient_authority())
+            .with_context(|| format!("cannot open cache directory {}", dir.display()))?;
+        builder = builder.cache_dir(handle);
+    }
+    let runtime = Arc::new(builder.build()?);
+    let registry = Arc::new(capstan::provider::Registry::new());
+    for flag in &args.providers {
+        let (name, path) = split_pair("provider", flag)?;
+        let source = capstan::provider::ProviderSource {
+            name: name.to_owned(),
+            bytes: read_component(Path::new(path), DEFAULT_MAX_COMPONENT_SIZE)?,
+            grants: grants_by_name.remove(name).unwrap_or_else(Grants::none),
+            limits: Limits::default(),
+        };
+        let (loader, workload, management) =
+            (Arc::clone(&runtime), workload.clone(), management.clone());
+        let provider = tokio::task::spawn_blocking(move || {
+            capstan::provider::load(&loader, source, Some(workload), management)
+        })
+        .await
+        .context("the loader task failed")??;
+        registry.insert(name, provider);
+    }
+    if let Some(name) = grants_by_name.keys().next() {
+        bail!("--grants {name}=...: no --provider {name}");
+    }
+    let config = capstan::controllers::Config {
+        client: workload,
+        registry,
+        settings: capstan::controllers::Settings {
+            launch_timeout: args.launch_timeout,
+            registration_timeout: args.registration_timeout,
+            gc_interval: args.gc_interval,
+            gc_grace: args.gc_grace,
+            selector: args.selector,
+            ..capstan::controllers::Settings::default()
+        },
+    };
+    tokio::select! {
+        result = capstan::controllers::run(config) => result?,
+        signal = tokio::signal::ctrl_c() => signal.context("cannot wait for a signal")?,
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     if let Err(err) = init_tracing(cli.log_format, &cli.log_level) {
@@ -123,6 +249,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Provider(ProviderCommand::Inspect(args)) => inspect(&args),
         Command::Provider(ProviderCommand::Test(args)) => test(args),
+        Command::Run(args) => run(args),
     };
     match result {
         Ok(code) => code,
@@ -314,10 +441,11 @@ async fn test_async(args: TestArgs) -> Result<ExitCode> {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         println!(
-            "{} ({}, sha256 {})",
+            "{} ({}, sha256 {}, {} allocator)",
             args.file.display(),
             provider.export().interface,
-            provider.sha256()
+            provider.sha256(),
+            runtime.engine().allocator()
         );
         println!("{report}");
     }

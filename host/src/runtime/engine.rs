@@ -156,7 +156,7 @@ impl EngineBuilder {
             },
         };
         start_epoch_ticker(engine.weak(), self.epoch_tick)?;
-        tracing::debug!(%allocator, tick = ?self.epoch_tick, "wasm engine ready");
+        tracing::info!(%allocator, tick = ?self.epoch_tick, "wasm engine ready");
         Ok(CapstanEngine {
             engine,
             allocator,
@@ -295,6 +295,30 @@ mod tests {
     fn auto_prefers_pooling_on_64_bit() {
         let engine = CapstanEngine::builder().max_instances(8).build().unwrap();
         assert_eq!(engine.allocator(), Allocator::Pooling);
+    }
+
+    #[test]
+    fn falls_back_to_on_demand_when_the_pool_cannot_be_reserved() {
+        // 200,000 memory slots of several GiB each is far beyond a 47-bit address space.
+        let engine = CapstanEngine::builder()
+            .max_instances(100_000)
+            .build()
+            .unwrap();
+        assert_eq!(engine.allocator(), Allocator::OnDemand);
+        let forced = CapstanEngine::builder()
+            .allocator(AllocatorChoice::Pooling)
+            .max_instances(100_000)
+            .build();
+        assert!(
+            matches!(
+                forced,
+                Err(EngineError::Create {
+                    allocator: Allocator::Pooling,
+                    ..
+                })
+            ),
+            "{forced:?}"
+        );
     }
 
     #[test]

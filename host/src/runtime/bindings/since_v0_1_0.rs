@@ -15,6 +15,7 @@ wasmtime::component::bindgen!({
     world: "cloud-provider-world",
     imports: { default: async },
     exports: { default: async },
+    additional_derives: [PartialEq],
 });
 
 use self::capstan::provider::{host, kube, types};
