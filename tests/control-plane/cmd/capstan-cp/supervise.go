@@ -545,6 +545,8 @@ func supervise(args []string) int {
 		if err == nil {
 			break
 		}
+		// The report shows every log as it was at the failure, before stopping the rest.
+		report := failureReport(o.dir, err)
 		c.stopAll(3 * time.Second)
 		// Deaths during a failed attempt were handled by that attempt.
 		for len(c.died) > 0 {
@@ -554,7 +556,7 @@ func supervise(args []string) int {
 			logf("attempt %d: %v; retrying with new ports", attempt, err)
 			continue
 		}
-		fail(o.dir, err)
+		writeFailure(o.dir, report)
 		return 1
 	}
 	ready := fmt.Sprintf("kubeconfig=%s\nserver=https://127.0.0.1:%d\nsupervisor_pid=%d\nstartup_seconds=%.2f\n",
@@ -583,23 +585,27 @@ func supervise(args []string) int {
 		}
 	}
 	_ = os.Remove(filepath.Join(o.dir, "ready"))
-	err = childDiedError(dead)
+	report := failureReport(o.dir, childDiedError(dead))
 	c.stopAll(5 * time.Second)
-	fail(o.dir, err)
+	writeFailure(o.dir, report)
 	_ = os.RemoveAll(filepath.Join(o.dir, "etcd"))
 	return 1
 }
 
-func fail(dir string, err error) {
+// failureReport describes a failure with the tail of every component log.
+func failureReport(dir string, err error) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "control plane failed: %v\n", err)
-	// Show the tail of every component log, not only the one that failed.
 	logs, _ := filepath.Glob(filepath.Join(dir, "logs", "*.log"))
 	for _, l := range logs {
 		fmt.Fprintf(&b, "---- last lines of %s ----\n%s\n", l, tailFile(l, 20))
 	}
-	logf("%s", b.String())
-	_ = writeAtomic(filepath.Join(dir, "failed"), b.Bytes())
+	return b.Bytes()
+}
+
+func writeFailure(dir string, report []byte) {
+	logf("%s", report)
+	_ = writeAtomic(filepath.Join(dir, "failed"), report)
 }
 
 func writeAtomic(path string, data []byte) error {
