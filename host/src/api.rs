@@ -12,9 +12,17 @@
 pub mod crds;
 pub mod duration;
 pub mod labels;
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
 pub mod nodeclaim;
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
 pub mod nodeclass;
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
 pub mod nodepool;
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
 pub mod provider;
 pub mod shared;
 

@@ -11,9 +11,15 @@
 //! - [`capability`]: the host side of the imports a provider gets (`kube`, `host`), each checked
 //!   against the provider's [`capability::grants::Grants`].
 //! - [`conformance`]: the conformance kit behind `capstan provider test`.
+//! - [`provider`]: the registry of live providers and the API ↔ WIT conversions.
+//! - [`controllers`]: the NodeClaim lifecycle, garbage collection and status controllers.
+//! - [`metrics`]: Prometheus counters and provider call latency.
 
 pub mod api;
 pub mod capability;
 pub mod conformance;
+pub mod controllers;
+pub mod metrics;
+pub mod provider;
 pub mod runtime;
 pub mod scheduling;

@@ -12,4 +12,5 @@ mod cli;
 mod conformance;
 mod fixtures;
 mod grants;
+mod lifecycle;
 mod runtime_isolation;

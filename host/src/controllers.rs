@@ -1,0 +1,246 @@
+//! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
+//! termination), garbage collection, and the NodeClass and NodePool status controllers.
+//!
+//! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
+//! restart at any point converges. [`run`] starts them all and runs until one stops.
+
+pub mod events;
+pub mod garbage_collection;
+pub mod nodeclaim;
+pub mod nodeclass_status;
+pub mod nodepool_status;
+pub mod resolve;
+pub mod selector;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::Client;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::metrics::{self, Metrics};
+use crate::provider::Registry;
+use crate::provider::convert::ConvertError;
+use crate::runtime::CallError;
+use crate::runtime::provider::describe_provider_error;
+
+pub use self::selector::Selector;
+
+/// Why a controller step failed (the controller retries with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// A provider call failed.
+    #[error("provider call: {0}")]
+    Call(#[from] CallError),
+    /// An object cannot be expressed in the provider contract.
+    #[error(transparent)]
+    Convert(#[from] ConvertError),
+    /// The initial list of a watch failed.
+    #[error("waiting for the node cache: {0}")]
+    Cache(String),
+    /// A controller stopped.
+    #[error("controller {0} stopped")]
+    Stopped(&'static str),
+    /// An object could not be serialized.
+    #[error("serializing: {0}")]
+    Json(#[from] serde_json::Error),
+    /// The selector does not parse.
+    #[error(transparent)]
+    Selector(#[from] selector::SelectorError),
+}
+
+/// Tunables of the controllers.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// A claim not launched this long after creation is deleted. Default 15 min.
+    pub launch_timeout: Duration,
+    /// A launched claim whose Node has not registered this long after launch is deleted.
+    /// Default 15 min.
+    pub registration_timeout: Duration,
+    /// How often garbage collection runs. Default 30 s.
+    pub gc_interval: Duration,
+    /// Instances (and launched claims) younger than this are never garbage-collected. Default 30 s.
+    pub gc_grace: Duration,
+    /// Manage only NodeClaims, NodePools and NodeClasses with these labels (and collect only
+    /// instances with them); none manages everything. Lets several hosts share a cluster (tests).
+    pub selector: Option<String>,
+    /// The reporting controller name on Events.
+    pub reporter: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            launch_timeout: Duration::from_secs(15 * 60),
+            registration_timeout: Duration::from_secs(15 * 60),
+            gc_interval: Duration::from_secs(30),
+            gc_grace: Duration::from_secs(30),
+            selector: None,
+            reporter: "capstan".to_owned(),
+        }
+    }
+}
+
+/// What [`run`] needs.
+#[derive(Clone)]
+pub struct Config {
+    /// The workload cluster.
+    pub client: Client,
+    /// The live providers.
+    pub registry: Arc<Registry>,
+    /// Tunables.
+    pub settings: Settings,
+}
+
+impl std::fmt::Debug for Config {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Config")
+            .field("providers", &self.registry.names())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Shared state of the controllers.
+pub struct Context {
+    /// The workload cluster.
+    pub client: Client,
+    /// The live providers.
+    pub registry: Arc<Registry>,
+    /// Tunables.
+    pub settings: Settings,
+    /// The parsed [`Settings::selector`].
+    pub selector: Selector,
+    /// The Event recorder.
+    pub events: events::Events,
+    /// Every Node of the cluster.
+    pub nodes: Store<Node>,
+    /// Metrics.
+    pub metrics: &'static Metrics,
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .field("providers", &self.registry.names())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// The watcher configuration of managed objects.
+    pub fn watcher_config(&self) -> watcher::Config {
+        match &self.settings.selector {
+            Some(selector) => watcher::Config::default().labels(selector),
+            None => watcher::Config::default(),
+        }
+    }
+
+    /// Counts a failure of `key` and returns the delay before the next attempt (1 s doubling,
+    /// at most 5 min).
+    pub fn backoff(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = failures.entry(key.to_owned()).or_insert(0);
+        *n = n.saturating_add(1);
+        let exp = (*n - 1).min(9);
+        Duration::from_secs(1u64 << exp).min(Duration::from_secs(300))
+    }
+
+    /// How many times in a row `key` failed.
+    pub fn failures(&self, key: &str) -> u32 {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Forgets the failures of `key`.
+    pub fn reset_backoff(&self, key: &str) {
+        self.failures
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(key);
+    }
+
+    /// Records a provider call's latency.
+    pub fn observe_call<T>(
+        &self,
+        provider: &str,
+        function: &str,
+        result: &Result<T, CallError>,
+        started: Instant,
+    ) {
+        let outcome = match result {
+            Ok(_) => "ok".to_owned(),
+            Err(CallError::Provider { error, .. }) => describe_provider_error(error)
+                .split(':')
+                .next()
+                .unwrap_or("error")
+                .to_owned(),
+            Err(_) => "host-error".to_owned(),
+        };
+        self.metrics
+            .provider_call(provider, function, &outcome, started.elapsed());
+    }
+}
+
+/// Now, as a Kubernetes time.
+pub fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+/// Milliseconds from `then` to now (negative if `then` is in the future).
+pub fn millis_since(then: &Time) -> i64 {
+    k8s_openapi::jiff::Timestamp::now().as_millisecond() - then.0.as_millisecond()
+}
+
+/// Starts every controller and runs until one of them stops.
+pub async fn run(config: Config) -> Result<(), ControllerError> {
+    let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
+    let (nodes, writer) = reflector::store::<Node>();
+    let node_stream = reflector::reflector(
+        writer,
+        watcher(
+            kube::Api::<Node>::all(config.client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .for_each(|_| futures::future::ready(()));
+    let node_task = tokio::spawn(node_stream);
+    nodes
+        .wait_until_ready()
+        .await
+        .map_err(|err| ControllerError::Cache(err.to_string()))?;
+    let ctx = Arc::new(Context {
+        events: events::Events::new(config.client.clone(), &config.settings.reporter),
+        client: config.client,
+        registry: config.registry,
+        settings: config.settings,
+        selector,
+        nodes,
+        metrics: metrics::global(),
+        failures: Mutex::new(HashMap::new()),
+    });
+    tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");
+    let result = tokio::select! {
+        () = nodeclaim::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclaim")),
+        () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
+        () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
+        () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
+    };
+    node_task.abort();
+    result
+}

@@ -1,0 +1,79 @@
+//! Kubernetes Events for every transition and failure, through kube-rs's `Recorder` (which
+//! aggregates repeats into series). Failing to record an Event is logged, never fatal.
+
+use kube::Client;
+use kube::Resource;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+
+/// The Event recorder of the controllers.
+#[derive(Clone)]
+pub struct Events {
+    recorder: Recorder,
+}
+
+impl std::fmt::Debug for Events {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Events").finish_non_exhaustive()
+    }
+}
+
+impl Events {
+    /// A recorder reporting as `controller`.
+    pub fn new(client: Client, controller: &str) -> Self {
+        let reporter = Reporter {
+            controller: controller.to_owned(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Self {
+            recorder: Recorder::new(client, reporter),
+        }
+    }
+
+    /// A `Normal` Event about `object`.
+    pub async fn normal<K>(&self, object: &K, reason: &str, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(object, EventType::Normal, reason, note.into())
+            .await;
+    }
+
+    /// A `Warning` Event about `object`.
+    pub async fn warning<K>(&self, object: &K, reason: &str, note: impl Into<String>)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish(object, EventType::Warning, reason, note.into())
+            .await;
+    }
+
+    async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, mut note: String)
+    where
+        K: Resource<DynamicType = ()>,
+    {
+        let reference = object.object_ref(&());
+        let name = reference.name.clone().unwrap_or_default();
+        let kind = reference.kind.clone().unwrap_or_default();
+        match type_ {
+            EventType::Normal => tracing::info!(%kind, %name, reason, note = %note, "event"),
+            EventType::Warning => tracing::warn!(%kind, %name, reason, note = %note, "event"),
+        }
+        if note.len() > 1000 {
+            let mut end = 1000;
+            while !note.is_char_boundary(end) {
+                end -= 1;
+            }
+            note.truncate(end);
+        }
+        let event = Event {
+            type_,
+            reason: reason.to_owned(),
+            note: Some(note),
+            action: reason.to_owned(),
+            secondary: None,
+        };
+        if let Err(err) = self.recorder.publish(&event, &reference).await {
+            tracing::debug!(%kind, %name, reason, error = %err, "cannot record event");
+        }
+    }
+}

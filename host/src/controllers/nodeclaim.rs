@@ -1,0 +1,327 @@
+//! The NodeClaim lifecycle controller, in Karpenter's stages: [`liveness`], [`launch`],
+//! [`registration`], [`initialization`] while the claim lives, and [`termination`] behind the
+//! `karpenter.sh/termination` finalizer once it is deleted.
+//!
+//! Each stage reads the claim, acts, and persists what it learned before the next one runs, so
+//! a crash between any two API calls converges on the next reconcile (the provider's `create` is
+//! idempotent by claim name).
+
+pub mod initialization;
+pub mod launch;
+pub mod liveness;
+pub mod registration;
+pub mod termination;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::api::NodeClaim;
+use crate::api::labels::{NODEPOOL, TERMINATION_FINALIZER};
+use crate::api::nodeclaim::conditions::{INITIALIZED, LAUNCHED, READY, REGISTERED};
+use crate::api::shared::{ConditionStatus, find_condition, set_condition};
+use crate::controllers::{Context, ControllerError, now};
+
+/// What a stage tells the reconciler.
+#[derive(Debug)]
+pub enum Step {
+    /// Go on with the next stage.
+    Continue,
+    /// Stop here and come back as the action says.
+    Stop(Action),
+}
+
+/// How often a healthy claim is looked at again anyway.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Runs the controller until it stops.
+pub async fn run(ctx: Arc<Context>) {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let controller = Controller::new(api, ctx.watcher_config());
+    let claims = controller.store();
+    controller
+        .watches(
+            Api::<Node>::all(ctx.client.clone()),
+            watcher::Config::default(),
+            move |node| claims_of_node(&claims, &node),
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "nodeclaim reconcile failed");
+            }
+        })
+        .await;
+}
+
+/// The claims a Node belongs to: by owner reference, else by provider ID.
+fn claims_of_node(claims: &Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeClaim>> {
+    let owners: Vec<ObjectRef<NodeClaim>> = node
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == "NodeClaim" && o.api_version.starts_with("karpenter.sh/"))
+        .map(|o| ObjectRef::new(&o.name))
+        .collect();
+    if !owners.is_empty() {
+        return owners;
+    }
+    let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
+        return Vec::new();
+    };
+    claims
+        .state()
+        .iter()
+        .filter(|c| provider_id(c) == Some(id))
+        .map(|c| ObjectRef::from_obj(c.as_ref()))
+        .collect()
+}
+
+fn error_policy(claim: Arc<NodeClaim>, err: &ControllerError, ctx: Arc<Context>) -> Action {
+    let name = claim.name_any();
+    tracing::warn!(nodeclaim = %name, error = %err, "nodeclaim reconcile failed");
+    Action::requeue(ctx.backoff(&format!("nodeclaim/{name}")))
+}
+
+/// One reconcile of one claim.
+pub async fn reconcile(
+    claim: Arc<NodeClaim>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let finalized = claim
+        .finalizers()
+        .iter()
+        .any(|f| f == TERMINATION_FINALIZER);
+    if claim.metadata.deletion_timestamp.is_some() {
+        if !finalized {
+            return Ok(Action::await_change());
+        }
+        return match termination::finalize(&claim, &ctx).await? {
+            Step::Continue => {
+                let rest: Vec<String> = claim
+                    .finalizers()
+                    .iter()
+                    .filter(|f| *f != TERMINATION_FINALIZER)
+                    .cloned()
+                    .collect();
+                let patch = json!({"metadata": {
+                    "finalizers": rest,
+                    "resourceVersion": claim.resource_version(),
+                }});
+                api.patch(
+                    &claim.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+                ctx.metrics.terminated(&nodepool(&claim));
+                ctx.reset_backoff(&claim.name_any());
+                ctx.events
+                    .normal(claim.as_ref(), "Terminated", "instance and Node are gone")
+                    .await;
+                Ok(Action::await_change())
+            }
+            Step::Stop(action) => Ok(action),
+        };
+    }
+    if !finalized {
+        let mut finalizers = claim.finalizers().to_vec();
+        finalizers.push(TERMINATION_FINALIZER.to_owned());
+        let patch = json!({"metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": claim.resource_version(),
+        }});
+        api.patch(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+    if let Some(node) = nodes_of(&ctx, &claim)
+        .iter()
+        .find(|n| n.metadata.deletion_timestamp.is_some())
+    {
+        // Someone deleted the Node: terminate the claim, which drains and removes it.
+        ctx.events
+            .normal(
+                claim.as_ref(),
+                "Terminating",
+                format!("Node {} is being deleted", node.name_any()),
+            )
+            .await;
+        delete(&ctx, &claim).await?;
+        return Ok(Action::await_change());
+    }
+    let mut claim = (*claim).clone();
+    for stage in [
+        Stage::Liveness,
+        Stage::Launch,
+        Stage::Registration,
+        Stage::Initialization,
+    ] {
+        let step = match stage {
+            Stage::Liveness => liveness::reconcile(&mut claim, &ctx).await?,
+            Stage::Launch => launch::reconcile(&mut claim, &ctx).await?,
+            Stage::Registration => registration::reconcile(&mut claim, &ctx).await?,
+            Stage::Initialization => initialization::reconcile(&mut claim, &ctx).await?,
+        };
+        if let Step::Stop(action) = step {
+            return Ok(action);
+        }
+    }
+    Ok(Action::requeue(RESYNC))
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Stage {
+    Liveness,
+    Launch,
+    Registration,
+    Initialization,
+}
+
+/// The claim's provider ID, if launched.
+pub fn provider_id(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.as_deref())
+        .filter(|id| !id.is_empty())
+}
+
+/// The claim's NodePool (label), or `""`.
+pub fn nodepool(claim: &NodeClaim) -> String {
+    claim.labels().get(NODEPOOL).cloned().unwrap_or_default()
+}
+
+/// Whether condition `type_` is True.
+pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, type_))
+        .is_some_and(|c| c.is_true())
+}
+
+/// Sets a condition (reason and message are always present: upstream Karpenter CRDs require
+/// them) and recomputes the root `Ready`. Returns whether anything changed.
+pub fn set(
+    claim: &mut NodeClaim,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+) -> bool {
+    let generation = claim.metadata.generation;
+    let conditions = &mut claim.status.get_or_insert_with(Default::default).conditions;
+    let mut changed = set_condition(
+        conditions,
+        type_,
+        status,
+        Some(reason),
+        Some(message),
+        generation,
+        now(),
+    );
+    let pending: Vec<String> = [LAUNCHED, REGISTERED, INITIALIZED]
+        .iter()
+        .filter(|t| !find_condition(conditions, t).is_some_and(|c| c.is_true()))
+        .map(|t| {
+            let status = find_condition(conditions, t).map_or("Unknown", |c| match c.status {
+                ConditionStatus::True => "True",
+                ConditionStatus::False => "False",
+                ConditionStatus::Unknown => "Unknown",
+            });
+            format!("{t}={status}")
+        })
+        .collect();
+    changed |= if pending.is_empty() {
+        set_condition(
+            conditions,
+            READY,
+            ConditionStatus::True,
+            Some("Ready"),
+            Some(""),
+            generation,
+            now(),
+        )
+    } else {
+        set_condition(
+            conditions,
+            READY,
+            ConditionStatus::Unknown,
+            Some("UnhealthyDependents"),
+            Some(&pending.join(", ")),
+            generation,
+            now(),
+        )
+    };
+    changed
+}
+
+/// Writes the claim's status (optimistically: a stale claim fails with a conflict and is
+/// retried) and refreshes `claim` from the answer.
+pub async fn persist_status(ctx: &Context, claim: &mut NodeClaim) -> Result<(), ControllerError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let patch = json!({
+        "metadata": { "resourceVersion": claim.resource_version() },
+        "status": claim.status,
+    });
+    *claim = api
+        .patch_status(
+            &claim.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Deletes the claim (this very object: a claim recreated under the same name is left alone).
+pub async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError> {
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            uid: claim.uid(),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(&claim.name_any(), &params).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The Nodes carrying the claim's provider ID.
+pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
+    let Some(id) = provider_id(claim) else {
+        return Vec::new();
+    };
+    ctx.nodes
+        .state()
+        .into_iter()
+        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
+        .collect()
+}
+
+/// An owner reference to the claim.
+pub fn owner_reference(
+    claim: &NodeClaim,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    let mut owner = claim.controller_owner_ref(&())?;
+    owner.controller = None;
+    owner.block_owner_deletion = Some(true);
+    Some(owner)
+}

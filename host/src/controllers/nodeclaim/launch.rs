@@ -1,0 +1,250 @@
+//! Launch: the provider's `create`, and what its answer (or error) means for the claim.
+//!
+//! | provider answer | reaction |
+//! | --- | --- |
+//! | an instance | labels, annotations, provider ID, image ID, capacity, allocatable; `Launched=True` |
+//! | `insufficient-capacity` | Event `InsufficientCapacityError`, delete the claim |
+//! | `node-class-not-ready` | Event `NodeClassNotReady`, delete the claim |
+//! | `create-failed{reason, message}` | `Launched=Unknown` with that reason; retry with backoff |
+//! | `retryable` | retry with backoff; reported once it fails three times in a row |
+//! | anything else | `Launched=Unknown`, reason `LaunchFailed`; retry with backoff |
+
+use std::time::Instant;
+
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::{Step, delete, is_true, nodepool, persist_status, set};
+use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
+use crate::api::nodeclaim::conditions::LAUNCHED;
+use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
+use crate::controllers::resolve::{self, Resolved};
+use crate::controllers::{Context, ControllerError};
+use crate::provider::convert;
+use crate::runtime::CallError;
+use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
+
+/// How often an unresolvable claim is looked at again.
+const UNRESOLVED_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Launches the claim's instance unless it is launched already.
+pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
+    if is_true(claim, LAUNCHED) {
+        return Ok(Step::Continue);
+    }
+    let resolved = match resolve::resolve(ctx, &claim.spec.node_class_ref).await? {
+        Ok(resolved) => resolved,
+        Err(unresolved) => {
+            let message = unresolved.to_string();
+            if set(
+                claim,
+                LAUNCHED,
+                ConditionStatus::Unknown,
+                unresolved.reason(),
+                &message,
+            ) {
+                persist_status(ctx, claim).await?;
+                ctx.events
+                    .warning(claim, unresolved.reason(), message)
+                    .await;
+            }
+            return Ok(Step::Stop(Action::requeue(UNRESOLVED_RETRY)));
+        }
+    };
+    let request = match convert::node_claim_to_wit(claim) {
+        Ok(request) => request,
+        Err(err) => {
+            let message = err.to_string();
+            if set(
+                claim,
+                LAUNCHED,
+                ConditionStatus::False,
+                "InvalidRequirements",
+                &message,
+            ) {
+                persist_status(ctx, claim).await?;
+                ctx.events.warning(claim, "LaunchFailed", message).await;
+                ctx.metrics.failed(&nodepool(claim), "InvalidRequirements");
+            }
+            return Ok(Step::Stop(Action::await_change()));
+        }
+    };
+    let class = convert::node_class_to_wit(&resolved.node_class);
+    let started = Instant::now();
+    let result = resolved.provider.create(&request, &class).await;
+    ctx.observe_call(&resolved.provider_name, "create", &result, started);
+    match result {
+        Ok(created) => launched(claim, ctx, &resolved, &created).await,
+        Err(err) => failed(claim, ctx, err).await,
+    }
+}
+
+async fn launched(
+    claim: &mut NodeClaim,
+    ctx: &Context,
+    resolved: &Resolved,
+    created: &WitClaim,
+) -> Result<Step, ControllerError> {
+    let launched = convert::launched_from_wit(created);
+    let Some(provider_id) = launched.provider_id.clone() else {
+        let err = format!(
+            "provider {} returned no provider ID",
+            resolved.provider_name
+        );
+        return retry(claim, ctx, "LaunchFailed", &err).await;
+    };
+    // Metadata first, then status: a crash in between re-runs create, which finds the same
+    // instance.
+    let mut labels = claim.labels().clone();
+    for r in &claim.spec.requirements {
+        if r.operator == NodeSelectorOperator::In && r.values.len() == 1 && r.key != HOSTNAME {
+            labels.insert(r.key.clone(), r.values[0].clone());
+        }
+    }
+    labels.extend(launched.labels.clone());
+    let mut annotations = claim.annotations().clone();
+    annotations.extend(launched.annotations.clone());
+    if &labels != claim.labels() || &annotations != claim.annotations() {
+        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+        let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});
+        *claim = api
+            .patch(
+                &claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+    }
+    let status = claim.status.get_or_insert_with(Default::default);
+    status.provider_id = Some(provider_id.clone());
+    status.image_id = launched.image_id.clone();
+    status.capacity = launched.capacity.clone();
+    status.allocatable = launched.allocatable.clone();
+    set(claim, LAUNCHED, ConditionStatus::True, "Launched", "");
+    persist_status(ctx, claim).await?;
+    ctx.reset_backoff(&launch_key(claim));
+    ctx.metrics.launched(&nodepool(claim));
+    let instance_type = launched
+        .labels
+        .get(INSTANCE_TYPE)
+        .map_or(String::new(), |t| format!(" ({t})"));
+    ctx.events
+        .normal(
+            claim,
+            "Launched",
+            format!("Launched instance {provider_id}{instance_type}"),
+        )
+        .await;
+    Ok(Step::Continue)
+}
+
+async fn failed(
+    claim: &mut NodeClaim,
+    ctx: &Context,
+    err: CallError,
+) -> Result<Step, ControllerError> {
+    let pool = nodepool(claim);
+    match err.provider_error() {
+        Some(ProviderError::InsufficientCapacity(message)) => {
+            ctx.metrics.failed(&pool, "InsufficientCapacity");
+            ctx.events
+                .warning(
+                    claim,
+                    "InsufficientCapacityError",
+                    format!("NodeClaim {} could not launch: {message}", claim.name_any()),
+                )
+                .await;
+            delete(ctx, claim).await?;
+            Ok(Step::Stop(Action::await_change()))
+        }
+        Some(ProviderError::NodeClassNotReady(message)) => {
+            ctx.metrics.failed(&pool, "NodeClassNotReady");
+            ctx.events
+                .warning(claim, "NodeClassNotReady", message.clone())
+                .await;
+            delete(ctx, claim).await?;
+            Ok(Step::Stop(Action::await_change()))
+        }
+        Some(ProviderError::CreateFailed(failure)) => {
+            let reason = condition_reason(&failure.reason);
+            let message = failure.message.clone();
+            ctx.metrics.failed(&pool, &reason);
+            retry(claim, ctx, &reason, &message).await
+        }
+        Some(ProviderError::Retryable(message)) => {
+            let key = launch_key(claim);
+            let delay = ctx.backoff(&key);
+            if ctx.failures(&key) >= 3 {
+                ctx.metrics.failed(&pool, "LaunchFailed");
+                if set(
+                    claim,
+                    LAUNCHED,
+                    ConditionStatus::Unknown,
+                    "LaunchFailed",
+                    message,
+                ) {
+                    persist_status(ctx, claim).await?;
+                }
+                ctx.events
+                    .warning(claim, "LaunchFailed", format!("retryable: {message}"))
+                    .await;
+            } else {
+                tracing::debug!(nodeclaim = %claim.name_any(), %message, "create: retryable");
+            }
+            Ok(Step::Stop(Action::requeue(delay)))
+        }
+        _ => {
+            ctx.metrics.failed(&pool, "LaunchFailed");
+            retry(claim, ctx, "LaunchFailed", &err.to_string()).await
+        }
+    }
+}
+
+/// `Launched=Unknown` with `reason`, an Event, and a retry with backoff.
+async fn retry(
+    claim: &mut NodeClaim,
+    ctx: &Context,
+    reason: &str,
+    message: &str,
+) -> Result<Step, ControllerError> {
+    let delay = ctx.backoff(&launch_key(claim));
+    if set(claim, LAUNCHED, ConditionStatus::Unknown, reason, message) {
+        persist_status(ctx, claim).await?;
+    }
+    ctx.events
+        .warning(claim, "LaunchFailed", format!("{reason}: {message}"))
+        .await;
+    Ok(Step::Stop(Action::requeue(delay)))
+}
+
+fn launch_key(claim: &NodeClaim) -> String {
+    format!("launch/{}", claim.name_any())
+}
+
+/// A provider's reason as a condition reason (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`).
+pub fn condition_reason(reason: &str) -> String {
+    let cleaned: String = reason
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .take(1024)
+        .collect();
+    match cleaned.chars().next() {
+        Some(c) if c.is_ascii_alphabetic() => cleaned,
+        _ => "CreateFailed".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::condition_reason;
+
+    #[test]
+    fn reasons_are_sanitized() {
+        assert_eq!(condition_reason("NodeNameTaken"), "NodeNameTaken");
+        assert_eq!(condition_reason("quota exceeded!"), "quotaexceeded");
+        assert_eq!(condition_reason("42"), "CreateFailed");
+        assert_eq!(condition_reason(""), "CreateFailed");
+    }
+}

@@ -1,0 +1,155 @@
+//! Registration: find the claim's Node by provider ID and make it the claim's — labels,
+//! annotations, taints and startup taints synced, an owner reference and the termination
+//! finalizer on the Node, the `karpenter.sh/unregistered` taint removed, `karpenter.sh/registered`
+//! set — then `status.nodeName` and `Registered=True`.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
+use kube::api::PostParams;
+use kube::runtime::controller::Action;
+use kube::{Api, ResourceExt};
+
+use super::{Step, is_true, nodepool, nodes_of, owner_reference, persist_status, set};
+use crate::api::labels::{
+    REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
+};
+use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
+use crate::api::{ConditionStatus, NodeClaim, Taint, TaintEffect};
+use crate::controllers::nodepool_status;
+use crate::controllers::{Context, ControllerError};
+
+/// How often a launched claim looks for its Node.
+const LOOK_AGAIN: Duration = Duration::from_secs(5);
+/// Attempts at a Node update that keeps conflicting with other writers.
+const UPDATE_ATTEMPTS: usize = 5;
+
+/// Registers the claim's Node unless it is registered already.
+pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
+    if is_true(claim, REGISTERED) {
+        return Ok(Step::Continue);
+    }
+    if !is_true(claim, LAUNCHED) {
+        return Ok(Step::Stop(Action::await_change()));
+    }
+    let nodes = nodes_of(ctx, claim);
+    let node = match nodes.as_slice() {
+        [node] => node.name_any(),
+        [] => {
+            if set(
+                claim,
+                REGISTERED,
+                ConditionStatus::Unknown,
+                "NodeNotFound",
+                "Node not registered with cluster",
+            ) {
+                persist_status(ctx, claim).await?;
+            }
+            return Ok(Step::Stop(Action::requeue(LOOK_AGAIN)));
+        }
+        many => {
+            let names: Vec<String> = many.iter().map(|n| n.name_any()).collect();
+            let message = format!("multiple Nodes carry the provider ID: {}", names.join(", "));
+            if set(
+                claim,
+                REGISTERED,
+                ConditionStatus::Unknown,
+                "MultipleNodesFound",
+                &message,
+            ) {
+                persist_status(ctx, claim).await?;
+                ctx.events
+                    .warning(claim, "MultipleNodesFound", message)
+                    .await;
+            }
+            return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
+        }
+    };
+    sync_node(ctx, claim, &node).await?;
+    claim.status.get_or_insert_with(Default::default).node_name = Some(node.clone());
+    set(claim, REGISTERED, ConditionStatus::True, "Registered", "");
+    persist_status(ctx, claim).await?;
+    let pool = nodepool(claim);
+    ctx.metrics.registered(&pool);
+    ctx.events
+        .normal(claim, "Registered", format!("Node {node} registered"))
+        .await;
+    if !pool.is_empty() {
+        nodepool_status::set_registration_health(ctx, &pool, true, "").await;
+    }
+    Ok(Step::Continue)
+}
+
+fn same_taint(a: &NodeTaint, b: &Taint) -> bool {
+    a.key == b.key && a.effect == effect(b.effect)
+}
+
+fn effect(effect: TaintEffect) -> String {
+    match effect {
+        TaintEffect::NoSchedule => "NoSchedule",
+        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        TaintEffect::NoExecute => "NoExecute",
+    }
+    .to_owned()
+}
+
+/// The Node taint of a claim taint.
+pub fn node_taint(t: &Taint) -> NodeTaint {
+    NodeTaint {
+        key: t.key.clone(),
+        value: t.value.clone(),
+        effect: effect(t.effect),
+        time_added: None,
+    }
+}
+
+/// Whether `node` carries `taint` (key and effect).
+pub fn has_taint(node: &Node, taint: &Taint) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| same_taint(t, taint)))
+}
+
+async fn sync_node(ctx: &Context, claim: &NodeClaim, name: &str) -> Result<(), ControllerError> {
+    let api: Api<Node> = Api::all(ctx.client.clone());
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let mut node = api.get(name).await?;
+        let before = node.clone();
+        let first_time = node.labels().get(REGISTERED_LABEL).map(String::as_str) != Some("true");
+        let labels = node.labels_mut();
+        labels.extend(claim.labels().clone());
+        labels.insert(REGISTERED_LABEL.to_owned(), "true".to_owned());
+        let mut annotations = claim.annotations().clone();
+        annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
+        node.annotations_mut().extend(annotations);
+        if !node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
+            node.finalizers_mut().push(TERMINATION_FINALIZER.to_owned());
+        }
+        if let Some(owner) = owner_reference(claim)
+            && !node.owner_references().iter().any(|o| o.uid == owner.uid)
+        {
+            node.owner_references_mut().push(owner);
+        }
+        let spec = node.spec.get_or_insert_with(Default::default);
+        let taints = spec.taints.get_or_insert_with(Vec::new);
+        if first_time {
+            for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
+                if !taints.iter().any(|nt| same_taint(nt, t)) {
+                    taints.push(node_taint(t));
+                }
+            }
+        }
+        taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
+        if node == before {
+            return Ok(());
+        }
+        match api.replace(name, &PostParams::default(), &node).await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < UPDATE_ATTEMPTS => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+}

@@ -1,0 +1,121 @@
+//! NodeClass status: `Ready` from the provider's `validate-node-class` (or `ProviderNotFound`
+//! when the NodeClass names a provider that is not loaded).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::shared::set_condition;
+use crate::api::{ConditionStatus, NodeClass, NodeClassStatus};
+use crate::controllers::{Context, ControllerError, now};
+use crate::provider::convert;
+use crate::runtime::types::ProviderError;
+
+/// The condition type.
+pub const READY: &str = "Ready";
+
+/// Runs the controller until it stops.
+pub async fn run(ctx: Arc<Context>) {
+    let api: Api<NodeClass> = Api::all(ctx.client.clone());
+    Controller::new(api, ctx.watcher_config())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "nodeclass reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(class: Arc<NodeClass>, err: &ControllerError, ctx: Arc<Context>) -> Action {
+    tracing::warn!(nodeclass = %class.name_any(), error = %err, "nodeclass reconcile failed");
+    Action::requeue(ctx.backoff(&format!("nodeclass/{}", class.name_any())))
+}
+
+/// What validation says: status, reason, message.
+async fn validate(ctx: &Context, class: &NodeClass) -> (ConditionStatus, &'static str, String) {
+    let name = &class.spec.provider;
+    let Some(provider) = ctx.registry.get(name) else {
+        let loaded = ctx.registry.names();
+        return (
+            ConditionStatus::False,
+            "ProviderNotFound",
+            format!(
+                "provider {name} is not loaded (loaded: {})",
+                loaded.join(", ")
+            ),
+        );
+    };
+    let started = Instant::now();
+    let result = provider
+        .validate_node_class(&convert::node_class_to_wit(class))
+        .await;
+    ctx.observe_call(name, "validate-node-class", &result, started);
+    match result {
+        Ok(()) => (ConditionStatus::True, "Ready", String::new()),
+        Err(err) => match err.provider_error() {
+            Some(ProviderError::Invalid(m)) => {
+                (ConditionStatus::False, "InvalidParameters", m.clone())
+            }
+            Some(ProviderError::NodeClassNotReady(m)) => {
+                (ConditionStatus::False, "NodeClassNotReady", m.clone())
+            }
+            _ => (
+                ConditionStatus::Unknown,
+                "ValidationFailed",
+                err.to_string(),
+            ),
+        },
+    }
+}
+
+/// One reconcile of one NodeClass.
+pub async fn reconcile(
+    class: Arc<NodeClass>,
+    ctx: Arc<Context>,
+) -> Result<Action, ControllerError> {
+    let (status, reason, message) = validate(&ctx, &class).await;
+    let mut next = class.status.clone().unwrap_or_default();
+    let changed = set_condition(
+        &mut next.conditions,
+        READY,
+        status,
+        Some(reason),
+        Some(&message),
+        class.metadata.generation,
+        now(),
+    );
+    if changed {
+        next.last_validated = Some(now());
+        let api: Api<NodeClass> = Api::all(ctx.client.clone());
+        let patch = json!({"metadata": {"resourceVersion": class.resource_version()}, "status": NodeClassStatus { ..next }});
+        api.patch_status(
+            &class.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+        if status == ConditionStatus::True {
+            ctx.events
+                .normal(
+                    class.as_ref(),
+                    "Ready",
+                    "the provider accepted the parameters",
+                )
+                .await;
+        } else {
+            ctx.events.warning(class.as_ref(), reason, message).await;
+        }
+    }
+    ctx.reset_backoff(&format!("nodeclass/{}", class.name_any()));
+    Ok(Action::requeue(if status == ConditionStatus::True {
+        Duration::from_secs(300)
+    } else {
+        Duration::from_secs(15)
+    }))
+}

@@ -1,0 +1,305 @@
+//! NodePool status: `resources` and `nodes` summed over the pool's NodeClaims, and the conditions
+//! `ValidationSucceeded`, `NodeClassReady` and `Ready` (both of them); `NodeRegistrationHealthy` is
+//! set by the NodeClaim liveness and registration stages ([`set_registration_health`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, ResourceExt};
+
+use crate::api::labels::{HOSTNAME, NODEPOOL, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_REQUIREMENTS};
+use crate::api::shared::{find_condition, set_condition};
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool, NodeSelectorOperator, Quantity};
+use crate::controllers::resolve;
+use crate::controllers::{Context, ControllerError, now};
+use crate::provider::convert;
+use crate::scheduling::quantity::{format_bytes, format_millis, parse_millis, parse_units};
+
+/// Condition types.
+pub const VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
+/// The pool's NodeClass is Ready.
+pub const NODE_CLASS_READY: &str = "NodeClassReady";
+/// Recent launches registered.
+pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
+/// Everything above.
+pub const READY: &str = "Ready";
+
+/// Runs the controller until it stops.
+pub async fn run(ctx: Arc<Context>) {
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    let controller = Controller::new(api, ctx.watcher_config());
+    let pools = controller.store();
+    controller
+        .watches(
+            Api::<NodeClaim>::all(ctx.client.clone()),
+            ctx.watcher_config(),
+            |claim: NodeClaim| claim.labels().get(NODEPOOL).map(|p| ObjectRef::new(p)),
+        )
+        .watches(
+            Api::<NodeClass>::all(ctx.client.clone()),
+            ctx.watcher_config(),
+            move |class: NodeClass| {
+                let name = class.name_any();
+                pools
+                    .state()
+                    .iter()
+                    .filter(|p| p.spec.template.spec.node_class_ref.name == name)
+                    .map(|p| ObjectRef::from_obj(p.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(err) = result {
+                tracing::debug!(error = %err, "nodepool reconcile failed");
+            }
+        })
+        .await;
+}
+
+fn error_policy(pool: Arc<NodePool>, err: &ControllerError, ctx: Arc<Context>) -> Action {
+    tracing::warn!(nodepool = %pool.name_any(), error = %err, "nodepool reconcile failed");
+    Action::requeue(ctx.backoff(&format!("nodepool/{}", pool.name_any())))
+}
+
+/// What is wrong with a pool that the CRD schema lets through.
+pub fn validate(pool: &NodePool) -> Result<(), String> {
+    let spec = &pool.spec.template.spec;
+    for r in &spec.requirements {
+        if r.key == NODEPOOL || r.key == HOSTNAME {
+            return Err(format!("requirement key {} is restricted", r.key));
+        }
+        if matches!(r.operator, NodeSelectorOperator::In) && r.values.is_empty() {
+            return Err(format!(
+                "requirement {}: In needs at least one value",
+                r.key
+            ));
+        }
+        if let (Some(min), NodeSelectorOperator::In) = (r.min_values, r.operator)
+            && usize::try_from(min).is_ok_and(|m| m > r.values.len())
+        {
+            return Err(format!(
+                "requirement {}: minValues {min} exceeds its {} values",
+                r.key,
+                r.values.len()
+            ));
+        }
+    }
+    convert::node_pool_to_wit(pool).map_err(|e| e.to_string())?;
+    if let Some(meta) = &pool.spec.template.metadata {
+        for key in meta.labels.keys() {
+            let domain = key.split_once('/').map(|(d, _)| d).unwrap_or("");
+            let restricted = RESTRICTED_LABEL_DOMAINS
+                .iter()
+                .any(|r| domain == *r || domain.ends_with(&format!(".{r}")));
+            if restricted && !WELL_KNOWN_REQUIREMENTS.contains(&key.as_str()) {
+                return Err(format!("label {key} is in a restricted domain"));
+            }
+        }
+    }
+    for budget in &pool.spec.disruption.budgets {
+        if budget.schedule.is_some() != budget.duration.is_some() {
+            return Err("a disruption budget needs both schedule and duration, or neither".into());
+        }
+    }
+    Ok(())
+}
+
+/// Sums quantities: CPU in millicores, memory-like in bytes, the rest in units.
+fn add(total: &mut BTreeMap<String, i64>, name: &str, q: &Quantity) {
+    let value = if name == "cpu" {
+        parse_millis(q.as_str())
+    } else {
+        parse_units(q.as_str())
+    };
+    if let Ok(v) = value {
+        *total.entry(name.to_owned()).or_insert(0) += v;
+    }
+}
+
+fn format(name: &str, value: i64) -> Quantity {
+    Quantity::new(match name {
+        "cpu" => format_millis(value),
+        "memory" | "ephemeral-storage" => format_bytes(value),
+        _ => value.to_string(),
+    })
+}
+
+/// One reconcile of one NodePool.
+pub async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
+    let name = pool.name_any();
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let members = claims
+        .list(&ListParams::default().labels(&format!("{NODEPOOL}={name}")))
+        .await?;
+    let mut totals = BTreeMap::new();
+    let mut nodes = 0i64;
+    for claim in members
+        .items
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
+        nodes += 1;
+        for (resource, q) in claim.status.iter().flat_map(|s| s.capacity.iter()) {
+            add(&mut totals, resource, q);
+        }
+    }
+    let mut resources: BTreeMap<String, Quantity> = totals
+        .iter()
+        .map(|(k, v)| (k.clone(), format(k, *v)))
+        .collect();
+    resources.insert("nodes".to_owned(), Quantity::new(nodes.to_string()));
+
+    let mut next = pool.status.clone().unwrap_or_default();
+    next.resources = resources;
+    next.nodes = Some(nodes);
+    let generation = pool.metadata.generation;
+    let mut events = Vec::new();
+    let validation = validate(&pool);
+    let (v_status, v_reason, v_message) = match &validation {
+        Ok(()) => (ConditionStatus::True, "ValidationSucceeded", String::new()),
+        Err(m) => (
+            ConditionStatus::False,
+            "NodePoolValidationFailed",
+            m.clone(),
+        ),
+    };
+    if set_condition(
+        &mut next.conditions,
+        VALIDATION_SUCCEEDED,
+        v_status,
+        Some(v_reason),
+        Some(&v_message),
+        generation,
+        now(),
+    ) && v_status != ConditionStatus::True
+    {
+        events.push((v_reason, v_message.clone()));
+    }
+    let (c_status, c_reason, c_message) =
+        match resolve::node_class(&ctx, &pool.spec.template.spec.node_class_ref).await? {
+            Err(unresolved) => (
+                ConditionStatus::False,
+                unresolved.reason(),
+                unresolved.to_string(),
+            ),
+            Ok(class) => match class
+                .status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, "Ready"))
+            {
+                Some(c) if c.is_true() => (ConditionStatus::True, "NodeClassReady", String::new()),
+                Some(c) => (
+                    ConditionStatus::False,
+                    "NodeClassNotReady",
+                    format!(
+                        "NodeClass {}: {}: {}",
+                        class.name_any(),
+                        c.reason.clone().unwrap_or_default(),
+                        c.message.clone().unwrap_or_default()
+                    ),
+                ),
+                None => (
+                    ConditionStatus::Unknown,
+                    "NodeClassNotReady",
+                    format!("NodeClass {} has no Ready condition yet", class.name_any()),
+                ),
+            },
+        };
+    if set_condition(
+        &mut next.conditions,
+        NODE_CLASS_READY,
+        c_status,
+        Some(c_reason),
+        Some(&c_message),
+        generation,
+        now(),
+    ) && c_status == ConditionStatus::False
+    {
+        events.push((c_reason, c_message.clone()));
+    }
+    let (r_status, r_reason, r_message) = if v_status != ConditionStatus::True {
+        (ConditionStatus::False, v_reason, v_message)
+    } else if c_status != ConditionStatus::True {
+        (c_status, c_reason, c_message)
+    } else {
+        (ConditionStatus::True, "Ready", String::new())
+    };
+    set_condition(
+        &mut next.conditions,
+        READY,
+        r_status,
+        Some(r_reason),
+        Some(&r_message),
+        generation,
+        now(),
+    );
+    if pool.status.as_ref() != Some(&next) {
+        let api: Api<NodePool> = Api::all(ctx.client.clone());
+        let mut updated = (*pool).clone();
+        updated.status = Some(next);
+        api.replace_status(&name, &PostParams::default(), &updated)
+            .await?;
+        for (reason, message) in events {
+            ctx.events.warning(pool.as_ref(), reason, message).await;
+        }
+    }
+    ctx.reset_backoff(&format!("nodepool/{name}"));
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Sets `NodeRegistrationHealthy` on pool `name` (best effort: failures are logged).
+pub async fn set_registration_health(ctx: &Context, name: &str, healthy: bool, message: &str) {
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    for _ in 0..5 {
+        let pool = match api.get_opt(name).await {
+            Ok(Some(pool)) => pool,
+            Ok(None) => return,
+            Err(err) => {
+                tracing::warn!(nodepool = %name, error = %err, "cannot read nodepool");
+                return;
+            }
+        };
+        let mut updated = pool.clone();
+        let status = updated.status.get_or_insert_with(Default::default);
+        let (s, reason) = if healthy {
+            (ConditionStatus::True, "Healthy")
+        } else {
+            (ConditionStatus::False, "RegistrationFailed")
+        };
+        if !set_condition(
+            &mut status.conditions,
+            NODE_REGISTRATION_HEALTHY,
+            s,
+            Some(reason),
+            Some(message),
+            pool.metadata.generation,
+            now(),
+        ) {
+            return;
+        }
+        match api
+            .replace_status(name, &PostParams::default(), &updated)
+            .await
+        {
+            Ok(_) => {
+                if !healthy {
+                    ctx.events
+                        .warning(&pool, "NodeRegistrationUnhealthy", message)
+                        .await;
+                }
+                return;
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) => {
+                tracing::warn!(nodepool = %name, error = %err, "cannot update nodepool status");
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! From a `nodeClassRef` to the NodeClass and its live provider.
+
+use std::sync::Arc;
+
+use kube::Api;
+
+use crate::api::nodeclass::{GROUP, KIND};
+use crate::api::{NodeClass, NodeClassReference};
+use crate::controllers::Context;
+use crate::runtime::ProviderPre;
+
+/// Why a reference leads to no provider. Each has a condition reason.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Unresolved {
+    /// The reference is not to a `capstan.dev` NodeClass.
+    #[error("nodeClassRef {group}/{kind} {name} is not a {GROUP} {KIND}")]
+    UnsupportedNodeClassRef {
+        /// Its group.
+        group: String,
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
+    /// No such NodeClass.
+    #[error("NodeClass {0} not found")]
+    NodeClassNotFound(String),
+    /// The NodeClass names a provider that is not loaded.
+    #[error("NodeClass {node_class} uses provider {provider}, which is not loaded")]
+    ProviderNotFound {
+        /// The NodeClass.
+        node_class: String,
+        /// Its provider.
+        provider: String,
+    },
+}
+
+impl Unresolved {
+    /// The condition and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unresolved::UnsupportedNodeClassRef { .. } | Unresolved::NodeClassNotFound(_) => {
+                "NodeClassNotFound"
+            }
+            Unresolved::ProviderNotFound { .. } => "ProviderNotFound",
+        }
+    }
+}
+
+/// A reference resolved.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    /// The NodeClass.
+    pub node_class: NodeClass,
+    /// The provider's name.
+    pub provider_name: String,
+    /// The provider.
+    pub provider: Arc<ProviderPre>,
+}
+
+/// Looks up the NodeClass only.
+pub async fn node_class(
+    ctx: &Context,
+    reference: &NodeClassReference,
+) -> Result<Result<NodeClass, Unresolved>, kube::Error> {
+    if reference.group != GROUP || reference.kind != KIND {
+        return Ok(Err(Unresolved::UnsupportedNodeClassRef {
+            group: reference.group.clone(),
+            kind: reference.kind.clone(),
+            name: reference.name.clone(),
+        }));
+    }
+    let api: Api<NodeClass> = Api::all(ctx.client.clone());
+    Ok(api
+        .get_opt(&reference.name)
+        .await?
+        .ok_or_else(|| Unresolved::NodeClassNotFound(reference.name.clone())))
+}
+
+/// Looks up the NodeClass and its provider.
+pub async fn resolve(
+    ctx: &Context,
+    reference: &NodeClassReference,
+) -> Result<Result<Resolved, Unresolved>, kube::Error> {
+    let node_class = match node_class(ctx, reference).await? {
+        Ok(class) => class,
+        Err(unresolved) => return Ok(Err(unresolved)),
+    };
+    let provider_name = node_class.spec.provider.clone();
+    Ok(match ctx.registry.get(&provider_name) {
+        Some(provider) => Ok(Resolved {
+            node_class,
+            provider_name,
+            provider,
+        }),
+        None => Err(Unresolved::ProviderNotFound {
+            node_class: reference.name.clone(),
+            provider: provider_name,
+        }),
+    })
+}

@@ -1,0 +1,82 @@
+//! Equality-based label selectors (`a=b,c!=d,e,!f`), to match provider instances by their labels
+//! the way the API server matches objects.
+
+use std::collections::BTreeMap;
+
+/// A selector that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    /// A term is malformed.
+    #[error("bad label selector term {0:?}")]
+    Term(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Term {
+    Equals(String, String),
+    NotEquals(String, String),
+    Exists(String),
+    NotExists(String),
+}
+
+/// A parsed selector; the empty selector matches everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Selector(Vec<Term>);
+
+impl Selector {
+    /// Parses `a=b,c==d,e!=f,g,!h`.
+    pub fn parse(text: &str) -> Result<Self, SelectorError> {
+        let mut terms = Vec::new();
+        for raw in text.split(',').map(str::trim).filter(|t| !t.is_empty()) {
+            let bad = || SelectorError::Term(raw.to_owned());
+            let term = if let Some((k, v)) = raw.split_once("!=") {
+                Term::NotEquals(k.trim().to_owned(), v.trim().to_owned())
+            } else if let Some((k, v)) = raw.split_once("==").or_else(|| raw.split_once('=')) {
+                Term::Equals(k.trim().to_owned(), v.trim().to_owned())
+            } else if let Some(k) = raw.strip_prefix('!') {
+                Term::NotExists(k.trim().to_owned())
+            } else {
+                Term::Exists(raw.to_owned())
+            };
+            let key = match &term {
+                Term::Equals(k, _)
+                | Term::NotEquals(k, _)
+                | Term::Exists(k)
+                | Term::NotExists(k) => k,
+            };
+            if key.is_empty() || key.contains(char::is_whitespace) {
+                return Err(bad());
+            }
+            terms.push(term);
+        }
+        Ok(Self(terms))
+    }
+
+    /// Whether `labels` match.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.iter().all(|term| match term {
+            Term::Equals(k, v) => labels.get(k) == Some(v),
+            Term::NotEquals(k, v) => labels.get(k) != Some(v),
+            Term::Exists(k) => labels.contains_key(k),
+            Term::NotExists(k) => !labels.contains_key(k),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_matches() {
+        let labels: BTreeMap<String, String> =
+            [("a".into(), "1".into()), ("b".into(), "2".into())].into();
+        assert!(Selector::parse("").unwrap().matches(&labels));
+        assert!(Selector::parse("a=1").unwrap().matches(&labels));
+        assert!(Selector::parse("a==1, b").unwrap().matches(&labels));
+        assert!(!Selector::parse("a!=1").unwrap().matches(&labels));
+        assert!(Selector::parse("!c").unwrap().matches(&labels));
+        assert!(!Selector::parse("c").unwrap().matches(&labels));
+        assert!(Selector::parse("=x").is_err());
+    }
+}

@@ -1,0 +1,219 @@
+//! Prometheus metrics of the controllers, in the OpenMetrics text format (`prometheus-client`).
+//!
+//! Counters of NodeClaims launched, registered, initialized, terminated and failed (by reason),
+//! and a histogram of provider call latency by WIT function. [`global`] is the process-wide set;
+//! [`render`] gives its text for a `/metrics` endpoint (served in a later issue).
+
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+/// Why metrics could not be rendered.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// The text encoder failed.
+    #[error("encoding metrics: {0}")]
+    Encode(#[from] std::fmt::Error),
+}
+
+type Labels = Vec<(String, String)>;
+
+/// Metrics of the NodeClaim lifecycle and of provider calls.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    launched: Family<Labels, Counter>,
+    registered: Family<Labels, Counter>,
+    initialized: Family<Labels, Counter>,
+    terminated: Family<Labels, Counter>,
+    failed: Family<Labels, Counter>,
+    garbage_collected: Family<Labels, Counter>,
+    provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+fn latency_histogram() -> Histogram {
+    // 0.5 ms .. ~16 s.
+    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh set, registered under the `capstan` prefix.
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("capstan");
+        let launched = Family::<Labels, Counter>::default();
+        let registered = Family::<Labels, Counter>::default();
+        let initialized = Family::<Labels, Counter>::default();
+        let terminated = Family::<Labels, Counter>::default();
+        let failed = Family::<Labels, Counter>::default();
+        let garbage_collected = Family::<Labels, Counter>::default();
+        let provider_calls =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        registry.register(
+            "nodeclaims_launched",
+            "NodeClaims whose instance the provider launched",
+            launched.clone(),
+        );
+        registry.register(
+            "nodeclaims_registered",
+            "NodeClaims whose Node registered",
+            registered.clone(),
+        );
+        registry.register(
+            "nodeclaims_initialized",
+            "NodeClaims whose Node initialized",
+            initialized.clone(),
+        );
+        registry.register(
+            "nodeclaims_terminated",
+            "NodeClaims terminated (finalizer removed)",
+            terminated.clone(),
+        );
+        registry.register(
+            "nodeclaims_failed",
+            "NodeClaim failures, by reason",
+            failed.clone(),
+        );
+        registry.register(
+            "instances_garbage_collected",
+            "Leaked instances and orphaned NodeClaims removed by garbage collection",
+            garbage_collected.clone(),
+        );
+        registry.register(
+            "provider_call_duration_seconds",
+            "Latency of provider calls, by provider, function and outcome",
+            provider_calls.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            launched,
+            registered,
+            initialized,
+            terminated,
+            failed,
+            garbage_collected,
+            provider_calls,
+        }
+    }
+
+    fn pool(nodepool: &str) -> Labels {
+        vec![("nodepool".to_owned(), nodepool.to_owned())]
+    }
+
+    /// A claim launched.
+    pub fn launched(&self, nodepool: &str) {
+        self.launched.get_or_create(&Self::pool(nodepool)).inc();
+    }
+
+    /// A claim registered.
+    pub fn registered(&self, nodepool: &str) {
+        self.registered.get_or_create(&Self::pool(nodepool)).inc();
+    }
+
+    /// A claim initialized.
+    pub fn initialized(&self, nodepool: &str) {
+        self.initialized.get_or_create(&Self::pool(nodepool)).inc();
+    }
+
+    /// A claim terminated.
+    pub fn terminated(&self, nodepool: &str) {
+        self.terminated.get_or_create(&Self::pool(nodepool)).inc();
+    }
+
+    /// A claim failed (`InsufficientCapacity`, `LaunchFailed`, `RegistrationTimeout`, ...).
+    pub fn failed(&self, nodepool: &str, reason: &str) {
+        let mut labels = Self::pool(nodepool);
+        labels.push(("reason".to_owned(), reason.to_owned()));
+        self.failed.get_or_create(&labels).inc();
+    }
+
+    /// Garbage collection removed something (`instance` or `nodeclaim`).
+    pub fn garbage_collected(&self, kind: &str) {
+        self.garbage_collected
+            .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
+            .inc();
+    }
+
+    /// A provider call took `elapsed`; `outcome` is `ok` or the error kind.
+    pub fn provider_call(&self, provider: &str, function: &str, outcome: &str, elapsed: Duration) {
+        let labels = vec![
+            ("provider".to_owned(), provider.to_owned()),
+            ("function".to_owned(), function.to_owned()),
+            ("outcome".to_owned(), outcome.to_owned()),
+        ];
+        self.provider_calls
+            .get_or_create(&labels)
+            .observe(elapsed.as_secs_f64());
+    }
+
+    /// The metrics in the OpenMetrics text format.
+    pub fn render(&self) -> Result<String, MetricsError> {
+        let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut text = String::new();
+        encode(&mut text, &registry)?;
+        Ok(text)
+    }
+}
+
+/// The process-wide metrics.
+pub fn global() -> &'static Metrics {
+    static GLOBAL: OnceLock<Metrics> = OnceLock::new();
+    GLOBAL.get_or_init(Metrics::new)
+}
+
+/// [`global`] as OpenMetrics text.
+pub fn render() -> Result<String, MetricsError> {
+    global().render()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_and_latency() {
+        let m = Metrics::new();
+        m.launched("default");
+        m.launched("default");
+        m.failed("default", "InsufficientCapacity");
+        m.provider_call("kwok", "create", "ok", Duration::from_millis(3));
+        let text = m.render().unwrap();
+        assert!(
+            text.contains(r#"capstan_nodeclaims_launched_total{nodepool="default"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"capstan_nodeclaims_failed_total{nodepool="default",reason="InsufficientCapacity"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"capstan_provider_call_duration_seconds_count{provider="kwok",function="create",outcome="ok"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn global_render_works() {
+        global().terminated("p");
+        assert!(
+            render()
+                .unwrap()
+                .contains("capstan_nodeclaims_terminated_total")
+        );
+    }
+}

@@ -1,0 +1,75 @@
+//! The registry of live providers: name → provider, swappable at run time. In-flight calls keep
+//! the `Arc` they took, so replacing a provider never disturbs them.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::runtime::ProviderPre;
+
+/// Live providers by name.
+#[derive(Debug, Default)]
+pub struct Registry {
+    providers: RwLock<HashMap<String, Arc<ProviderPre>>>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds or replaces provider `name`; returns the one it replaced.
+    pub fn insert(
+        &self,
+        name: impl Into<String>,
+        provider: impl Into<Arc<ProviderPre>>,
+    ) -> Option<Arc<ProviderPre>> {
+        self.providers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name.into(), provider.into())
+    }
+
+    /// The provider called `name`, if loaded.
+    pub fn get(&self, name: &str) -> Option<Arc<ProviderPre>> {
+        self.providers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+    }
+
+    /// Removes provider `name`; returns it.
+    pub fn remove(&self, name: &str) -> Option<Arc<ProviderPre>> {
+        self.providers
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name)
+    }
+
+    /// The names of the loaded providers, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .providers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Every loaded provider with its name.
+    pub fn all(&self) -> Vec<(String, Arc<ProviderPre>)> {
+        let mut all: Vec<_> = self
+            .providers
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .map(|(name, provider)| (name.clone(), Arc::clone(provider)))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+}
