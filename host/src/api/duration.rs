@@ -13,7 +13,9 @@ pub const DURATION_PATTERN: &str = r"^([0-9]+(s|m|h))+$";
 pub enum DurationError {
     #[error("empty duration")]
     Empty,
-    #[error("invalid duration {0:?}: expected digits followed by s, m or h (e.g. 90s, 1h30m) or Never")]
+    #[error(
+        "invalid duration {0:?}: expected digits followed by s, m or h (e.g. 90s, 1h30m) or Never"
+    )]
     Invalid(String),
     #[error("duration {0:?} is too large")]
     Overflow(String),
@@ -94,7 +96,10 @@ mod tests {
         assert_eq!(parse("1h30m15s").unwrap(), Duration::from_secs(5415));
         assert_eq!(parse("0s").unwrap(), Duration::ZERO);
         assert_eq!(parse_nillable("Never").unwrap(), None);
-        assert_eq!(parse_nillable("10s").unwrap(), Some(Duration::from_secs(10)));
+        assert_eq!(
+            parse_nillable("10s").unwrap(),
+            Some(Duration::from_secs(10))
+        );
     }
 
     #[test]

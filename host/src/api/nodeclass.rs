@@ -26,8 +26,16 @@ pub const GROUP: &str = "capstan.dev";
     derive = "PartialEq",
     doc = "NodeClass selects a Capstan provider and holds its parameters",
     printcolumn(name = "Provider", type_ = "string", json_path = ".spec.provider"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClassSpec {

@@ -22,13 +22,40 @@ use super::shared::{Condition, NodeClassReference, Requirement, ResourceList, Ta
     status = "NodePoolStatus",
     derive = "PartialEq",
     doc = "NodePool is the Schema for the NodePools API",
-    printcolumn(name = "NodeClass", type_ = "string", json_path = ".spec.template.spec.nodeClassRef.name"),
+    printcolumn(
+        name = "NodeClass",
+        type_ = "string",
+        json_path = ".spec.template.spec.nodeClassRef.name"
+    ),
     printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
-    printcolumn(name = "Weight", type_ = "integer", json_path = ".spec.weight", priority = "1"),
-    printcolumn(name = "CPU", type_ = "string", json_path = ".status.resources.cpu", priority = "1"),
-    printcolumn(name = "Memory", type_ = "string", json_path = ".status.resources.memory", priority = "1")
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Weight",
+        type_ = "integer",
+        json_path = ".spec.weight",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "CPU",
+        type_ = "string",
+        json_path = ".status.resources.cpu",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Memory",
+        type_ = "string",
+        json_path = ".status.resources.memory",
+        priority = "1"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {

@@ -22,11 +22,28 @@ use super::shared::{Condition, Quantity};
     status = "ProviderStatus",
     derive = "PartialEq",
     doc = "Provider is a Capstan provider: a wasm component, its grants and its limits",
-    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
-    printcolumn(name = "Degraded", type_ = "string", json_path = ".status.conditions[?(@.type==\"Degraded\")].status"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Degraded",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Degraded\")].status"
+    ),
     printcolumn(name = "WIT", type_ = "string", json_path = ".status.witVersion"),
-    printcolumn(name = "Digest", type_ = "string", json_path = ".status.digest", priority = "1"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+    printcolumn(
+        name = "Digest",
+        type_ = "string",
+        json_path = ".status.digest",
+        priority = "1"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProviderSpec {

@@ -109,7 +109,11 @@ pub struct Requirement {
 }
 
 impl Requirement {
-    pub fn new(key: impl Into<String>, operator: NodeSelectorOperator, values: Vec<String>) -> Self {
+    pub fn new(
+        key: impl Into<String>,
+        operator: NodeSelectorOperator,
+        values: Vec<String>,
+    ) -> Self {
         Self {
             key: key.into(),
             operator,
@@ -258,11 +262,43 @@ mod tests {
         let t0 = Time(k8s_openapi::jiff::Timestamp::from_second(1).unwrap());
         let t1 = Time(k8s_openapi::jiff::Timestamp::from_second(2).unwrap());
         let mut cs = Vec::new();
-        assert!(set_condition(&mut cs, "Ready", ConditionStatus::False, Some("A"), None, None, t0.clone()));
-        assert!(set_condition(&mut cs, "Ready", ConditionStatus::False, Some("B"), None, None, t1.clone()));
+        assert!(set_condition(
+            &mut cs,
+            "Ready",
+            ConditionStatus::False,
+            Some("A"),
+            None,
+            None,
+            t0.clone()
+        ));
+        assert!(set_condition(
+            &mut cs,
+            "Ready",
+            ConditionStatus::False,
+            Some("B"),
+            None,
+            None,
+            t1.clone()
+        ));
         assert_eq!(cs[0].last_transition_time, t0);
-        assert!(!set_condition(&mut cs, "Ready", ConditionStatus::False, Some("B"), None, None, t1.clone()));
-        assert!(set_condition(&mut cs, "Ready", ConditionStatus::True, None, None, None, t1.clone()));
+        assert!(!set_condition(
+            &mut cs,
+            "Ready",
+            ConditionStatus::False,
+            Some("B"),
+            None,
+            None,
+            t1.clone()
+        ));
+        assert!(set_condition(
+            &mut cs,
+            "Ready",
+            ConditionStatus::True,
+            None,
+            None,
+            None,
+            t1.clone()
+        ));
         assert_eq!(cs[0].last_transition_time, t1);
         assert!(find_condition(&cs, "Ready").unwrap().is_true());
     }
