@@ -20,7 +20,11 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/capstan-demo.XXXXXX")
 HOST_PID=""
 cleanup() {
   local rc=$?
-  [ -n "$HOST_PID" ] && kill "$HOST_PID" 2>/dev/null && wait "$HOST_PID" 2>/dev/null
+  set +e
+  if [ -n "$HOST_PID" ]; then
+    kill "$HOST_PID" 2>/dev/null
+    wait "$HOST_PID" 2>/dev/null
+  fi
   bash "$CP" down --dir "$WORK/cp" >/dev/null 2>&1 || true
   if [ $rc -ne 0 ]; then
     echo "demo failed (exit $rc); last lines of the host log:" >&2
