@@ -45,9 +45,13 @@ fn chaos_wasm() -> Vec<u8> {
     std::fs::read(out.join("chaos.wasm")).expect("chaos.wasm")
 }
 
-fn runtime(allocator: AllocatorChoice) -> Runtime {
+fn runtime(allocator: AllocatorChoice, keep_resident: usize) -> Runtime {
     Runtime::builder()
-        .engine(EngineBuilder::default().allocator(allocator))
+        .engine(
+            EngineBuilder::default()
+                .allocator(allocator)
+                .keep_resident(keep_resident),
+        )
         .build()
         .expect("runtime")
 }
@@ -101,9 +105,11 @@ fn benches(c: &mut Criterion) {
     let bytes = chaos_wasm();
     let rt = tokio();
 
-    let pooling = runtime(AllocatorChoice::Pooling);
-    let on_demand = runtime(AllocatorChoice::OnDemand);
+    let pooling = runtime(AllocatorChoice::Pooling, 0);
+    let resident = runtime(AllocatorChoice::Pooling, 8 << 20);
+    let on_demand = runtime(AllocatorChoice::OnDemand, 0);
     let pooled = provider(&pooling, &bytes);
+    let kept = provider(&resident, &bytes);
     let unpooled = provider(&on_demand, &bytes);
 
     let mut group = c.benchmark_group("fresh-instance");
@@ -111,6 +117,13 @@ fn benches(c: &mut Criterion) {
         b.iter_custom(|iters| {
             timed(&rt, iters, || async {
                 black_box(pooled.name().await.expect("name"));
+            })
+        })
+    });
+    group.bench_function("name/pooling-keep-resident", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                black_box(kept.name().await.expect("name"));
             })
         })
     });
@@ -146,12 +159,39 @@ fn benches(c: &mut Criterion) {
             })
         })
     });
+    group.bench_function("wasm/1000/pooling-keep-resident", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let types = kept
+                    .get_instance_types(&pool, &thousand)
+                    .await
+                    .expect("types");
+                black_box(types);
+            })
+        })
+    });
+    group.bench_function("wasm/1000/on-demand", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let types = unpooled
+                    .get_instance_types(&pool, &thousand)
+                    .await
+                    .expect("types");
+                black_box(types);
+            })
+        })
+    });
     group.bench_function("native/1000", |b| {
         b.iter(|| {
             let types = native::catalog(black_box(1000));
             assert_eq!(types.len(), 1000);
             black_box(types)
         })
+    });
+    // The allocations the host makes when it lifts the result, approximated by a deep clone.
+    let catalog = native::catalog(1000);
+    group.bench_function("native/clone-1000", |b| {
+        b.iter(|| black_box(catalog.clone()))
     });
     group.finish();
 

@@ -83,6 +83,7 @@ pub struct EngineBuilder {
     max_instances: u32,
     memory_ceiling: u64,
     epoch_tick: Duration,
+    keep_resident: usize,
 }
 
 impl Default for EngineBuilder {
@@ -92,6 +93,7 @@ impl Default for EngineBuilder {
             max_instances: DEFAULT_MAX_INSTANCES,
             memory_ceiling: DEFAULT_MEMORY_CEILING,
             epoch_tick: DEFAULT_EPOCH_TICK,
+            keep_resident: 0,
         }
     }
 }
@@ -122,6 +124,15 @@ impl EngineBuilder {
     /// to whole ticks.
     pub fn epoch_tick(mut self, tick: Duration) -> Self {
         self.epoch_tick = tick;
+        self
+    }
+
+    /// With the pooling allocator, how many bytes of each linear memory to keep resident (reset with
+    /// `memset`) when an instance is freed, instead of returning them to the kernel. Saves page
+    /// faults for guests that use the same memory call after call, at the cost of resident memory
+    /// per slot. Default 0 (wasmtime's default: `madvise` everything).
+    pub fn keep_resident(mut self, bytes: usize) -> Self {
+        self.keep_resident = bytes;
         self
     }
 
@@ -175,7 +186,8 @@ impl EngineBuilder {
             .total_memories(instances.saturating_mul(2))
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)
-            .max_memory_size(memory_ceiling);
+            .max_memory_size(memory_ceiling)
+            .linear_memory_keep_resident(self.keep_resident);
         pool
     }
 
