@@ -98,22 +98,22 @@ fn instance_types(n: usize) -> Arc<[InstanceType]> {
 struct Rng(u64);
 
 impl Rng {
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
+    fn pick<T: Copy>(&mut self, items: &[T]) -> T {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         z ^= z >> 31;
-        &items[(z % items.len() as u64) as usize]
+        items[(z % items.len() as u64) as usize]
     }
 
     fn label(&mut self) -> &'static str {
-        *self.pick(&["a", "b", "c", "d", "e", "f", "g"])
+        self.pick(&["a", "b", "c", "d", "e", "f", "g"])
     }
 
     fn requests(&mut self) -> Resources {
-        let cpu = *self.pick(&[100, 250, 500, 1000, 1500]);
-        let mem = *self.pick(&[100, 256, 512, 1024, 2048, 4096]);
+        let cpu = self.pick(&[100, 250, 500, 1000, 1500]);
+        let mem = self.pick(&[100, 256, 512, 1024, 2048, 4096]);
         Resources::new(cpu, mem * MI, 0)
     }
 }

@@ -544,10 +544,10 @@ pub fn node_pool(
             for (name, value) in remaining.0.iter_mut() {
                 *value -= used.0.get(name).copied().unwrap_or(0);
             }
-            if let Some(nodes) = status.nodes {
-                if let Some(v) = remaining.0.get_mut(super::resources::NODES) {
-                    *v -= nodes;
-                }
+            if let Some(nodes) = status.nodes
+                && let Some(v) = remaining.0.get_mut(super::resources::NODES)
+            {
+                *v -= nodes;
             }
             Some(remaining)
         }

@@ -189,6 +189,23 @@ impl Resources {
                 || self.extended.iter().all(|(n, v)| *v <= available.get(n)))
     }
 
+    /// Whether `self + other` fits in `available`, without building the sum.
+    #[inline]
+    pub fn fits_with(&self, other: &Resources, available: &Resources) -> bool {
+        self.cpu_millis.saturating_add(other.cpu_millis) <= available.cpu_millis
+            && self.memory.saturating_add(other.memory) <= available.memory
+            && self
+                .ephemeral_storage
+                .saturating_add(other.ephemeral_storage)
+                <= available.ephemeral_storage
+            && self.pods.saturating_add(other.pods) <= available.pods
+            && self
+                .extended
+                .iter()
+                .chain(&other.extended)
+                .all(|(n, _)| self.get(n).saturating_add(other.get(n)) <= available.get(n))
+    }
+
     /// The names of the resources of `self` that exceed `available`.
     pub fn exceeding<'a>(&'a self, available: &'a Resources) -> impl Iterator<Item = &'a str> {
         self.iter()
@@ -297,6 +314,13 @@ mod tests {
         assert_eq!(a.plus(&b), Resources::new(1500, 150, 2).with("x", 1));
         assert_eq!(a.minus(&b).minus(&a), Resources::new(-500, -50, -1));
         assert!(b.fits_in(&a));
+        assert!(b.fits_with(&b, &a.plus(&a)));
+        assert!(!a.fits_with(&b, &a), "sum exceeds");
+        assert!(
+            !b.fits_with(&Resources::default().with("x", 2), &a),
+            "extended sum exceeds"
+        );
+        assert!(b.fits_with(&Resources::default().with("x", 1), &a));
         assert!(
             !a.fits_in(&b),
             "extended resource missing on the other side"

@@ -95,6 +95,17 @@ struct Pool<'a> {
     remaining: Option<ResourceLimits>,
 }
 
+/// A verdict on a bin from its hostname's count in one group.
+#[derive(Clone, Copy, Debug)]
+enum HostFilter {
+    /// Ruled out when the count exceeds the limit.
+    AtMost(GroupId, u32),
+    /// Ruled out when the count is zero.
+    Populated(GroupId),
+    /// Always ruled out (a spread whose skew the pod alone exceeds).
+    Never,
+}
+
 /// Buffers reused across attempts.
 #[derive(Default)]
 struct Scratch {
@@ -122,6 +133,7 @@ struct Solver<'a> {
     opened: usize,
     placements: Vec<(usize, Target)>,
     scratch: Scratch,
+    host_filters: Vec<HostFilter>,
 }
 
 /// `Err(Some(reason))` when asked for a reason, `Err(None)` otherwise.
@@ -214,6 +226,7 @@ impl<'a> Solver<'a> {
             opened: 0,
             placements: Vec::new(),
             scratch: Scratch::default(),
+            host_filters: Vec::new(),
         };
         solver.register_domains();
         solver.add_fixed_bins(&daemonsets);
@@ -453,9 +466,56 @@ impl<'a> Solver<'a> {
         }
     }
 
+    /// The hostname rules of pod `p` that can rule a bin out from its hostname's counts alone,
+    /// into `self.host_filters`: the same verdicts [`Topology::allowed_domains`] reaches, without
+    /// the rest of an attempt.
+    fn collect_host_filters(&mut self, p: usize) {
+        self.host_filters.clear();
+        let Some(host_key) = self.hostname_key else {
+            return;
+        };
+        let st = &self.pods[p];
+        for &g in st.owned.iter().chain(&st.repelled_by) {
+            if self.topology.group_key(g) != host_key {
+                continue;
+            }
+            let spec = self.topology.spec(g);
+            let selects = spec.inverse || st.selected_by.binary_search(&g).is_ok();
+            match spec.kind {
+                GroupKind::AntiAffinity => self.host_filters.push(HostFilter::AtMost(g, 0)),
+                GroupKind::Spread => {
+                    let limit = i64::from(spec.max_skew) - i64::from(selects);
+                    match u32::try_from(limit) {
+                        Ok(limit) => self.host_filters.push(HostFilter::AtMost(g, limit)),
+                        Err(_) => self.host_filters.push(HostFilter::Never),
+                    }
+                }
+                GroupKind::Affinity if !selects => self.host_filters.push(HostFilter::Populated(g)),
+                GroupKind::Affinity => {}
+            }
+        }
+    }
+
+    /// Whether the host filters rule bin `b` out.
+    #[inline]
+    fn host_filtered(&self, b: usize) -> bool {
+        let Some(d) = self.bins[b].host_domain else {
+            return false;
+        };
+        self.host_filters.iter().any(|f| match *f {
+            HostFilter::AtMost(g, limit) => self.topology.count(g, d) > limit,
+            HostFilter::Populated(g) => self.topology.count(g, d) == 0,
+            HostFilter::Never => true,
+        })
+    }
+
     /// Places pod `p`: existing capacity, then the claims this run opened, then a new claim.
     fn add(&mut self, p: usize) -> Result<(), String> {
+        self.collect_host_filters(p);
         for b in 0..self.fixed {
+            if self.host_filtered(b) {
+                continue;
+            }
             if self.try_add(b, p, false).is_ok() {
                 let target = match self.bins[b].kind {
                     BinKind::Node(i) => Target::Node(self.input.existing_nodes[i].name.clone()),
@@ -468,6 +528,9 @@ impl<'a> Solver<'a> {
         }
         for i in 0..self.claim_order.len() {
             let b = self.claim_order[i];
+            if self.host_filtered(b) {
+                continue;
+            }
             if self.try_add(b, p, false).is_ok() {
                 self.bubble(i);
                 return Ok(());
@@ -592,15 +655,14 @@ impl<'a> Solver<'a> {
         }
 
         // Resources, against the best case.
-        let requests = bin.requests.plus(&st.requests);
         match &bin.capacity {
             Capacity::Fixed(alloc) => {
-                if !requests.fits_in(alloc) {
-                    bail!(want, "does not fit: {requests} exceeds allocatable {alloc}");
+                if !bin.requests.fits_with(&st.requests, alloc) {
+                    bail!(want, "does not fit: allocatable {alloc}");
                 }
             }
             Capacity::Types { max_alloc, mask } => {
-                if !requests.fits_in(max_alloc) {
+                if !bin.requests.fits_with(&st.requests, max_alloc) {
                     if let BinKind::New { pool } = bin.kind {
                         bail!(want, "{}", self.no_fit_reason(pool, mask, pod));
                     }
@@ -645,11 +707,14 @@ impl<'a> Solver<'a> {
                 let key = topology.group_key(g);
                 let key_name = topology.key_name(key);
                 let overridden = merged_set(key_name);
-                let node_domains = overridden.or_else(|| bin.requirements.set_of(key_name));
                 let hint = if overridden.is_none() && Some(key) == self.hostname_key {
                     bin.host_domain
                 } else {
                     None
+                };
+                let node_domains = match hint {
+                    Some(_) => None,
+                    None => overridden.or_else(|| bin.requirements.set_of(key_name)),
                 };
                 let selects = topology.spec(g).inverse || st.selected_by.binary_search(&g).is_ok();
                 let pod_domains = st.strict.set_of(key_name);
@@ -684,6 +749,8 @@ impl<'a> Solver<'a> {
             }
         }
 
+        let requests = bin.requests.plus(&st.requests);
+
         // Instance types of a new claim.
         let mut new_max_alloc = None;
         if let (Capacity::Types { mask, .. }, BinKind::New { pool }) = (&bin.capacity, bin.kind) {
@@ -696,7 +763,9 @@ impl<'a> Solver<'a> {
             }
             for (key, allowed) in &scratch.narrowed[..scratch.narrowed_len] {
                 let key_name = topology.key_name(*key);
-                if same_values(bin.requirements.set_of(key_name), topology, *key, allowed) {
+                if is_own_host(bin, self.hostname_key, *key, allowed)
+                    || same_values(bin.requirements.set_of(key_name), topology, *key, allowed)
+                {
                     continue;
                 }
                 let names = allowed.iter().map(|&d| topology.domain_name(*key, d));
@@ -788,6 +857,9 @@ impl<'a> Solver<'a> {
             bin.requirements.set(&key, set);
         }
         for (key, allowed) in &self.scratch.narrowed[..self.scratch.narrowed_len] {
+            if is_own_host(bin, self.hostname_key, *key, allowed) {
+                continue;
+            }
             let key_name = self.topology.key_name(*key);
             if !same_values(
                 bin.requirements.set_of(key_name),
@@ -811,17 +883,23 @@ impl<'a> Solver<'a> {
         let open = bin.open_labels;
         let well_known = &self.well_known;
         let allow = |k: &str| open && well_known.contains(k);
-        for &g in &st.selected_by {
-            if self.topology.node_counts(g, &bin.requirements, &allow) {
-                let key = self.topology.group_key(g);
-                let set = bin.requirements.set_of(self.topology.key_name(key));
-                self.topology.record_set(g, set, false);
+        for (&g, inverse) in st
+            .selected_by
+            .iter()
+            .map(|g| (g, false))
+            .chain(st.inverse_owned.iter().map(|g| (g, true)))
+        {
+            if !inverse && !self.topology.node_counts(g, &bin.requirements, &allow) {
+                continue;
             }
-        }
-        for &g in &st.inverse_owned {
             let key = self.topology.group_key(g);
-            let set = bin.requirements.set_of(self.topology.key_name(key));
-            self.topology.record_set(g, set, true);
+            match bin.host_domain {
+                Some(d) if Some(key) == self.hostname_key => self.topology.record(g, d),
+                _ => {
+                    let set = bin.requirements.set_of(self.topology.key_name(key));
+                    self.topology.record_set(g, set, inverse);
+                }
+            }
         }
         Ok(())
     }
@@ -859,10 +937,11 @@ impl<'a> Solver<'a> {
         let ps = &self.pools[pool];
         let mut requirements = bin.requirements.clone();
         requirements.remove(HOSTNAME);
+        let pricer = ps.catalog.pricer(ps.view, &requirements);
         let mut priced: Vec<(f64, &str, usize, usize)> = mask
             .iter()
             .filter_map(|t| {
-                let (price, offering) = ps.catalog.cheapest_offering(t, ps.view, &requirements)?;
+                let (price, offering) = pricer.cheapest(t)?;
                 Some((
                     price,
                     ps.view.instance_types[ps.catalog.types[t]].name.as_str(),
@@ -871,6 +950,7 @@ impl<'a> Solver<'a> {
                 ))
             })
             .collect();
+        drop(pricer);
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
         let &(cheapest_price, _, cheapest_t, cheapest_o) = priced.first()?;
 
@@ -952,6 +1032,16 @@ fn claim_labels(claim: &super::cluster::InflightClaim) -> BTreeMap<String, Strin
                 .map(|v| (r.key().to_owned(), v.to_owned()))
         })
         .collect()
+}
+
+/// Whether `allowed` is just bin's own hostname.
+fn is_own_host(
+    bin: &Bin<'_>,
+    hostname_key: Option<usize>,
+    key: usize,
+    allowed: &[DomainId],
+) -> bool {
+    matches!((hostname_key, bin.host_domain, allowed), (Some(h), Some(d), [a]) if h == key && *a == d)
 }
 
 /// Whether `set` is exactly the domains `allowed` of topology key `key`.

@@ -23,6 +23,12 @@ impl BitSet {
         s
     }
 
+    /// Makes `self` the empty set over `len` bits, reusing its allocation.
+    pub(super) fn reset(&mut self, len: usize) {
+        self.words.clear();
+        self.words.resize(len.div_ceil(64), 0);
+    }
+
     #[inline]
     pub(super) fn insert(&mut self, i: usize) {
         self.words[i / 64] |= 1 << (i % 64);
@@ -67,6 +73,21 @@ impl BitSet {
         self.words.extend_from_slice(&other.words);
     }
 
+    /// Keeps the members for which `keep` holds.
+    #[inline]
+    pub(super) fn retain(&mut self, mut keep: impl FnMut(usize) -> bool) {
+        for (wi, word) in self.words.iter_mut().enumerate() {
+            let mut w = *word;
+            while w != 0 {
+                let bit = w.trailing_zeros() as usize;
+                w &= w - 1;
+                if !keep(wi * 64 + bit) {
+                    *word &= !(1u64 << bit);
+                }
+            }
+        }
+    }
+
     /// The members, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(wi, &word)| {
@@ -100,11 +121,17 @@ mod tests {
         b.intersect_with(&a);
         assert_eq!(b.iter().collect::<Vec<_>>(), vec![0, 64, 129]);
         assert!(b.contains(64) && !b.contains(63));
+        let mut odd = BitSet::full(130);
+        odd.retain(|i| i % 2 == 1);
+        assert_eq!(odd.count(), 65);
+        assert!(odd.contains(129) && !odd.contains(128));
         let mut c = BitSet::empty(130);
         assert!(c.is_empty());
         c.union_with(&b);
         assert_eq!(c, b);
         c.copy_from(&a);
         assert_eq!(c, a);
+        c.reset(130);
+        assert_eq!(c, BitSet::empty(130));
     }
 }

@@ -39,6 +39,10 @@ pub(super) struct Catalog {
     pub(super) types: Vec<usize>,
     /// Allocatable per type: capacity − overhead − the DaemonSet pods that would land.
     pub(super) alloc: Vec<Resources>,
+    /// The standard resources of `alloc`, column by column, for the fit scan.
+    columns: [Vec<i64>; 4],
+    /// Whether any type offers an extended resource.
+    any_extended: bool,
     /// The DaemonSet pods' requests per type.
     pub(super) daemon: Vec<Resources>,
     /// Every type.
@@ -51,6 +55,8 @@ pub(super) struct Catalog {
     offerings: Vec<Vec<CatalogOffering>>,
     /// Keys offerings' own requirements mention, besides zone and capacity type.
     offering_keys: Vec<String>,
+    zone_scratch: Vec<bool>,
+    capacity_type_scratch: Vec<bool>,
 }
 
 fn intern(names: &mut Vec<String>, name: &str) -> u32 {
@@ -105,6 +111,8 @@ impl Catalog {
         let mut catalog = Catalog {
             types: Vec::with_capacity(n),
             alloc: Vec::with_capacity(n),
+            columns: Default::default(),
+            any_extended: false,
             daemon: Vec::with_capacity(n),
             all: BitSet::full(n),
             within_limits: BitSet::full(n),
@@ -113,6 +121,8 @@ impl Catalog {
             capacity_types: Vec::new(),
             offerings: Vec::with_capacity(n),
             offering_keys: Vec::new(),
+            zone_scratch: Vec::new(),
+            capacity_type_scratch: Vec::new(),
         };
         let daemons_for_pool: Vec<&(&Pod, Requirements)> = daemonsets
             .iter()
@@ -130,7 +140,13 @@ impl Catalog {
                     daemon.pods += 1;
                 }
             }
-            catalog.alloc.push(it.allocatable().minus(&daemon));
+            let alloc = it.allocatable().minus(&daemon);
+            catalog.columns[0].push(alloc.cpu_millis);
+            catalog.columns[1].push(alloc.memory);
+            catalog.columns[2].push(alloc.ephemeral_storage);
+            catalog.columns[3].push(alloc.pods);
+            catalog.any_extended |= alloc.has_extended();
+            catalog.alloc.push(alloc);
             catalog.daemon.push(daemon);
             let mut compact = Vec::with_capacity(offerings.len());
             for j in offerings {
@@ -238,19 +254,20 @@ impl Catalog {
         };
         let n = self.len();
         let index = &mut self.keys[pos];
-        *scratch = BitSet::empty(n);
+        scratch.reset(n);
         for value in values {
-            if !index.value_masks.contains_key(value) {
-                let mut allowed = index.undefined.clone();
-                for (group_set, members) in &index.groups {
-                    if group_set.contains(value) {
-                        allowed.union_with(members);
+            match index.value_masks.get(value) {
+                Some(allowed) => scratch.union_with(allowed),
+                None => {
+                    let mut allowed = index.undefined.clone();
+                    for (group_set, members) in &index.groups {
+                        if group_set.contains(value) {
+                            allowed.union_with(members);
+                        }
                     }
+                    scratch.union_with(&allowed);
+                    index.value_masks.insert(value.to_owned(), allowed);
                 }
-                index.value_masks.insert(value.to_owned(), allowed);
-            }
-            if let Some(allowed) = index.value_masks.get(value) {
-                scratch.union_with(allowed);
             }
         }
         mask.intersect_with(scratch);
@@ -259,70 +276,93 @@ impl Catalog {
     /// `mask &=` the types with an available offering whose zone and capacity type are allowed and
     /// whose own requirements pass `extra`.
     pub(super) fn restrict_to_offerings(
-        &self,
+        &mut self,
         mask: &mut BitSet,
         pool: &NodePoolView,
         zone_ok: impl Fn(&str) -> bool,
         capacity_type_ok: impl Fn(&str) -> bool,
         extra: impl Fn(&Requirements) -> bool,
     ) {
-        let zones: Vec<bool> = self.zones.iter().map(|z| zone_ok(z)).collect();
-        let cts: Vec<bool> = self
-            .capacity_types
-            .iter()
-            .map(|c| capacity_type_ok(c))
-            .collect();
-        let members: Vec<usize> = mask.iter().collect();
-        for t in members {
+        let mut zones = std::mem::take(&mut self.zone_scratch);
+        let mut cts = std::mem::take(&mut self.capacity_type_scratch);
+        zones.clear();
+        zones.extend(self.zones.iter().map(|z| zone_ok(z)));
+        cts.clear();
+        cts.extend(self.capacity_types.iter().map(|c| capacity_type_ok(c)));
+        mask.retain(|t| {
             let it = &pool.instance_types[self.types[t]];
-            let ok = self.offerings[t].iter().any(|o| {
+            self.offerings[t].iter().any(|o| {
                 zones[o.zone as usize]
                     && cts[o.capacity_type as usize]
                     && (it.offerings[o.index].requirements.is_empty()
                         || extra(&it.offerings[o.index].requirements))
-            });
-            if !ok {
-                mask.remove(t);
-            }
-        }
+            })
+        });
+        self.zone_scratch = zones;
+        self.capacity_type_scratch = cts;
     }
 
-    /// The cheapest offering of type `t` that the claim's requirements allow:
-    /// `(price, index into the type's offerings)`.
-    pub(super) fn cheapest_offering(
-        &self,
-        t: usize,
-        pool: &NodePoolView,
-        requirements: &Requirements,
-    ) -> Option<(f64, usize)> {
-        let it = &pool.instance_types[self.types[t]];
+    /// A pricer for claims with `requirements`: the cheapest allowed offering of a type.
+    pub(super) fn pricer<'c>(
+        &'c self,
+        pool: &'c NodePoolView,
+        requirements: &'c Requirements,
+    ) -> Pricer<'c> {
         let zone = requirements.set_of(ZONE);
         let ct = requirements.set_of(CAPACITY_TYPE);
-        self.offerings[t]
-            .iter()
-            .filter(|o| {
-                zone.is_none_or(|s| s.contains(&self.zones[o.zone as usize]))
-                    && ct.is_none_or(|s| s.contains(&self.capacity_types[o.capacity_type as usize]))
-                    && {
-                        let reqs = &it.offerings[o.index].requirements;
-                        reqs.is_empty() || requirements.intersects(reqs).is_ok()
-                    }
-            })
-            .map(|o| (o.price, o.index))
-            .min_by(|a, b| a.0.total_cmp(&b.0))
+        Pricer {
+            catalog: self,
+            pool,
+            requirements,
+            zones: self
+                .zones
+                .iter()
+                .map(|z| zone.is_none_or(|s| s.contains(z)))
+                .collect(),
+            capacity_types: self
+                .capacity_types
+                .iter()
+                .map(|c| ct.is_none_or(|s| s.contains(c)))
+                .collect(),
+        }
     }
 
     /// `mask &=` the types whose allocatable holds `requests`; returns the per-resource maximum
     /// allocatable of what remains.
     pub(super) fn restrict_to_fit(&self, mask: &mut BitSet, requests: &Resources) -> Resources {
         let mut max = Resources::default();
-        let members: Vec<usize> = mask.iter().collect();
-        for t in members {
-            if requests.fits_in(&self.alloc[t]) {
-                max.max_assign(&self.alloc[t]);
-            } else {
-                mask.remove(t);
+        if requests.has_extended() || self.any_extended {
+            mask.retain(|t| {
+                let alloc = &self.alloc[t];
+                let fits = requests.fits_in(alloc);
+                if fits {
+                    max.max_assign(alloc);
+                }
+                fits
+            });
+            return max;
+        }
+        // Standard resources only: compare columns.
+        let [cpu, memory, storage, pods] = &self.columns;
+        let mut top = [i64::MIN; 4];
+        mask.retain(|t| {
+            let fits = requests.cpu_millis <= cpu[t]
+                && requests.memory <= memory[t]
+                && requests.ephemeral_storage <= storage[t]
+                && requests.pods <= pods[t];
+            if fits {
+                top[0] = top[0].max(cpu[t]);
+                top[1] = top[1].max(memory[t]);
+                top[2] = top[2].max(storage[t]);
+                top[3] = top[3].max(pods[t]);
             }
+            fits
+        });
+        if top[0] != i64::MIN {
+            max.cpu_millis = top[0];
+            max.memory = top[1];
+            max.ephemeral_storage = top[2];
+            max.pods = top[3];
         }
         max
     }
@@ -377,5 +417,32 @@ impl Catalog {
             }
         }
         seen.len()
+    }
+}
+
+/// Prices the types of one claim: the cheapest offering its zone, capacity-type and other
+/// requirements allow.
+pub(super) struct Pricer<'c> {
+    catalog: &'c Catalog,
+    pool: &'c NodePoolView,
+    requirements: &'c Requirements,
+    zones: Vec<bool>,
+    capacity_types: Vec<bool>,
+}
+
+impl Pricer<'_> {
+    /// `(price, index into the type's offerings)` of type `t`'s cheapest allowed offering.
+    pub(super) fn cheapest(&self, t: usize) -> Option<(f64, usize)> {
+        let it = &self.pool.instance_types[self.catalog.types[t]];
+        self.catalog.offerings[t]
+            .iter()
+            .filter(|o| {
+                self.zones[o.zone as usize] && self.capacity_types[o.capacity_type as usize] && {
+                    let reqs = &it.offerings[o.index].requirements;
+                    reqs.is_empty() || self.requirements.intersects(reqs).is_ok()
+                }
+            })
+            .map(|o| (o.price, o.index))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
     }
 }

@@ -201,11 +201,13 @@ impl PodState {
     /// The first of `taints` the pod does not tolerate.
     pub(super) fn untolerated<'t>(&self, pod: &Pod, taints: &'t [Taint]) -> Option<&'t Taint> {
         taints.iter().find(|taint| {
-            !(self.tolerates_prefer_no_schedule && taint.effect == TaintEffect::PreferNoSchedule)
-                && !pod
-                    .tolerations
-                    .iter()
-                    .any(|t: &Toleration| t.tolerates(taint))
+            let relaxed =
+                self.tolerates_prefer_no_schedule && taint.effect == TaintEffect::PreferNoSchedule;
+            let tolerated = pod
+                .tolerations
+                .iter()
+                .any(|t: &Toleration| t.tolerates(taint));
+            !relaxed && !tolerated
         })
     }
 

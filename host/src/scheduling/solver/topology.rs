@@ -8,6 +8,7 @@
 //! are, so that the pods they repel stay away even though those carry no term themselves.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use crate::api::labels::HOSTNAME;
 use crate::scheduling::pod::{Namespaces, Pod};
@@ -77,11 +78,37 @@ struct Group {
     nonzero: u32,
 }
 
+/// FNV-1a: domain names are short and trusted, so a cheap hash beats SipHash here.
+#[derive(Default)]
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        let mut h = if self.0 == 0 {
+            0xcbf2_9ce4_8422_2325
+        } else {
+            self.0
+        };
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+        self.0 = h;
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
+
 /// The interned domains of one topology key.
 #[derive(Debug)]
 struct DomainKey {
     name: String,
-    ids: HashMap<String, DomainId>,
+    is_hostname: bool,
+    ids: FastMap<String, DomainId>,
     names: Vec<String>,
 }
 
@@ -121,7 +148,8 @@ impl Topology {
         }
         self.keys.push(DomainKey {
             name: key.to_owned(),
-            ids: HashMap::new(),
+            is_hostname: key == HOSTNAME,
+            ids: FastMap::default(),
             names: Vec::new(),
         });
         self.keys.len() - 1
@@ -207,7 +235,9 @@ impl Topology {
                 .any(|term| requirements.compatible(term, well_known).is_ok())
     }
 
-    fn count(&self, g: GroupId, d: DomainId) -> u32 {
+    /// How many matching pods group `g` counts in domain `d`.
+    #[inline]
+    pub(super) fn count(&self, g: GroupId, d: DomainId) -> u32 {
         self.groups[g].counts.get(d as usize).copied().unwrap_or(0)
     }
 
@@ -348,7 +378,7 @@ impl Topology {
     fn spread_min(&self, g: GroupId, pod_domains: Option<&ValueSet>) -> u32 {
         let group = &self.groups[g];
         let dk = &self.keys[group.key];
-        if dk.name == HOSTNAME {
+        if dk.is_hostname {
             return 0;
         }
         let mut min = u32::MAX;
