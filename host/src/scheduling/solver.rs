@@ -517,12 +517,9 @@ impl<'a> Solver<'a> {
                 continue;
             }
             if self.try_add(b, p, false).is_ok() {
-                let target = match self.bins[b].kind {
-                    BinKind::Node(i) => Target::Node(self.input.existing_nodes[i].name.clone()),
-                    BinKind::Claim(i) => Target::Claim(self.input.inflight_claims[i].name.clone()),
-                    BinKind::New { .. } => unreachable_target(),
-                };
-                self.placements.push((p, target));
+                if let Some(target) = self.target(b) {
+                    self.placements.push((p, target));
+                }
                 return Ok(());
             }
         }
@@ -547,6 +544,15 @@ impl<'a> Solver<'a> {
             reasons.push("no nodepool can launch capacity".to_owned());
         }
         Err(reasons.join("; "))
+    }
+
+    /// What existing capacity bin `b` is (`None` for new claims, which are reported as claims).
+    fn target(&self, b: usize) -> Option<Target> {
+        match self.bins[b].kind {
+            BinKind::Node(i) => Some(Target::Node(self.input.existing_nodes[i].name.clone())),
+            BinKind::Claim(i) => Some(Target::Claim(self.input.inflight_claims[i].name.clone())),
+            BinKind::New { .. } => None,
+        }
     }
 
     /// Moves the claim at `claim_order[i]`, which just gained a pod, past claims that now have
@@ -616,10 +622,13 @@ impl<'a> Solver<'a> {
             Err(reason) => {
                 self.bins.pop();
                 let pool_name = &self.pools[pool].view.name;
-                Err(format!(
-                    "incompatible with nodepool {pool_name}: {}",
-                    reason.unwrap_or_default()
-                ))
+                let reason = reason.unwrap_or_default();
+                // Instance-type failures already say which pool they are about.
+                if reason.contains(&format!("nodepool {pool_name}")) {
+                    Err(reason)
+                } else {
+                    Err(format!("incompatible with nodepool {pool_name}: {reason}"))
+                }
             }
         }
     }
@@ -833,9 +842,7 @@ impl<'a> Solver<'a> {
             for r in bin.requirements.iter() {
                 if let Some(min) = r.min_values() {
                     let min = min as usize;
-                    let have = ps
-                        .catalog
-                        .distinct_values(ps.view, &scratch.mask, r.key(), min);
+                    let have = ps.catalog.distinct_values(&scratch.mask, r.key(), min);
                     if have < min {
                         bail!(
                             want,
@@ -1002,11 +1009,6 @@ impl<'a> Solver<'a> {
             pods: bin.pods.clone(),
         })
     }
-}
-
-/// Placements on new claims are reported as claims, never as targets.
-fn unreachable_target() -> Target {
-    Target::Claim(String::new())
 }
 
 /// The value a node or claim carries for `key`; hostnames fall back to the object's name.

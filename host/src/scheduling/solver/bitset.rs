@@ -53,6 +53,11 @@ impl BitSet {
         self.words.iter().map(|w| w.count_ones() as usize).sum()
     }
 
+    /// Whether the sets share a member.
+    pub(super) fn intersects(&self, other: &BitSet) -> bool {
+        self.words.iter().zip(&other.words).any(|(a, b)| a & b != 0)
+    }
+
     /// `self &= other`.
     pub(super) fn intersect_with(&mut self, other: &BitSet) {
         for (a, b) in self.words.iter_mut().zip(&other.words) {
@@ -121,6 +126,8 @@ mod tests {
         b.intersect_with(&a);
         assert_eq!(b.iter().collect::<Vec<_>>(), vec![0, 64, 129]);
         assert!(b.contains(64) && !b.contains(63));
+        assert!(b.intersects(&a));
+        assert!(!b.intersects(&BitSet::empty(130)));
         let mut odd = BitSet::full(130);
         odd.retain(|i| i % 2 == 1);
         assert_eq!(odd.count(), 65);

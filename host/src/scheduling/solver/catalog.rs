@@ -28,6 +28,11 @@ struct KeyIndex {
     key: String,
     undefined: BitSet,
     groups: Vec<(ValueSet, BitSet)>,
+    /// The group of each distinct set.
+    group_of: HashMap<ValueSet, usize>,
+    /// Per group, its listed values as ids (for counting distinct values under `minValues`).
+    group_values: Vec<Vec<u32>>,
+    value_ids: HashMap<String, u32>,
     /// Memo: types compatible with `In [value]`.
     value_masks: HashMap<String, BitSet>,
 }
@@ -194,19 +199,33 @@ impl Catalog {
                             key: r.key().to_owned(),
                             undefined: BitSet::empty(n),
                             groups: Vec::new(),
+                            group_of: HashMap::new(),
+                            group_values: Vec::new(),
+                            value_ids: HashMap::new(),
                             value_masks: HashMap::new(),
                         },
                     );
                     pos
                 }
             };
-            let groups = &mut self.keys[pos].groups;
-            match groups.iter_mut().find(|(set, _)| set == r.set()) {
-                Some((_, members)) => members.insert(t),
+            let index = &mut self.keys[pos];
+            match index.group_of.get(r.set()) {
+                Some(&g) => index.groups[g].1.insert(t),
                 None => {
                     let mut members = BitSet::empty(n);
                     members.insert(t);
-                    groups.push((r.set().clone(), members));
+                    let ids = r
+                        .set()
+                        .values()
+                        .iter()
+                        .map(|v| {
+                            let next = u32::try_from(index.value_ids.len()).unwrap_or(u32::MAX);
+                            *index.value_ids.entry(v.clone()).or_insert(next)
+                        })
+                        .collect();
+                    index.group_of.insert(r.set().clone(), index.groups.len());
+                    index.group_values.push(ids);
+                    index.groups.push((r.set().clone(), members));
                 }
             }
         }
@@ -395,28 +414,30 @@ impl Catalog {
     }
 
     /// The distinct values the types of `mask` define for `key`, counting up to `enough`.
-    pub(super) fn distinct_values(
-        &self,
-        pool: &NodePoolView,
-        mask: &BitSet,
-        key: &str,
-        enough: usize,
-    ) -> usize {
-        let mut seen: Vec<&str> = Vec::new();
-        for t in mask.iter() {
-            let it = &pool.instance_types[self.types[t]];
-            if let Some(set) = it.requirements.set_of(key) {
-                for v in set.values() {
-                    if !seen.contains(&v.as_str()) {
-                        seen.push(v);
-                        if seen.len() >= enough {
-                            return seen.len();
-                        }
+    pub(super) fn distinct_values(&self, mask: &BitSet, key: &str, enough: usize) -> usize {
+        let Some(pos) = self.key_position(key) else {
+            return 0;
+        };
+        let index = &self.keys[pos];
+        let mut seen = vec![false; index.value_ids.len()];
+        let mut count = 0;
+        for ((_, members), ids) in index.groups.iter().zip(&index.group_values) {
+            if !members.intersects(mask) {
+                continue;
+            }
+            for &id in ids {
+                if let Some(slot) = seen.get_mut(id as usize)
+                    && !*slot
+                {
+                    *slot = true;
+                    count += 1;
+                    if count >= enough {
+                        return count;
                     }
                 }
             }
         }
-        seen.len()
+        count
     }
 }
 

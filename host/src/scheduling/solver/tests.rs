@@ -377,11 +377,10 @@ fn unschedulable_reason_names_requests_and_largest_type() {
     ));
     let (p, reason) = &result.unschedulable[0];
     assert_eq!(*p, 0);
-    assert!(
-        reason.starts_with(
-            "incompatible with nodepool default: no instance type satisfies cpu=64, memory=1Ti with nodepool default (largest: c16"
-        ),
-        "{reason}"
+    assert_eq!(
+        reason,
+        "no instance type satisfies cpu=64, memory=1Ti with nodepool default \
+         (largest: c16 with allocatable cpu=16, memory=32Gi, pods=160)"
     );
 }
 
@@ -799,4 +798,163 @@ fn solving_is_deterministic() {
     assert_eq!(first, solve(&inp));
     let placed: usize = first.new_claims.iter().map(|c| c.pods.len()).sum();
     assert_eq!(placed + first.unschedulable.len(), 60);
+}
+
+#[test]
+fn zonal_spread_counts_pods_already_running() {
+    let running: Vec<Pod> = (0..2)
+        .map(|i| pod(&format!("old{i}"), 100, GI).label("app", "web"))
+        .collect();
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([
+            (HOSTNAME.to_owned(), "node-1".to_owned()),
+            (ZONE.to_owned(), "zone-1".to_owned()),
+        ]),
+        // Full: new pods cannot land here, but its pods count for the spread.
+        allocatable: Resources::new(200, 2 * GI, 2),
+        used: Resources::new(200, 2 * GI, 2),
+        pods: running,
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let pods = (0..4)
+        .map(|i| {
+            let mut p = pod(&format!("p{i}"), 1000, GI).label("app", "web");
+            p.topology_spread.push(spread(ZONE, &[("app", "web")]));
+            p
+        })
+        .collect();
+    let inp = SchedulingInput {
+        pods,
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+    for claim in &result.new_claims {
+        *per_zone.entry(zone_of(claim)).or_default() += claim.pods.len();
+    }
+    // zone-1 already has 2: the 4 new pods even out zone-2 and zone-3 at 2 each.
+    assert_eq!(per_zone, BTreeMap::from([("zone-2", 2), ("zone-3", 2)]));
+}
+
+#[test]
+fn tainted_existing_node_is_skipped() {
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([(HOSTNAME.to_owned(), "node-1".to_owned())]),
+        taints: vec![Taint::new("dedicated", "db", TaintEffect::NoSchedule)],
+        allocatable: Resources::new(8000, 16 * GI, 100),
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let inp = SchedulingInput {
+        pods: vec![
+            pod("plain", 100, GI),
+            pod("db", 100, GI).tolerate(Toleration::exists("dedicated")),
+        ],
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert_eq!(
+        result.existing_placements,
+        vec![(1, Target::Node("node-1".into()))]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![0]);
+}
+
+#[test]
+fn inflight_claims_reserve_room_for_daemonsets() {
+    let claim = InflightClaim {
+        name: "claim-1".into(),
+        allocatable: Resources::new(2000, 4 * GI, 10),
+        ..InflightClaim::default()
+    };
+    let inp = SchedulingInput {
+        pods: vec![pod("a", 1500, GI)],
+        node_pools: vec![pool("default")],
+        inflight_claims: vec![claim],
+        daemonset_pods: vec![pod("ds", 1000, GI)],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert!(
+        result.existing_placements.is_empty(),
+        "the DaemonSet takes 1 of 2 CPU"
+    );
+    assert_eq!(result.new_claims.len(), 1);
+}
+
+#[test]
+fn extended_resources_select_types_that_have_them() {
+    let mut gpu = instance_type("g4", 4, 16, 40, "amd64", 2.0);
+    gpu.capacity.set("nvidia.com/gpu", 1);
+    let mut types = catalog().to_vec();
+    types.push(gpu);
+    let mut wants_gpu = pod("train", 1000, GI);
+    wants_gpu.requests.set("nvidia.com/gpu", 1);
+    let result = solve(&input(
+        vec![wants_gpu, pod("web", 1000, GI)],
+        vec![NodePoolView::new("default", types.into())],
+    ));
+    let gpu_claim = result
+        .new_claims
+        .iter()
+        .find(|c| c.pods.contains(&0))
+        .unwrap();
+    assert_eq!(gpu_claim.instance_type_options, vec!["g4"]);
+    assert_eq!(gpu_claim.requests.get("nvidia.com/gpu"), 1);
+}
+
+#[test]
+fn every_pool_explains_its_refusal() {
+    let mut gpu = pool("gpu");
+    gpu.weight = 10;
+    gpu.taints
+        .push(Taint::new("dedicated", "gpu", TaintEffect::NoSchedule));
+    let mut arm = pool("arm");
+    arm.requirements.add(Requirement::in_(ARCH, ["arm64"]));
+    let pods = vec![pod("x86", 500, GI).node_selector(ARCH, "amd64")];
+    let result = solve(&input(pods, vec![arm, gpu]));
+    assert_eq!(
+        result.unschedulable,
+        vec![(
+            0,
+            "incompatible with nodepool gpu: untolerated taint dedicated=gpu:NoSchedule; \
+             incompatible with nodepool arm: requirement kubernetes.io/arch In [amd64] vs [arm64]"
+                .to_owned()
+        )]
+    );
+}
+
+#[test]
+fn pool_labels_and_nodepool_label_are_requirements() {
+    let mut p = pool("default");
+    p.labels.insert("team".into(), "a".into());
+    let result = solve(&input(
+        vec![
+            pod("a", 100, GI).node_selector("team", "a"),
+            pod("b", 100, GI).node_selector("team", "b"),
+            pod("c", 100, GI).node_selector(crate::api::labels::NODEPOOL, "default"),
+        ],
+        vec![p],
+    ));
+    assert_eq!(result.unschedulable.len(), 1);
+    assert_eq!(result.unschedulable[0].0, 1);
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.pods, vec![0, 2]);
+    assert_eq!(
+        claim.requirements.set_of("team"),
+        Some(&ValueSet::in_(["a"]))
+    );
 }
