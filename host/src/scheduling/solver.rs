@@ -9,6 +9,7 @@
 
 mod bitset;
 mod catalog;
+mod fast_hash;
 mod pod_state;
 mod queue;
 mod topology;
@@ -16,10 +17,11 @@ mod topology;
 #[cfg(test)]
 mod tests;
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bitset::BitSet;
 use catalog::Catalog;
+use fast_hash::FastSet;
 use pod_state::{PodState, inverse_specs, node_requirements};
 use queue::Queue;
 use topology::{DomainId, GroupId, GroupKind, Topology};
@@ -119,7 +121,7 @@ struct Scratch {
 
 struct Solver<'a> {
     input: &'a SchedulingInput,
-    well_known: HashSet<String>,
+    well_known: FastSet<String>,
     pools: Vec<Pool<'a>>,
     prefer_no_schedule_exists: bool,
     topology: Topology,
@@ -145,7 +147,7 @@ macro_rules! bail {
 
 impl<'a> Solver<'a> {
     fn new(input: &'a SchedulingInput) -> Self {
-        let mut well_known: HashSet<String> = WELL_KNOWN.iter().map(|s| (*s).to_owned()).collect();
+        let mut well_known: FastSet<String> = WELL_KNOWN.iter().map(|s| (*s).to_owned()).collect();
         well_known.extend(input.options.well_known_labels.iter().cloned());
         for pool in &input.node_pools {
             for it in pool.instance_types.iter() {
@@ -237,22 +239,22 @@ impl<'a> Solver<'a> {
     /// types and offerings allow, and what existing capacity carries.
     fn register_domains(&mut self) {
         let keys: Vec<String> = self.topology.key_names().map(str::to_owned).collect();
-        let mut universe: BTreeMap<&str, BTreeSet<String>> = BTreeMap::new();
-        for key in &keys {
-            let values = universe.entry(key.as_str()).or_default();
+        let mut universe: Vec<(String, Vec<String>)> = Vec::with_capacity(keys.len());
+        for key in keys {
+            let mut values: BTreeSet<&str> = BTreeSet::new();
             for pool in &self.pools {
-                let allowed = pool.template.set_of(key);
+                let allowed = pool.template.set_of(&key);
                 if let Some(set) = allowed.filter(|s| !s.is_complement()) {
-                    values.extend(set.values().iter().cloned());
+                    values.extend(set.values().iter().map(String::as_str));
                 }
                 for &i in &pool.catalog.types {
                     let it = &pool.view.instance_types[i];
-                    if let Some(set) = it.requirements.set_of(key).filter(|s| !s.is_complement()) {
+                    if let Some(set) = it.requirements.set_of(&key).filter(|s| !s.is_complement()) {
                         values.extend(
                             set.values()
                                 .iter()
                                 .filter(|v| allowed.is_none_or(|a| a.contains(v)))
-                                .cloned(),
+                                .map(String::as_str),
                         );
                     }
                     if key == ZONE {
@@ -262,22 +264,28 @@ impl<'a> Solver<'a> {
                                 .filter(|o| {
                                     o.available && allowed.is_none_or(|a| a.contains(&o.zone))
                                 })
-                                .map(|o| o.zone.clone()),
+                                .map(|o| o.zone.as_str()),
                         );
                     }
                 }
             }
             for node in &self.input.existing_nodes {
-                values.extend(node_label(&node.labels, &node.name, key).map(str::to_owned));
+                values.extend(node_label(&node.labels, &node.name, &key));
             }
             for claim in &self.input.inflight_claims {
-                let labels = claim_labels(claim);
-                values.extend(node_label(&labels, &claim.name, key).map(str::to_owned));
+                let value = claim
+                    .requirements
+                    .set_of(&key)
+                    .and_then(ValueSet::single_value)
+                    .or_else(|| (key == HOSTNAME).then_some(claim.name.as_str()));
+                values.extend(value);
             }
+            let values = values.into_iter().map(str::to_owned).collect();
+            universe.push((key, values));
         }
         for (key, values) in universe {
             for v in values {
-                self.topology.register(key, &v);
+                self.topology.register(&key, &v);
             }
         }
     }
@@ -1021,19 +1029,6 @@ fn node_label<'l>(
         .get(key)
         .map(String::as_str)
         .or_else(|| (key == HOSTNAME).then_some(name))
-}
-
-/// The single-valued requirements of an in-flight claim, as labels.
-fn claim_labels(claim: &super::cluster::InflightClaim) -> BTreeMap<String, String> {
-    claim
-        .requirements
-        .iter()
-        .filter_map(|r| {
-            r.set()
-                .single_value()
-                .map(|v| (r.key().to_owned(), v.to_owned()))
-        })
-        .collect()
 }
 
 /// Whether `allowed` is just bin's own hostname.

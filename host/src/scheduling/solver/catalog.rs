@@ -2,7 +2,7 @@
 //! allocatable (DaemonSet overhead already taken off), per-key compatibility indexes and compact
 //! offerings, so narrowing a claim's options is bit-set arithmetic.
 
-use std::collections::HashMap;
+use super::fast_hash::FastMap;
 
 use super::bitset::BitSet;
 use crate::api::labels::{CAPACITY_TYPE, ZONE};
@@ -29,12 +29,12 @@ struct KeyIndex {
     undefined: BitSet,
     groups: Vec<(ValueSet, BitSet)>,
     /// The group of each distinct set.
-    group_of: HashMap<ValueSet, usize>,
+    group_of: FastMap<ValueSet, usize>,
     /// Per group, its listed values as ids (for counting distinct values under `minValues`).
     group_values: Vec<Vec<u32>>,
-    value_ids: HashMap<String, u32>,
+    value_ids: FastMap<String, u32>,
     /// Memo: types compatible with `In [value]`.
-    value_masks: HashMap<String, BitSet>,
+    value_masks: FastMap<String, BitSet>,
 }
 
 /// The instance types one pool may launch.
@@ -199,10 +199,10 @@ impl Catalog {
                             key: r.key().to_owned(),
                             undefined: BitSet::empty(n),
                             groups: Vec::new(),
-                            group_of: HashMap::new(),
+                            group_of: FastMap::default(),
                             group_values: Vec::new(),
-                            value_ids: HashMap::new(),
-                            value_masks: HashMap::new(),
+                            value_ids: FastMap::default(),
+                            value_masks: FastMap::default(),
                         },
                     );
                     pos

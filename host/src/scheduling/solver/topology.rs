@@ -8,7 +8,8 @@
 //! are, so that the pods they repel stay away even though those carry no term themselves.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+
+use super::fast_hash::FastMap;
 
 use crate::api::labels::HOSTNAME;
 use crate::scheduling::pod::{Namespaces, Pod};
@@ -77,31 +78,6 @@ struct Group {
     /// Domains with a non-zero count.
     nonzero: u32,
 }
-
-/// FNV-1a: domain names are short and trusted, so a cheap hash beats SipHash here.
-#[derive(Default)]
-struct Fnv(u64);
-
-impl Hasher for Fnv {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        let mut h = if self.0 == 0 {
-            0xcbf2_9ce4_8422_2325
-        } else {
-            self.0
-        };
-        for b in bytes {
-            h ^= u64::from(*b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-        self.0 = h;
-    }
-}
-
-type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<Fnv>>;
 
 /// The interned domains of one topology key.
 #[derive(Debug)]
