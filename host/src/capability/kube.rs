@@ -632,6 +632,28 @@ mod tests {
         }
     }
 
+    fn api_error(code: u16) -> ::kube::Error {
+        let status: ::kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "boom", "reason": "Reason", "code": code
+        }))
+        .unwrap();
+        ::kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn api_errors_map_onto_the_wit_cases() {
+        let case = |code| map_error(api_error(code)).to_string();
+        assert!(case(403).starts_with("permission-denied: "));
+        assert!(case(401).starts_with("permission-denied: "));
+        assert_eq!(case(404), "not-found: boom");
+        assert_eq!(case(409), "conflict: boom");
+        assert_eq!(case(400), "invalid: boom");
+        assert_eq!(case(422), "invalid: boom");
+        assert_eq!(case(429), "unavailable: boom");
+        assert_eq!(case(503), "unavailable: boom");
+        assert_eq!(case(418), "other: HTTP 418: boom");
+    }
+
     #[test]
     fn error_display_is_kebab_variant() {
         assert_eq!(

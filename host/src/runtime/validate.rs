@@ -151,7 +151,12 @@ pub fn inspect(bytes: &[u8], max_size: usize) -> Result<ComponentInfo, ValidateE
             return Err(ValidateError::Malformed(err.to_string()));
         }
     }
-    let (resolve, world) = match decode(bytes) {
+    // The decoder sees untrusted bytes: a bug in it must refuse this component, not take the host
+    // down.
+    let decoded = std::panic::catch_unwind(|| decode(bytes)).map_err(|_| {
+        ValidateError::Malformed("the WIT decoder could not read this component".into())
+    })?;
+    let (resolve, world) = match decoded {
         Ok(DecodedWasm::Component(resolve, world)) => (resolve, world),
         Ok(DecodedWasm::WitPackage(..)) => return Err(ValidateError::WitPackage),
         Err(err) => return Err(ValidateError::Malformed(format!("{err:#}"))),
