@@ -19,17 +19,22 @@ pub fn providers_dir() -> &'static Path {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
         let script = root.join("providers-wasm/build.sh");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("providers");
-        let output = Command::new("bash")
+        let mut command = Command::new("bash");
+        command
             .arg(&script)
             .arg(&out)
             .current_dir(root.join("providers-wasm"))
-            // The guests have their own workspace and target directory; do not leak the host
-            // build's settings into it.
+            // The guests have their own workspace and target directory (`make test` names it in
+            // CAPSTAN_PROVIDERS_TARGET_DIR); do not leak the host build's settings into it.
             .env_remove("CARGO_TARGET_DIR")
             .env_remove("CARGO_BUILD_TARGET_DIR")
             .env_remove("RUSTFLAGS")
             .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env_remove("CARGO_BUILD_TARGET")
+            .env_remove("CARGO_BUILD_TARGET");
+        if let Some(dir) = std::env::var_os("CAPSTAN_PROVIDERS_TARGET_DIR") {
+            command.env("CARGO_TARGET_DIR", dir);
+        }
+        let output = command
             .output()
             .map_err(|err| format!("cannot run {}: {err}", script.display()))?;
         if !output.status.success() {
