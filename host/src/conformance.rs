@@ -10,7 +10,6 @@
 //! check it happened in.
 
 pub mod instance_types;
-pub mod quantity;
 
 use std::fmt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};

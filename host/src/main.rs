@@ -162,12 +162,17 @@ fn split_pair<'a>(flag: &str, value: &'a str) -> Result<(&'a str, &'a str)> {
         .with_context(|| format!("--{flag} {value:?}: expected NAME=FILE"))
 }
 
-fn run(args: RunArgs) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
+/// Runs a future on a fresh multi-threaded Tokio runtime.
+fn block_on<T>(future: impl std::future::Future<Output = Result<T>>) -> Result<T> {
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(run_async(args))
+        .context("cannot start the async runtime")?
+        .block_on(future)
+}
+
+fn run(args: RunArgs) -> Result<ExitCode> {
+    block_on(run_async(args))
 }
 
 async fn run_async(args: RunArgs) -> Result<ExitCode> {
@@ -342,11 +347,7 @@ fn inspect(args: &InspectArgs) -> Result<ExitCode> {
 }
 
 fn test(args: TestArgs) -> Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
-    runtime.block_on(test_async(args))
+    block_on(test_async(args))
 }
 
 async fn test_async(args: TestArgs) -> Result<ExitCode> {

@@ -2,8 +2,8 @@
 
 use std::collections::HashSet;
 
-use crate::conformance::quantity;
 use crate::runtime::types::{InstanceType, Operator, Requirement, Resource};
+use crate::scheduling::quantity;
 
 /// `node.kubernetes.io/instance-type`.
 pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
@@ -99,9 +99,9 @@ pub fn problems(types: &[InstanceType]) -> Vec<String> {
         ];
         for (what, resources) in lists {
             for resource in resources {
-                match quantity::parse(&resource.quantity) {
+                match quantity::parse_millis(&resource.quantity) {
                     Err(why) => report(format!("{what} {}: {why}", resource.name)),
-                    Ok(v) if v < 0.0 => report(format!("{what} {} is negative", resource.name)),
+                    Ok(v) if v < 0 => report(format!("{what} {} is negative", resource.name)),
                     Ok(_) => {}
                 }
             }
