@@ -1,5 +1,6 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
-//! termination), garbage collection, and the NodeClass and NodePool status controllers.
+//! termination), garbage collection, the NodeClass and NodePool status controllers, and the
+//! provisioner that turns unschedulable pods into NodeClaims.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
@@ -9,6 +10,7 @@ pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool_status;
+pub mod provisioner;
 pub mod resolve;
 pub mod selector;
 
@@ -74,6 +76,8 @@ pub struct Settings {
     pub selector: Option<String>,
     /// The reporting controller name on Events.
     pub reporter: String,
+    /// The provisioner's batching windows (idle 1 s, max 10 s).
+    pub batch: provisioner::batcher::Windows,
 }
 
 impl Default for Settings {
@@ -85,6 +89,7 @@ impl Default for Settings {
             gc_grace: Duration::from_secs(30),
             selector: None,
             reporter: "capstan".to_owned(),
+            batch: provisioner::batcher::Windows::default(),
         }
     }
 }
@@ -240,6 +245,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
+        () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
     };
     node_task.abort();
     result

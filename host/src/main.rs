@@ -143,9 +143,16 @@ struct RunArgs {
     /// Leaked instances younger than this are left alone.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     gc_grace: Duration,
-    /// Manage only NodeClaims, NodePools and NodeClasses with these labels (`k=v,...`).
+    /// Manage only NodeClaims, NodePools and NodeClasses with these labels (`k=v,...`); the
+    /// provisioner then also provisions only for pods and onto nodes with them.
     #[arg(long)]
     selector: Option<String>,
+    /// Close a provisioning batch after this long without a new unschedulable pod.
+    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    batch_idle_duration: Duration,
+    /// Close a provisioning batch this long after its first pod at the latest.
+    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    batch_max_duration: Duration,
     /// Directory for compiled components (default: ~/.cache/capstan/components).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
@@ -235,6 +242,10 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             gc_interval: args.gc_interval,
             gc_grace: args.gc_grace,
             selector: args.selector,
+            batch: capstan::controllers::provisioner::batcher::Windows {
+                idle: args.batch_idle_duration,
+                max: args.batch_max_duration,
+            },
             ..capstan::controllers::Settings::default()
         },
     };

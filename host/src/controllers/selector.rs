@@ -52,6 +52,17 @@ impl Selector {
         Ok(Self(terms))
     }
 
+    /// The `key=value` terms, as labels: what an object must carry to be selected.
+    pub fn equality_labels(&self) -> BTreeMap<String, String> {
+        self.0
+            .iter()
+            .filter_map(|term| match term {
+                Term::Equals(k, v) => Some((k.clone(), v.clone())),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Whether `labels` match.
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().all(|term| match term {

@@ -1,0 +1,371 @@
+//! The provisioner: turns pods kube-scheduler could not place into NodeClaims.
+//!
+//! A watch on Pods triggers a batch whenever a provisionable pod (see [`is_provisionable`])
+//! appears or changes; the [`batcher`] gathers triggers until the cluster is quiet for the idle
+//! window or the max window passes. Each batch takes a [`snapshot::Snapshot`], fetches instance
+//! types per NodePool and NodeClass through the provider ([`instance_types`], cached), runs the
+//! pure [`crate::scheduling::solve`] and creates one NodeClaim per new claim it decides. Claims
+//! still launching are passed to the solver as in-flight capacity, which it fills first, so a
+//! second batch never opens a duplicate claim for pods already nominated. Every pod gets an
+//! Event: `Nominated` with where it should go, or `FailedScheduling` with why nothing fits.
+//!
+//! The chosen offering's price is kept on each NodeClaim in the [`PRICE_ANNOTATION`].
+
+pub mod batcher;
+pub mod instance_types;
+pub mod snapshot;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ObjectMeta, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::api::labels::NODEPOOL;
+use crate::api::nodeclaim::ResourceRequirements;
+use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
+use crate::controllers::Context;
+use crate::scheduling::requirements::SetOperator;
+use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
+
+use self::instance_types::InstanceTypeCache;
+use self::snapshot::Snapshot;
+
+/// Annotation on a NodeClaim the provisioner created: the price per hour of the cheapest
+/// offering the claim can launch, as the provider reported it.
+pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
+
+/// How often pending pods are looked at again even without a change (a claim that failed to
+/// launch leaves its pods pending with no pod event).
+const RESYNC: Duration = Duration::from_secs(30);
+
+/// Why a provisioning run (or part of it) failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ProvisionError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// `get-instance-types` failed.
+    #[error("provider call: {0}")]
+    Call(#[from] crate::runtime::CallError),
+    /// A NodePool or NodeClass cannot be expressed in the provider contract.
+    #[error(transparent)]
+    ProviderConvert(#[from] crate::provider::convert::ConvertError),
+    /// An object cannot be taken by the scheduler.
+    #[error(transparent)]
+    SchedulingConvert(#[from] crate::scheduling::convert::ConvertError),
+    /// A provider returned an instance type the scheduler cannot use.
+    #[error("provider instance type: {0}")]
+    InstanceType(String),
+    /// A NodePool cannot be provisioned from.
+    #[error("{0}")]
+    Pool(String),
+}
+
+/// Whether kube-scheduler gave up on `pod` and Capstan should provision for it: not bound, not
+/// terminating or finished, `PodScheduled=False` with reason `Unschedulable`, and not owned by
+/// a DaemonSet or a Node (static pods).
+pub fn is_provisionable(pod: &Pod) -> bool {
+    if pod.spec.as_ref().is_none_or(|s| s.node_name.is_some())
+        || pod.metadata.deletion_timestamp.is_some()
+    {
+        return false;
+    }
+    let status = pod.status.as_ref();
+    if matches!(
+        status.and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    ) {
+        return false;
+    }
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        });
+    let daemon_or_static = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    unschedulable && !daemon_or_static
+}
+
+/// Runs the provisioner until the pod watch ends.
+pub async fn run(ctx: Arc<Context>) {
+    let (tx, mut rx) = mpsc::unbounded_channel::<()>();
+    let watch_tx = tx.clone();
+    let pods = watcher(Api::<Pod>::all(ctx.client.clone()), pod_watch_config(&ctx))
+        .default_backoff()
+        .applied_objects()
+        .for_each(move |pod| {
+            if let Ok(pod) = pod
+                && is_provisionable(&pod)
+            {
+                let _ = watch_tx.send(());
+            }
+            futures::future::ready(())
+        });
+    let watch = tokio::spawn(pods);
+    let resync = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(RESYNC);
+        tick.tick().await;
+        loop {
+            tick.tick().await;
+            if tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
+    let cache = InstanceTypeCache::default();
+    let windows = ctx.settings.batch;
+    tracing::info!(idle = ?windows.idle, max = ?windows.max, "provisioner starting");
+    while let Some(triggers) = batcher::next_batch(&mut rx, windows).await {
+        let started = Instant::now();
+        match provision(&ctx, &cache).await {
+            Ok(outcome) if outcome.pods > 0 => tracing::info!(
+                triggers,
+                pods = outcome.pods,
+                new_claims = outcome.created,
+                unschedulable = outcome.unschedulable,
+                elapsed = ?started.elapsed(),
+                "provisioning batch"
+            ),
+            Ok(_) => tracing::debug!(triggers, "provisioning batch: nothing pending"),
+            Err(err) => tracing::warn!(error = %err, "provisioning batch failed"),
+        }
+    }
+    watch.abort();
+    resync.abort();
+}
+
+fn pod_watch_config(ctx: &Context) -> watcher::Config {
+    match &ctx.settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    }
+}
+
+/// What one run did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// Pods considered.
+    pub pods: usize,
+    /// NodeClaims created.
+    pub created: usize,
+    /// Pods that fit nowhere.
+    pub unschedulable: usize,
+}
+
+/// One provisioning run over a fresh snapshot.
+pub async fn provision(
+    ctx: &Context,
+    cache: &InstanceTypeCache,
+) -> Result<Outcome, ProvisionError> {
+    let snapshot = Snapshot::take(ctx).await?;
+    if snapshot.pending.is_empty() {
+        return Ok(Outcome::default());
+    }
+    let built = snapshot.input(ctx, cache).await;
+    let result = scheduling::solve(&built.input);
+    let mut outcome = Outcome {
+        pods: snapshot.pending.len(),
+        ..Outcome::default()
+    };
+    let pod_of = |i: usize| &snapshot.pending[built.pod_index[i]];
+    for (i, why) in &built.rejected {
+        outcome.unschedulable += 1;
+        ctx.events
+            .warning(&snapshot.pending[*i], "FailedScheduling", why.clone())
+            .await;
+    }
+    for (i, target) in &result.existing_placements {
+        let note = match target {
+            Target::Node(node) => format!("Pod should schedule on: node/{node}"),
+            Target::Claim(claim) => format!("Pod should schedule on: nodeclaim/{claim}"),
+        };
+        ctx.events.normal(pod_of(*i), "Nominated", note).await;
+    }
+    let pools: BTreeMap<String, &NodePool> =
+        snapshot.pools.iter().map(|p| (p.name_any(), p)).collect();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for new in &result.new_claims {
+        let Some(pool) = pools.get(&new.node_pool) else {
+            continue;
+        };
+        let claim = claim_for(new, pool, &ctx.selector.equality_labels());
+        match api.create(&PostParams::default(), &claim).await {
+            Ok(created) => {
+                outcome.created += 1;
+                let name = created.name_any();
+                tracing::info!(
+                    nodeclaim = %name,
+                    nodepool = %new.node_pool,
+                    pods = new.pods.len(),
+                    requests = %new.requests,
+                    cheapest = %new.cheapest_offering.instance_type,
+                    price = new.cheapest_price,
+                    "created nodeclaim"
+                );
+                ctx.events
+                    .normal(
+                        &created,
+                        "Provisioned",
+                        format!(
+                            "for {} pod(s), {} instance type option(s), cheapest {} at {}/h",
+                            new.pods.len(),
+                            new.instance_type_options.len(),
+                            new.cheapest_offering.instance_type,
+                            new.cheapest_price
+                        ),
+                    )
+                    .await;
+                for i in &new.pods {
+                    ctx.events
+                        .normal(
+                            pod_of(*i),
+                            "Nominated",
+                            format!("Pod should schedule on: nodeclaim/{name}"),
+                        )
+                        .await;
+                }
+            }
+            Err(err) => {
+                tracing::warn!(nodepool = %new.node_pool, error = %err, "cannot create nodeclaim");
+                for i in &new.pods {
+                    ctx.events
+                        .warning(
+                            pod_of(*i),
+                            "FailedScheduling",
+                            format!("cannot create a NodeClaim: {err}"),
+                        )
+                        .await;
+                }
+            }
+        }
+    }
+    for (i, why) in &result.unschedulable {
+        outcome.unschedulable += 1;
+        let mut note = why.clone();
+        if !built.skipped_pools.is_empty() {
+            let skipped: Vec<String> = built
+                .skipped_pools
+                .iter()
+                .map(|(pool, err)| format!("{pool}: {err}"))
+                .collect();
+            note.push_str(&format!("; nodepools left out: {}", skipped.join("; ")));
+        }
+        ctx.events
+            .warning(pod_of(*i), "FailedScheduling", note)
+            .await;
+    }
+    Ok(outcome)
+}
+
+/// The NodeClaim for a new claim of `pool`: named `<pool>-<5 random chars>` by the API server,
+/// labelled with the pool's template labels, the pool name and `extra_labels` (the host's
+/// selector), with the pool's annotations, taints, expiry and grace period, the solver's
+/// requirements and requests, and the price annotation.
+pub fn claim_for(
+    new: &NewClaim,
+    pool: &NodePool,
+    extra_labels: &BTreeMap<String, String>,
+) -> NodeClaim {
+    let template = &pool.spec.template;
+    let (mut labels, mut annotations) = template
+        .metadata
+        .as_ref()
+        .map(|m| (m.labels.clone(), m.annotations.clone()))
+        .unwrap_or_default();
+    labels.extend(extra_labels.clone());
+    labels.insert(NODEPOOL.to_owned(), new.node_pool.clone());
+    annotations.insert(
+        PRICE_ANNOTATION.to_owned(),
+        format!("{}", new.cheapest_price),
+    );
+    let spec = &template.spec;
+    let mut claim = NodeClaim::new(
+        "",
+        NodeClaimSpec {
+            taints: spec.taints.clone(),
+            startup_taints: spec.startup_taints.clone(),
+            requirements: api_requirements(&new.requirements),
+            resources: Some(ResourceRequirements {
+                requests: resource_list(&new.requests),
+            }),
+            node_class_ref: spec.node_class_ref.clone(),
+            expire_after: spec.expire_after.clone(),
+            termination_grace_period: spec.termination_grace_period.clone(),
+        },
+    );
+    claim.metadata = ObjectMeta {
+        generate_name: Some(format!("{}-", new.node_pool)),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+    claim
+}
+
+/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries.
+pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
+    let mut out = Vec::new();
+    for r in reqs.iter() {
+        let set = r.set();
+        let min_values = r.min_values().map(i64::from);
+        let entry = |operator, values: Vec<String>| crate::api::Requirement {
+            key: r.key().to_owned(),
+            operator,
+            values,
+            min_values,
+        };
+        match set.operator() {
+            SetOperator::In => out.push(entry(NodeSelectorOperator::In, set.values().to_vec())),
+            SetOperator::DoesNotExist => {
+                out.push(entry(NodeSelectorOperator::DoesNotExist, vec![]))
+            }
+            SetOperator::NotIn => {
+                out.push(entry(NodeSelectorOperator::NotIn, set.values().to_vec()))
+            }
+            SetOperator::Exists => {
+                if set.greater_than_bound().is_none() && set.less_than_bound().is_none() {
+                    out.push(entry(NodeSelectorOperator::Exists, vec![]));
+                }
+            }
+        }
+        if let Some(gt) = set.greater_than_bound() {
+            out.push(entry(NodeSelectorOperator::Gt, vec![gt.to_string()]));
+        }
+        if let Some(lt) = set.less_than_bound() {
+            out.push(entry(NodeSelectorOperator::Lt, vec![lt.to_string()]));
+        }
+    }
+    out
+}
+
+/// Resources as quantities (`cpu` in millicores), leaving zeros out.
+pub fn resource_list(resources: &Resources) -> BTreeMap<String, Quantity> {
+    resources
+        .iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(name, v)| {
+            let q = if name == "cpu" {
+                format!("{v}m")
+            } else {
+                v.to_string()
+            };
+            (name.to_owned(), Quantity::new(q))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,261 @@
+//! One consistent view of the cluster for a provisioning run: everything is listed from the API
+//! server at the start of the run (Nodes come from the shared reflector), then turned into the
+//! scheduler's input. Nothing read during the simulation changes under it.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::ListParams;
+use kube::{Api, ResourceExt};
+
+use crate::api::nodeclass::{GROUP, KIND};
+use crate::api::{NodeClaim, NodeClass, NodePool};
+use crate::controllers::Context;
+use crate::scheduling::convert::{self, NamespaceLabels};
+use crate::scheduling::{self, SchedulingInput};
+
+use super::instance_types::InstanceTypeCache;
+use super::{ProvisionError, is_provisionable};
+
+/// The cluster at one moment.
+#[derive(Debug, Default)]
+pub struct Snapshot {
+    /// Pods to provision for, in a stable order (namespace, name).
+    pub pending: Vec<Pod>,
+    /// Every pod bound to a node.
+    pub bound: Vec<Pod>,
+    /// Nodes the scheduler may use.
+    pub nodes: Vec<Node>,
+    /// Managed NodeClaims.
+    pub claims: Vec<NodeClaim>,
+    /// Managed NodePools, not being deleted.
+    pub pools: Vec<NodePool>,
+    /// NodeClasses by name.
+    pub classes: HashMap<String, NodeClass>,
+    /// DaemonSets, for the overhead of their pods on new nodes.
+    pub daemonsets: Vec<DaemonSet>,
+    /// Namespace labels, for namespace selectors of affinity terms.
+    pub namespaces: NamespaceLabels,
+}
+
+/// What [`Snapshot::input`] built, with what it had to leave out.
+#[derive(Debug, Default)]
+pub struct Built {
+    /// The simulation input; `pods[i]` is `pending[pod_index[i]]`.
+    pub input: SchedulingInput,
+    /// Index into [`Snapshot::pending`] of each input pod.
+    pub pod_index: Vec<usize>,
+    /// Pending pods that could not be converted, with why.
+    pub rejected: Vec<(usize, String)>,
+    /// Pools left out, with why.
+    pub skipped_pools: Vec<(String, String)>,
+}
+
+fn deleting<K: ResourceExt>(object: &K) -> bool {
+    object.meta().deletion_timestamp.is_some()
+}
+
+impl Snapshot {
+    /// Lists everything a run needs.
+    pub async fn take(ctx: &Context) -> Result<Self, ProvisionError> {
+        let client = ctx.client.clone();
+        let managed = match &ctx.settings.selector {
+            Some(selector) => ListParams::default().labels(selector),
+            None => ListParams::default(),
+        };
+        let all = ListParams::default();
+        let (pod_api, claim_api, pool_api, class_api, ds_api, ns_api) = (
+            Api::<Pod>::all(client.clone()),
+            Api::<NodeClaim>::all(client.clone()),
+            Api::<NodePool>::all(client.clone()),
+            Api::<NodeClass>::all(client.clone()),
+            Api::<DaemonSet>::all(client.clone()),
+            Api::<Namespace>::all(client),
+        );
+        let (pods, claims, pools, classes, daemonsets, namespaces) = tokio::try_join!(
+            pod_api.list(&all),
+            claim_api.list(&managed),
+            pool_api.list(&managed),
+            class_api.list(&all),
+            ds_api.list(&all),
+            ns_api.list(&all),
+        )?;
+        let mut pending = Vec::new();
+        let mut bound = Vec::new();
+        for pod in pods.items {
+            if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
+                bound.push(pod);
+            } else if is_provisionable(&pod) && ctx.selector.matches(pod.labels()) {
+                pending.push(pod);
+            }
+        }
+        pending.sort_by_key(|p| (p.namespace(), p.name_any()));
+        let nodes = ctx
+            .nodes
+            .state()
+            .iter()
+            .filter(|n| !deleting(n.as_ref()) && ctx.selector.matches(n.labels()))
+            .map(|n| n.as_ref().clone())
+            .collect();
+        Ok(Self {
+            pending,
+            bound,
+            nodes,
+            claims: claims.items,
+            pools: pools.items.into_iter().filter(|p| !deleting(p)).collect(),
+            classes: classes
+                .items
+                .into_iter()
+                .map(|c| (c.name_any(), c))
+                .collect(),
+            daemonsets: daemonsets.items,
+            namespaces: namespaces
+                .items
+                .into_iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect(),
+        })
+    }
+
+    /// The simulation input: pending pods, pools with their instance types and remaining limits,
+    /// existing nodes with their pods, in-flight claims and DaemonSet templates.
+    pub async fn input(&self, ctx: &Context, cache: &InstanceTypeCache) -> Built {
+        let mut built = Built::default();
+        for (i, pod) in self.pending.iter().enumerate() {
+            match convert::pod(pod, &self.namespaces) {
+                Ok(p) => {
+                    built.input.pods.push(p);
+                    built.pod_index.push(i);
+                }
+                Err(err) => built.rejected.push((i, err.to_string())),
+            }
+        }
+        for pool in &self.pools {
+            let name = pool.name_any();
+            match self.pool_view(ctx, cache, pool).await {
+                Ok(view) => built.input.node_pools.push(view),
+                Err(err) => {
+                    tracing::warn!(nodepool = %name, error = %err, "nodepool left out of provisioning");
+                    built.skipped_pools.push((name, err.to_string()));
+                }
+            }
+        }
+        let mut by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+        for pod in &self.bound {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
+                by_node.entry(node).or_default().push(pod.clone());
+            }
+        }
+        let mut node_names = HashSet::new();
+        for node in &self.nodes {
+            let name = node.name_any();
+            let pods = by_node.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+            match convert::node(node, pods, &self.namespaces) {
+                Ok(n) => built.input.existing_nodes.push(n),
+                Err(err) => {
+                    tracing::warn!(node = %name, error = %err, "node left out of provisioning")
+                }
+            }
+            node_names.insert(name);
+        }
+        for claim in &self.claims {
+            if deleting(claim) {
+                continue;
+            }
+            let registered = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| node_names.contains(n));
+            if registered {
+                continue;
+            }
+            match inflight(claim, &self.namespaces) {
+                Ok(c) => built.input.inflight_claims.push(c),
+                Err(err) => {
+                    tracing::warn!(nodeclaim = %claim.name_any(), error = %err, "in-flight claim left out")
+                }
+            }
+        }
+        for ds in &self.daemonsets {
+            let Some(spec) = ds.spec.as_ref() else {
+                continue;
+            };
+            let pod = Pod {
+                metadata: spec.template.metadata.clone().unwrap_or_default(),
+                spec: spec.template.spec.clone(),
+                status: None,
+            };
+            let mut pod = pod;
+            pod.metadata.namespace = ds.namespace();
+            pod.metadata.name = Some(ds.name_any());
+            match convert::pod(&pod, &self.namespaces) {
+                Ok(p) => built.input.daemonset_pods.push(p),
+                Err(err) => {
+                    tracing::debug!(daemonset = %ds.name_any(), error = %err, "daemonset left out")
+                }
+            }
+        }
+        built
+    }
+
+    async fn pool_view(
+        &self,
+        ctx: &Context,
+        cache: &InstanceTypeCache,
+        pool: &NodePool,
+    ) -> Result<scheduling::NodePoolView, ProvisionError> {
+        let reference = &pool.spec.template.spec.node_class_ref;
+        if reference.group != GROUP || reference.kind != KIND {
+            return Err(ProvisionError::Pool(format!(
+                "nodeClassRef {}/{} is not a {GROUP} {KIND}",
+                reference.group, reference.kind
+            )));
+        }
+        let class = self.classes.get(&reference.name).ok_or_else(|| {
+            ProvisionError::Pool(format!("NodeClass {} not found", reference.name))
+        })?;
+        let provider = ctx.registry.get(&class.spec.provider).ok_or_else(|| {
+            ProvisionError::Pool(format!(
+                "NodeClass {} uses provider {}, which is not loaded",
+                reference.name, class.spec.provider
+            ))
+        })?;
+        let started = std::time::Instant::now();
+        let result = cache.get(&provider, pool, class).await;
+        if let Err(ProvisionError::Call(err)) = &result {
+            tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
+        }
+        tracing::debug!(nodepool = %pool.name_any(), elapsed = ?started.elapsed(), "instance types");
+        Ok(convert::node_pool(pool, result?)?)
+    }
+}
+
+/// An in-flight claim. Before launch it has no allocatable yet: what it was sized for (its
+/// requests) stands in, so pods nominated to it in an earlier batch pack onto it again instead of
+/// opening a second claim.
+fn inflight(
+    claim: &NodeClaim,
+    namespaces: &NamespaceLabels,
+) -> Result<scheduling::InflightClaim, convert::ConvertError> {
+    let has_allocatable = claim
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.allocatable.is_empty());
+    if has_allocatable {
+        return convert::inflight_claim(claim, &[], namespaces);
+    }
+    let mut claim = claim.clone();
+    let requests: BTreeMap<_, _> = claim
+        .spec
+        .resources
+        .as_ref()
+        .map(|r| r.requests.clone())
+        .unwrap_or_default();
+    claim
+        .status
+        .get_or_insert_with(Default::default)
+        .allocatable = requests;
+    convert::inflight_claim(&claim, &[], namespaces)
+}

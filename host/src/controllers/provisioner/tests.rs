@@ -1,0 +1,136 @@
+use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use serde_json::json;
+
+use super::*;
+use crate::scheduling::Requirement;
+
+fn pending_pod() -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some("web".into()),
+            namespace: Some("default".into()),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PodSpec::default()),
+        status: Some(PodStatus {
+            phase: Some("Pending".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "PodScheduled".into(),
+                status: "False".into(),
+                reason: Some("Unschedulable".into()),
+                ..PodCondition::default()
+            }]),
+            ..PodStatus::default()
+        }),
+    }
+}
+
+fn owned_by(kind: &str) -> Pod {
+    let mut pod = pending_pod();
+    pod.metadata.owner_references = Some(vec![OwnerReference {
+        kind: kind.into(),
+        name: "owner".into(),
+        api_version: "v1".into(),
+        uid: "1".into(),
+        ..OwnerReference::default()
+    }]);
+    pod
+}
+
+#[test]
+fn filters_provisionable_pods() {
+    assert!(is_provisionable(&pending_pod()));
+    assert!(is_provisionable(&owned_by("ReplicaSet")));
+    assert!(!is_provisionable(&owned_by("DaemonSet")));
+    assert!(!is_provisionable(&owned_by("Node")));
+
+    let mut bound = pending_pod();
+    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
+    assert!(!is_provisionable(&bound));
+
+    let mut terminating = pending_pod();
+    terminating.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    assert!(!is_provisionable(&terminating));
+
+    let mut not_yet = pending_pod();
+    not_yet.status = Some(PodStatus::default());
+    assert!(
+        !is_provisionable(&not_yet),
+        "not marked by the scheduler yet"
+    );
+
+    let mut gated = pending_pod();
+    gated.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
+        Some("SchedulingGated".into());
+    assert!(!is_provisionable(&gated));
+
+    let mut failed = pending_pod();
+    failed.status.as_mut().unwrap().phase = Some("Failed".into());
+    assert!(!is_provisionable(&failed));
+}
+
+#[test]
+fn builds_a_claim_from_a_pool_and_a_decision() {
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": {"name": "general"},
+        "spec": {"template": {
+            "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"}},
+            "spec": {
+                "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "nc"},
+                "requirements": [],
+                "taints": [{"key": "dedicated", "value": "a", "effect": "NoSchedule"}],
+                "expireAfter": "24h",
+                "terminationGracePeriod": "1h",
+            }
+        }},
+    }))
+    .unwrap();
+    let new = NewClaim {
+        node_pool: "general".into(),
+        requirements: Requirements::new()
+            .with(Requirement::in_(
+                "node.kubernetes.io/instance-type",
+                ["b", "a"],
+            ))
+            .with(Requirement::gt("example.com/gen", 3))
+            .with(Requirement::exists("example.com/any")),
+        requests: Resources::new(1500, 2 << 30, 3),
+        instance_type_options: vec!["a".into(), "b".into()],
+        cheapest_price: 0.125,
+        cheapest_offering: scheduling::ChosenOffering {
+            instance_type: "a".into(),
+            zone: "z".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.125,
+        },
+        pods: vec![0, 1, 2],
+    };
+    let extra = BTreeMap::from([("run".to_owned(), "t1".to_owned())]);
+    let claim = claim_for(&new, &pool, &extra);
+    assert_eq!(claim.metadata.generate_name.as_deref(), Some("general-"));
+    let labels = claim.labels();
+    assert_eq!(labels["karpenter.sh/nodepool"], "general");
+    assert_eq!(labels["team"], "a");
+    assert_eq!(labels["run"], "t1");
+    assert_eq!(claim.annotations()[PRICE_ANNOTATION], "0.125");
+    assert_eq!(claim.annotations()["note"], "x");
+    assert_eq!(claim.spec.taints.len(), 1);
+    assert_eq!(claim.spec.expire_after, "24h");
+    assert_eq!(claim.spec.termination_grace_period.as_deref(), Some("1h"));
+    let requests = &claim.spec.resources.as_ref().unwrap().requests;
+    assert_eq!(requests["cpu"].as_str(), "1500m");
+    assert_eq!(requests["memory"].as_str(), (2i64 << 30).to_string());
+    assert_eq!(requests["pods"].as_str(), "3");
+    let reqs = serde_json::to_value(&claim.spec.requirements).unwrap();
+    assert_eq!(
+        reqs,
+        json!([
+            {"key": "example.com/any", "operator": "Exists"},
+            {"key": "example.com/gen", "operator": "Gt", "values": ["3"]},
+            {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b"]},
+        ])
+    );
+}
