@@ -13,6 +13,7 @@ pub mod nodepool_status;
 pub mod provisioner;
 pub mod resolve;
 pub mod selector;
+pub mod unavailable_offerings;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -130,6 +131,8 @@ pub struct Context {
     pub nodes: Store<Node>,
     /// Metrics.
     pub metrics: &'static Metrics,
+    /// Offerings recently out of capacity, avoided by launch.
+    pub unavailable_offerings: unavailable_offerings::UnavailableOfferings,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -237,6 +240,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         selector,
         nodes,
         metrics: metrics::global(),
+        unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         failures: Mutex::new(HashMap::new()),
     });
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");

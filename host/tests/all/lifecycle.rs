@@ -5,12 +5,16 @@
 //! NodeClaims, NodePools and NodeClasses with it, so hosts of concurrent tests never touch each
 //! other's objects.
 
+mod disruption_budget;
 mod errors;
 mod flow;
 mod gc;
+mod liveness;
+mod offerings;
 mod restart;
 mod status;
 mod upstream;
+mod upstream_examples;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

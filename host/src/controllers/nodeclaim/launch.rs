@@ -1,9 +1,14 @@
 //! Launch: the provider's `create`, and what its answer (or error) means for the claim.
 //!
+//! Before `create`, the claim's requirements are narrowed to offerings not recently out of
+//! capacity ([`crate::controllers::unavailable_offerings`]); if none is left the claim fails with
+//! `InsufficientCapacityError` without a provider call.
+//!
 //! | provider answer | reaction |
 //! | --- | --- |
 //! | an instance | labels, annotations, provider ID, image ID, capacity, allocatable; `Launched=True` |
-//! | `insufficient-capacity` | Event `InsufficientCapacityError`, delete the claim |
+//! | `insufficient-capacity` | Event `InsufficientCapacityError`, offerings cached unavailable, delete the claim |
+//! | (no answer within the launch timeout) | Event `LaunchTimeout`, delete the claim |
 //! | `node-class-not-ready` | Event `NodeClassNotReady`, delete the claim |
 //! | `create-failed{reason, message}` | `Launched=Unknown` with that reason; retry with backoff |
 //! | `retryable` | retry with backoff; reported once it fails three times in a row |
@@ -16,11 +21,12 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::{Step, delete, is_true, nodepool, persist_status, set};
+use super::{Step, delete, is_true, liveness, nodepool, persist_status, set};
 use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
 use crate::api::nodeclaim::conditions::LAUNCHED;
 use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
 use crate::controllers::resolve::{self, Resolved};
+use crate::controllers::unavailable_offerings::Narrowed;
 use crate::controllers::{Context, ControllerError};
 use crate::provider::convert;
 use crate::runtime::CallError;
@@ -71,13 +77,50 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             return Ok(Step::Stop(Action::await_change()));
         }
     };
+    let mut request = request;
+    match ctx
+        .unavailable_offerings
+        .narrow(&resolved.provider_name, &claim.spec.requirements)
+    {
+        Narrowed::Available(requirements) => {
+            if requirements != claim.spec.requirements {
+                tracing::debug!(nodeclaim = %claim.name_any(), "avoiding offerings recently out of capacity");
+                request.requirements = convert::requirements_to_wit(&requirements)?;
+            }
+        }
+        Narrowed::Exhausted => {
+            let message = format!(
+                "NodeClaim {} could not launch: every offering it allows is out of capacity at provider {} (cached)",
+                claim.name_any(),
+                resolved.provider_name
+            );
+            ctx.metrics.failed(&nodepool(claim), "InsufficientCapacity");
+            ctx.events
+                .warning(claim, "InsufficientCapacityError", message)
+                .await;
+            delete(ctx, claim).await?;
+            return Ok(Step::Stop(Action::await_change()));
+        }
+    }
     let class = convert::node_class_to_wit(&resolved.node_class);
     let started = Instant::now();
-    let result = resolved.provider.create(&request, &class).await;
+    // A create still running when the launch timeout runs out is abandoned (garbage collection
+    // removes an instance it may leave behind) and the claim deleted.
+    let budget = liveness::launch_budget(claim, ctx);
+    let Ok(result) = tokio::time::timeout(budget, resolved.provider.create(&request, &class)).await
+    else {
+        ctx.metrics.provider_call(
+            &resolved.provider_name,
+            "create",
+            "launch-timeout",
+            started.elapsed(),
+        );
+        return liveness::launch_timed_out(claim, ctx).await;
+    };
     ctx.observe_call(&resolved.provider_name, "create", &result, started);
     match result {
         Ok(created) => launched(claim, ctx, &resolved, &created).await,
-        Err(err) => failed(claim, ctx, err).await,
+        Err(err) => failed(claim, ctx, &resolved.provider_name, err).await,
     }
 }
 
@@ -143,12 +186,17 @@ async fn launched(
 async fn failed(
     claim: &mut NodeClaim,
     ctx: &Context,
+    provider: &str,
     err: CallError,
 ) -> Result<Step, ControllerError> {
     let pool = nodepool(claim);
     match err.provider_error() {
         Some(ProviderError::InsufficientCapacity(message)) => {
             ctx.metrics.failed(&pool, "InsufficientCapacity");
+            let marked = ctx
+                .unavailable_offerings
+                .record_insufficient_capacity(provider, &claim.spec.requirements);
+            tracing::info!(nodeclaim = %claim.name_any(), provider, offerings = marked, "offerings marked unavailable");
             ctx.events
                 .warning(
                     claim,

@@ -2,6 +2,8 @@
 //! Node has not registered within the registration timeout of its launch, is deleted (and the
 //! NodePool's registration health marked).
 
+use std::time::Duration;
+
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
@@ -24,19 +26,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         };
         let timeout = ctx.settings.launch_timeout;
         if millis_since(created) >= i64::try_from(timeout.as_millis()).unwrap_or(i64::MAX) {
-            ctx.metrics.failed(&pool, "LaunchTimeout");
-            ctx.events
-                .warning(
-                    claim,
-                    "LaunchTimeout",
-                    format!(
-                        "NodeClaim {} did not launch within {timeout:?}",
-                        claim.name_any()
-                    ),
-                )
-                .await;
-            delete(ctx, claim).await?;
-            return Ok(Step::Stop(Action::await_change()));
+            return launch_timed_out(claim, ctx).await;
         }
         return Ok(Step::Continue);
     }
@@ -65,4 +55,32 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         return Ok(Step::Stop(Action::await_change()));
     }
     Ok(Step::Continue)
+}
+
+/// How much of the launch timeout is left for the claim (zero once it ran out).
+pub fn launch_budget(claim: &NodeClaim, ctx: &Context) -> Duration {
+    let timeout = ctx.settings.launch_timeout;
+    let Some(created) = claim.metadata.creation_timestamp.as_ref() else {
+        return timeout;
+    };
+    let age = u64::try_from(millis_since(created)).unwrap_or(0);
+    timeout.saturating_sub(Duration::from_millis(age))
+}
+
+/// The claim did not launch in time: count it, record an Event, delete the claim.
+pub async fn launch_timed_out(claim: &NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
+    let timeout = ctx.settings.launch_timeout;
+    ctx.metrics.failed(&nodepool(claim), "LaunchTimeout");
+    ctx.events
+        .warning(
+            claim,
+            "LaunchTimeout",
+            format!(
+                "NodeClaim {} did not launch within {timeout:?}",
+                claim.name_any()
+            ),
+        )
+        .await;
+    delete(ctx, claim).await?;
+    Ok(Step::Stop(Action::await_change()))
 }
