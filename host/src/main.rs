@@ -183,12 +183,17 @@ fn run(args: RunArgs) -> Result<ExitCode> {
 }
 
 async fn run_async(args: RunArgs) -> Result<ExitCode> {
-    let workload = match &args.kubeconfig {
-        Some(path) => client(path).await?,
-        None => kube::Client::try_default()
+    // The controllers retry with their own backoff; kube-client's transparent retry of 429s
+    // would hide an eviction refused by a PodDisruptionBudget for minutes (15 retries).
+    let mut workload_config = match &args.kubeconfig {
+        Some(path) => kube_config(path).await?,
+        None => kube::Config::infer()
             .await
-            .context("cannot create the Kubernetes client")?,
+            .context("cannot find a Kubernetes configuration")?,
     };
+    workload_config.default_retry = false;
+    let workload =
+        kube::Client::try_from(workload_config).context("cannot create the Kubernetes client")?;
     let management = match &args.management_kubeconfig {
         Some(path) => Some(client(path).await?),
         None => None,
@@ -469,13 +474,13 @@ async fn test_async(args: TestArgs) -> Result<ExitCode> {
 }
 
 async fn client(path: &Path) -> Result<kube::Client> {
+    kube::Client::try_from(kube_config(path).await?).context("cannot create the Kubernetes client")
+}
+
+async fn kube_config(path: &Path) -> Result<kube::Config> {
     let kubeconfig = kube::config::Kubeconfig::read_from(path)
         .with_context(|| format!("cannot read kubeconfig {}", path.display()))?;
-    let config = kube::Config::from_custom_kubeconfig(
-        kubeconfig,
-        &kube::config::KubeConfigOptions::default(),
-    )
-    .await
-    .with_context(|| format!("bad kubeconfig {}", path.display()))?;
-    kube::Client::try_from(config).context("cannot create the Kubernetes client")
+    kube::Config::from_custom_kubeconfig(kubeconfig, &kube::config::KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("bad kubeconfig {}", path.display()))
 }

@@ -64,18 +64,25 @@ async fn protected_pod(client: &Client, ns: &str, node: &str) {
     .await
     .unwrap();
     // The disruption controller has seen the pod: no disruption allowed.
-    wait_until(Duration::from_secs(60), "PDB observed", || async {
-        let pdb = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
-            .get("protect")
-            .await?;
+    let pdbs = Api::<PodDisruptionBudget>::namespaced(client.clone(), ns);
+    let observed = wait_until(Duration::from_secs(60), "PDB observed", || async {
+        let pdb = pdbs.get("protect").await?;
         Ok::<_, kube::Error>(
             pdb.status
-                .filter(|s| s.expected_pods == 1 && s.disruptions_allowed == 0)
+                .filter(|s| {
+                    s.observed_generation == Some(1)
+                        && s.current_healthy == 1
+                        && s.disruptions_allowed == 0
+                })
                 .map(|_| ()),
         )
     })
-    .await
-    .unwrap();
+    .await;
+    if let Err(err) = observed {
+        let pdb = pdbs.get("protect").await.unwrap();
+        let pod = pods.get("app").await.unwrap();
+        panic!("{err}\nPDB: {:#?}\npod: {:#?}", pdb.status, pod.status);
+    }
 }
 
 #[tokio::test]
@@ -144,13 +151,14 @@ async fn termination_waits_for_the_pdb_and_is_bounded_by_the_grace_period() {
         "{failed:?}"
     );
 
-    // The budget allows one disruption: the drain completes.
+    // The budget allows a disruption (`minAvailable: 0`: a bare pod has no controller scale for
+    // `maxUnavailable` to count against): the drain completes.
     let relaxed = Instant::now();
     Api::<PodDisruptionBudget>::namespaced(client.clone(), &waits_ns)
         .patch(
             "protect",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"maxUnavailable": 1}})),
+            &Patch::Merge(json!({"spec": {"maxUnavailable": null, "minAvailable": 0}})),
         )
         .await
         .unwrap();
