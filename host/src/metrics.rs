@@ -208,6 +208,43 @@ mod tests {
     }
 
     #[test]
+    fn every_lifecycle_counter_and_call_latency_renders() {
+        let m = Metrics::new();
+        m.launched("p");
+        m.registered("p");
+        m.initialized("p");
+        m.terminated("p");
+        for reason in [
+            "LaunchTimeout",
+            "RegistrationTimeout",
+            "RegistrationTimeout",
+        ] {
+            m.failed("p", reason);
+        }
+        m.garbage_collected("instance");
+        m.provider_call("kwok", "create", "ok", Duration::from_millis(2));
+        m.provider_call("kwok", "delete", "not-found", Duration::from_millis(1));
+        m.provider_call("chaos", "create", "launch-timeout", Duration::from_secs(4));
+        let text = m.render().unwrap();
+        for line in [
+            r#"capstan_nodeclaims_launched_total{nodepool="p"} 1"#,
+            r#"capstan_nodeclaims_registered_total{nodepool="p"} 1"#,
+            r#"capstan_nodeclaims_initialized_total{nodepool="p"} 1"#,
+            r#"capstan_nodeclaims_terminated_total{nodepool="p"} 1"#,
+            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="LaunchTimeout"} 1"#,
+            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="RegistrationTimeout"} 2"#,
+            r#"capstan_instances_garbage_collected_total{kind="instance"} 1"#,
+            r#"capstan_provider_call_duration_seconds_count{provider="kwok",function="delete",outcome="not-found"} 1"#,
+            r#"capstan_provider_call_duration_seconds_count{provider="chaos",function="create",outcome="launch-timeout"} 1"#,
+            r#"capstan_provider_call_duration_seconds_sum{provider="chaos",function="create",outcome="launch-timeout"} 4.0"#,
+            "# TYPE capstan_nodeclaims_failed counter",
+            "# TYPE capstan_provider_call_duration_seconds histogram",
+        ] {
+            assert!(text.contains(line), "missing {line}:\n{text}");
+        }
+    }
+
+    #[test]
     fn global_render_works() {
         global().terminated("p");
         assert!(
