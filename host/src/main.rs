@@ -148,10 +148,10 @@ struct RunArgs {
     #[arg(long)]
     selector: Option<String>,
     /// Close a provisioning batch after this long without a new unschedulable pod.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_parser = parse_short_duration)]
     batch_idle_duration: Duration,
     /// Close a provisioning batch this long after its first pod at the latest.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = parse_short_duration)]
     batch_max_duration: Duration,
     /// Directory for compiled components (default: ~/.cache/capstan/components).
     #[arg(long)]
@@ -160,6 +160,17 @@ struct RunArgs {
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
     capstan::api::duration::parse(text).map_err(|err| err.to_string())
+}
+
+/// Like [`parse_duration`], also taking milliseconds (`500ms`).
+fn parse_short_duration(text: &str) -> Result<Duration, String> {
+    match text.strip_suffix("ms") {
+        Some(millis) => millis
+            .parse::<u64>()
+            .map(Duration::from_millis)
+            .map_err(|err| format!("invalid duration {text:?}: {err}")),
+        None => parse_duration(text),
+    }
 }
 
 fn split_pair<'a>(flag: &str, value: &'a str) -> Result<(&'a str, &'a str)> {

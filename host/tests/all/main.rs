@@ -13,4 +13,5 @@ mod conformance;
 mod fixtures;
 mod grants;
 mod lifecycle;
+mod provisioner;
 mod runtime_isolation;
