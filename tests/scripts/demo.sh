@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # The demo (`make demo`): a real control plane (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok) on loopback, the Capstan host with the kwok provider, and a workload that
-# lands on nodes Capstan launched. Cleans up after itself; exits 0 on success.
+# kube-scheduler, kwok) on loopback, the Capstan host with the kwok provider, and a Deployment whose
+# pods kube-scheduler cannot place: Capstan's provisioner batches them, creates NodeClaims, the
+# nodes register and kube-scheduler binds the pods. Cleans up after itself; exits 0 on success.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 DEMO="$REPO_ROOT/tests/scripts/demo"
-CLAIMS=${CAPSTAN_DEMO_CLAIMS:-3}
-REPLICAS=${CAPSTAN_DEMO_PODS:-9}
+REPLICAS=${CAPSTAN_DEMO_PODS:-12}
 
 ensure_rust
 build_control_plane
@@ -54,25 +54,6 @@ HOST_PID=$!
 log "applying a NodeClass and a NodePool"
 k apply -f "$DEMO/nodepool.yaml"
 
-start=$(date +%s)
-log "creating $CLAIMS NodeClaims"
-for i in $(seq 1 "$CLAIMS"); do
-  cat <<YAML | k apply -f - >/dev/null
-apiVersion: karpenter.sh/v1
-kind: NodeClaim
-metadata:
-  name: demo-$i
-  labels: { karpenter.sh/nodepool: demo }
-spec:
-  requirements:
-    - { key: karpenter.sh/capacity-type, operator: In, values: ["on-demand"] }
-    - { key: kubernetes.io/arch, operator: In, values: ["amd64"] }
-  resources:
-    requests: { cpu: "$((i * 2))", memory: "$((i * 2))Gi" }
-  nodeClassRef: { group: capstan.dev, kind: NodeClass, name: demo }
-YAML
-done
-
 wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
   local deadline=$(( $(date +%s) + $1 )) what=$2; shift 2
   until "$@" >/dev/null 2>&1; do
@@ -80,14 +61,9 @@ wait_for() { # wait_for SECONDS DESCRIPTION COMMAND...
     sleep 1
   done
 }
-all_initialized() {
-  [ "$(k get nodeclaims -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Initialized")].status}{"\n"}{end}' | grep -c True)" -eq "$CLAIMS" ]
-}
-wait_for 180 "NodeClaims to be initialized" all_initialized
-k get nodeclaims -o wide
-k get nodes -L node.kubernetes.io/instance-type,karpenter.sh/capacity-type,topology.kubernetes.io/zone
 
-log "deploying $REPLICAS pods onto the new nodes (bound by kube-scheduler)"
+log "deploying $REPLICAS pods that fit on no node yet (1 cpu, 1Gi each; the cluster has no nodes)"
+start=$(date +%s)
 cat <<YAML | k apply -f - >/dev/null
 apiVersion: apps/v1
 kind: Deployment
@@ -98,23 +74,65 @@ spec:
   template:
     metadata: { labels: { app: demo } }
     spec:
-      nodeSelector: { karpenter.sh/nodepool: demo }
+      # kwok nodes carry kwok's own taint; tolerating everything keeps the demo about capacity.
       tolerations: [{ operator: Exists }]
       containers:
         - name: app
           image: registry.k8s.io/pause:3.10
-          resources: { requests: { cpu: 500m, memory: 256Mi } }
+          resources: { requests: { cpu: "1", memory: 1Gi } }
 YAML
-all_running() {
-  [ "$(k get pods -n default -l app=demo --field-selector=status.phase=Running -o name | wc -l)" -eq "$REPLICAS" ]
+
+# One line per change: pods pending/bound/running, NodeClaims created/launched/ready, nodes.
+count() { grep -c "$1" || true; }
+state() {
+  local pods claims
+  pods=$(k get pods -n default -l app=demo --no-headers \
+    -o custom-columns='NODE:.spec.nodeName,PHASE:.status.phase' 2>/dev/null)
+  claims=$(k get nodeclaims --no-headers -o custom-columns='L:.status.conditions[?(@.type=="Launched")].status,R:.status.conditions[?(@.type=="Ready")].status' 2>/dev/null)
+  printf 'pods: %s pending, %s bound, %s running | nodeclaims: %s created, %s launched, %s ready | nodes: %s' \
+    "$(printf '%s\n' "$pods" | count '^<none>')" \
+    "$(printf '%s\n' "$pods" | grep -v '^<none>' | count .)" \
+    "$(printf '%s\n' "$pods" | count ' Running$')" \
+    "$(printf '%s\n' "$claims" | count .)" \
+    "$(printf '%s\n' "$claims" | count '^True')" \
+    "$(printf '%s\n' "$claims" | count 'True *True$')" \
+    "$(k get nodes --no-headers 2>/dev/null | count .)"
 }
-wait_for 180 "pods to be Running" all_running
-bound=$(( $(date +%s) - start ))
+all_bound_at=""
+last=""
+deadline=$(( start + 300 ))
+while :; do
+  now=$(date +%s)
+  current=$(state)
+  if [ "$current" != "$last" ]; then
+    printf '  [%3ss] %s\n' "$(( now - start ))" "$current"
+    last=$current
+  fi
+  if [ -z "$all_bound_at" ] && [[ "$current" == "pods: 0 pending, $REPLICAS bound,"* ]]; then
+    all_bound_at=$now
+  fi
+  [[ "$current" == *", $REPLICAS running |"* ]] && break
+  if [ "$now" -ge "$deadline" ]; then echo "timed out waiting for the pods to run" >&2; exit 1; fi
+  sleep 2
+done
+running_at=$(date +%s)
+[ -n "$all_bound_at" ] || all_bound_at=$running_at
+
+log "what Capstan launched"
+k get nodeclaims -o wide
+k get nodes -L node.kubernetes.io/instance-type,karpenter.sh/capacity-type,topology.kubernetes.io/zone
 k get pods -n default -l app=demo -o wide
-types=$(k get nodeclaims -o jsonpath='{range .items[*]}{.metadata.labels.node\.kubernetes\.io/instance-type}/{.metadata.labels.karpenter\.sh/capacity-type}{" "}{end}')
+
+nodes=$(k get nodes --no-headers | wc -l | tr -d ' ')
+types=$(k get nodeclaims -o jsonpath='{range .items[*]}{.metadata.labels.node\.kubernetes\.io/instance-type}/{.metadata.labels.karpenter\.sh/capacity-type}{"\n"}{end}' \
+  | sort | uniq -c | awk '{printf "%s%s x%s", sep, $2, $1; sep=", "}')
+price=$(k get nodeclaims -o jsonpath='{range .items[*]}{.metadata.annotations.capstan\.dev/price-per-hour}{"\n"}{end}' \
+  | awk '{s += $1} END {printf "%.4f", s}')
+events=$(k get events -n default --field-selector reason=Nominated --no-headers 2>/dev/null | wc -l | tr -d ' ')
 
 log "cleaning up: pods, then NodeClaims (Capstan drains and deletes the nodes)"
 k delete deployment demo -n default --wait=true >/dev/null
+wait_for 120 "pods to be gone" bash -c "[ -z \"\$(bash '$CP' kubectl --dir '$WORK/cp' get pods -n default -l app=demo -o name)\" ]"
 k delete nodeclaims --all --wait=false >/dev/null
 no_nodes() { [ "$(k get nodes -o name | wc -l)" -eq 0 ] && [ "$(k get nodeclaims -o name | wc -l)" -eq 0 ]; }
 wait_for 180 "nodes and NodeClaims to be gone" no_nodes
@@ -122,10 +140,13 @@ wait_for 180 "nodes and NodeClaims to be gone" no_nodes
 cat <<SUMMARY
 
 ================ Capstan demo summary ================
-pods bound and Running : $REPLICAS
-nodes launched         : $CLAIMS (kwok provider, sandboxed wasm)
+pods                   : $REPLICAS (Deployment, 1 cpu / 1Gi each; no NodeClaim written by hand)
+nodes launched         : $nodes (kwok provider, sandboxed wasm)
 instance types         : $types
-time to all Running    : ${bound}s (from the first NodeClaim)
-nodes left             : 0
+price per hour         : \$$price (sum of capstan.dev/price-per-hour)
+Nominated events       : $events
+time to all bound      : $(( all_bound_at - start ))s (from the Deployment to every pod bound by kube-scheduler)
+time to all Running    : $(( running_at - start ))s
+nodes left             : $(k get nodes -o name | wc -l | tr -d ' ')
 ======================================================
 SUMMARY
