@@ -6,8 +6,11 @@
 //! before calling `create` ([`UnavailableOfferings::narrow`]), and fails fast when nothing is left;
 //! the scheduler can mark the offerings it simulates with ([`UnavailableOfferings::mark`]).
 //!
-//! A claim that does not pin a dimension with `In` is recorded with "any" in that dimension: the
-//! provider could have picked any value there, so all of them are avoided.
+//! Only claims that pin instance types with `In` (as the provisioner's claims do) are recorded: the
+//! provider's error does not say which offering failed, so a claim open to every instance type
+//! would mark the whole provider out (and another NodeClass of the provider may well have room).
+//! A zone or capacity type the claim does not pin is recorded as "any": the provider could have
+//! picked any value there.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
@@ -125,14 +128,17 @@ impl UnavailableOfferings {
     }
 
     /// Records that `provider` had no capacity for a claim with `requirements`: every
-    /// combination of its `In` values on the three dimensions (any, where not pinned). Returns
-    /// how many entries were added.
+    /// combination of its `In` values on the three dimensions (any zone or capacity type, where
+    /// not pinned); nothing if it does not pin instance types. Returns how many entries were added.
     pub fn record_insufficient_capacity(
         &self,
         provider: &str,
         requirements: &[Requirement],
     ) -> usize {
         let domains = domains(requirements);
+        if domains[0].is_none() {
+            return 0;
+        }
         let now = Instant::now();
         let mut added = 0;
         for combo in combos(&domains) {
@@ -297,9 +303,26 @@ mod tests {
     #[test]
     fn unpinned_dimensions_mean_any() {
         let cache = UnavailableOfferings::default();
-        cache.record_insufficient_capacity("kwok", &[req(CAPACITY_TYPE, &["spot"])]);
-        assert!(cache.is_unavailable("kwok", "anything", "any-zone", "spot"));
-        assert!(!cache.is_unavailable("kwok", "anything", "any-zone", "on-demand"));
+        let claim = [
+            req(INSTANCE_TYPE, &["m5.large"]),
+            req(CAPACITY_TYPE, &["spot"]),
+        ];
+        assert_eq!(cache.record_insufficient_capacity("kwok", &claim), 1);
+        assert!(cache.is_unavailable("kwok", "m5.large", "any-zone", "spot"));
+        assert!(!cache.is_unavailable("kwok", "m5.large", "any-zone", "on-demand"));
+        assert!(!cache.is_unavailable("kwok", "m5.xlarge", "any-zone", "spot"));
+    }
+
+    #[test]
+    fn claims_open_to_every_instance_type_are_not_recorded() {
+        let cache = UnavailableOfferings::default();
+        let claim = [req(CAPACITY_TYPE, &["spot"]), req(ZONE, &["a"])];
+        assert_eq!(cache.record_insufficient_capacity("kwok", &claim), 0);
+        assert!(!cache.is_unavailable("kwok", "anything", "a", "spot"));
+        assert_eq!(
+            cache.narrow("kwok", &claim),
+            Narrowed::Available(claim.to_vec())
+        );
     }
 
     #[test]
