@@ -4,7 +4,8 @@
 //! appears or changes; the [`batcher`] gathers triggers until the cluster is quiet for the idle
 //! window or the max window passes. Each batch takes a [`snapshot::Snapshot`], fetches instance
 //! types per NodePool and NodeClass through the provider ([`instance_types`], cached), runs the
-//! pure [`crate::scheduling::solve`] and creates one NodeClaim per new claim it decides. Claims
+//! pure [`crate::scheduling::solve`] (offerings in the unavailable-offerings cache simulated as
+//! unavailable) and creates one NodeClaim per new claim it decides. Claims
 //! still launching are passed to the solver as in-flight capacity, which it fills first, so a
 //! second batch never opens a duplicate claim for pods already nominated. Every pod gets an
 //! Event: `Nominated` with where it should go, or `FailedScheduling` with why nothing fits.

@@ -228,7 +228,19 @@ impl Snapshot {
             tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
         }
         tracing::debug!(nodepool = %pool.name_any(), elapsed = ?started.elapsed(), "instance types");
-        Ok(convert::node_pool(pool, result?)?)
+        let mut types = result?;
+        // Offerings that recently ran out of capacity are simulated as unavailable.
+        if !ctx
+            .unavailable_offerings
+            .entries(&class.spec.provider)
+            .is_empty()
+        {
+            let mut marked = types.to_vec();
+            ctx.unavailable_offerings
+                .mark(&class.spec.provider, &mut marked);
+            types = marked.into();
+        }
+        Ok(convert::node_pool(pool, types)?)
     }
 }
 
