@@ -14,4 +14,5 @@ mod fixtures;
 mod grants;
 mod lifecycle;
 mod provisioner;
+mod provisioner_e2e;
 mod runtime_isolation;
