@@ -14,6 +14,7 @@
 
 pub mod batcher;
 pub mod instance_types;
+pub mod limits;
 pub mod snapshot;
 
 use std::collections::BTreeMap;

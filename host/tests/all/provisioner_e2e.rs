@@ -626,3 +626,84 @@ async fn a_nodepool_at_its_limit_launches_nothing_more() {
     host.check_alive();
     teardown(&client, &names, &ns).await;
 }
+
+/// A pool with `limits: {cpu: 8}` and types of at most 4 cpu, and a single burst of twelve 1-cpu
+/// pods (more than the limit can hold): whatever batches the burst and later retries make, the
+/// claims never hold more than 8 cpu, though claims still launching are not in the pool's
+/// `status.resources` yet (every claim of the pool counts against its limits).
+#[tokio::test]
+async fn a_burst_over_a_nodepool_limit_never_overshoots_it() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("e2eburst");
+    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(
+        &client,
+        &names,
+        &class,
+        "kwok",
+        json!({"maxCpu": 4, "families": ["c"]}),
+    )
+    .await;
+    node_pool(
+        &client,
+        pool_json(
+            &names,
+            &pool,
+            &class,
+            json!([req("kubernetes.io/arch", &["amd64"])]),
+            json!({GROUP: names.run}),
+            json!([]),
+            Some(json!({"cpu": "8"})),
+        ),
+    )
+    .await;
+    let ns = namespace(cp, "e2eburst").await;
+    pods(
+        &client,
+        &names,
+        &ns,
+        "burst",
+        12,
+        "1",
+        json!({GROUP: names.run}),
+        json!([]),
+    )
+    .await;
+    let first = wait_until(Duration::from_secs(60), "first nodeclaims", || async {
+        Ok::<_, kube::Error>((!claims(&client, &names).await.is_empty()).then_some(()))
+    })
+    .await;
+    if let Err(err) = first {
+        panic!("{err}\nhost log:\n{}", host.log_tail());
+    }
+    let check = |claims: &[NodeClaim]| {
+        let total: i64 = claims.iter().map(claim_cpu_millis).sum();
+        assert!(
+            total <= 8000,
+            "claims hold {total}m cpu over the 8-cpu limit: {:?}\nhost log:\n{}",
+            claims
+                .iter()
+                .map(|c| (c.name_any(), claim_cpu_millis(c)))
+                .collect::<Vec<_>>(),
+            host.log_tail()
+        );
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        check(&claims(&client, &names).await);
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // Every claim launched by now counts at its real capacity.
+    let launched = wait_until(Duration::from_secs(60), "all claims launched", || async {
+        let all = claims(&client, &names).await;
+        Ok::<_, kube::Error>(all.iter().all(|c| claim_cpu_millis(c) > 0).then_some(all))
+    })
+    .await;
+    match launched {
+        Ok(all) => check(&all),
+        Err(err) => panic!("{err}\nhost log:\n{}", host.log_tail()),
+    }
+    host.check_alive();
+    teardown(&client, &names, &ns).await;
+}

@@ -16,6 +16,7 @@ use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 
 use super::instance_types::InstanceTypeCache;
+use super::limits;
 use super::{ProvisionError, is_provisionable};
 
 /// The cluster at one moment.
@@ -240,7 +241,11 @@ impl Snapshot {
                 .mark(&class.spec.provider, &mut marked);
             types = marked.into();
         }
-        Ok(convert::node_pool(pool, types)?)
+        let mut view = convert::node_pool(pool, types)?;
+        // Every claim of the pool counts against its limits, not only what its status shows.
+        let usage = limits::claim_usage(&pool.name_any(), &self.claims, &view.instance_types);
+        view.remaining = limits::remaining(view.limits.as_ref(), pool, &usage);
+        Ok(view)
     }
 }
 

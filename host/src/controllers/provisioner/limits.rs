@@ -1,0 +1,124 @@
+//! What a NodePool's limits leave for a provisioning run.
+//!
+//! `status.resources` lags: the NodePool status controller only sees a claim's capacity once it
+//! has launched, and a claim created by the previous batch may not be counted at all yet. As
+//! Karpenter does, every NodeClaim of the pool in the snapshot is counted against the limits
+//! here: its `status.capacity` once launched, otherwise the largest capacity it could still launch
+//! with (the biggest of the pool's instance types its `node.kubernetes.io/instance-type` `In`
+//! requirement allows, or its requests when none of those is known). `nodes` counts one per
+//! claim. Whatever `status` reports is kept when it is larger, so neither source can make the
+//! remaining limits grow.
+
+use std::collections::HashSet;
+
+use crate::api::labels::{INSTANCE_TYPE, NODEPOOL};
+use crate::api::{NodeClaim, NodePool, NodeSelectorOperator, ResourceList};
+use crate::scheduling::resources::{NODES, ResourceLimits};
+use crate::scheduling::{InstanceType, Resources};
+
+/// What the claims of one pool count against its limits.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ClaimUsage {
+    /// Summed capacity (launched) or largest possible capacity (launching).
+    pub resources: Resources,
+    /// Number of claims.
+    pub nodes: i64,
+}
+
+/// Parses a resource list, leaving out entries that do not parse.
+fn parse_list(list: &ResourceList) -> Resources {
+    let mut out = Resources::default();
+    for (name, value) in list {
+        if let Ok(r) = Resources::parse([(name.as_str(), value.as_str())]) {
+            out.add(&r);
+        }
+    }
+    out
+}
+
+/// The most `claim` can count against its pool's limits, given the pool's instance types.
+pub fn claim_capacity(claim: &NodeClaim, types: &[InstanceType]) -> Resources {
+    if let Some(status) = claim.status.as_ref()
+        && !status.capacity.is_empty()
+    {
+        return parse_list(&status.capacity);
+    }
+    let allowed: Option<HashSet<&str>> = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == INSTANCE_TYPE && r.operator == NodeSelectorOperator::In)
+        .map(|r| r.values.iter().map(String::as_str).collect());
+    let mut largest: Option<Resources> = None;
+    if let Some(allowed) = allowed {
+        for t in types.iter().filter(|t| allowed.contains(t.name.as_str())) {
+            largest
+                .get_or_insert_with(Resources::default)
+                .max_assign(&t.capacity);
+        }
+    }
+    largest.unwrap_or_else(|| {
+        claim
+            .spec
+            .resources
+            .as_ref()
+            .map(|r| parse_list(&r.requests))
+            .unwrap_or_default()
+    })
+}
+
+/// What the claims of `pool` (by their `karpenter.sh/nodepool` label) count against its limits.
+/// Claims being deleted are left out, as the NodePool status controller leaves them out.
+pub fn claim_usage(pool: &str, claims: &[NodeClaim], types: &[InstanceType]) -> ClaimUsage {
+    let mut usage = ClaimUsage::default();
+    for claim in claims.iter().filter(|c| {
+        c.metadata.deletion_timestamp.is_none()
+            && c.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(NODEPOOL))
+                .is_some_and(|p| p == pool)
+    }) {
+        usage.nodes += 1;
+        usage.resources.add(&claim_capacity(claim, types));
+    }
+    usage
+}
+
+/// What `limits` leave after the larger of `usage` and the pool's `status` for each resource.
+/// `None` when the pool has no limits.
+pub fn remaining(
+    limits: Option<&ResourceLimits>,
+    pool: &NodePool,
+    usage: &ClaimUsage,
+) -> Option<ResourceLimits> {
+    let limits = limits?;
+    let status = pool.status.as_ref();
+    let status_used = |name: &str| -> i64 {
+        let Some(status) = status else { return 0 };
+        let listed = status
+            .resources
+            .get(name)
+            .and_then(|q| ResourceLimits::parse([(name, q.as_str())]).ok())
+            .and_then(|l| l.0.get(name).copied())
+            .unwrap_or(0);
+        if name == NODES {
+            listed.max(status.nodes.unwrap_or(0))
+        } else {
+            listed
+        }
+    };
+    let mut out = limits.clone();
+    for (name, value) in out.0.iter_mut() {
+        let claimed = if name == NODES {
+            usage.nodes
+        } else {
+            usage.resources.get(name)
+        };
+        *value = value.saturating_sub(claimed.max(status_used(name)));
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;
