@@ -544,7 +544,9 @@ pub fn node_pool(
             for (name, value) in remaining.0.iter_mut() {
                 *value -= used.0.get(name).copied().unwrap_or(0);
             }
-            if let Some(nodes) = status.nodes
+            // `status.resources` may already count nodes; subtract `status.nodes` only if not.
+            if !used.0.contains_key(super::resources::NODES)
+                && let Some(nodes) = status.nodes
                 && let Some(v) = remaining.0.get_mut(super::resources::NODES)
             {
                 *v -= nodes;

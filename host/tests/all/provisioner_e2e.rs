@@ -523,9 +523,9 @@ async fn a_pod_too_big_for_every_instance_type_gets_failed_scheduling_and_no_cla
 /// once the pool's `status.resources` counts it, three more 1-cpu pods (which do not fit the
 /// node's 0.9 cpu left) get a FailedScheduling Event naming the limit and no NodeClaim.
 ///
-/// The pods over the limit are created after the pool's status counts the first node: the
-/// provisioner takes remaining = limits − `status.resources`, and a claim still launching is
-/// not in `status.resources` yet (a known gap across batches, not what this test checks).
+/// The pods over the limit are created after the pool's status counts the first node, so this
+/// checks the steady state; `a_burst_over_a_nodepool_limit_never_overshoots_it` checks claims
+/// still launching.
 #[tokio::test]
 async fn a_nodepool_at_its_limit_launches_nothing_more() {
     let (cp, client) = cluster().await;

@@ -198,6 +198,25 @@ fn node_pools_carry_requirements_taints_and_remaining_limits() {
 }
 
 #[test]
+fn nodes_counted_in_status_resources_are_not_subtracted_twice() {
+    let pool: api::NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": "default"},
+        "spec": {
+            "limits": {"nodes": 5},
+            "template": {"spec": {
+                "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "default"},
+                "requirements": []
+            }}
+        },
+        "status": {"resources": {"nodes": "2"}, "nodes": 2}
+    }))
+    .unwrap();
+    let view = node_pool(&pool, Arc::from(Vec::new())).unwrap();
+    assert_eq!(view.remaining.unwrap().0["nodes"], 3);
+}
+
+#[test]
 fn inflight_claims_fold_labels_into_requirements() {
     let claim: api::NodeClaim = serde_json::from_value(json!({
         "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
