@@ -87,6 +87,20 @@ struct Bin<'a> {
     open_labels: bool,
     /// The bin's hostname domain, when a group uses hostnames.
     host_domain: Option<DomainId>,
+    /// Per topology key, the domains `requirements` allow (filled lazily, cleared when the
+    /// requirements change).
+    key_domains: Vec<KeyDomains>,
+}
+
+/// The domains a bin's requirements allow for one topology key.
+#[derive(Clone, Debug)]
+enum KeyDomains {
+    /// Not worked out yet.
+    Unknown,
+    /// No usable list: no requirement, a complement, or a value not registered as a domain.
+    Unlisted,
+    /// Exactly these registered domains.
+    Ids(Vec<DomainId>),
 }
 
 struct Pool<'a> {
@@ -136,6 +150,9 @@ struct Solver<'a> {
     placements: Vec<(usize, Target)>,
     scratch: Scratch,
     host_filters: Vec<HostFilter>,
+    /// Pod affinity on a non-hostname key: `(topology key, populated domains)`. A bin whose
+    /// listed domains for the key miss all of them fails that affinity.
+    domain_filters: Vec<(usize, Vec<DomainId>)>,
 }
 
 /// `Err(Some(reason))` when asked for a reason, `Err(None)` otherwise.
@@ -229,6 +246,7 @@ impl<'a> Solver<'a> {
             placements: Vec::new(),
             scratch: Scratch::default(),
             host_filters: Vec::new(),
+            domain_filters: Vec::new(),
         };
         solver.register_domains();
         solver.add_fixed_bins(&daemonsets);
@@ -399,6 +417,7 @@ impl<'a> Solver<'a> {
             pods: Vec::new(),
             open_labels: false,
             host_domain,
+            key_domains: Vec::new(),
         });
     }
 
@@ -479,16 +498,26 @@ impl<'a> Solver<'a> {
     /// the rest of an attempt.
     fn collect_host_filters(&mut self, p: usize) {
         self.host_filters.clear();
-        let Some(host_key) = self.hostname_key else {
-            return;
-        };
+        self.domain_filters.clear();
         let st = &self.pods[p];
         for &g in st.owned.iter().chain(&st.repelled_by) {
-            if self.topology.group_key(g) != host_key {
-                continue;
-            }
             let spec = self.topology.spec(g);
             let selects = spec.inverse || st.selected_by.binary_search(&g).is_ok();
+            let key = self.topology.group_key(g);
+            // Affinity fails on a bin without a populated domain unless the pod may bootstrap.
+            let bootstraps = spec.kind == GroupKind::Affinity
+                && selects
+                && !self
+                    .topology
+                    .any_populated(g, st.strict.set_of(self.topology.key_name(key)));
+            if Some(key) != self.hostname_key {
+                if spec.kind == GroupKind::Affinity && !bootstraps {
+                    let mut populated = Vec::new();
+                    self.topology.populated_domains(g, &mut populated);
+                    self.domain_filters.push((key, populated));
+                }
+                continue;
+            }
             match spec.kind {
                 GroupKind::AntiAffinity => self.host_filters.push(HostFilter::AtMost(g, 0)),
                 GroupKind::Spread => {
@@ -498,7 +527,9 @@ impl<'a> Solver<'a> {
                         Err(_) => self.host_filters.push(HostFilter::Never),
                     }
                 }
-                GroupKind::Affinity if !selects => self.host_filters.push(HostFilter::Populated(g)),
+                GroupKind::Affinity if !bootstraps => {
+                    self.host_filters.push(HostFilter::Populated(g));
+                }
                 GroupKind::Affinity => {}
             }
         }
@@ -517,11 +548,53 @@ impl<'a> Solver<'a> {
         })
     }
 
+    /// Whether the domain filters rule bin `b` out: its listed domains for a filter's key hold
+    /// no populated one, the verdict [`Topology::allowed_domains`] would reach.
+    fn domain_filtered(&mut self, b: usize) -> bool {
+        for i in 0..self.domain_filters.len() {
+            let key = self.domain_filters[i].0;
+            self.cache_key_domains(b, key);
+            let Some(KeyDomains::Ids(ids)) = self.bins[b].key_domains.get(key) else {
+                continue;
+            };
+            let populated = &self.domain_filters[i].1;
+            if !ids.iter().any(|d| populated.binary_search(d).is_ok()) {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Fills `bins[b].key_domains[key]` if it is not known yet.
+    fn cache_key_domains(&mut self, b: usize, key: usize) {
+        let topology = &self.topology;
+        let bin = &mut self.bins[b];
+        if bin.key_domains.len() < topology.key_count() {
+            bin.key_domains
+                .resize(topology.key_count(), KeyDomains::Unknown);
+        }
+        if !matches!(bin.key_domains.get(key), Some(KeyDomains::Unknown)) {
+            return;
+        }
+        let domains = match bin.requirements.set_of(topology.key_name(key)) {
+            Some(set) if !set.is_complement() => set
+                .values()
+                .iter()
+                .map(|v| topology.domain(key, v))
+                .collect::<Option<Vec<DomainId>>>()
+                .map_or(KeyDomains::Unlisted, KeyDomains::Ids),
+            _ => KeyDomains::Unlisted,
+        };
+        if let Some(slot) = bin.key_domains.get_mut(key) {
+            *slot = domains;
+        }
+    }
+
     /// Places pod `p`: existing capacity, then the claims this run opened, then a new claim.
     fn add(&mut self, p: usize) -> Result<(), String> {
         self.collect_host_filters(p);
         for b in 0..self.fixed {
-            if self.host_filtered(b) {
+            if self.host_filtered(b) || self.domain_filtered(b) {
                 continue;
             }
             if self.try_add(b, p, false).is_ok() {
@@ -533,7 +606,7 @@ impl<'a> Solver<'a> {
         }
         for i in 0..self.claim_order.len() {
             let b = self.claim_order[i];
-            if self.host_filtered(b) {
+            if self.host_filtered(b) || self.domain_filtered(b) {
                 continue;
             }
             if self.try_add(b, p, false).is_ok() {
@@ -615,6 +688,7 @@ impl<'a> Solver<'a> {
             pods: Vec::new(),
             open_labels: true,
             host_domain,
+            key_domains: Vec::new(),
         });
         let b = self.bins.len() - 1;
         match self.try_add(b, p, true) {
@@ -867,6 +941,7 @@ impl<'a> Solver<'a> {
         let merged: Vec<(String, ValueSet)> =
             merged.into_iter().map(|(k, s)| (k.to_owned(), s)).collect();
         let bin = &mut self.bins[b];
+        bin.key_domains.clear();
         bin.requests = requests;
         for (key, set) in merged {
             bin.requirements.set(&key, set);

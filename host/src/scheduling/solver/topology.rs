@@ -175,6 +175,11 @@ impl Topology {
         &self.keys[key].names[id as usize]
     }
 
+    /// How many topology keys are in use.
+    pub(super) fn key_count(&self) -> usize {
+        self.keys.len()
+    }
+
     pub(super) fn group_count(&self) -> usize {
         self.groups.len()
     }
@@ -332,8 +337,21 @@ impl Topology {
         !out.is_empty()
     }
 
+    /// The domains where group `g` counts a matching pod, into `out` (ascending ids).
+    pub(super) fn populated_domains(&self, g: GroupId, out: &mut Vec<DomainId>) {
+        out.clear();
+        out.extend(
+            self.groups[g]
+                .counts
+                .iter()
+                .enumerate()
+                .filter(|&(_, &c)| c > 0)
+                .filter_map(|(d, _)| DomainId::try_from(d).ok()),
+        );
+    }
+
     /// Whether any domain the pod allows holds a matching pod.
-    fn any_populated(&self, g: GroupId, pod_domains: Option<&ValueSet>) -> bool {
+    pub(super) fn any_populated(&self, g: GroupId, pod_domains: Option<&ValueSet>) -> bool {
         let group = &self.groups[g];
         match pod_domains {
             None => group.nonzero > 0,
