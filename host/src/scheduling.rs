@@ -61,6 +61,8 @@ pub mod result;
 pub mod selector;
 mod solver;
 pub mod taints;
+#[cfg(test)]
+mod validate_tests;
 
 pub use cluster::{ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering};
 pub use pod::{
