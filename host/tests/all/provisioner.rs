@@ -52,7 +52,7 @@ async fn pods(
     created
 }
 
-async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
+pub(crate) async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
     Api::<NodeClaim>::all(client.clone())
         .list(&ListParams::default().labels(&names.selector()))
         .await
@@ -60,11 +60,11 @@ async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
         .items
 }
 
-async fn namespace(cp: &ControlPlane, prefix: &str) -> String {
+pub(crate) async fn namespace(cp: &ControlPlane, prefix: &str) -> String {
     cp.create_namespace_unique(prefix).await.unwrap()
 }
 
-async fn teardown(client: &Client, names: &Names, ns: &str) {
+pub(crate) async fn teardown(client: &Client, names: &Names, ns: &str) {
     let _ = Api::<Namespace>::all(client.clone())
         .delete(ns, &DeleteParams::default())
         .await;

@@ -11,14 +11,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use capstan::api::{NodeClaim, NodePool, TaintEffect};
-use capstan_test_support::{ControlPlane, wait_until};
+use capstan_test_support::wait_until;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::api::{ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, RUN_LABEL, cleanup, cluster, events, node_class, node_pool};
+use crate::lifecycle::{Host, Names, RUN_LABEL, cluster, events, node_class, node_pool};
+use crate::provisioner::{claims, namespace, teardown};
 
 /// A label the test's pools put on their nodes (template labels), for pods to select.
 const GROUP: &str = "e2e.capstan.dev/group";
@@ -99,25 +100,6 @@ async fn pods(
         .await
         .unwrap();
     created
-}
-
-async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
-    Api::<NodeClaim>::all(client.clone())
-        .list(&ListParams::default().labels(&names.selector()))
-        .await
-        .unwrap()
-        .items
-}
-
-async fn namespace(cp: &ControlPlane, prefix: &str) -> String {
-    cp.create_namespace_unique(prefix).await.unwrap()
-}
-
-async fn teardown(client: &Client, names: &Names, ns: &str) {
-    let _ = Api::<Namespace>::all(client.clone())
-        .delete(ns, &DeleteParams::default())
-        .await;
-    cleanup(client, names).await;
 }
 
 /// Waits until `expected` pods of `ns` are Running; returns them.
