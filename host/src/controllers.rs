@@ -79,6 +79,8 @@ pub struct Settings {
     pub reporter: String,
     /// The provisioner's batching windows (idle 1 s, max 10 s).
     pub batch: provisioner::batcher::Windows,
+    /// Told when the controllers' caches have synced (for `/readyz`).
+    pub readiness: crate::serve::Readiness,
 }
 
 impl Default for Settings {
@@ -91,6 +93,7 @@ impl Default for Settings {
             selector: None,
             reporter: "capstan".to_owned(),
             batch: provisioner::batcher::Windows::default(),
+            readiness: crate::serve::Readiness::default(),
         }
     }
 }
@@ -232,6 +235,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         .wait_until_ready()
         .await
         .map_err(|err| ControllerError::Cache(err.to_string()))?;
+    config.settings.readiness.set_caches_synced(true);
     let ctx = Arc::new(Context {
         events: events::Events::new(config.client.clone(), &config.settings.reporter),
         client: config.client,

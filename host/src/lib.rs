@@ -14,12 +14,16 @@
 //! - [`provider`]: the registry of live providers and the API ↔ WIT conversions.
 //! - [`controllers`]: the NodeClaim lifecycle, garbage collection and status controllers.
 //! - [`metrics`]: Prometheus counters and provider call latency.
+//! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
+//! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
 
 pub mod api;
 pub mod capability;
 pub mod conformance;
 pub mod controllers;
+pub mod leader;
 pub mod metrics;
 pub mod provider;
 pub mod runtime;
 pub mod scheduling;
+pub mod serve;

@@ -156,6 +156,33 @@ struct RunArgs {
     /// Directory for compiled components (default: ~/.cache/capstan/components).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Where `/metrics` listens (`0` turns it off).
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        overrides_with = "metrics_bind_address"
+    )]
+    metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` listen (`0` turns them off).
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8081",
+        overrides_with = "health_probe_bind_address"
+    )]
+    health_probe_bind_address: String,
+    /// Run the controllers only while holding a Lease (for several replicas).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "capstan")]
+    leader_election_name: String,
+    /// How long a leader that stopped renewing keeps the Lease (renew deadline 2/3 of it, retry
+    /// period 2/15).
+    #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
+    leader_election_lease_duration: Duration,
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {
@@ -229,6 +256,14 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
     }
     let runtime = Arc::new(builder.build()?);
     let registry = Arc::new(capstan::provider::Registry::new());
+    let readiness = capstan::serve::Readiness::new();
+    capstan::serve::start(
+        &args.metrics_bind_address,
+        &args.health_probe_bind_address,
+        Arc::clone(&registry),
+        readiness.clone(),
+    )
+    .await?;
     for flag in &args.providers {
         let (name, path) = split_pair("provider", flag)?;
         let source = capstan::provider::ProviderSource {
@@ -249,6 +284,8 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
     if let Some(name) = grants_by_name.keys().next() {
         bail!("--grants {name}=...: no --provider {name}");
     }
+    readiness.set_providers_loaded(true);
+    let lease_client = workload.clone();
     let config = capstan::controllers::Config {
         client: workload,
         registry,
@@ -262,14 +299,44 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
                 idle: args.batch_idle_duration,
                 max: args.batch_max_duration,
             },
+            readiness: readiness.clone(),
             ..capstan::controllers::Settings::default()
         },
     };
-    tokio::select! {
-        result = capstan::controllers::run(config) => result?,
-        signal = tokio::signal::ctrl_c() => signal.context("cannot wait for a signal")?,
+    let shutdown = shutdown_signal()?;
+    if args.leader_elect {
+        let lease = capstan::leader::LeaseConfig::new(
+            args.leader_election_namespace,
+            args.leader_election_name,
+            capstan::leader::default_identity(),
+            args.leader_election_lease_duration,
+        )?;
+        let mut election = capstan::leader::LeaderElection::new(lease_client, lease);
+        let controllers = capstan::controllers::run(config);
+        match capstan::leader::lead(&mut election, &readiness, shutdown, controllers).await? {
+            capstan::leader::Outcome::Finished(result) => result?,
+            capstan::leader::Outcome::Shutdown => {}
+        }
+    } else {
+        tokio::select! {
+            result = capstan::controllers::run(config) => result?,
+            () = shutdown => {}
+        }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Completes on SIGTERM or SIGINT (ctrl-c).
+fn shutdown_signal() -> Result<impl std::future::Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
 }
 
 fn main() -> ExitCode {

@@ -107,6 +107,10 @@ impl Host {
             .arg(names.selector())
             .arg("--cache-dir")
             .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("components"))
+            // Free ports: hosts of concurrent tests must not fight over 8080/8081 (`extra` may
+            // name others; the last one wins).
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--health-probe-bind-address", "127.0.0.1:0"])
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

@@ -1,0 +1,122 @@
+//! The pure part of leader election: given what the Lease says and how long this replica has seen
+//! it unchanged, may this replica take or keep it?
+
+use std::time::Duration;
+
+/// What this replica may do with the Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Nobody holds it (never held, or released): take it now.
+    Free,
+    /// This replica holds it: renew it.
+    Held,
+    /// Another replica held it but has not renewed it for a whole lease duration: take it over.
+    Expired {
+        /// The replica that stopped renewing.
+        holder: String,
+    },
+    /// Another replica holds it and renewed it recently: wait.
+    HeldByOther {
+        /// The holder.
+        holder: String,
+        /// How long until it expires unless renewed.
+        expires_in: Duration,
+    },
+}
+
+impl Decision {
+    /// Whether this replica should write itself into the Lease.
+    pub fn may_take(&self) -> bool {
+        !matches!(self, Self::HeldByOther { .. })
+    }
+}
+
+/// Decides, from the Lease's holder and duration and from how long this replica has observed the
+/// record unchanged (`unchanged_for`, measured on this replica's monotonic clock as client-go does,
+/// so clock skew between replicas does not matter).
+pub fn decide(
+    holder: Option<&str>,
+    lease_duration: Duration,
+    unchanged_for: Duration,
+    identity: &str,
+) -> Decision {
+    match holder {
+        None | Some("") => Decision::Free,
+        Some(holder) if holder == identity => Decision::Held,
+        Some(holder) if unchanged_for >= lease_duration => Decision::Expired {
+            holder: holder.to_owned(),
+        },
+        Some(holder) => Decision::HeldByOther {
+            holder: holder.to_owned(),
+            expires_in: lease_duration - unchanged_for,
+        },
+    }
+}
+
+/// The renew deadline and retry period derived from a lease duration, in controller-runtime's
+/// proportions (15 s / 10 s / 2 s): renew deadline 2/3 of the duration, retry period 2/15, at
+/// least 50 ms.
+pub fn timings(lease_duration: Duration) -> (Duration, Duration) {
+    let renew_deadline = lease_duration * 2 / 3;
+    let retry_period = (lease_duration * 2 / 15).max(Duration::from_millis(50));
+    (renew_deadline, retry_period)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const D: Duration = Duration::from_secs(15);
+
+    #[test]
+    fn a_lease_without_holder_is_free() {
+        assert_eq!(decide(None, D, Duration::ZERO, "me"), Decision::Free);
+        assert_eq!(decide(Some(""), D, Duration::ZERO, "me"), Decision::Free);
+        assert!(Decision::Free.may_take());
+    }
+
+    #[test]
+    fn a_lease_held_by_self_is_renewed_even_when_old() {
+        let d = decide(Some("me"), D, Duration::from_secs(60), "me");
+        assert_eq!(d, Decision::Held);
+        assert!(d.may_take());
+    }
+
+    #[test]
+    fn a_fresh_lease_of_another_is_left_alone() {
+        let d = decide(Some("other"), D, Duration::from_secs(5), "me");
+        assert_eq!(
+            d,
+            Decision::HeldByOther {
+                holder: "other".into(),
+                expires_in: Duration::from_secs(10)
+            }
+        );
+        assert!(!d.may_take());
+        assert!(!decide(Some("other"), D, D - Duration::from_millis(1), "me").may_take());
+    }
+
+    #[test]
+    fn an_expired_lease_of_another_is_taken_over() {
+        let d = decide(Some("other"), D, D, "me");
+        assert_eq!(
+            d,
+            Decision::Expired {
+                holder: "other".into()
+            }
+        );
+        assert!(d.may_take());
+    }
+
+    #[test]
+    fn timings_follow_controller_runtime_proportions() {
+        assert_eq!(
+            timings(Duration::from_secs(15)),
+            (Duration::from_secs(10), Duration::from_secs(2))
+        );
+        assert_eq!(
+            timings(Duration::from_millis(30)).1,
+            Duration::from_millis(50)
+        );
+    }
+}
