@@ -213,7 +213,8 @@ pub async fn start(
 ) -> Result<(Option<SocketAddr>, Option<SocketAddr>), ServeError> {
     let metrics = parse_bind_address(metrics_address)?;
     let probes = parse_bind_address(probe_address)?;
-    if metrics.is_some() && metrics == probes {
+    // One listener when both name the same fixed port (port 0 means a free port each).
+    if metrics.is_some_and(|a| a.port() != 0) && metrics == probes {
         let address = metrics.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)));
         let endpoints = Endpoints {
             metrics: Some(providers),

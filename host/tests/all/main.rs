@@ -8,10 +8,12 @@
 
 mod bad_input;
 mod cache;
+mod chart;
 mod cli;
 mod conformance;
 mod fixtures;
 mod grants;
+mod leader_election;
 mod lifecycle;
 mod provisioner;
 mod provisioner_e2e;

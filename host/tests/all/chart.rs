@@ -1,0 +1,455 @@
+//! The Helm chart (`charts/capstan`): `helm lint --strict`, rendering, the values schema, its CRDs
+//! in sync with `crds/`, and, installed into the real API server, a real host running with
+//! nothing but the chart's ServiceAccount and RBAC provisions nodes for pending pods.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use capstan::api::NodeClaim;
+use capstan_test_support::{ControlPlane, bin_dir, parse_yaml, repo_root, unique_name, wait_until};
+use kube::api::{DeleteParams, DynamicObject};
+use kube::config::Kubeconfig;
+use kube::{Api, ResourceExt};
+
+use crate::leader_election::{Replica, http_get, kwok_pool, pods, wait_running};
+use crate::lifecycle::{Names, cluster};
+use crate::provisioner::{claims, namespace, teardown};
+
+fn chart() -> PathBuf {
+    repo_root().join("charts/capstan")
+}
+
+/// `helm` with its state in the test's temporary directory.
+fn helm(kubeconfig: Option<&Path>) -> Command {
+    let state = Path::new(env!("CARGO_TARGET_TMPDIR")).join("helm");
+    let mut cmd = Command::new(bin_dir().expect("control plane binaries").join("helm"));
+    cmd.env("HELM_CACHE_HOME", state.join("cache"))
+        .env("HELM_CONFIG_HOME", state.join("config"))
+        .env("HELM_DATA_HOME", state.join("data"));
+    match kubeconfig {
+        Some(path) => cmd.env("KUBECONFIG", path),
+        None => cmd.env("KUBECONFIG", state.join("no-kubeconfig")),
+    };
+    cmd
+}
+
+fn run(mut cmd: Command) -> (bool, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run helm");
+    (
+        status.success(),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+/// `helm template` with `args`; the rendered objects.
+fn template(args: &[&str]) -> Vec<DynamicObject> {
+    let mut cmd = helm(None);
+    cmd.args(["template", "rel", "--namespace", "capstan-system"])
+        .arg(chart())
+        .args(args);
+    let (ok, out, err) = run(cmd);
+    assert!(ok, "helm template {args:?} failed:\n{err}");
+    parse_yaml("helm template", &out).unwrap()
+}
+
+fn find<'a>(objects: &'a [DynamicObject], kind: &str, name: &str) -> &'a DynamicObject {
+    objects
+        .iter()
+        .find(|o| {
+            o.types.as_ref().is_some_and(|t| t.kind == kind)
+                && o.metadata.name.as_deref() == Some(name)
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+#[test]
+fn the_charts_crds_are_the_generated_crds() {
+    let listing = |dir: &Path| -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let (source, copy) = (repo_root().join("crds"), chart().join("crds"));
+    let files = listing(&source);
+    assert!(!files.is_empty());
+    assert_eq!(
+        files,
+        listing(&copy),
+        "charts/capstan/crds must hold exactly the files of crds/ (cp crds/*.yaml charts/capstan/crds/)"
+    );
+    for file in files {
+        let (a, b) = (
+            std::fs::read_to_string(source.join(&file)).unwrap(),
+            std::fs::read_to_string(copy.join(&file)).unwrap(),
+        );
+        assert!(
+            a == b,
+            "charts/capstan/crds/{file} differs from crds/{file}: copy it again"
+        );
+    }
+}
+
+#[test]
+fn helm_lint_strict_is_clean() {
+    for extra in [
+        &[][..],
+        &[
+            "--set",
+            "provider.enabled=true",
+            "--set",
+            "provider.wasmBase64=AGFzbQ==",
+        ][..],
+    ] {
+        let mut cmd = helm(None);
+        cmd.args(["lint", "--strict"]).arg(chart()).args(extra);
+        let (ok, out, err) = run(cmd);
+        assert!(ok, "helm lint --strict {extra:?}:\n{out}\n{err}");
+        assert!(
+            out.contains("1 chart(s) linted, 0 chart(s) failed"),
+            "{out}"
+        );
+        assert!(
+            !out.contains("[WARNING]") && !out.contains("[ERROR]"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
+    let objects = template(&[]);
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .filter_map(|o| o.types.as_ref().map(|t| t.kind.clone()))
+        .collect();
+    kinds.sort();
+    kinds.dedup();
+    for kind in [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Deployment",
+        "PodDisruptionBudget",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "ServiceAccount",
+    ] {
+        assert!(
+            kinds.contains(&kind.to_owned()),
+            "{kind} missing: {kinds:?}"
+        );
+    }
+    assert!(!kinds.contains(&"ServiceMonitor".to_owned()));
+    assert!(!kinds.contains(&"Provider".to_owned()));
+
+    let deployment = &find(&objects, "Deployment", "rel-capstan").data;
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["readOnlyRootFilesystem"], true);
+    assert_eq!(security["allowPrivilegeEscalation"], false);
+    assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert!(container["resources"]["requests"]["cpu"].is_string());
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    for want in [
+        "run",
+        "--leader-elect",
+        "--leader-election-name=rel-capstan",
+        "--cache-dir=/var/cache/capstan",
+        "--metrics-bind-address=0.0.0.0:8080",
+        "--health-probe-bind-address=0.0.0.0:8081",
+        "--log-level=info",
+    ] {
+        assert!(args.contains(&want), "{want} not in {args:?}");
+    }
+    let mounts = container["volumeMounts"].as_array().unwrap();
+    assert!(
+        mounts
+            .iter()
+            .any(|m| m["mountPath"] == "/var/cache/capstan"),
+        "{mounts:?}"
+    );
+
+    // The Role is namespaced to the release and holds only ConfigMaps and Leases.
+    let role = &find(&objects, "Role", "rel-capstan");
+    assert_eq!(role.metadata.namespace.as_deref(), Some("capstan-system"));
+    let resources: Vec<&str> = role.data["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["resources"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(|x| x.as_str())
+        })
+        .collect();
+    assert_eq!(resources, ["configmaps", "leases"]);
+    // No wildcard anywhere in the host's ClusterRole; secrets never.
+    let host_role =
+        serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan").data).unwrap();
+    assert!(
+        !host_role.contains('*') && !host_role.contains("secrets"),
+        "{host_role}"
+    );
+    let providers =
+        serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan-providers").data)
+            .unwrap();
+    assert!(
+        providers.contains("nodes/status") && providers.contains("create"),
+        "{providers}"
+    );
+    let labels = &find(&objects, "Deployment", "rel-capstan").metadata.labels;
+    let labels = labels.as_ref().unwrap();
+    for key in [
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/instance",
+        "app.kubernetes.io/version",
+        "app.kubernetes.io/managed-by",
+        "helm.sh/chart",
+    ] {
+        assert!(labels.contains_key(key), "{key} missing: {labels:?}");
+    }
+}
+
+#[test]
+fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rbac() {
+    let objects = template(&[
+        "--set",
+        "provider.enabled=true",
+        "--set",
+        "provider.name=fake",
+        "--set",
+        "provider.wasmBase64=AGFzbQEAAAA=",
+        "--set",
+        "provider.grants[0].apiGroups[0]=core",
+        "--set",
+        "provider.grants[0].resources[0]=configmaps",
+        "--set",
+        "provider.grants[0].verbs[0]=get",
+        "--set",
+        "provider.grants[0].namespaces[0]=default",
+        "--set",
+        "provider.limits.concurrency=4",
+        "--set",
+        "managementKubeconfig.secretName=mgmt",
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+    ]);
+    let config_map = find(&objects, "ConfigMap", "rel-capstan-provider-fake");
+    assert_eq!(
+        config_map.data["binaryData"]["provider.wasm"],
+        "AGFzbQEAAAA="
+    );
+    let provider = &find(&objects, "Provider", "fake").data["spec"];
+    assert_eq!(
+        provider["source"]["configMap"],
+        serde_json::json!({"namespace": "capstan-system", "name": "rel-capstan-provider-fake", "key": "provider.wasm"})
+    );
+    assert_eq!(provider["grants"][0]["resources"][0], "configmaps");
+    assert_eq!(provider["limits"]["concurrency"], 4);
+    // The provider's grant reaches the host's RBAC, `core` spelled as RBAC's "".
+    let rules = find(&objects, "ClusterRole", "rel-capstan-providers").data["rules"].clone();
+    assert!(
+        rules
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["apiGroups"][0] == ""
+                && r["resources"][0] == "configmaps"
+                && r["verbs"][0] == "get"),
+        "{rules}"
+    );
+    let deployment = &find(&objects, "Deployment", "rel-capstan").data;
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--management-kubeconfig=/etc/capstan/management/kubeconfig"),
+        "{args}"
+    );
+    find(&objects, "ServiceMonitor", "rel-capstan");
+}
+
+#[test]
+fn the_schema_rejects_bad_values_naming_them() {
+    for (set, named) in [
+        ("logLevel=loud", "/logLevel"),
+        ("replicas=two", "/replicas"),
+        ("logFormat=xml", "/logFormat"),
+        ("batch.idleDuration=soon", "/batch/idleDuration"),
+        (
+            "leaderElection.leaseDuration=15",
+            "/leaderElection/leaseDuration",
+        ),
+        ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("provider.enabled=true", "/provider/wasmBase64"),
+        ("provider.sha256=abc", "/provider/sha256"),
+        (
+            "rbac.providerRules[0].verbs[0]=own",
+            "/rbac/providerRules/0/verbs/0",
+        ),
+        ("replica=3", "replica"),
+    ] {
+        let mut cmd = helm(None);
+        cmd.args(["template", "rel"])
+            .arg(chart())
+            .args(["--set", set]);
+        let (ok, _, err) = run(cmd);
+        assert!(!ok, "--set {set} was accepted");
+        assert!(err.contains("schema"), "--set {set}: {err}");
+        assert!(
+            err.contains(named),
+            "--set {set}: the error does not name {named}:\n{err}"
+        );
+    }
+}
+
+/// A kubeconfig for the control plane that authenticates with `token`.
+fn token_kubeconfig(cp: &ControlPlane, token: &str, path: &Path) {
+    let admin = Kubeconfig::read_from(cp.kubeconfig_path()).unwrap();
+    let cluster = admin.clusters[0].cluster.clone().unwrap();
+    let config = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "cp", "cluster": cluster}],
+        "users": [{"name": "chart", "user": {"token": token}}],
+        "contexts": [{"name": "chart", "context": {"cluster": "cp", "user": "chart"}}],
+        "current-context": "chart",
+    });
+    std::fs::write(path, serde_json::to_string(&config).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("chart");
+    let release_ns = namespace(cp, "capstan").await;
+    let release = unique_name("chart");
+    let fullname = format!("{release}-capstan");
+    let mut install = helm(Some(cp.kubeconfig_path()));
+    install.args(["install", &release]).arg(chart()).args([
+        "--namespace",
+        &release_ns,
+        "--set",
+        "replicas=0",
+    ]);
+    let (ok, out, err) = run(install);
+    assert!(ok, "helm install:\n{out}\n{err}");
+    assert!(out.contains("capstan provider package"), "NOTES.txt: {out}");
+
+    let mut token = cp.kubectl();
+    token.args([
+        "create",
+        "token",
+        &fullname,
+        "--namespace",
+        &release_ns,
+        "--duration",
+        "1h",
+    ]);
+    let token = token.output().unwrap();
+    assert!(
+        token.status.success(),
+        "{}",
+        String::from_utf8_lossy(&token.stderr)
+    );
+    let kubeconfig = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{release}.kubeconfig"));
+    token_kubeconfig(
+        cp,
+        String::from_utf8_lossy(&token.stdout).trim(),
+        &kubeconfig,
+    );
+
+    // The chart's identity can do what the host needs and no more than the chart says.
+    let mut can = cp.kubectl();
+    can.args([
+        "auth",
+        "can-i",
+        "get",
+        "secrets",
+        "--all-namespaces",
+        "--kubeconfig",
+    ])
+    .arg(&kubeconfig);
+    let denied = can.env_remove("KUBECONFIG").output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
+
+    let host = Replica::start(
+        &kubeconfig,
+        &names,
+        &names.name("host"),
+        &release_ns,
+        &fullname,
+        &[("CAPSTAN_PROVIDER_SOURCE_NAMESPACE", &release_ns)],
+    );
+    host.wait_log("acquired the lease", Duration::from_secs(120))
+        .await;
+    let pool = kwok_pool(&client, &names).await;
+    let ns = namespace(cp, "chartpods").await;
+    pods(&client, &names, &ns, "web", 3, &pool).await;
+    wait_running(&client, &ns, 3, &[&host]).await;
+    let made = claims(&client, &names).await;
+    assert!(!made.is_empty());
+    let (status, report) = http_get(&host.probe_address().unwrap(), "/readyz").await;
+    assert_eq!(status, 200, "{report}");
+    let log = host.log();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        host.log_tail()
+    );
+    // Termination too: drain (evictions), delete the Node, delete the instance, drop the
+    // finalizer.
+    let api = Api::<NodeClaim>::all(client.clone());
+    for claim in &made {
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let gone = wait_until(
+        Duration::from_secs(120),
+        "NodeClaims terminated",
+        || async { Ok::<_, kube::Error>(claims(&client, &names).await.is_empty().then_some(())) },
+    )
+    .await;
+    assert!(gone.is_ok(), "{gone:?}\n{}", host.log_tail());
+    let log = host.log();
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        host.log_tail()
+    );
+    println!(
+        "chart RBAC: {} NodeClaim(s) for 3 pods, then terminated, with the ServiceAccount of \
+         release {release}",
+        made.len()
+    );
+    teardown(&client, &names, &ns).await;
+    drop(host);
+    let mut uninstall = helm(Some(cp.kubeconfig_path()));
+    uninstall.args(["uninstall", &release, "--namespace", &release_ns]);
+    let (ok, _, err) = run(uninstall);
+    assert!(ok, "helm uninstall: {err}");
+}
