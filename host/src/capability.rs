@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use self::grants::Grants;
 use self::host::ProviderCache;
-use self::kube::{ClusterConnection, KubeProxy};
+use self::kube::{ClusterConnection, DenialSink, KubeProxy};
 use self::metrics::CapabilityMetrics;
 
 /// Everything one provider may use, shared by all its calls.
@@ -35,6 +35,7 @@ impl Capabilities {
             management: None,
             cache: None,
             metrics: None,
+            on_denied: None,
         }
     }
 
@@ -67,10 +68,14 @@ impl Capabilities {
     pub fn metrics(&self) -> &CapabilityMetrics {
         &self.metrics
     }
+
+    /// The provider's counters, to hand to a reloaded version of the same provider.
+    pub fn shared_metrics(&self) -> Arc<CapabilityMetrics> {
+        Arc::clone(&self.metrics)
+    }
 }
 
 /// Builder for [`Capabilities`].
-#[derive(Debug)]
 pub struct CapabilitiesBuilder {
     provider: Arc<str>,
     grants: Grants,
@@ -78,6 +83,19 @@ pub struct CapabilitiesBuilder {
     management: Option<Arc<ClusterConnection>>,
     cache: Option<Arc<ProviderCache>>,
     metrics: Option<Arc<CapabilityMetrics>>,
+    on_denied: Option<DenialSink>,
+}
+
+impl std::fmt::Debug for CapabilitiesBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CapabilitiesBuilder")
+            .field("provider", &self.provider)
+            .field("grants", &self.grants)
+            .field("workload", &self.workload.is_some())
+            .field("management", &self.management.is_some())
+            .field("on_denied", &self.on_denied.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl CapabilitiesBuilder {
@@ -111,6 +129,12 @@ impl CapabilitiesBuilder {
         self
     }
 
+    /// Where denied `kube` calls are reported, besides the log and the counters.
+    pub fn on_denied(mut self, sink: DenialSink) -> Self {
+        self.on_denied = Some(sink);
+        self
+    }
+
     /// The capabilities.
     pub fn build(self) -> Arc<Capabilities> {
         let metrics = self.metrics.unwrap_or_default();
@@ -121,6 +145,7 @@ impl CapabilitiesBuilder {
                 self.workload,
                 self.management,
                 Arc::clone(&metrics),
+                self.on_denied,
             ),
             provider: self.provider,
             cache: self.cache.unwrap_or_default(),

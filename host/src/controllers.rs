@@ -10,6 +10,7 @@ pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool_status;
+pub mod providers;
 pub mod provisioner;
 pub mod resolve;
 pub mod selector;
@@ -107,6 +108,20 @@ pub struct Config {
     pub registry: Arc<Registry>,
     /// Tunables.
     pub settings: Settings,
+    /// Load providers from `Provider` resources (none: only the providers already in the
+    /// registry serve).
+    pub providers: Option<ProvidersSetup>,
+}
+
+/// What the Provider controller needs.
+#[derive(Debug, Clone)]
+pub struct ProvidersSetup {
+    /// Compiles and links components.
+    pub loader: Arc<crate::provider::Loader>,
+    /// Its tunables.
+    pub settings: providers::Settings,
+    /// How long to wait for the Providers to load before starting the other controllers anyway.
+    pub initial_load_timeout: Duration,
 }
 
 impl std::fmt::Debug for Config {
@@ -236,6 +251,35 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         .await
         .map_err(|err| ControllerError::Cache(err.to_string()))?;
     config.settings.readiness.set_caches_synced(true);
+    let provider_task = match &config.providers {
+        Some(setup) => {
+            let mut settings = setup.settings.clone();
+            settings.selector = config.settings.selector.clone();
+            let controller = providers::ProviderController::new(
+                config.client.clone(),
+                Arc::clone(&config.registry),
+                Arc::clone(&setup.loader),
+                settings,
+            );
+            let state = controller.state();
+            let task = tokio::spawn(controller.run());
+            // The other controllers start once the providers are in, so that claims do not see
+            // a provider missing that is only not loaded yet.
+            let deadline = Instant::now() + setup.initial_load_timeout;
+            while !state.synced() && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if !state.synced() {
+                tracing::warn!(
+                    timeout = ?setup.initial_load_timeout,
+                    "providers not all loaded in time; starting the controllers anyway"
+                );
+            }
+            Some(task)
+        }
+        None => None,
+    };
+    config.settings.readiness.set_providers_loaded(true);
     let ctx = Arc::new(Context {
         events: events::Events::new(config.client.clone(), &config.settings.reporter),
         client: config.client,
@@ -256,5 +300,8 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
     };
     node_task.abort();
+    if let Some(task) = provider_task {
+        task.abort();
+    }
     result
 }

@@ -60,6 +60,37 @@ enum ProviderCommand {
     Inspect(InspectArgs),
     /// Run the conformance kit against a provider.
     Test(TestArgs),
+    /// Print a ConfigMap and a Provider that ship a component (`| kubectl apply -f -`).
+    Package(PackageArgs),
+}
+
+#[derive(Debug, Args)]
+struct PackageArgs {
+    /// The component (`.wasm`).
+    file: PathBuf,
+    /// The Provider's name (NodeClasses refer to it in `spec.provider`).
+    #[arg(long)]
+    name: String,
+    /// Namespace of the ConfigMap (the host's own namespace when installed by the Helm chart).
+    #[arg(long, default_value = "capstan")]
+    namespace: String,
+    /// Compression of the ConfigMap key: `auto` compresses only when the component would not fit.
+    #[arg(long, value_enum, default_value_t = PackageCompression::Auto)]
+    compression: PackageCompression,
+    /// Grants file (YAML or JSON; the same format as `capstan run --grants`).
+    #[arg(long)]
+    grants: Option<PathBuf>,
+    /// Do not pin the component's sha256 in the Provider.
+    #[arg(long)]
+    no_pin: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PackageCompression {
+    Auto,
+    None,
+    Gzip,
+    Zstd,
 }
 
 #[derive(Debug, Args)]
@@ -119,8 +150,9 @@ struct TestArgs {
 
 #[derive(Debug, Args)]
 struct RunArgs {
-    /// A provider: `NAME=FILE.wasm` (repeatable).
-    #[arg(long = "provider", required = true)]
+    /// A provider from a file: `NAME=FILE.wasm` (repeatable). Providers normally come from
+    /// `Provider` resources; a Provider of the same name takes over from a file.
+    #[arg(long = "provider")]
     providers: Vec<String>,
     /// A provider's grants: `NAME=FILE` (YAML or JSON; repeatable).
     #[arg(long = "grants")]
@@ -156,6 +188,13 @@ struct RunArgs {
     /// Directory for compiled components (default: ~/.cache/capstan/components).
     #[arg(long)]
     cache_dir: Option<PathBuf>,
+    /// Read `Provider` source ConfigMaps only in this namespace (none: any namespace; the Helm
+    /// chart sets its own, so the host needs no cluster-wide ConfigMap access).
+    #[arg(long, env = "CAPSTAN_PROVIDER_SOURCE_NAMESPACE")]
+    provider_source_namespace: Option<String>,
+    /// Do not load providers from `Provider` resources (only `--provider` files serve).
+    #[arg(long)]
+    no_provider_resources: bool,
     /// Where `/metrics` listens (`0` turns it off).
     #[arg(
         long,
@@ -284,8 +323,19 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
     if let Some(name) = grants_by_name.keys().next() {
         bail!("--grants {name}=...: no --provider {name}");
     }
-    readiness.set_providers_loaded(true);
     let lease_client = workload.clone();
+    let providers = (!args.no_provider_resources).then(|| capstan::controllers::ProvidersSetup {
+        loader: Arc::new(capstan::provider::Loader::new(
+            Arc::clone(&runtime),
+            Some(workload.clone()),
+            management.clone(),
+        )),
+        settings: capstan::controllers::providers::Settings {
+            source_namespace: args.provider_source_namespace.clone(),
+            ..capstan::controllers::providers::Settings::default()
+        },
+        initial_load_timeout: Duration::from_secs(60),
+    });
     let config = capstan::controllers::Config {
         client: workload,
         registry,
@@ -302,6 +352,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             readiness: readiness.clone(),
             ..capstan::controllers::Settings::default()
         },
+        providers,
     };
     let shutdown = shutdown_signal()?;
     if args.leader_elect {
@@ -348,6 +399,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Provider(ProviderCommand::Inspect(args)) => inspect(&args),
         Command::Provider(ProviderCommand::Test(args)) => test(args),
+        Command::Provider(ProviderCommand::Package(args)) => package(&args),
         Command::Run(args) => run(args),
     };
     match result {
@@ -438,6 +490,48 @@ fn inspect(args: &InspectArgs) -> Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn package(args: &PackageArgs) -> Result<ExitCode> {
+    use capstan::provider::package::{self, CompressionChoice, PackageOptions};
+    use capstan::provider::source::Compression;
+    let bytes = read_component(&args.file, DEFAULT_MAX_COMPONENT_SIZE)?;
+    let grants = match &args.grants {
+        Some(path) => {
+            let text = fs::read_to_string(path)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            // Checked by the host's rules, then written in the Provider's shape.
+            let parsed =
+                grants_parse::from_text(&text).with_context(|| format!("{}", path.display()))?;
+            serde_json::from_value(serde_json::to_value(&parsed)?)
+                .with_context(|| format!("{}: grants", path.display()))?
+        }
+        None => Vec::new(),
+    };
+    let options = PackageOptions {
+        name: args.name.clone(),
+        namespace: args.namespace.clone(),
+        compression: match args.compression {
+            PackageCompression::Auto => CompressionChoice::Auto,
+            PackageCompression::None => CompressionChoice::Exactly(Compression::None),
+            PackageCompression::Gzip => CompressionChoice::Exactly(Compression::Gzip),
+            PackageCompression::Zstd => CompressionChoice::Exactly(Compression::Zstd),
+        },
+        pin: !args.no_pin,
+        grants,
+        limits: None,
+        max_component_size: DEFAULT_MAX_COMPONENT_SIZE,
+    };
+    let packaged = package::package(&bytes, &options)
+        .map_err(|err| anyhow::anyhow!("{}: {err}", args.file.display()))?;
+    let yaml = package::to_yaml(&packaged)?;
+    let mut stdout = std::io::stdout().lock();
+    match std::io::Write::write_all(&mut stdout, yaml.as_bytes()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(err).context("cannot write to stdout")
+        }
+        _ => Ok(ExitCode::SUCCESS),
+    }
 }
 
 fn test(args: TestArgs) -> Result<ExitCode> {

@@ -6,7 +6,10 @@
 //! `spec.provider` → [`Registry::get`].
 
 pub mod convert;
+pub mod package;
 pub mod registry;
+pub mod source;
+pub mod spec;
 
 use std::sync::Arc;
 
@@ -14,7 +17,7 @@ pub use self::registry::Registry;
 
 use crate::capability::Capabilities;
 use crate::capability::grants::{Cluster, Grants};
-use crate::capability::kube::ClusterConnection;
+use crate::capability::kube::{ClusterConnection, DenialSink};
 use crate::runtime::{Limits, LoadError, ProviderPre, Runtime};
 
 /// Why a provider could not be loaded.
@@ -51,12 +54,42 @@ pub fn load(
     workload: Option<kube::Client>,
     management: Option<kube::Client>,
 ) -> Result<ProviderPre, ProviderLoadError> {
+    let connections = Connections {
+        workload: workload.map(|client| ClusterConnection::new(Cluster::Workload, client)),
+        management: management.map(|client| ClusterConnection::new(Cluster::Management, client)),
+    };
+    load_on(runtime, &connections, source, None, None)
+}
+
+/// The cluster connections every provider of a host shares (discovery is cached per connection).
+#[derive(Debug, Clone, Default)]
+struct Connections {
+    workload: Option<Arc<ClusterConnection>>,
+    management: Option<Arc<ClusterConnection>>,
+}
+
+fn load_on(
+    runtime: &Runtime,
+    connections: &Connections,
+    source: ProviderSource,
+    previous: Option<&ProviderPre>,
+    on_denied: Option<DenialSink>,
+) -> Result<ProviderPre, ProviderLoadError> {
     let mut caps = Capabilities::builder(source.name.as_str()).grants(source.grants);
-    if let Some(client) = workload {
-        caps = caps.workload(ClusterConnection::new(Cluster::Workload, client));
+    if let Some(connection) = &connections.workload {
+        caps = caps.workload(Arc::clone(connection));
     }
-    if let Some(client) = management {
-        caps = caps.management(ClusterConnection::new(Cluster::Management, client));
+    if let Some(connection) = &connections.management {
+        caps = caps.management(Arc::clone(connection));
+    }
+    if let Some(previous) = previous {
+        let previous = previous.capabilities();
+        caps = caps
+            .cache(previous.shared_cache())
+            .metrics(previous.shared_metrics());
+    }
+    if let Some(sink) = on_denied {
+        caps = caps.on_denied(sink);
     }
     runtime
         .load(&source.bytes, source.limits, caps.build())
@@ -64,6 +97,55 @@ pub fn load(
             name: source.name,
             source: source_err,
         })
+}
+
+/// Loads providers for one host: the runtime and the cluster connections they share.
+#[derive(Debug, Clone)]
+pub struct Loader {
+    runtime: Arc<Runtime>,
+    connections: Connections,
+}
+
+impl Loader {
+    /// A loader on `runtime` with the given clusters.
+    pub fn new(
+        runtime: Arc<Runtime>,
+        workload: Option<kube::Client>,
+        management: Option<kube::Client>,
+    ) -> Self {
+        Self {
+            runtime,
+            connections: Connections {
+                workload: workload.map(|client| ClusterConnection::new(Cluster::Workload, client)),
+                management: management
+                    .map(|client| ClusterConnection::new(Cluster::Management, client)),
+            },
+        }
+    }
+
+    /// The runtime.
+    pub fn runtime(&self) -> &Arc<Runtime> {
+        &self.runtime
+    }
+
+    /// Compiles (through the runtime's cache), validates and links `source`. A `previous`
+    /// version of the same provider hands over its cache and counters, so a reload keeps them.
+    /// Denied `kube` calls are reported to `on_denied`. CPU-heavy on a cache miss: call it off
+    /// the async executor.
+    pub fn load(
+        &self,
+        source: ProviderSource,
+        previous: Option<&ProviderPre>,
+        on_denied: Option<DenialSink>,
+    ) -> Result<ProviderPre, ProviderLoadError> {
+        load_on(
+            &self.runtime,
+            &self.connections,
+            source,
+            previous,
+            on_denied,
+        )
+    }
 }
 
 /// Shorthand for a shared provider.

@@ -100,57 +100,59 @@ impl fmt::Display for Verb {
     }
 }
 
-/// A verb in a grant: one verb or `*`.
+/// A verb in a grant: one verb or `*`. Written as the verb's name or `"*"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(try_from = "String", into = "String")]
 pub enum VerbRule {
-    /// Any verb.
-    #[serde(rename = "*")]
+    /// Any verb (`*`).
     Any,
-    /// `get`.
-    Get,
-    /// `list`.
-    List,
-    /// `watch`.
-    Watch,
-    /// `create`.
-    Create,
-    /// `patch`.
-    Patch,
-    /// `update`.
-    Update,
-    /// `delete`.
-    Delete,
+    /// Exactly this verb.
+    One(Verb),
 }
 
 impl VerbRule {
     /// Whether this rule allows `verb`.
     pub fn allows(self, verb: Verb) -> bool {
-        matches!(
-            (self, verb),
-            (VerbRule::Any, _)
-                | (VerbRule::Get, Verb::Get)
-                | (VerbRule::List, Verb::List)
-                | (VerbRule::Watch, Verb::Watch)
-                | (VerbRule::Create, Verb::Create)
-                | (VerbRule::Patch, Verb::Patch)
-                | (VerbRule::Update, Verb::Update)
-                | (VerbRule::Delete, Verb::Delete)
-        )
+        match self {
+            VerbRule::Any => true,
+            VerbRule::One(one) => one == verb,
+        }
+    }
+
+    /// The rule written as `text` (`"*"` or a verb's name).
+    pub fn from_name(text: &str) -> Option<Self> {
+        if text == "*" {
+            return Some(VerbRule::Any);
+        }
+        Verb::ALL
+            .into_iter()
+            .find(|verb| verb.as_str() == text)
+            .map(VerbRule::One)
+    }
+}
+
+impl TryFrom<String> for VerbRule {
+    type Error = String;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        VerbRule::from_name(&text).ok_or_else(|| {
+            format!("unknown verb {text:?} (expected get, list, watch, create, patch, update, delete or *)")
+        })
+    }
+}
+
+impl From<VerbRule> for String {
+    fn from(rule: VerbRule) -> Self {
+        match rule {
+            VerbRule::Any => "*".to_owned(),
+            VerbRule::One(verb) => verb.as_str().to_owned(),
+        }
     }
 }
 
 impl From<Verb> for VerbRule {
     fn from(verb: Verb) -> Self {
-        match verb {
-            Verb::Get => VerbRule::Get,
-            Verb::List => VerbRule::List,
-            Verb::Watch => VerbRule::Watch,
-            Verb::Create => VerbRule::Create,
-            Verb::Patch => VerbRule::Patch,
-            Verb::Update => VerbRule::Update,
-            Verb::Delete => VerbRule::Delete,
-        }
+        VerbRule::One(verb)
     }
 }
 
@@ -381,7 +383,12 @@ mod tests {
 
     #[test]
     fn exact_grant_allows() {
-        let g = Grants(vec![grant(&[""], &["nodes"], &[VerbRule::Get], &[])]);
+        let g = Grants(vec![grant(
+            &[""],
+            &["nodes"],
+            &[VerbRule::One(Verb::Get)],
+            &[],
+        )]);
         assert!(
             g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
                 .is_ok()
@@ -402,7 +409,12 @@ mod tests {
 
     #[test]
     fn core_alias() {
-        let g = Grants(vec![grant(&["core"], &["nodes"], &[VerbRule::Get], &[])]);
+        let g = Grants(vec![grant(
+            &["core"],
+            &["nodes"],
+            &[VerbRule::One(Verb::Get)],
+            &[],
+        )]);
         assert!(
             g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
                 .is_ok()
@@ -429,7 +441,12 @@ mod tests {
         assert!(any_resource.check(&scale).is_err());
 
         for rule in ["deployments/scale", "deployments/*", "*/scale", "*/*"] {
-            let g = Grants(vec![grant(&["apps"], &[rule], &[VerbRule::Patch], &["*"])]);
+            let g = Grants(vec![grant(
+                &["apps"],
+                &[rule],
+                &[VerbRule::One(Verb::Patch)],
+                &["*"],
+            )]);
             assert!(g.check(&scale).is_ok(), "{rule}");
             // ...but not the resource itself.
             let main = req(
@@ -561,7 +578,12 @@ mod tests {
 
     #[test]
     fn may_allow_is_a_prefilter() {
-        let g = Grants(vec![grant(&[""], &["nodes"], &[VerbRule::Get], &[])]);
+        let g = Grants(vec![grant(
+            &[""],
+            &["nodes"],
+            &[VerbRule::One(Verb::Get)],
+            &[],
+        )]);
         assert!(g.may_allow(Cluster::Workload, "", Verb::Get));
         assert!(!g.may_allow(Cluster::Workload, "", Verb::List));
         assert!(!g.may_allow(Cluster::Management, "", Verb::Get));

@@ -252,7 +252,21 @@ pub struct KubeProxy {
     workload: Option<Arc<ClusterConnection>>,
     management: Option<Arc<ClusterConnection>>,
     metrics: Arc<CapabilityMetrics>,
+    on_denied: Option<DenialSink>,
 }
+
+/// A call the grants refused, as reported to a [`DenialSink`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Denial {
+    /// The provider that made the call.
+    pub provider: String,
+    /// The call, e.g. `get v1 Secret in namespace kube-system on the workload cluster`.
+    pub call: String,
+}
+
+/// Where denied calls are reported (besides the log and the counters), e.g. to record an Event
+/// on the `Provider`. Called synchronously on the call's task: keep it cheap (send on a channel).
+pub type DenialSink = Arc<dyn Fn(Denial) + Send + Sync>;
 
 impl std::fmt::Debug for KubeProxy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -279,6 +293,7 @@ impl KubeProxy {
         workload: Option<Arc<ClusterConnection>>,
         management: Option<Arc<ClusterConnection>>,
         metrics: Arc<CapabilityMetrics>,
+        on_denied: Option<DenialSink>,
     ) -> Self {
         Self {
             provider,
@@ -286,6 +301,7 @@ impl KubeProxy {
             workload,
             management,
             metrics,
+            on_denied,
         }
     }
 
@@ -524,6 +540,12 @@ impl KubeProxy {
     fn deny(&self, what: &str) -> KubeCallError {
         self.metrics.kube_denied();
         tracing::warn!(provider = %self.provider, call = %what, "kube call denied by the provider's grants");
+        if let Some(sink) = &self.on_denied {
+            sink(Denial {
+                provider: self.provider.to_string(),
+                call: what.to_owned(),
+            });
+        }
         KubeCallError::PermissionDenied(format!(
             "the grants of provider {} do not allow {what}",
             self.provider

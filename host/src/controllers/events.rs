@@ -47,8 +47,37 @@ impl Events {
             .await;
     }
 
-    async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, mut note: String)
+    /// A `Warning` Event about `object` with its own `action`. Events with the same reason and
+    /// action aggregate into one series (the first note kept); a distinct action keeps them apart.
+    pub async fn warning_with_action<K>(
+        &self,
+        object: &K,
+        reason: &str,
+        action: &str,
+        note: impl Into<String>,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish_action(object, EventType::Warning, reason, action, note.into())
+            .await;
+    }
+
+    async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
     where
+        K: Resource<DynamicType = ()>,
+    {
+        self.publish_action(object, type_, reason, reason, note)
+            .await;
+    }
+
+    async fn publish_action<K>(
+        &self,
+        object: &K,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        mut note: String,
+    ) where
         K: Resource<DynamicType = ()>,
     {
         let reference = object.object_ref(&());
@@ -69,11 +98,23 @@ impl Events {
             type_,
             reason: reason.to_owned(),
             note: Some(note),
-            action: reason.to_owned(),
+            action: truncate(action, 128).to_owned(),
             secondary: None,
         };
         if let Err(err) = self.recorder.publish(&event, &reference).await {
             tracing::debug!(%kind, %name, reason, error = %err, "cannot record event");
         }
     }
+}
+
+/// At most `max` bytes of `text`, cut at a character boundary.
+fn truncate(text: &str, max: usize) -> &str {
+    if text.len() <= max {
+        return text;
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }

@@ -19,10 +19,16 @@ use crate::runtime::types::ProviderError;
 /// The condition type.
 pub const READY: &str = "Ready";
 
-/// Runs the controller until it stops.
+/// Runs the controller until it stops. Every NodeClass is re-validated when a provider is
+/// loaded, reloaded or removed.
 pub async fn run(ctx: Arc<Context>) {
     let api: Api<NodeClass> = Api::all(ctx.client.clone());
+    let registry_changes = futures::stream::unfold(ctx.registry.subscribe(), |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    });
     Controller::new(api, ctx.watcher_config())
+        .reconcile_all_on(registry_changes)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

@@ -1,5 +1,6 @@
 //! The registry of live providers: name → provider, swappable at run time. In-flight calls keep
-//! the `Arc` they took, so replacing a provider never disturbs them.
+//! the `Arc` they took, so replacing a provider never disturbs them. Every change bumps a
+//! generation that controllers can [`Registry::subscribe`] to (e.g. to re-validate NodeClasses).
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -7,9 +8,19 @@ use std::sync::{Arc, PoisonError, RwLock};
 use crate::runtime::ProviderPre;
 
 /// Live providers by name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     providers: RwLock<HashMap<String, Arc<ProviderPre>>>,
+    changes: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Self {
+            providers: RwLock::default(),
+            changes: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Registry {
@@ -18,16 +29,28 @@ impl Registry {
         Self::default()
     }
 
+    /// A receiver that sees a new generation after every insert and remove.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|generation| *generation += 1);
+    }
+
     /// Adds or replaces provider `name`; returns the one it replaced.
     pub fn insert(
         &self,
         name: impl Into<String>,
         provider: impl Into<Arc<ProviderPre>>,
     ) -> Option<Arc<ProviderPre>> {
-        self.providers
+        let replaced = self
+            .providers
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .insert(name.into(), provider.into())
+            .insert(name.into(), provider.into());
+        self.changed();
+        replaced
     }
 
     /// The provider called `name`, if loaded.
@@ -41,10 +64,15 @@ impl Registry {
 
     /// Removes provider `name`; returns it.
     pub fn remove(&self, name: &str) -> Option<Arc<ProviderPre>> {
-        self.providers
+        let removed = self
+            .providers
             .write()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(name)
+            .remove(name);
+        if removed.is_some() {
+            self.changed();
+        }
+        removed
     }
 
     /// The names of the loaded providers, sorted.

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use capstan::capability::Capabilities;
-use capstan::capability::grants::{Cluster, Grant, Grants, VerbRule};
+use capstan::capability::grants::{Cluster, Grant, Grants, Verb, VerbRule};
 use capstan::capability::kube::ClusterConnection;
 use capstan::runtime::types::ProviderError;
 use capstan::runtime::{CallError, Limits, ProviderPre};
@@ -64,7 +64,7 @@ async fn setup(grants: Vec<Grant>, management: bool) -> Setup {
 }
 
 /// Runs one kube call through chaos: `Ok(())`, or the kube error's `case: message`.
-async fn kube_call(provider: &ProviderPre, call: Value) -> Result<(), String> {
+pub async fn kube_call(provider: &ProviderPre, call: Value) -> Result<(), String> {
     let mut params = json!({"mode": "kube"});
     if let (Some(params), Some(call)) = (params.as_object_mut(), call.as_object()) {
         params.extend(call.clone());
@@ -79,7 +79,7 @@ async fn kube_call(provider: &ProviderPre, call: Value) -> Result<(), String> {
     }
 }
 
-fn case(result: Result<(), String>) -> String {
+pub fn case(result: Result<(), String>) -> String {
     match result {
         Ok(()) => "ok".into(),
         Err(message) => message.split(':').next().unwrap_or_default().to_owned(),
@@ -122,7 +122,7 @@ async fn allowed_and_wrong_namespace() {
         vec![grant(
             &[""],
             &["configmaps"],
-            &[VerbRule::Get, VerbRule::List],
+            &[VerbRule::One(Verb::Get), VerbRule::One(Verb::List)],
             &[&ns],
         )],
         false,
@@ -153,7 +153,12 @@ async fn allowed_and_wrong_namespace() {
     );
 
     let everywhere = setup(
-        vec![grant(&["core"], &["configmaps"], &[VerbRule::List], &["*"])],
+        vec![grant(
+            &["core"],
+            &["configmaps"],
+            &[VerbRule::One(Verb::List)],
+            &["*"],
+        )],
         false,
     )
     .await;
@@ -208,7 +213,7 @@ async fn subresource_needs_its_own_grant() {
         vec![grant(
             &["apps"],
             &["deployments/scale"],
-            &[VerbRule::Patch, VerbRule::Get],
+            &[VerbRule::One(Verb::Patch), VerbRule::One(Verb::Get)],
             &[&ns],
         )],
         false,
@@ -234,7 +239,7 @@ async fn subresource_needs_its_own_grant() {
         vec![grant(
             &["apps"],
             &["deployments/*"],
-            &[VerbRule::Get],
+            &[VerbRule::One(Verb::Get)],
             &[&ns],
         )],
         false,
@@ -283,7 +288,11 @@ async fn wrong_cluster() {
 
 #[tokio::test]
 async fn unknown_kinds_and_bad_names() {
-    let s = setup(vec![grant(&["*"], &["*"], &[VerbRule::Get], &["*"])], false).await;
+    let s = setup(
+        vec![grant(&["*"], &["*"], &[VerbRule::One(Verb::Get)], &["*"])],
+        false,
+    )
+    .await;
     let unknown = json!({"op": "get", "apiVersion": "v1", "kind": "Gizmo", "namespace": "default", "name": "x"});
     assert_eq!(case(kube_call(&s.provider, unknown).await), "not-found");
     let unknown_group = json!({"op": "get", "apiVersion": "nothing.example.com/v1", "kind": "Gizmo", "namespace": "default", "name": "x"});

@@ -15,6 +15,7 @@ mod fixtures;
 mod grants;
 mod leader_election;
 mod lifecycle;
+mod providers;
 mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;

@@ -14,6 +14,8 @@
 
 use serde::Deserialize;
 
+#[cfg(test)]
+use super::Verb;
 use super::{Cluster, Grant, Grants, VerbRule};
 
 /// A grants file or flag that cannot be used.
@@ -53,6 +55,12 @@ pub fn from_text(text: &str) -> Result<Grants, ParseError> {
         }
         other => other,
     };
+    from_value(list)
+}
+
+/// Reads grants from a JSON list (e.g. a `Provider`'s `spec.grants`), then [`validate`]s them.
+/// The same rules apply as to a grants file: unknown fields and verbs are errors.
+pub fn from_value(list: serde_json::Value) -> Result<Grants, ParseError> {
     let grants = Grants::deserialize(list).map_err(|err| ParseError::Syntax(err.to_string()))?;
     validate(&grants)?;
     Ok(grants)
@@ -95,7 +103,9 @@ pub fn from_flag(flag: &str) -> Result<Grant, ParseError> {
                 grant.verbs = items()
                     .iter()
                     .filter(|v| !v.is_empty())
-                    .map(|v| verb_rule(v).ok_or_else(|| bad(format!("unknown verb {v:?}"))))
+                    .map(|v| {
+                        VerbRule::from_name(v).ok_or_else(|| bad(format!("unknown verb {v:?}")))
+                    })
                     .collect::<Result<_, _>>()?
             }
             other => return Err(bad(format!("unknown key {other:?}"))),
@@ -111,20 +121,6 @@ pub fn from_flag(flag: &str) -> Result<Grant, ParseError> {
     }
     validate(&Grants(vec![grant.clone()]))?;
     Ok(grant)
-}
-
-fn verb_rule(text: &str) -> Option<VerbRule> {
-    Some(match text {
-        "*" => VerbRule::Any,
-        "get" => VerbRule::Get,
-        "list" => VerbRule::List,
-        "watch" => VerbRule::Watch,
-        "create" => VerbRule::Create,
-        "patch" => VerbRule::Patch,
-        "update" => VerbRule::Update,
-        "delete" => VerbRule::Delete,
-        _ => return None,
-    })
 }
 
 /// Rejects entries that can never match (so a typo is an error, not a silent denial).
@@ -197,7 +193,10 @@ mod tests {
         assert_eq!(g.cluster, Cluster::Management);
         assert_eq!(g.api_groups, vec!["core", "apps"]);
         assert_eq!(g.resources, vec!["nodes", "nodes/status"]);
-        assert_eq!(g.verbs, vec![VerbRule::Get, VerbRule::List]);
+        assert_eq!(
+            g.verbs,
+            vec![VerbRule::One(Verb::Get), VerbRule::One(Verb::List)]
+        );
         assert_eq!(g.namespaces, vec!["*"]);
 
         let core = from_flag("groups=;resources=configmaps;verbs=*;namespaces=default").unwrap();

@@ -1,0 +1,646 @@
+//! The Provider controller: loads each `capstan.dev/v1alpha1` Provider's component from its
+//! ConfigMap into the [`Registry`](crate::provider::Registry), and hot-reloads it when the
+//! ConfigMap or the Provider changes.
+//!
+//! Loading is read → decompress → verify the pin → compile (through the on-disk cache) →
+//! validate (WIT package, version, exports) → link with the Provider's grants and limits → a
+//! `name()` self-check → an atomic swap into the registry. Calls in flight keep the version they
+//! started on; new calls get the new one. A bad update is rejected: the last good version keeps
+//! serving, `Degraded=True` says why, and a Warning Event records it. Deleting a Provider unloads
+//! it (its NodeClasses turn not ready; no NodeClaim is touched).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Api, Client, ResourceExt};
+use serde_json::json;
+
+use crate::api::ConditionStatus;
+use crate::api::provider::Provider;
+use crate::api::shared::set_condition;
+use crate::capability::kube::{Denial, DenialSink};
+use crate::controllers::events::Events;
+use crate::controllers::now;
+use crate::provider::source::{self, SourceError};
+use crate::provider::{Loader, ProviderLoadError, ProviderSource, Registry, spec};
+use crate::runtime::{LoadError, ProviderPre};
+
+/// The condition saying whether a version of the provider is serving.
+pub const READY: &str = "Ready";
+/// The condition saying whether the latest source was refused (the last good one serving).
+pub const DEGRADED: &str = "Degraded";
+
+/// Why a reconcile failed in a way worth retrying (API errors); rejections of the source are
+/// not errors but status.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderControllerError {
+    /// A Kubernetes API call failed.
+    #[error("kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// The loader task died.
+    #[error("the loader task failed: {0}")]
+    Join(String),
+}
+
+/// Tunables of the Provider controller.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Read source ConfigMaps only in this namespace (least privilege: the host needs no
+    /// cluster-wide ConfigMap access); none reads any namespace.
+    pub source_namespace: Option<String>,
+    /// Largest component accepted, after decompression.
+    pub max_component_size: usize,
+    /// How often every Provider is re-checked even without a change. Default 5 min.
+    pub resync: Duration,
+    /// The reporting controller on Events.
+    pub reporter: String,
+    /// At most one `PermissionDenied` Event per provider and call this often. Default 30 s.
+    pub denial_event_interval: Duration,
+    /// Load only Providers with these labels (`k=v,...`); none loads every Provider.
+    pub selector: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            source_namespace: None,
+            max_component_size: crate::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
+            resync: Duration::from_secs(300),
+            reporter: "capstan".to_owned(),
+            denial_event_interval: Duration::from_secs(30),
+            selector: None,
+        }
+    }
+}
+
+/// A source the controller refused: the condition reason and a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejection {
+    /// The condition and Event reason.
+    pub reason: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl Rejection {
+    fn new(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<SourceError> for Rejection {
+    fn from(err: SourceError) -> Self {
+        Rejection::new(err.reason(), err.to_string())
+    }
+}
+
+impl From<spec::SpecError> for Rejection {
+    fn from(err: spec::SpecError) -> Self {
+        Rejection::new(err.reason(), err.to_string())
+    }
+}
+
+impl From<ProviderLoadError> for Rejection {
+    fn from(err: ProviderLoadError) -> Self {
+        let ProviderLoadError::Load { source, .. } = &err;
+        let reason = match source {
+            LoadError::Invalid(_) => "InvalidComponent",
+            LoadError::Compile(_) => "CompileFailed",
+            LoadError::Link(_) => "LinkFailed",
+            LoadError::Mismatch { .. } => "ContractMismatch",
+            LoadError::Engine(_) => "EngineFailed",
+        };
+        Rejection::new(reason, source.to_string())
+    }
+}
+
+/// What the controller knows about one provider.
+#[derive(Debug, Default, Clone)]
+struct Record {
+    /// The digest serving (loaded by this controller).
+    digest: Option<String>,
+    /// The Provider generation that version was loaded with.
+    generation: Option<i64>,
+    /// The generation the last reconcile looked at, and whether it was refused.
+    observed: Option<i64>,
+    rejection: Option<Rejection>,
+}
+
+/// The controller's state, shared with readiness checks.
+#[derive(Debug, Default)]
+pub struct ProviderState {
+    records: Mutex<HashMap<String, Record>>,
+    /// The Providers of the initial list, once it is in.
+    initial: Mutex<Option<HashSet<String>>>,
+}
+
+impl ProviderState {
+    /// Whether the initial list of Providers is in and each of them has been handled once
+    /// (loaded or refused) or deleted since.
+    pub fn synced(&self) -> bool {
+        let initial = self.initial.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(initial) = initial.as_ref() else {
+            return false;
+        };
+        let records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        initial
+            .iter()
+            .all(|name| records.get(name).is_some_and(|r| r.observed.is_some()))
+    }
+
+    fn record(&self, name: &str) -> Record {
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    fn update(&self, name: &str, f: impl FnOnce(&mut Record)) {
+        let mut records = self.records.lock().unwrap_or_else(PoisonError::into_inner);
+        f(records.entry(name.to_owned()).or_default());
+    }
+
+    /// Forgets a deleted Provider; whether this controller had loaded it.
+    fn forget(&self, name: &str) -> bool {
+        if let Some(initial) = self
+            .initial
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_mut()
+        {
+            initial.remove(name);
+        }
+        self.records
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name)
+            .is_some_and(|record| record.digest.is_some())
+    }
+}
+
+struct Ctx {
+    client: Client,
+    registry: Arc<Registry>,
+    loader: Arc<Loader>,
+    settings: Settings,
+    events: Events,
+    state: Arc<ProviderState>,
+    store: Store<Provider>,
+    denials: tokio::sync::mpsc::Sender<Denial>,
+}
+
+/// The Provider controller, built but not yet running.
+pub struct ProviderController {
+    controller: Controller<Provider>,
+    ctx: Arc<Ctx>,
+    denials: tokio::sync::mpsc::Receiver<Denial>,
+}
+
+impl std::fmt::Debug for ProviderController {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderController")
+            .field("settings", &self.ctx.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ProviderController {
+    /// A controller loading into `registry` with `loader`.
+    pub fn new(
+        client: Client,
+        registry: Arc<Registry>,
+        loader: Arc<Loader>,
+        settings: Settings,
+    ) -> Self {
+        let controller = Controller::new(
+            Api::<Provider>::all(client.clone()),
+            provider_watch_config(&settings),
+        );
+        let (denials_tx, denials) = tokio::sync::mpsc::channel(256);
+        let ctx = Arc::new(Ctx {
+            events: Events::new(client.clone(), &settings.reporter),
+            client,
+            registry,
+            loader,
+            settings,
+            state: Arc::new(ProviderState::default()),
+            store: controller.store(),
+            denials: denials_tx,
+        });
+        Self {
+            controller,
+            ctx,
+            denials,
+        }
+    }
+
+    /// The state readiness checks look at.
+    pub fn state(&self) -> Arc<ProviderState> {
+        Arc::clone(&self.ctx.state)
+    }
+
+    /// Runs until the watches end (they retry with backoff, so: forever).
+    pub async fn run(self) {
+        let Self {
+            controller,
+            ctx,
+            denials,
+        } = self;
+        let denial_task = tokio::spawn(report_denials(Arc::clone(&ctx), denials));
+        let deletion_task = tokio::spawn(watch_deletions(Arc::clone(&ctx)));
+        let config_maps: Api<ConfigMap> = match &ctx.settings.source_namespace {
+            Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
+            None => Api::all(ctx.client.clone()),
+        };
+        let store = ctx.store.clone();
+        controller
+            .watches(config_maps, watcher::Config::default(), move |config_map| {
+                let namespace = config_map.namespace().unwrap_or_default();
+                let name = config_map.name_any();
+                store
+                    .state()
+                    .iter()
+                    .filter(|provider| {
+                        let source = &provider.spec.source.config_map;
+                        source.namespace == namespace && source.name == name
+                    })
+                    .map(|provider| ObjectRef::from_obj(provider.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .run(reconcile, error_policy, Arc::clone(&ctx))
+            .for_each(|result| async move {
+                if let Err(err) = result {
+                    tracing::debug!(error = %err, "provider reconcile failed");
+                }
+            })
+            .await;
+        denial_task.abort();
+        deletion_task.abort();
+    }
+}
+
+fn provider_watch_config(settings: &Settings) -> watcher::Config {
+    match &settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    }
+}
+
+/// Unloads Providers as they are deleted, and after every (re)list those whose delete was
+/// missed. Also records the initial list for [`ProviderState::synced`].
+async fn watch_deletions(ctx: Arc<Ctx>) {
+    let api: Api<PartialObjectMeta<Provider>> = Api::all(ctx.client.clone());
+    let mut listing: HashSet<String> = HashSet::new();
+    let mut events = watcher(api, provider_watch_config(&ctx.settings))
+        .default_backoff()
+        .boxed();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Delete(meta)) => unload(&ctx, &meta.name_any()),
+            Ok(watcher::Event::Init) => listing.clear(),
+            Ok(watcher::Event::InitApply(meta)) => {
+                listing.insert(meta.name_any());
+            }
+            Ok(watcher::Event::InitDone) => {
+                sweep(&ctx, &listing);
+                let mut initial = ctx
+                    .state
+                    .initial
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                if initial.is_none() {
+                    *initial = Some(std::mem::take(&mut listing));
+                }
+            }
+            Ok(watcher::Event::Apply(_)) => {}
+            Err(err) => tracing::debug!(error = %err, "provider watch failed"),
+        }
+    }
+}
+
+/// Unloads a deleted Provider (if this controller loaded it).
+fn unload(ctx: &Ctx, name: &str) {
+    if ctx.state.forget(name) && ctx.registry.remove(name).is_some() {
+        tracing::info!(provider = name, "provider deleted: unloaded");
+    }
+}
+
+/// After a (re)list: unloads providers whose Provider is gone (a delete missed while the watch
+/// was down).
+fn sweep(ctx: &Ctx, present: &HashSet<String>) {
+    let gone: Vec<String> = ctx
+        .state
+        .records
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .iter()
+        .filter(|(name, record)| record.digest.is_some() && !present.contains(*name))
+        .map(|(name, _)| name.clone())
+        .collect();
+    for name in gone {
+        unload(ctx, &name);
+    }
+}
+
+fn error_policy(provider: Arc<Provider>, err: &ProviderControllerError, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(provider = %provider.name_any(), error = %err, "provider reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Records denied calls as Events on the Provider, at most one per provider and call per
+/// [`Settings::denial_event_interval`] (the counters and the log see every one).
+async fn report_denials(ctx: Arc<Ctx>, mut denials: tokio::sync::mpsc::Receiver<Denial>) {
+    let mut last: HashMap<(String, String), Instant> = HashMap::new();
+    while let Some(denial) = denials.recv().await {
+        let key = (denial.provider.clone(), denial.call.clone());
+        if last
+            .get(&key)
+            .is_some_and(|at| at.elapsed() < ctx.settings.denial_event_interval)
+        {
+            continue;
+        }
+        last.insert(key, Instant::now());
+        let Some(provider) = ctx.store.get(&ObjectRef::<Provider>::new(&denial.provider)) else {
+            continue;
+        };
+        ctx.events
+            .warning_with_action(
+                provider.as_ref(),
+                "PermissionDenied",
+                &denial.call,
+                format!("denied by the Provider's grants: {}", denial.call),
+            )
+            .await;
+    }
+}
+
+fn denial_sink(ctx: &Ctx) -> DenialSink {
+    let sender = ctx.denials.clone();
+    Arc::new(move |denial| {
+        // A full queue drops the Event, never the count (a hostile provider cannot flood us).
+        let _ = sender.try_send(denial);
+    })
+}
+
+/// One reconcile of one Provider.
+async fn reconcile(
+    provider: Arc<Provider>,
+    ctx: Arc<Ctx>,
+) -> Result<Action, ProviderControllerError> {
+    let name = provider.name_any();
+    let generation = provider.metadata.generation;
+    let outcome = load(&provider, &ctx).await?;
+    let record = ctx.state.record(&name);
+    let serving = ctx.registry.get(&name);
+    match outcome {
+        Ok(Loaded::Unchanged) => {
+            ctx.state.update(&name, |record| {
+                record.observed = generation;
+                record.rejection = None;
+            });
+        }
+        Ok(Loaded::New {
+            provider: pre,
+            took,
+        }) => {
+            let digest = pre.sha256().to_owned();
+            let wit = pre.export().version.to_string();
+            ctx.registry.insert(name.clone(), Arc::new(pre));
+            ctx.state.update(&name, |record| {
+                record.digest = Some(digest.clone());
+                record.generation = generation;
+                record.observed = generation;
+                record.rejection = None;
+            });
+            tracing::info!(provider = %name, %digest, wit = %wit, took_ms = took.as_millis() as u64, "provider loaded");
+            ctx.events
+                .normal(
+                    provider.as_ref(),
+                    "Loaded",
+                    format!(
+                        "loaded sha256 {digest} (capstan:provider@{wit}) in {} ms",
+                        took.as_millis()
+                    ),
+                )
+                .await;
+        }
+        Err(rejection) => {
+            ctx.state.update(&name, |record| {
+                record.observed = generation;
+                record.rejection = Some(rejection.clone());
+            });
+            if record.rejection.as_ref() != Some(&rejection) {
+                let serving_note = match &serving {
+                    Some(pre) => format!("; still serving sha256 {}", pre.sha256()),
+                    None => "; no version is serving".to_owned(),
+                };
+                tracing::warn!(provider = %name, reason = rejection.reason, message = %rejection.message, "provider source refused");
+                ctx.events
+                    .warning(
+                        provider.as_ref(),
+                        rejection.reason,
+                        format!("{}{serving_note}", rejection.message),
+                    )
+                    .await;
+            }
+        }
+    }
+    write_status(&provider, &ctx).await?;
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// What loading gave.
+enum Loaded {
+    /// The serving version already is this source at this generation.
+    Unchanged,
+    /// A new version, ready to swap in.
+    New {
+        provider: ProviderPre,
+        took: Duration,
+    },
+}
+
+/// Reads, checks and (if anything changed) loads a Provider's source.
+async fn load(
+    provider: &Provider,
+    ctx: &Ctx,
+) -> Result<Result<Loaded, Rejection>, ProviderControllerError> {
+    let started = Instant::now();
+    let name = provider.name_any();
+    let spec = &provider.spec;
+    let source_ref = &spec.source.config_map;
+    if let Some(allowed) = &ctx.settings.source_namespace
+        && &source_ref.namespace != allowed
+    {
+        return Ok(Err(SourceError::NamespaceNotAllowed {
+            namespace: source_ref.namespace.clone(),
+            allowed: allowed.clone(),
+        }
+        .into()));
+    }
+    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source_ref.namespace);
+    let Some(config_map) = api.get_opt(&source_ref.name).await? else {
+        return Ok(Err(SourceError::ConfigMapNotFound {
+            namespace: source_ref.namespace.clone(),
+            name: source_ref.name.clone(),
+        }
+        .into()));
+    };
+    let component = match source::from_config_map(
+        &config_map,
+        &source_ref.key,
+        ctx.settings.max_component_size,
+        spec.source.sha256.as_deref(),
+    ) {
+        Ok(component) => component,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    let record = ctx.state.record(&name);
+    let serving = ctx.registry.get(&name);
+    if let Some(serving) = &serving
+        && record.digest.as_deref() == Some(component.sha256.as_str())
+        && serving.sha256() == component.sha256
+        && record.generation == provider.metadata.generation
+    {
+        return Ok(Ok(Loaded::Unchanged));
+    }
+    let grants = match spec::grants(spec) {
+        Ok(grants) => grants,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    let limits = match spec::limits(spec) {
+        Ok(limits) => limits,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    let source = ProviderSource {
+        name: name.clone(),
+        bytes: component.bytes,
+        grants,
+        limits,
+    };
+    let loader = Arc::clone(&ctx.loader);
+    let sink = denial_sink(ctx);
+    let previous = serving.clone();
+    let loaded =
+        tokio::task::spawn_blocking(move || loader.load(source, previous.as_deref(), Some(sink)))
+            .await
+            .map_err(|err| ProviderControllerError::Join(err.to_string()))?;
+    let pre = match loaded {
+        Ok(pre) => pre,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    match pre.name().await {
+        Ok(reported) if !reported.trim().is_empty() => {}
+        Ok(_) => {
+            return Ok(Err(Rejection::new(
+                "SelfCheckFailed",
+                "name() returned an empty name",
+            )));
+        }
+        Err(err) => {
+            return Ok(Err(Rejection::new(
+                "SelfCheckFailed",
+                format!("name() failed: {err}"),
+            )));
+        }
+    }
+    Ok(Ok(Loaded::New {
+        provider: pre,
+        took: started.elapsed(),
+    }))
+}
+
+/// Writes `status` from what is serving and the last outcome, if it changed.
+async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderControllerError> {
+    let name = provider.name_any();
+    let record = ctx.state.record(&name);
+    let serving = ctx.registry.get(&name);
+    let generation = provider.metadata.generation;
+    let old = provider.status.clone().unwrap_or_default();
+    let mut next = old.clone();
+    let at = now();
+    match (&serving, &record.rejection) {
+        (Some(pre), _) => {
+            set_condition(
+                &mut next.conditions,
+                READY,
+                ConditionStatus::True,
+                Some("Loaded"),
+                Some(&format!("serving sha256 {}", pre.sha256())),
+                generation,
+                at.clone(),
+            );
+        }
+        (None, Some(rejection)) => {
+            set_condition(
+                &mut next.conditions,
+                READY,
+                ConditionStatus::False,
+                Some(rejection.reason),
+                Some(&rejection.message),
+                generation,
+                at.clone(),
+            );
+        }
+        (None, None) => {
+            set_condition(
+                &mut next.conditions,
+                READY,
+                ConditionStatus::False,
+                Some("NotLoaded"),
+                Some("no version is loaded"),
+                generation,
+                at.clone(),
+            );
+        }
+    }
+    match &record.rejection {
+        Some(rejection) => set_condition(
+            &mut next.conditions,
+            DEGRADED,
+            ConditionStatus::True,
+            Some(rejection.reason),
+            Some(&rejection.message),
+            generation,
+            at.clone(),
+        ),
+        None => set_condition(
+            &mut next.conditions,
+            DEGRADED,
+            ConditionStatus::False,
+            Some("AsExpected"),
+            Some(""),
+            generation,
+            at.clone(),
+        ),
+    };
+    if let Some(pre) = &serving {
+        if next.digest.as_deref() != Some(pre.sha256()) {
+            next.digest = Some(pre.sha256().to_owned());
+            next.last_loaded = Some(at);
+        }
+        next.wit_version = Some(pre.export().version.to_string());
+    }
+    next.observed_generation = generation;
+    if next == old {
+        return Ok(());
+    }
+    let api: Api<Provider> = Api::all(ctx.client.clone());
+    let patch = json!({ "status": next });
+    api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}

@@ -1,0 +1,309 @@
+//! The Provider controller against the real API server: components shipped in ConfigMaps, hot
+//! reload under load, bad updates refused while the last good version serves, grants enforced
+//! with Events, and misbehaving providers next to well-behaved ones.
+//!
+//! The controller runs in the test process (so the test can call providers from the registry
+//! the way the other controllers do); the API server, the CRDs and the ConfigMaps are real.
+//! Each test has its own namespace and labels its Providers with its own run label, which its
+//! controller selects, so concurrent tests never see each other's Providers.
+
+mod bad_updates;
+mod hostile;
+mod reload;
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use capstan::api::provider::{
+    ConfigMapKeySource, Provider, ProviderGrant, ProviderLimits, ProviderSource, ProviderSpec,
+};
+use capstan::controllers::providers::{ProviderController, ProviderState, Settings};
+use capstan::provider::{Loader, Registry};
+use capstan::runtime::engine::EngineBuilder;
+use capstan::runtime::{ProviderPre, Runtime};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{ListParams, ObjectMeta, Patch, PatchParams};
+use kube::{Api, Client};
+
+use crate::lifecycle::{Names, RUN_LABEL, cluster};
+
+/// One runtime for these tests, caching compiled components in a temporary directory.
+pub fn runtime() -> Arc<Runtime> {
+    static RUNTIME: OnceLock<Arc<Runtime>> = OnceLock::new();
+    Arc::clone(RUNTIME.get_or_init(|| {
+        let dir =
+            std::env::temp_dir().join(format!("capstan-provider-tests-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("cache dir");
+        let handle = cap_std::fs::Dir::open_ambient_dir(&dir, cap_std::ambient_authority())
+            .expect("open cache dir");
+        Arc::new(
+            Runtime::builder()
+                .engine(EngineBuilder::default().max_instances(512))
+                .cache_dir(handle)
+                .build()
+                .expect("runtime"),
+        )
+    }))
+}
+
+/// `bytes` made distinct by a trailing custom section: the same code, a different digest.
+pub fn variant(bytes: &[u8], n: u32) -> Vec<u8> {
+    let name = b"capstan-test-variant";
+    let payload = n.to_le_bytes();
+    let mut content = Vec::new();
+    leb128(&mut content, name.len() as u64);
+    content.extend_from_slice(name);
+    content.extend_from_slice(&payload);
+    let mut out = bytes.to_vec();
+    out.push(0); // custom section id
+    leb128(&mut out, content.len() as u64);
+    out.extend_from_slice(&content);
+    out
+}
+
+fn leb128(out: &mut Vec<u8>, mut value: u64) {
+    loop {
+        let byte = (value & 0x7f) as u8;
+        value >>= 7;
+        if value == 0 {
+            out.push(byte);
+            return;
+        }
+        out.push(byte | 0x80);
+    }
+}
+
+/// A running Provider controller for one test.
+pub struct Setup {
+    pub client: Client,
+    pub names: Names,
+    pub namespace: String,
+    pub registry: Arc<Registry>,
+    pub state: Arc<ProviderState>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Setup {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Setup {
+    /// Starts a controller; `tune` adjusts its settings.
+    pub async fn start(prefix: &str, tune: impl FnOnce(&mut Settings)) -> Self {
+        Self::start_with(prefix, None, tune).await
+    }
+
+    /// Like [`Setup::start`], with a management cluster connection.
+    pub async fn start_with(
+        prefix: &str,
+        management: Option<Client>,
+        tune: impl FnOnce(&mut Settings),
+    ) -> Self {
+        let (cp, client) = cluster().await;
+        let names = Names::new(prefix);
+        let namespace = cp.create_namespace_unique(prefix).await.expect("namespace");
+        let registry = Arc::new(Registry::new());
+        let loader = Arc::new(Loader::new(runtime(), Some(client.clone()), management));
+        let mut settings = Settings {
+            source_namespace: Some(namespace.clone()),
+            selector: Some(names.selector()),
+            denial_event_interval: Duration::from_millis(100),
+            ..Settings::default()
+        };
+        tune(&mut settings);
+        let controller =
+            ProviderController::new(client.clone(), Arc::clone(&registry), loader, settings);
+        let state = controller.state();
+        let task = tokio::spawn(controller.run());
+        Self {
+            client,
+            names,
+            namespace,
+            registry,
+            state,
+            task,
+        }
+    }
+
+    /// Creates or replaces ConfigMap `name` with one binary key.
+    pub async fn put_source(&self, name: &str, key: &str, bytes: &[u8]) {
+        self.put_config_map(name, Some((key, bytes)), None).await;
+    }
+
+    /// Creates or replaces ConfigMap `name` (server-side apply, so keys not given are removed).
+    pub async fn put_config_map(
+        &self,
+        name: &str,
+        binary: Option<(&str, &[u8])>,
+        text: Option<(&str, &str)>,
+    ) {
+        let config_map = ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some(self.namespace.clone()),
+                ..ObjectMeta::default()
+            },
+            binary_data: binary
+                .map(|(key, bytes)| [(key.to_owned(), ByteString(bytes.to_vec()))].into()),
+            data: text.map(|(key, value)| [(key.to_owned(), value.to_owned())].into()),
+            ..ConfigMap::default()
+        };
+        let mut value = serde_json::to_value(&config_map).unwrap();
+        value["apiVersion"] = "v1".into();
+        value["kind"] = "ConfigMap".into();
+        Api::<ConfigMap>::namespaced(self.client.clone(), &self.namespace)
+            .patch(
+                name,
+                &PatchParams::apply("capstan-tests").force(),
+                &Patch::Apply(&value),
+            )
+            .await
+            .expect("apply ConfigMap");
+    }
+
+    /// A Provider spec reading `key` of ConfigMap `config_map` in the test namespace.
+    pub fn spec(&self, config_map: &str, key: &str) -> ProviderSpec {
+        ProviderSpec {
+            source: ProviderSource {
+                config_map: ConfigMapKeySource {
+                    namespace: self.namespace.clone(),
+                    name: config_map.to_owned(),
+                    key: key.to_owned(),
+                },
+                sha256: None,
+            },
+            grants: Vec::new(),
+            limits: None,
+        }
+    }
+
+    /// Creates or replaces Provider `name` (labelled for this test's controller).
+    pub async fn put_provider(&self, name: &str, spec: ProviderSpec) {
+        let mut provider = Provider::new(name, spec);
+        provider.metadata.labels = Some([(RUN_LABEL.to_owned(), self.names.run.clone())].into());
+        let mut value = serde_json::to_value(&provider).unwrap();
+        value["apiVersion"] = "capstan.dev/v1alpha1".into();
+        value["kind"] = "Provider".into();
+        Api::<Provider>::all(self.client.clone())
+            .patch(
+                name,
+                &PatchParams::apply("capstan-tests").force(),
+                &Patch::Apply(&value),
+            )
+            .await
+            .expect("apply Provider");
+    }
+
+    /// Waits until the registry serves `digest` under `name`, and returns it.
+    pub async fn wait_serving(&self, name: &str, digest: &str) -> Arc<ProviderPre> {
+        let registry = Arc::clone(&self.registry);
+        capstan_test_support::wait_until(
+            Duration::from_secs(60),
+            &format!("provider {name} serving {digest}"),
+            || {
+                let registry = Arc::clone(&registry);
+                async move {
+                    Ok::<_, String>(
+                        registry
+                            .get(name)
+                            .filter(|pre| pre.sha256() == digest),
+                    )
+                }
+            },
+        )
+        .await
+        .expect("serving")
+    }
+
+    /// Waits until condition `type_` of Provider `name` has `status` and `reason`.
+    pub async fn wait_condition(
+        &self,
+        name: &str,
+        type_: &str,
+        status: &str,
+        reason: &str,
+    ) -> Provider {
+        let api: Api<Provider> = Api::all(self.client.clone());
+        capstan_test_support::wait_until(
+            Duration::from_secs(60),
+            &format!("Provider {name} {type_}={status} ({reason})"),
+            || {
+                let api = api.clone();
+                async move {
+                    let provider = api.get(name).await.map_err(|e| e.to_string())?;
+                    let found = provider
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
+                        .is_some_and(|c| {
+                            format!("{:?}", c.status) == status
+                                && c.reason.as_deref() == Some(reason)
+                        });
+                    Ok::<_, String>(found.then_some(provider))
+                }
+            },
+        )
+        .await
+        .expect("condition")
+    }
+
+    /// The Events about Provider `name` with `reason`.
+    pub async fn events(&self, name: &str, reason: &str) -> Vec<Event> {
+        let api: Api<Event> = Api::all(self.client.clone());
+        api.list(&ListParams::default().fields(&format!(
+            "regarding.kind=Provider,regarding.name={name},reason={reason}"
+        )))
+        .await
+        .expect("list events")
+        .items
+    }
+
+    /// Waits for an Event about Provider `name` with `reason`; returns its note.
+    pub async fn wait_event(&self, name: &str, reason: &str) -> String {
+        capstan_test_support::wait_until(
+            Duration::from_secs(30),
+            &format!("Event {reason} on Provider {name}"),
+            || async move {
+                Ok::<_, String>(
+                    self.events(name, reason)
+                        .await
+                        .into_iter()
+                        .next()
+                        .map(|e| e.note.unwrap_or_default()),
+                )
+            },
+        )
+        .await
+        .expect("event")
+    }
+}
+
+/// Grants as a Provider spec lists them.
+pub fn grant(
+    cluster: capstan::api::provider::GrantCluster,
+    groups: &[&str],
+    resources: &[&str],
+    verbs: &[&str],
+    namespaces: &[&str],
+) -> ProviderGrant {
+    let owned = |items: &[&str]| items.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    ProviderGrant {
+        cluster,
+        api_groups: owned(groups),
+        resources: owned(resources),
+        verbs: owned(verbs),
+        namespaces: owned(namespaces),
+    }
+}
+
+/// Limits with only `memory` set.
+pub fn memory_limit(quantity: &str) -> ProviderLimits {
+    ProviderLimits {
+        memory: Some(capstan::api::shared::Quantity::new(quantity)),
+        ..ProviderLimits::default()
+    }
+}

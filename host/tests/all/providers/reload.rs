@@ -1,0 +1,137 @@
+//! Hot reload under load: calls keep running while the source ConfigMap changes 20 times; none
+//! fails and every new version serves.
+
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use capstan::api::provider::Provider;
+use kube::Api;
+use kube::api::DeleteParams;
+
+use super::{Setup, variant};
+use crate::fixtures::chaos_bytes;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_reloads_under_load_fail_no_call() {
+    let setup = Setup::start("reload", |_| {}).await;
+    let name = setup.names.name("p");
+    let versions: Vec<Vec<u8>> = (0..=20).map(|n| variant(chaos_bytes(), n)).collect();
+    let digests: Vec<String> = versions
+        .iter()
+        .map(|bytes| capstan::provider::source::sha256_hex(bytes))
+        .collect();
+    setup.put_source("src", "provider.wasm", &versions[0]).await;
+    setup
+        .put_provider(&name, setup.spec("src", "provider.wasm"))
+        .await;
+    setup.wait_serving(&name, &digests[0]).await;
+    let ready = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
+    assert_eq!(
+        ready.status.as_ref().unwrap().digest.as_deref(),
+        Some(digests[0].as_str())
+    );
+
+    // Callers: 4 tasks, each a call every 20 ms (≈200 calls/s in all), through the registry as
+    // the controllers call providers.
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let served = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let mut callers = Vec::new();
+    for _ in 0..4 {
+        let (stop, calls, failures, served) = (
+            Arc::clone(&stop),
+            Arc::clone(&calls),
+            Arc::clone(&failures),
+            Arc::clone(&served),
+        );
+        let registry = Arc::clone(&setup.registry);
+        let name = name.clone();
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let Some(provider) = registry.get(&name) else {
+                    failures.lock().unwrap().push("provider missing".into());
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                };
+                match provider.name().await {
+                    Ok(reported) if reported == "chaos" => {
+                        served.lock().unwrap().insert(provider.sha256().to_owned());
+                    }
+                    Ok(other) => failures.lock().unwrap().push(format!("name() = {other}")),
+                    Err(err) => failures.lock().unwrap().push(err.to_string()),
+                }
+                calls.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+
+    let started = Instant::now();
+    let mut latencies = Vec::new();
+    for (bytes, digest) in versions.iter().zip(&digests).skip(1) {
+        let at = Instant::now();
+        setup.put_source("src", "provider.wasm", bytes).await;
+        loop {
+            if setup
+                .registry
+                .get(&name)
+                .is_some_and(|p| p.sha256() == digest.as_str())
+            {
+                break;
+            }
+            assert!(
+                at.elapsed() < Duration::from_secs(60),
+                "reload to {digest} timed out"
+            );
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        latencies.push(at.elapsed());
+        // Let the callers see this version before the next update.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    let calls = calls.load(Ordering::Relaxed);
+    let failures = failures.lock().unwrap().clone();
+    let served = served.lock().unwrap().clone();
+    let rate = calls as f64 / elapsed.as_secs_f64();
+    latencies.sort();
+    eprintln!(
+        "reload under load: {calls} calls in {elapsed:?} ({rate:.0}/s), reload p50 {:?} max {:?}",
+        latencies[latencies.len() / 2],
+        latencies[latencies.len() - 1]
+    );
+    assert!(failures.is_empty(), "failed calls: {failures:?}");
+    assert!(rate >= 50.0, "only {rate:.1} calls/s");
+    for digest in &digests[1..] {
+        assert!(
+            served.contains(digest),
+            "version {digest} never served a call"
+        );
+    }
+    let provider = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
+    assert_eq!(
+        provider.status.as_ref().unwrap().digest.as_deref(),
+        Some(digests[20].as_str())
+    );
+    assert!(!setup.wait_event(&name, "Loaded").await.is_empty());
+
+    // Deleting the Provider unloads it.
+    Api::<Provider>::all(setup.client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    capstan_test_support::wait_until(Duration::from_secs(30), "provider unloaded", || {
+        let registry = Arc::clone(&setup.registry);
+        let name = name.clone();
+        async move { Ok::<_, String>(registry.get(&name).is_none().then_some(())) }
+    })
+    .await
+    .unwrap();
+}
