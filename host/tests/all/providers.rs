@@ -9,6 +9,7 @@
 
 mod bad_updates;
 mod hostile;
+mod multiple;
 mod reload;
 
 use std::sync::{Arc, OnceLock};
