@@ -55,14 +55,14 @@ use std::time::Duration;
 
 use capstan::scheduling::{
     InstanceType, LabelSelector, Namespaces, NodePoolView, Offering, Pod, PodAffinityTerm,
-    Requirement, Requirements, Resources, SchedulingInput, TopologySpreadConstraint,
-    WhenUnsatisfiable, solve,
+    Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
+    TopologySpreadConstraint, WhenUnsatisfiable, solve,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 
 #[path = "support/karpenter_inputs.rs"]
 mod karpenter_inputs;
-use karpenter_inputs::{diverse_pods_v1_15, instance_types};
+use karpenter_inputs::{diverse_pods_v1_15, fingerprint, instance_types};
 
 fn input(count: usize, min_values: bool) -> SchedulingInput {
     let mut pool = NodePoolView::new("default", instance_types(400));
@@ -95,9 +95,10 @@ fn bench(c: &mut Criterion) {
             let result = solve(&input);
             let placed: usize = result.new_claims.iter().map(|c| c.pods.len()).sum();
             eprintln!(
-                "{name}/{count}: {placed} pods on {} new nodes, {} unschedulable",
+                "{name}/{count}: {placed} pods on {} new nodes, {} unschedulable, placements {:016x}",
                 result.new_claims.len(),
-                result.unschedulable.len()
+                result.unschedulable.len(),
+                fingerprint(&result)
             );
             group.throughput(Throughput::Elements(count as u64));
             group.bench_with_input(BenchmarkId::from_parameter(count), &input, |b, input| {

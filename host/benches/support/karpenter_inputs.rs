@@ -172,3 +172,37 @@ pub(super) fn diverse_pods(count: usize, kinds: &[Kind], self_affinity: bool) ->
     }
     pods
 }
+
+/// A digest of everything a [`SchedulingResult`] decides: each new claim's pool, requirements,
+/// requests, instance-type options, cheapest offering and pods (in placement order), the
+/// placements on existing capacity, and the unschedulable pods with their reasons. Two results
+/// with the same digest place every pod the same way (FNV-1a over a canonical text, so it does
+/// not depend on `Debug` formatting or the standard library's hasher).
+pub(super) fn fingerprint(result: &SchedulingResult) -> u64 {
+    use std::fmt::Write;
+    let mut text = String::new();
+    for c in &result.new_claims {
+        let _ = writeln!(
+            text,
+            "claim {} [{}] {} {:?} {}/{}/{}/{} {:?}",
+            c.node_pool,
+            c.requirements,
+            c.requests,
+            c.instance_type_options,
+            c.cheapest_offering.instance_type,
+            c.cheapest_offering.zone,
+            c.cheapest_offering.capacity_type,
+            c.cheapest_price.to_bits(),
+            c.pods
+        );
+    }
+    for (p, target) in &result.existing_placements {
+        let _ = writeln!(text, "placed {p} {target:?}");
+    }
+    for (p, reason) in &result.unschedulable {
+        let _ = writeln!(text, "unschedulable {p} {reason}");
+    }
+    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -25,7 +25,7 @@ use super::*;
 #[path = "../../benches/support/karpenter_inputs.rs"]
 mod karpenter_inputs;
 use karpenter_inputs::{
-    HOSTNAME, Kind, ZONE, ZONES, diverse_pods, diverse_pods_v1_15, instance_types,
+    HOSTNAME, Kind, ZONE, ZONES, diverse_pods, diverse_pods_v1_15, fingerprint, instance_types,
 };
 
 /// The bench's previous port: six kinds (an extra hostname pod affinity), independent selectors.
@@ -355,4 +355,54 @@ fn validator_catches_corrupted_placements() {
     );
     let v = violations(&input, &bad);
     assert!(v.iter().any(|m| m.contains("not pinned")), "{v:?}");
+}
+
+/// The placements on the bench inputs, pinned: a change to the solver's data structures must not
+/// move a single pod. The digests were recorded with the solver that scanned every open claim per
+/// pod (before claims were indexed by pod count and topology occupancy); `cargo bench -p capstan
+/// --bench scheduling` prints the same digests for every size, 20,000 pods included.
+#[test]
+fn bench_placements_are_unchanged() {
+    let min_values = |pods: Vec<Pod>| {
+        let mut input = bench_input(pods);
+        input.node_pools[0]
+            .requirements
+            .add(Requirement::exists("node.kubernetes.io/instance-type").with_min_values(Some(50)));
+        input
+    };
+    let cases = [
+        (
+            "v1.15 1000",
+            bench_input(diverse_pods_v1_15(1000)),
+            0xb309_1783_7a08_b5bd_u64,
+        ),
+        (
+            "v1.15 5000",
+            bench_input(diverse_pods_v1_15(5000)),
+            0xad7f_4eed_4fd7_e3fc,
+        ),
+        (
+            "min values 1000",
+            min_values(diverse_pods_v1_15(1000)),
+            0xa391_e491_f1ca_8985,
+        ),
+        (
+            "six kinds 1000",
+            bench_input(diverse_pods_six_kinds(1000)),
+            0x6d6a_da52_e36b_03a0,
+        ),
+        (
+            "six kinds 5000",
+            bench_input(diverse_pods_six_kinds(5000)),
+            0x880e_1285_62cb_d817,
+        ),
+    ];
+    let mut wrong = Vec::new();
+    for (label, input, want) in cases {
+        let got = fingerprint(&solve(&input));
+        if got != want {
+            wrong.push(format!("{label}: {got:#018x}, recorded {want:#018x}"));
+        }
+    }
+    assert!(wrong.is_empty(), "placements changed: {wrong:#?}");
 }
