@@ -1,6 +1,7 @@
 //! Leader election between real `capstan run` processes on the real control plane: exactly one
 //! replica runs the controllers, a `kill -9`ed leader is replaced within the lease duration, and a
-//! SIGTERMed leader releases the Lease so the next replica takes over at its next poll.
+//! SIGTERMed leader releases the Lease so the next replica takes over at its next poll, and a
+//! leader that finds the Lease taken stops and exits non-zero.
 //!
 //! [`Replica`] is also the host the chart test runs with the chart's ServiceAccount.
 
@@ -8,11 +9,13 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use capstan::api::NodeClaim;
 use capstan_test_support::{ControlPlane, unique_name, wait_until};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, PostParams};
-use kube::{Api, Client};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::fixtures::providers_dir;
@@ -331,19 +334,21 @@ fn created_claims(replica: &Replica) -> usize {
 
 async fn run(cp: &ControlPlane, client: &Client) {
     let names = Names::new("leader");
+    // Pods and the Lease in different namespaces: deleting the pods' must not take the Lease.
     let ns = namespace(cp, "leader").await;
+    let lease_ns = namespace(cp, "lease").await;
     let lease = names.name("lease");
     let kubeconfig = cp.kubeconfig_path();
     let (id_a, id_b, id_c) = (names.name("a"), names.name("b"), names.name("c"));
 
-    let a = Replica::start(kubeconfig, &names, &id_a, &ns, &lease, &[]);
+    let a = Replica::start(kubeconfig, &names, &id_a, &lease_ns, &lease, &[]);
     a.wait_log("acquired the lease", Duration::from_secs(120))
         .await;
-    let mut b = Replica::start(kubeconfig, &names, &id_b, &ns, &lease, &[]);
+    let mut b = Replica::start(kubeconfig, &names, &id_b, &lease_ns, &lease, &[]);
     b.wait_log("waiting for the lease", Duration::from_secs(120))
         .await;
     assert_eq!(
-        holder(client, &ns, &lease).await.as_deref(),
+        holder(client, &lease_ns, &lease).await.as_deref(),
         Some(id_a.as_str())
     );
 
@@ -390,7 +395,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
 
     // kill -9 the leader: the follower takes over once the Lease expires.
     a.signal("-9");
-    let killed = wait_holder(client, &ns, &lease, &id_b, LEASE * 3, &[&a, &b]).await;
+    let killed = wait_holder(client, &lease_ns, &lease, &id_b, LEASE * 3, &[&a, &b]).await;
     b.wait_log("acquired the lease", Duration::from_secs(10))
         .await;
     assert!(
@@ -404,11 +409,11 @@ async fn run(cp: &ControlPlane, client: &Client) {
     b.check_alive();
 
     // SIGTERM the leader: it releases the Lease, so a waiting replica takes over at its next poll.
-    let mut c = Replica::start(kubeconfig, &names, &id_c, &ns, &lease, &[]);
+    let mut c = Replica::start(kubeconfig, &names, &id_c, &lease_ns, &lease, &[]);
     c.wait_log("waiting for the lease", Duration::from_secs(120))
         .await;
     b.signal("-TERM");
-    let released = wait_holder(client, &ns, &lease, &id_c, LEASE * 3, &[&b, &c]).await;
+    let released = wait_holder(client, &lease_ns, &lease, &id_c, LEASE * 3, &[&b, &c]).await;
     let code = b.wait_exit(Duration::from_secs(10));
     assert_eq!(code, Some(0), "{}", b.log_tail());
     assert!(b.log().contains("released the lease"), "{}", b.log_tail());
@@ -423,7 +428,44 @@ async fn run(cp: &ControlPlane, client: &Client) {
         "leader election (lease {LEASE:?}): takeover after kill -9 {killed:?}, after SIGTERM \
          {released:?}"
     );
+
+    // The leader terminates the claims (drains and deletes the nodes) before it loses the Lease.
+    let api = Api::<NodeClaim>::all(client.clone());
+    for claim in claims(client, &names).await {
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    let gone = wait_until(
+        Duration::from_secs(120),
+        "NodeClaims terminated",
+        || async { Ok::<_, kube::Error>(claims(client, &names).await.is_empty().then_some(())) },
+    )
+    .await;
+    assert!(gone.is_ok(), "{gone:?}\n{}", c.log_tail());
+
+    // Someone else writes the Lease: the leader stops its controllers and exits non-zero.
+    let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
+    let mut stolen = leases.get(&lease).await.unwrap();
+    let spec = stolen.spec.get_or_insert_with(Default::default);
+    spec.holder_identity = Some("intruder".to_owned());
+    spec.lease_duration_seconds = Some(60);
+    spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+    leases
+        .replace(&lease, &PostParams::default(), &stolen)
+        .await
+        .unwrap();
+    let code = c.wait_exit(LEASE * 2);
+    assert!(
+        code.is_some_and(|code| code != 0),
+        "exit {code:?}\n{}",
+        c.log_tail()
+    );
+    assert!(c.log().contains("lost to intruder"), "{}", c.log_tail());
     teardown(client, &names, &ns).await;
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&lease_ns, &DeleteParams::default())
+        .await;
 }
 
 #[tokio::test]
