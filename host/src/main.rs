@@ -60,7 +60,7 @@ enum ProviderCommand {
     Inspect(InspectArgs),
     /// Run the conformance kit against a provider.
     Test(TestArgs),
-    /// Print a ConfigMap and a Provider that ship a component (`| kubectl apply -f -`).
+    /// Print a ConfigMap and a Provider that ship a component (`| kubectl apply --server-side -f -`).
     Package(PackageArgs),
 }
 

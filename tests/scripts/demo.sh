@@ -45,11 +45,18 @@ k wait --for condition=established --timeout=60s crd --all >/dev/null
 log "the kwok provider"
 "$CAPSTAN" provider inspect "$CAPSTAN_WASM_DIR/kwok.wasm"
 
+log "shipping it: capstan provider package | kubectl apply (a ConfigMap and a Provider with its grants)"
+k create namespace capstan >/dev/null
+"$CAPSTAN" provider package "$CAPSTAN_WASM_DIR/kwok.wasm" --name kwok --namespace capstan \
+  --grants "$DEMO/kwok-grants.yaml" | k apply --server-side -f -
+
 log "starting the capstan host (log: host.log)"
-"$CAPSTAN" run --kubeconfig "$KUBECONFIG" \
-  --provider "kwok=$CAPSTAN_WASM_DIR/kwok.wasm" --grants "kwok=$DEMO/kwok-grants.yaml" \
+"$CAPSTAN" run --kubeconfig "$KUBECONFIG" --provider-source-namespace capstan \
+  --metrics-bind-address 127.0.0.1:0 --health-probe-bind-address 127.0.0.1:0 \
   >"$WORK/host.log" 2>&1 &
 HOST_PID=$!
+k wait --for=condition=Ready provider/kwok --timeout=120s >/dev/null
+k get providers -o wide
 
 log "applying a NodeClass and a NodePool"
 k apply -f "$DEMO/nodepool.yaml"
@@ -130,6 +137,20 @@ price=$(k get nodeclaims -o jsonpath='{range .items[*]}{.metadata.annotations.ca
   | awk '{s += $1} END {printf "%.4f", s}')
 events=$(k get events -n default --field-selector reason=Nominated --no-headers 2>/dev/null | wc -l | tr -d ' ')
 
+log "hot reload: a new build of the provider, shipped by updating its ConfigMap (no restart)"
+# A new build, as far as the host can tell: the same code plus a custom section (new sha256).
+{ cat "$CAPSTAN_WASM_DIR/kwok.wasm"; printf '\x00\x07\x04demov2'; } >"$WORK/kwok-v2.wasm"
+new_digest=$(sha256sum "$WORK/kwok-v2.wasm" | cut -d' ' -f1)
+reload_start=$(date +%s%N)
+"$CAPSTAN" provider package "$WORK/kwok-v2.wasm" --name kwok --namespace capstan \
+  --grants "$DEMO/kwok-grants.yaml" | k apply --server-side -f - >/dev/null
+serving() { [ "$(k get provider kwok -o jsonpath='{.status.digest}')" = "$new_digest" ]; }
+wait_for 60 "the new version to serve" serving
+reload_ms=$(( ($(date +%s%N) - reload_start) / 1000000 ))
+k get providers -o wide
+echo "  now serving sha256 ${new_digest:0:16}... after ${reload_ms} ms; host pid $HOST_PID still the same process"
+kill -0 "$HOST_PID"
+
 log "cleaning up: pods, then NodeClaims (Capstan drains and deletes the nodes)"
 k delete deployment demo -n default --wait=true >/dev/null
 wait_for 120 "pods to be gone" bash -c "[ -z \"\$(bash '$CP' kubectl --dir '$WORK/cp' get pods -n default -l app=demo -o name)\" ]"
@@ -147,6 +168,7 @@ price per hour         : \$$price (sum of capstan.dev/price-per-hour)
 Nominated events       : $events
 time to all bound      : $(( all_bound_at - start ))s (from the Deployment to every pod bound by kube-scheduler)
 time to all Running    : $(( running_at - start ))s
+provider hot reload    : ${reload_ms} ms (package + apply until the Provider reports the new digest, polled each second; same host process)
 nodes left             : $(k get nodes -o name | wc -l | tr -d ' ')
 ======================================================
 SUMMARY

@@ -134,7 +134,7 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
     })
 }
 
-/// The manifests as multi-document YAML for `kubectl apply -f -`.
+/// The manifests as multi-document YAML for `kubectl apply --server-side -f -` (server-side: a client-side apply would copy the component into an annotation, which is limited to 256 KiB).
 pub fn to_yaml(package: &Package) -> Result<String, serde_json::Error> {
     // JSON is YAML; one document per object keeps the output exact and `kubectl`-ready.
     let config_map = serde_json::to_string_pretty(&package.config_map)?;
