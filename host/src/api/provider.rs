@@ -112,7 +112,7 @@ pub struct ProviderLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(super::duration::DURATION_PATTERN))]
     pub call_timeout: Option<String>,
-    /// Wall-clock limit of `create` (default 5m).
+    /// Wall-clock limit of `create` (default 10m).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(super::duration::DURATION_PATTERN))]
     pub launch_timeout: Option<String>,
