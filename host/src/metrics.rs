@@ -34,6 +34,8 @@ pub struct Metrics {
     failed: Family<Labels, Counter>,
     garbage_collected: Family<Labels, Counter>,
     provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
+    provider_loads: Family<Labels, Counter>,
+    provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 fn latency_histogram() -> Histogram {
@@ -58,6 +60,9 @@ impl Metrics {
         let failed = Family::<Labels, Counter>::default();
         let garbage_collected = Family::<Labels, Counter>::default();
         let provider_calls =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let provider_loads = Family::<Labels, Counter>::default();
+        let provider_load_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         registry.register(
             "nodeclaims_launched",
@@ -94,6 +99,16 @@ impl Metrics {
             "Latency of provider calls, by provider, function and outcome",
             provider_calls.clone(),
         );
+        registry.register(
+            "provider_loads",
+            "Provider (re)loads from Provider resources: result loaded or refused, with the reason",
+            provider_loads.clone(),
+        );
+        registry.register(
+            "provider_load_duration_seconds",
+            "Time from reading a Provider's source to the new version serving",
+            provider_load_duration.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             launched,
@@ -103,6 +118,8 @@ impl Metrics {
             failed,
             garbage_collected,
             provider_calls,
+            provider_loads,
+            provider_load_duration,
         }
     }
 
@@ -156,6 +173,23 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
+    /// A Provider's source was loaded (`reason` `Loaded`, with how long it took) or refused
+    /// (`reason` the condition reason).
+    pub fn provider_load(&self, provider: &str, reason: &str, took: Option<Duration>) {
+        let result = if took.is_some() { "loaded" } else { "refused" };
+        let labels = vec![
+            ("provider".to_owned(), provider.to_owned()),
+            ("result".to_owned(), result.to_owned()),
+            ("reason".to_owned(), reason.to_owned()),
+        ];
+        self.provider_loads.get_or_create(&labels).inc();
+        if let Some(took) = took {
+            self.provider_load_duration
+                .get_or_create(&vec![("provider".to_owned(), provider.to_owned())])
+                .observe(took.as_secs_f64());
+        }
+    }
+
     /// The metrics in the OpenMetrics text format.
     pub fn render(&self) -> Result<String, MetricsError> {
         let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
@@ -205,6 +239,22 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn renders_provider_loads() {
+        let m = Metrics::new();
+        m.provider_load("kwok", "Loaded", Some(Duration::from_millis(400)));
+        m.provider_load("kwok", "PinMismatch", None);
+        m.provider_load("kwok", "PinMismatch", None);
+        let text = m.render().unwrap();
+        for line in [
+            r#"capstan_provider_loads_total{provider="kwok",result="loaded",reason="Loaded"} 1"#,
+            r#"capstan_provider_loads_total{provider="kwok",result="refused",reason="PinMismatch"} 2"#,
+            r#"capstan_provider_load_duration_seconds_count{provider="kwok"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} missing in {text}");
+        }
     }
 
     #[test]
