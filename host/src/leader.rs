@@ -21,7 +21,7 @@ use kube::{Api, Client};
 
 use crate::serve::Readiness;
 
-pub use self::decision::{Decision, decide, timings};
+pub use self::decision::{Decision, decide, next_attempt, timings};
 
 /// Why leader election failed or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +132,8 @@ pub struct LeaderElection {
     api: Api<Lease>,
     config: LeaseConfig,
     observed: Option<Observed>,
+    /// The decision of the last round that read the Lease.
+    last: Option<Decision>,
 }
 
 impl LeaderElection {
@@ -141,6 +143,7 @@ impl LeaderElection {
             api: Api::namespaced(client, &config.namespace),
             config,
             observed: None,
+            last: None,
         }
     }
 
@@ -250,6 +253,7 @@ impl LeaderElection {
             unchanged_for,
             &self.config.identity,
         );
+        self.last = Some(decision.clone());
         if !decision.may_take() {
             return Ok(false);
         }
@@ -290,7 +294,11 @@ impl LeaderElection {
                 }
                 Err(err) => tracing::warn!(error = %err, "cannot acquire the lease; retrying"),
             }
-            tokio::time::sleep(self.config.retry_period).await;
+            let wait = match &self.last {
+                Some(decision) => next_attempt(decision, self.config.retry_period),
+                None => self.config.retry_period,
+            };
+            tokio::time::sleep(wait).await;
         }
     }
 

@@ -53,6 +53,18 @@ pub fn decide(
     }
 }
 
+/// How long a follower waits before its next attempt: the retry period, or less when the
+/// holder's lease runs out sooner (so a dead holder is replaced when its lease ends, not up to a
+/// retry period later).
+pub fn next_attempt(decision: &Decision, retry_period: Duration) -> Duration {
+    match decision {
+        Decision::HeldByOther { expires_in, .. } => {
+            (*expires_in + Duration::from_millis(10)).min(retry_period)
+        }
+        _ => retry_period,
+    }
+}
+
 /// The renew deadline and retry period derived from a lease duration, in controller-runtime's
 /// proportions (15 s / 10 s / 2 s): renew deadline 2/3 of the duration, retry period 2/15, at
 /// least 50 ms.
@@ -106,6 +118,22 @@ mod tests {
             }
         );
         assert!(d.may_take());
+    }
+
+    #[test]
+    fn a_follower_retries_when_the_holders_lease_ends() {
+        let retry = Duration::from_secs(2);
+        let soon = Decision::HeldByOther {
+            holder: "other".into(),
+            expires_in: Duration::from_millis(300),
+        };
+        assert_eq!(next_attempt(&soon, retry), Duration::from_millis(310));
+        let later = Decision::HeldByOther {
+            holder: "other".into(),
+            expires_in: Duration::from_secs(9),
+        };
+        assert_eq!(next_attempt(&later, retry), retry);
+        assert_eq!(next_attempt(&Decision::Free, retry), retry);
     }
 
     #[test]
