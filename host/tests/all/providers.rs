@@ -10,6 +10,7 @@
 mod bad_updates;
 mod hostile;
 mod multiple;
+mod package;
 mod reload;
 
 use std::sync::{Arc, OnceLock};
