@@ -135,3 +135,36 @@ async fn twenty_reloads_under_load_fail_no_call() {
     .await
     .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_finishes_on_the_version_it_started_on() {
+    let setup = Setup::start("inflight", |_| {}).await;
+    let name = setup.names.name("p");
+    let (old, new) = (variant(chaos_bytes(), 5000), variant(chaos_bytes(), 5001));
+    let (old_digest, new_digest) = (
+        capstan::provider::source::sha256_hex(&old),
+        capstan::provider::source::sha256_hex(&new),
+    );
+    setup.put_source("src", "provider.wasm", &old).await;
+    setup
+        .put_provider(&name, setup.spec("src", "provider.wasm"))
+        .await;
+    let provider = setup.wait_serving(&name, &old_digest).await;
+    // A call that takes 3 s (a host sleep inside the guest), started on the old version.
+    let slow = tokio::spawn(async move {
+        let result = provider
+            .get_instance_types(
+                &crate::fixtures::pool("slow"),
+                &crate::fixtures::class(serde_json::json!({"mode": "sleep", "millis": 3000})),
+            )
+            .await;
+        (result.map(|types| types.len()), provider.sha256().to_owned())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    setup.put_source("src", "provider.wasm", &new).await;
+    setup.wait_serving(&name, &new_digest).await;
+    assert!(!slow.is_finished(), "the slow call ended before the swap");
+    let (result, served_by) = slow.await.unwrap();
+    assert_eq!(result.expect("the in-flight call succeeds"), 1);
+    assert_eq!(served_by, old_digest);
+}
