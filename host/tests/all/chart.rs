@@ -1,6 +1,7 @@
 //! The Helm chart (`charts/capstan`): `helm lint --strict`, rendering, the values schema, its CRDs
-//! in sync with `crds/`, and, installed into the real API server, a real host running with
-//! nothing but the chart's ServiceAccount and RBAC provisions nodes for pending pods.
+//! in sync with `crds/`, and, installed into the real API server with the kwok provider (ConfigMap
+//! plus Provider), a real host running with nothing but the chart's ServiceAccount and RBAC loads
+//! that provider and provisions and terminates nodes for pending pods.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -12,8 +13,9 @@ use kube::api::{DeleteParams, DynamicObject};
 use kube::config::Kubeconfig;
 use kube::{Api, ResourceExt};
 
+use crate::fixtures::providers_dir;
 use crate::leader_election::{Replica, http_get, kwok_pool, pods, wait_running};
-use crate::lifecycle::{Names, cluster};
+use crate::lifecycle::{Names, RUN_LABEL, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 
 fn chart() -> PathBuf {
@@ -348,16 +350,39 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     let release_ns = namespace(cp, "capstan").await;
     let release = unique_name("chart");
     let fullname = format!("{release}-capstan");
+    // The kwok provider ships with the chart: base64 for --set-file, its grants in a values file,
+    // and the test's run label so that only this test's host loads it.
+    let provider = names.name("kwok");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let wasm = std::fs::read(providers_dir().join("kwok.wasm")).unwrap();
+    let encoded = serde_json::to_value(k8s_openapi::ByteString(wasm)).unwrap();
+    let wasm_b64 = tmp.join(format!("{release}-kwok.wasm.b64"));
+    std::fs::write(&wasm_b64, encoded.as_str().unwrap()).unwrap();
+    let values = tmp.join(format!("{release}-values.yaml"));
+    let grants = crate::conformance::KWOK_GRANTS.replace('\n', "\n    ");
+    std::fs::write(
+        &values,
+        format!(
+            "replicas: 0\nprovider:\n  enabled: true\n  name: {provider}\n  labels:\n    \
+             {RUN_LABEL}: {}\n  grants:\n    {grants}\n",
+            names.run
+        ),
+    )
+    .unwrap();
     let mut install = helm(Some(cp.kubeconfig_path()));
-    install.args(["install", &release]).arg(chart()).args([
-        "--namespace",
-        &release_ns,
-        "--set",
-        "replicas=0",
-    ]);
+    install
+        .args(["install", &release])
+        .arg(chart())
+        .args(["--namespace", &release_ns, "--values"])
+        .arg(&values)
+        .arg("--set-file")
+        .arg(format!("provider.wasmBase64={}", wasm_b64.display()));
     let (ok, out, err) = run(install);
     assert!(ok, "helm install:\n{out}\n{err}");
-    assert!(out.contains("capstan provider package"), "NOTES.txt: {out}");
+    assert!(
+        out.contains(&format!("kubectl get provider {provider}")),
+        "NOTES.txt: {out}"
+    );
 
     let mut token = cp.kubectl();
     token.args([
@@ -396,17 +421,18 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     let denied = can.env_remove("KUBECONFIG").output().unwrap();
     assert_eq!(String::from_utf8_lossy(&denied.stdout).trim(), "no");
 
-    let host = Replica::start(
+    let host = Replica::spawn(
         &kubeconfig,
         &names,
         &names.name("host"),
         &release_ns,
         &fullname,
         &[("CAPSTAN_PROVIDER_SOURCE_NAMESPACE", &release_ns)],
+        false,
     );
     host.wait_log("acquired the lease", Duration::from_secs(120))
         .await;
-    let pool = kwok_pool(&client, &names).await;
+    let pool = kwok_pool(&client, &names, &provider).await;
     let ns = namespace(cp, "chartpods").await;
     pods(&client, &names, &ns, "web", 3, &pool).await;
     wait_running(&client, &ns, 3, &[&host]).await;
@@ -442,7 +468,8 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
         host.log_tail()
     );
     println!(
-        "chart RBAC: {} NodeClaim(s) for 3 pods, then terminated, with the ServiceAccount of \
+        "chart RBAC: kwok loaded from the chart's Provider; {} NodeClaim(s) for 3 pods, then \
+         terminated, with the ServiceAccount of \
          release {release}",
         made.len()
     );

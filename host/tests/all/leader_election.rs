@@ -44,6 +44,20 @@ impl Replica {
         lease: &str,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::spawn(kubeconfig, names, identity, namespace, lease, env, true)
+    }
+
+    /// Like [`start`](Self::start); with `kwok_file` false the replica loads no provider from a
+    /// file, only those of Provider resources.
+    pub fn spawn(
+        kubeconfig: &Path,
+        names: &Names,
+        identity: &str,
+        namespace: &str,
+        lease: &str,
+        env: &[(&str, &str)],
+        kwok_file: bool,
+    ) -> Self {
         let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
         let log = tmp.join(format!("{}-{identity}.log", unique_name("replica")));
         let file = std::fs::File::create(&log).unwrap();
@@ -56,33 +70,35 @@ impl Replica {
             "--log-format",
             "text",
             "run",
-        ])
-        .arg("--provider")
-        .arg(format!(
-            "kwok={}",
-            providers_dir().join("kwok.wasm").display()
-        ))
-        .arg("--grants")
-        .arg(format!("kwok={}", grants.display()))
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(["--selector", &names.selector()])
-        .arg("--cache-dir")
-        .arg(tmp.join("components"))
-        .args(["--batch-idle-duration", "500ms"])
-        .args(["--metrics-bind-address", "127.0.0.1:0"])
-        .args(["--health-probe-bind-address", "127.0.0.1:0"])
-        .arg("--leader-elect")
-        .args(["--leader-election-namespace", namespace])
-        .args(["--leader-election-name", lease])
-        .arg("--leader-election-lease-duration")
-        .arg(format!("{}s", LEASE.as_secs()))
-        .env_remove("RUST_LOG")
-        .env("POD_NAME", identity)
-        .envs(env.iter().copied())
-        .stdin(Stdio::null())
-        .stdout(file.try_clone().unwrap())
-        .stderr(file);
+        ]);
+        if kwok_file {
+            cmd.arg("--provider")
+                .arg(format!(
+                    "kwok={}",
+                    providers_dir().join("kwok.wasm").display()
+                ))
+                .arg("--grants")
+                .arg(format!("kwok={}", grants.display()));
+        }
+        cmd.arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["--selector", &names.selector()])
+            .arg("--cache-dir")
+            .arg(tmp.join("components"))
+            .args(["--batch-idle-duration", "500ms"])
+            .args(["--metrics-bind-address", "127.0.0.1:0"])
+            .args(["--health-probe-bind-address", "127.0.0.1:0"])
+            .arg("--leader-elect")
+            .args(["--leader-election-namespace", namespace])
+            .args(["--leader-election-name", lease])
+            .arg("--leader-election-lease-duration")
+            .arg(format!("{}s", LEASE.as_secs()))
+            .env_remove("RUST_LOG")
+            .env("POD_NAME", identity)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file);
         Self {
             identity: identity.to_owned(),
             child: Some(cmd.spawn().expect("spawn capstan run")),
@@ -320,10 +336,10 @@ pub async fn wait_running(client: &Client, ns: &str, expected: usize, logs: &[&R
     }
 }
 
-/// A NodeClass and a NodePool of the kwok provider; returns the pool's name.
-pub async fn kwok_pool(client: &Client, names: &Names) -> String {
+/// A NodeClass and a NodePool of the kwok provider named `provider`; returns the pool's name.
+pub async fn kwok_pool(client: &Client, names: &Names, provider: &str) -> String {
     let (class, pool) = (names.name("nc"), names.name("pool"));
-    node_class(client, names, &class, "kwok", json!({"maxCpu": 4})).await;
+    node_class(client, names, &class, provider, json!({"maxCpu": 4})).await;
     node_pool(client, node_pool_json(names, &pool, &class)).await;
     pool
 }
@@ -370,7 +386,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
     assert_eq!(http_get(&b_probe, "/healthz").await.0, 200);
 
     // Only the leader acts.
-    let pool = kwok_pool(client, &names).await;
+    let pool = kwok_pool(client, &names, "kwok").await;
     pods(client, &names, &ns, "first", 2, &pool).await;
     wait_running(client, &ns, 2, &[&a, &b]).await;
     let made = claims(client, &names).await.len();
