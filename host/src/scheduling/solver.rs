@@ -7,6 +7,7 @@
 //! offerings and the summed requests. Failed attempts allocate nothing unless the pod carries
 //! node requirements of its own.
 
+mod bin_index;
 mod bitset;
 mod catalog;
 mod fast_hash;
@@ -15,10 +16,13 @@ mod queue;
 mod topology;
 
 #[cfg(test)]
+mod index_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use bin_index::{BinIndex, Listed};
 use bitset::BitSet;
 use catalog::Catalog;
 use fast_hash::FastSet;
@@ -51,6 +55,16 @@ const WELL_KNOWN: &[&str] = &[
 
 pub(super) fn solve(input: &SchedulingInput) -> SchedulingResult {
     Solver::new(input).run()
+}
+
+/// [`solve`] without the bin index: every pod scans existing capacity and every open claim in
+/// order, the way the solver worked before the index. Tests compare the two, and check on every
+/// step that the index keeps each bin the scan would try.
+#[cfg(test)]
+pub(super) fn solve_by_scan(input: &SchedulingInput) -> SchedulingResult {
+    let mut solver = Solver::new(input);
+    solver.scan = true;
+    solver.run()
 }
 
 /// What a bin is.
@@ -131,6 +145,8 @@ struct Scratch {
     narrowed_len: usize,
     mask: BitSet,
     values: BitSet,
+    /// Tracked topology keys whose requirement a commit changes.
+    relisted: Vec<usize>,
 }
 
 struct Solver<'a> {
@@ -144,8 +160,10 @@ struct Solver<'a> {
     bins: Vec<Bin<'a>>,
     /// `bins[..fixed]` are existing nodes then in-flight claims, in the order they are tried.
     fixed: usize,
-    /// New claims, fewest pods first (then oldest).
-    claim_order: Vec<usize>,
+    /// New claims by pod count, and which bins a pod's topology rules out.
+    index: BinIndex,
+    /// Buffer for [`Topology::take_occupied`].
+    occupied: Vec<(GroupId, DomainId)>,
     opened: usize,
     placements: Vec<(usize, Target)>,
     scratch: Scratch,
@@ -153,6 +171,9 @@ struct Solver<'a> {
     /// Pod affinity on a non-hostname key: `(topology key, populated domains)`. A bin whose
     /// listed domains for the key miss all of them fails that affinity.
     domain_filters: Vec<(usize, Vec<DomainId>)>,
+    /// Test only: place pods by scanning every bin instead of through the index.
+    #[cfg(test)]
+    scan: bool,
 }
 
 /// `Err(Some(reason))` when asked for a reason, `Err(None)` otherwise.
@@ -241,14 +262,24 @@ impl<'a> Solver<'a> {
             pods,
             bins: Vec::new(),
             fixed: 0,
-            claim_order: Vec::new(),
+            index: BinIndex::default(),
+            occupied: Vec::new(),
             opened: 0,
             placements: Vec::new(),
             scratch: Scratch::default(),
             host_filters: Vec::new(),
             domain_filters: Vec::new(),
+            #[cfg(test)]
+            scan: false,
         };
         solver.register_domains();
+        let topology = &solver.topology;
+        solver.index = BinIndex::new(
+            topology.group_count(),
+            (0..topology.group_count()).filter(|&g| topology.is_hostname_group(g)),
+            topology.key_count(),
+            (0..topology.key_count()).filter(|&k| Some(k) != solver.hostname_key),
+        );
         solver.add_fixed_bins(&daemonsets);
         solver
     }
@@ -419,6 +450,52 @@ impl<'a> Solver<'a> {
             host_domain,
             key_domains: Vec::new(),
         });
+        self.index_last_bin(false);
+    }
+
+    /// Adds the last bin to the index, after catching the index up with hostname counts.
+    fn index_last_bin(&mut self, new_claim: bool) {
+        self.sync_occupied();
+        let b = self.bins.len() - 1;
+        let host = self.bins[b].host_domain;
+        let topology = &self.topology;
+        let occupied: Vec<GroupId> = match host {
+            Some(d) => self
+                .index
+                .occupancy_groups()
+                .filter(|&g| topology.count(g, d) > 0)
+                .collect(),
+            None => Vec::new(),
+        };
+        let listed = self
+            .index
+            .tracked_keys()
+            .map(|k| (k, self.listed(b, k)))
+            .collect();
+        self.index
+            .add_bin(b, host, occupied.into_iter(), listed, new_claim);
+    }
+
+    /// Tells the index which hostnames became occupied in which groups.
+    fn sync_occupied(&mut self) {
+        self.topology.take_occupied(&mut self.occupied);
+        for &(g, d) in &self.occupied {
+            self.index.occupy(g, d);
+        }
+    }
+
+    /// The domains bin `b`'s requirements list for topology key `key`.
+    fn listed(&self, b: usize, key: usize) -> Listed {
+        let topology = &self.topology;
+        match self.bins[b].requirements.set_of(topology.key_name(key)) {
+            Some(set) if !set.is_complement() => set
+                .values()
+                .iter()
+                .map(|v| topology.domain(key, v))
+                .collect::<Option<Vec<DomainId>>>()
+                .map_or(Listed::Unlisted, Listed::Ids),
+            _ => Listed::Unlisted,
+        }
     }
 
     fn hostname_domain(&self, requirements: &Requirements) -> Option<DomainId> {
@@ -499,6 +576,7 @@ impl<'a> Solver<'a> {
     fn collect_host_filters(&mut self, p: usize) {
         self.host_filters.clear();
         self.domain_filters.clear();
+        self.index.begin(self.bins.len());
         let st = &self.pods[p];
         for &g in st.owned.iter().chain(&st.repelled_by) {
             let spec = self.topology.spec(g);
@@ -514,20 +592,29 @@ impl<'a> Solver<'a> {
                 if spec.kind == GroupKind::Affinity && !bootstraps {
                     let mut populated = Vec::new();
                     self.topology.populated_domains(g, &mut populated);
+                    self.index.restrict_domains(key, &populated);
                     self.domain_filters.push((key, populated));
                 }
                 continue;
             }
             match spec.kind {
-                GroupKind::AntiAffinity => self.host_filters.push(HostFilter::AtMost(g, 0)),
+                GroupKind::AntiAffinity => {
+                    self.index.restrict_host(g, false);
+                    self.host_filters.push(HostFilter::AtMost(g, 0));
+                }
                 GroupKind::Spread => {
                     let limit = i64::from(spec.max_skew) - i64::from(selects);
                     match u32::try_from(limit) {
+                        Ok(0) => {
+                            self.index.restrict_host(g, false);
+                            self.host_filters.push(HostFilter::AtMost(g, 0));
+                        }
                         Ok(limit) => self.host_filters.push(HostFilter::AtMost(g, limit)),
                         Err(_) => self.host_filters.push(HostFilter::Never),
                     }
                 }
                 GroupKind::Affinity if !bootstraps => {
+                    self.index.restrict_host(g, true);
                     self.host_filters.push(HostFilter::Populated(g));
                 }
                 GroupKind::Affinity => {}
@@ -590,30 +677,89 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// Places pod `p`: existing capacity, then the claims this run opened, then a new claim.
+    /// Places pod `p`: existing capacity in order, then the claims this run opened (fewest pods
+    /// first, then oldest), then a new claim. Only the bins the index keeps are tried.
     fn add(&mut self, p: usize) -> Result<(), String> {
         self.collect_host_filters(p);
-        for b in 0..self.fixed {
-            if self.host_filtered(b) || self.domain_filtered(b) {
-                continue;
-            }
-            if self.try_add(b, p, false).is_ok() {
-                if let Some(target) = self.target(b) {
-                    self.placements.push((p, target));
+        #[cfg(test)]
+        if self.scan {
+            return self.add_by_scan(p);
+        }
+        let words = self.index.candidate_words();
+        let fixed_words = self.fixed.div_ceil(64);
+        for w in words.start..words.end.min(fixed_words) {
+            let below_fixed = match self.fixed - w * 64 {
+                n if n >= 64 => !0,
+                n => (1u64 << n) - 1,
+            };
+            let mut word = self.index.candidate_word(w) & below_fixed;
+            while word != 0 {
+                let b = w * 64 + word.trailing_zeros() as usize;
+                word &= word - 1;
+                if self.try_bin(b, p) {
+                    return Ok(());
                 }
-                return Ok(());
             }
         }
-        for i in 0..self.claim_order.len() {
-            let b = self.claim_order[i];
+        for k in 1..self.index.buckets() {
+            if self.index.bucket_is_empty(k) {
+                continue;
+            }
+            for w in words.clone() {
+                let mut word = self.index.bucket_word(k, w) & self.index.candidate_word(w);
+                while word != 0 {
+                    let b = w * 64 + word.trailing_zeros() as usize;
+                    word &= word - 1;
+                    if self.try_bin(b, p) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+        self.open_claims(p)
+    }
+
+    /// [`Solver::add`] by scanning every bin in order, checking that the index keeps every bin
+    /// the filters pass and buckets every open claim by its pod count.
+    #[cfg(test)]
+    fn add_by_scan(&mut self, p: usize) -> Result<(), String> {
+        let mut order: Vec<usize> = (self.fixed..self.bins.len()).collect();
+        order.sort_by_key(|&b| (self.bins[b].pods.len(), b));
+        for b in (0..self.fixed).chain(order) {
+            if let BinKind::New { .. } = self.bins[b].kind {
+                let pods = self.bins[b].pods.len();
+                assert!(
+                    self.index.bucket_contains(pods, b),
+                    "bin {b} not in bucket {pods}"
+                );
+            }
             if self.host_filtered(b) || self.domain_filtered(b) {
                 continue;
             }
-            if self.try_add(b, p, false).is_ok() {
-                self.bubble(i);
+            assert!(
+                self.index.is_candidate(b),
+                "the index dropped bin {b} for pod {p}"
+            );
+            if self.try_bin(b, p) {
                 return Ok(());
             }
         }
+        self.open_claims(p)
+    }
+
+    /// Tries pod `p` on bin `b` unless a host or domain filter rules it out.
+    fn try_bin(&mut self, b: usize, p: usize) -> bool {
+        if self.host_filtered(b) || self.domain_filtered(b) || self.try_add(b, p, false).is_err() {
+            return false;
+        }
+        if let Some(target) = self.target(b) {
+            self.placements.push((p, target));
+        }
+        true
+    }
+
+    /// Opens a new claim for pod `p` from the first pool that can take it.
+    fn open_claims(&mut self, p: usize) -> Result<(), String> {
         let mut reasons = Vec::new();
         for pool in 0..self.pools.len() {
             match self.open_claim(pool, p) {
@@ -633,18 +779,6 @@ impl<'a> Solver<'a> {
             BinKind::Node(i) => Some(Target::Node(self.input.existing_nodes[i].name.clone())),
             BinKind::Claim(i) => Some(Target::Claim(self.input.inflight_claims[i].name.clone())),
             BinKind::New { .. } => None,
-        }
-    }
-
-    /// Moves the claim at `claim_order[i]`, which just gained a pod, past claims that now have
-    /// fewer pods.
-    fn bubble(&mut self, mut i: usize) {
-        let key = |bins: &[Bin<'_>], b: usize| (bins[b].pods.len(), b);
-        while i + 1 < self.claim_order.len()
-            && key(&self.bins, self.claim_order[i]) > key(&self.bins, self.claim_order[i + 1])
-        {
-            self.claim_order.swap(i, i + 1);
-            i += 1;
         }
     }
 
@@ -690,18 +824,16 @@ impl<'a> Solver<'a> {
             host_domain,
             key_domains: Vec::new(),
         });
+        self.index_last_bin(true);
         let b = self.bins.len() - 1;
         match self.try_add(b, p, true) {
             Ok(()) => {
                 self.opened += 1;
-                let at = self
-                    .claim_order
-                    .partition_point(|&x| (self.bins[x].pods.len(), x) < (1, b));
-                self.claim_order.insert(at, b);
                 self.consume_limits(pool, b);
                 Ok(())
             }
             Err(reason) => {
+                self.index.remove_last_bin(b, host_domain);
                 self.bins.pop();
                 let pool_name = &self.pools[pool].view.name;
                 let reason = reason.unwrap_or_default();
@@ -938,6 +1070,16 @@ impl<'a> Solver<'a> {
         }
 
         // Commit.
+        let topology = &self.topology;
+        let mut relisted = std::mem::take(&mut self.scratch.relisted);
+        relisted.clear();
+        relisted.extend(self.index.tracked_keys().filter(|&k| {
+            let name = topology.key_name(k);
+            merged.iter().any(|(m, _)| *m == name)
+                || self.scratch.narrowed[..self.scratch.narrowed_len]
+                    .iter()
+                    .any(|(n, _)| *n == k)
+        }));
         let merged: Vec<(String, ValueSet)> =
             merged.into_iter().map(|(k, s)| (k.to_owned(), s)).collect();
         let bin = &mut self.bins[b];
@@ -969,6 +1111,15 @@ impl<'a> Solver<'a> {
             *max_alloc = new_max;
         }
         bin.pods.push(p);
+        if let BinKind::New { .. } = bin.kind {
+            self.index.grew(b, bin.pods.len());
+        }
+        for &key in &relisted {
+            let listed = self.listed(b, key);
+            self.index.update_listed(b, key, listed);
+        }
+        self.scratch.relisted = relisted;
+        let bin = &self.bins[b];
         let st = &self.pods[p];
         let open = bin.open_labels;
         let well_known = &self.well_known;
@@ -991,6 +1142,7 @@ impl<'a> Solver<'a> {
                 }
             }
         }
+        self.sync_occupied();
         Ok(())
     }
 

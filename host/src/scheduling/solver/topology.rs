@@ -93,6 +93,9 @@ pub(super) struct Topology {
     keys: Vec<DomainKey>,
     groups: Vec<Group>,
     index: HashMap<GroupSpec, GroupId>,
+    /// Hostname domains whose count in a group went from zero to one, since the last
+    /// [`Topology::take_occupied`].
+    occupied: Vec<(GroupId, DomainId)>,
 }
 
 impl Topology {
@@ -231,8 +234,22 @@ impl Topology {
         }
         if group.counts[i] == 0 {
             group.nonzero += 1;
+            if self.keys[group.key].is_hostname {
+                self.occupied.push((g, d));
+            }
         }
         group.counts[i] += 1;
+    }
+
+    /// Whether group `g` counts its pods by hostname.
+    pub(super) fn is_hostname_group(&self, g: GroupId) -> bool {
+        self.keys[self.groups[g].key].is_hostname
+    }
+
+    /// Drains the hostname domains that became occupied in some group since the last call.
+    pub(super) fn take_occupied(&mut self, out: &mut Vec<(GroupId, DomainId)>) {
+        out.clear();
+        std::mem::swap(out, &mut self.occupied);
     }
 
     /// Records a pod that landed on a node whose domains for the group's key are `set`: every
