@@ -15,13 +15,12 @@ use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
 
 use crate::serve::Readiness;
 
-pub use self::decision::{Decision, decide, next_attempt, timings};
+pub use self::decision::{Decision, claimed, decide, next_attempt, released, timings};
 
 /// Why leader election failed or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -164,28 +163,12 @@ impl LeaderElection {
     }
 
     fn spec_for_self(&self, previous: Option<&LeaseSpec>) -> LeaseSpec {
-        let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
-        let identity = &self.config.identity;
-        let ours = previous.is_some_and(|p| p.holder_identity.as_deref() == Some(identity));
-        let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
-        LeaseSpec {
-            holder_identity: Some(identity.clone()),
-            lease_duration_seconds: Some(
-                i32::try_from(self.config.lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
-            ),
-            acquire_time: if ours {
-                previous.and_then(|p| p.acquire_time.clone())
-            } else {
-                Some(now.clone())
-            },
-            renew_time: Some(now),
-            lease_transitions: Some(if ours || previous.is_none() {
-                transitions
-            } else {
-                transitions.saturating_add(1)
-            }),
-            ..LeaseSpec::default()
-        }
+        claimed(
+            previous,
+            &self.config.identity,
+            self.config.lease_duration,
+            k8s_openapi::jiff::Timestamp::now(),
+        )
     }
 
     /// Records what was read; returns how long the record has been unchanged.
@@ -350,9 +333,7 @@ impl LeaderElection {
         if spec.holder_identity.as_deref() != Some(self.config.identity.as_str()) {
             return Ok(());
         }
-        spec.holder_identity = None;
-        spec.lease_duration_seconds = Some(1);
-        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        *spec = released(spec, k8s_openapi::jiff::Timestamp::now());
         self.api
             .replace(&self.config.name, &PostParams::default(), &lease)
             .await

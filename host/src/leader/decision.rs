@@ -1,7 +1,11 @@
 //! The pure part of leader election: given what the Lease says and how long this replica has seen
-//! it unchanged, may this replica take or keep it?
+//! it unchanged, may this replica take or keep it, and what does it write?
 
 use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::LeaseSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
 
 /// What this replica may do with the Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -62,6 +66,48 @@ pub fn next_attempt(decision: &Decision, retry_period: Duration) -> Duration {
             (*expires_in + Duration::from_millis(10)).min(retry_period)
         }
         _ => retry_period,
+    }
+}
+
+/// The Lease spec `identity` writes to take or renew the Lease at `now`: a renewal keeps the
+/// acquire time and transition count; taking it over from someone (or from nobody, after a
+/// release) starts a new acquire time and counts a transition.
+pub fn claimed(
+    previous: Option<&LeaseSpec>,
+    identity: &str,
+    lease_duration: Duration,
+    now: Timestamp,
+) -> LeaseSpec {
+    let ours = previous.is_some_and(|p| p.holder_identity.as_deref() == Some(identity));
+    let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
+    LeaseSpec {
+        holder_identity: Some(identity.to_owned()),
+        lease_duration_seconds: Some(
+            i32::try_from(lease_duration.as_secs().max(1)).unwrap_or(i32::MAX),
+        ),
+        acquire_time: if ours {
+            previous.and_then(|p| p.acquire_time.clone())
+        } else {
+            Some(MicroTime(now))
+        },
+        renew_time: Some(MicroTime(now)),
+        lease_transitions: Some(if ours || previous.is_none() {
+            transitions
+        } else {
+            transitions.saturating_add(1)
+        }),
+        ..LeaseSpec::default()
+    }
+}
+
+/// The Lease spec after its holder gives it up at `now`: no holder, so the next follower's poll
+/// takes it ([`decide`] says [`Decision::Free`]), and a 1 s duration for other implementations.
+pub fn released(spec: &LeaseSpec, now: Timestamp) -> LeaseSpec {
+    LeaseSpec {
+        holder_identity: None,
+        lease_duration_seconds: Some(1),
+        renew_time: Some(MicroTime(now)),
+        ..spec.clone()
     }
 }
 
@@ -134,6 +180,53 @@ mod tests {
         };
         assert_eq!(next_attempt(&later, retry), retry);
         assert_eq!(next_attempt(&Decision::Free, retry), retry);
+    }
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(seconds).unwrap()
+    }
+
+    #[test]
+    fn a_new_lease_starts_with_no_transition() {
+        let spec = claimed(None, "me", D, at(100));
+        assert_eq!(spec.holder_identity.as_deref(), Some("me"));
+        assert_eq!(spec.lease_duration_seconds, Some(15));
+        assert_eq!(spec.lease_transitions, Some(0));
+        assert_eq!(spec.acquire_time, Some(MicroTime(at(100))));
+        assert_eq!(spec.renew_time, Some(MicroTime(at(100))));
+    }
+
+    #[test]
+    fn renewing_keeps_the_acquire_time_and_taking_over_counts_a_transition() {
+        let mine = claimed(None, "me", D, at(100));
+        let renewed = claimed(Some(&mine), "me", D, at(110));
+        assert_eq!(renewed.acquire_time, Some(MicroTime(at(100))));
+        assert_eq!(renewed.renew_time, Some(MicroTime(at(110))));
+        assert_eq!(renewed.lease_transitions, Some(0));
+        let taken = claimed(Some(&renewed), "other", D, at(130));
+        assert_eq!(taken.holder_identity.as_deref(), Some("other"));
+        assert_eq!(taken.acquire_time, Some(MicroTime(at(130))));
+        assert_eq!(taken.lease_transitions, Some(1));
+    }
+
+    #[test]
+    fn a_released_lease_is_free_at_once() {
+        let mine = claimed(None, "me", D, at(100));
+        let free = released(&mine, at(105));
+        assert_eq!(free.holder_identity, None);
+        assert_eq!(free.lease_transitions, Some(0));
+        assert_eq!(free.renew_time, Some(MicroTime(at(105))));
+        assert_eq!(
+            decide(
+                free.holder_identity.as_deref(),
+                Duration::from_secs(1),
+                Duration::ZERO,
+                "other"
+            ),
+            Decision::Free
+        );
+        let next = claimed(Some(&free), "other", D, at(106));
+        assert_eq!(next.lease_transitions, Some(1));
     }
 
     #[test]
