@@ -2,7 +2,9 @@
 //!
 //! - `fresh-instance`: a `name()` call in a fresh instance, pooling vs on-demand allocation;
 //! - `instance-types`: `get-instance-types` returning 1,000 types across the boundary vs the same
-//!   Rust code (the chaos fixture's `catalog.rs`) called natively;
+//!   Rust code (the chaos fixture's `catalog.rs` on the SDK's `CatalogBuilder`) called natively;
+//!   the guest building them without returning them; the host checking and converting them for
+//!   the scheduler;
 //! - `load`: loading a precompiled component vs compiling it.
 
 // Benchmarks are test code: a broken setup should stop them loudly.
@@ -14,18 +16,23 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capstan::capability::Capabilities;
+use capstan::controllers::provisioner::instance_types::from_catalog;
+use capstan::provider::convert::catalog::CatalogView;
 use capstan::runtime::cache::Precompiled;
 use capstan::runtime::engine::{AllocatorChoice, EngineBuilder};
 use capstan::runtime::types::{NodeClass, NodePool};
 use capstan::runtime::{Limits, ProviderPre, Runtime};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-/// The chaos fixture's catalog, compiled natively against the host's bindings of the same types.
-#[allow(clippy::all)]
+/// The chaos fixture's catalog and the SDK's builder it uses, compiled natively against the host's
+/// bindings of the same types.
+#[allow(dead_code, clippy::all)]
 mod native {
     use capstan::runtime::types::{
-        InstanceType, Offering, Operator, Overhead, Requirement, Resource,
+        Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
+        Operator, Span,
     };
+    include!("../../providers-wasm/sdk/src/catalog/builder.rs");
     include!("../../providers-wasm/fixtures/chaos/src/catalog.rs");
 }
 
@@ -157,7 +164,19 @@ fn benches(c: &mut Criterion) {
                     .get_instance_types(&pool, &thousand)
                     .await
                     .expect("types");
-                assert_eq!(types.len(), 1000);
+                assert_eq!(types.instance_types.len(), 1000);
+                black_box(types);
+            })
+        })
+    });
+    let build_only = class(r#"{"mode":"build","count":1000}"#);
+    group.bench_function("wasm/build-only-1000", |b| {
+        b.iter_custom(|iters| {
+            timed(&rt, iters, || async {
+                let types = pooled
+                    .get_instance_types(&pool, &build_only)
+                    .await
+                    .expect("types");
                 black_box(types);
             })
         })
@@ -187,7 +206,7 @@ fn benches(c: &mut Criterion) {
     group.bench_function("native/1000", |b| {
         b.iter(|| {
             let types = native::catalog(black_box(1000));
-            assert_eq!(types.len(), 1000);
+            assert_eq!(types.instance_types.len(), 1000);
             black_box(types)
         })
     });
@@ -195,6 +214,14 @@ fn benches(c: &mut Criterion) {
     let catalog = native::catalog(1000);
     group.bench_function("native/clone-1000", |b| {
         b.iter(|| black_box(catalog.clone()))
+    });
+    // What the provisioner does with the answer: check the catalog, convert it to the scheduler's
+    // types.
+    group.bench_function("host/check-1000", |b| {
+        b.iter(|| black_box(CatalogView::new(&catalog).expect("valid").len()))
+    });
+    group.bench_function("host/convert-1000", |b| {
+        b.iter(|| black_box(from_catalog(&catalog).expect("convert")))
     });
     group.finish();
 

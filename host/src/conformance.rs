@@ -16,9 +16,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::provider::convert::catalog::CatalogView;
 use crate::runtime::provider::{CallError, ProviderPre, describe_provider_error};
 use crate::runtime::types::{
-    InstanceType, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, Requirement,
+    Catalog, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, Requirement,
     Resource,
 };
 
@@ -247,16 +248,16 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
             report.push(
                 checks::INSTANCE_TYPES,
                 if problems.is_empty() {
-                    Outcome::Pass(format!("{} instance types", types.len()))
+                    Outcome::Pass(format!("{} instance types", types.instance_types.len()))
                 } else {
                     Outcome::Fail(summarize(&problems))
                 },
             );
-            types
+            Some(types)
         }
         Err(err) => {
             report.push(checks::INSTANCE_TYPES, Outcome::Fail(err.to_string()));
-            Vec::new()
+            None
         }
     };
 
@@ -317,14 +318,14 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
         expect_not_found(provider.get(&unknown).await),
     );
 
-    lifecycle(provider, options, &types, &mut report).await;
+    lifecycle(provider, options, types.as_ref(), &mut report).await;
     report
 }
 
 async fn lifecycle(
     provider: &ProviderPre,
     options: &Options,
-    types: &[InstanceType],
+    types: Option<&Catalog>,
     report: &mut Report,
 ) {
     let later = [
@@ -480,25 +481,18 @@ fn expect_not_found<T: fmt::Debug>(result: Result<T, CallError>) -> Outcome {
 }
 
 /// A claim for the cheapest available offering of `types`.
-fn test_claim(options: &Options, types: &[InstanceType]) -> Option<NodeClaim> {
-    let (it, offering) = types
-        .iter()
-        .flat_map(|it| it.offerings.iter().map(move |o| (it, o)))
-        .filter(|(_, o)| o.available && o.price.is_finite())
-        .min_by(|a, b| a.1.price.total_cmp(&b.1.price))?;
-    let value_of = |key: &str| {
-        offering
-            .requirements
-            .iter()
-            .find(|r| r.key == key)
-            .and_then(|r| r.values.first().cloned())
-    };
-    let mut requirements = vec![requirement(instance_types::INSTANCE_TYPE, &it.name)];
-    for key in instance_types::OFFERING_REQUIREMENTS {
-        if let Some(value) = value_of(key) {
-            requirements.push(requirement(key, &value));
-        }
-    }
+fn test_claim(options: &Options, types: Option<&Catalog>) -> Option<NodeClaim> {
+    let view = CatalogView::new(types?).ok()?;
+    let (it, offering) = view
+        .instance_types()
+        .flat_map(|it| it.offerings().map(move |o| (it, o)))
+        .filter(|(_, o)| o.available())
+        .min_by(|a, b| a.1.price().total_cmp(&b.1.price()))?;
+    let requirements = vec![
+        requirement(instance_types::INSTANCE_TYPE, it.name),
+        requirement(instance_types::ZONE, offering.zone()),
+        requirement(instance_types::CAPACITY_TYPE, offering.capacity_type()),
+    ];
     let resource = |name: &str, quantity: &str| Resource {
         name: name.into(),
         quantity: quantity.into(),

@@ -1,8 +1,12 @@
 //! Conversions between the Kubernetes API types ([`crate::api`]) and the WIT types a provider
 //! sees ([`crate::runtime::types`]).
 //!
+//! The instance-type `catalog` providers answer with is checked and read in [`catalog`].
+//!
 //! Karpenter v1's `Gte`/`Lte` operators have no WIT counterpart; they become `Gt`/`Lt` with the
 //! bound moved by one (the values are integers).
+
+pub mod catalog;
 
 use std::collections::BTreeMap;
 

@@ -22,7 +22,7 @@ use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBackt
 use crate::capability::Capabilities;
 use crate::runtime::bindings::since_v0_1_0::{CloudProviderWorld, CloudProviderWorldPre};
 use crate::runtime::bindings::types::{
-    InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
+    Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
@@ -287,12 +287,13 @@ impl ProviderPre {
         .await
     }
 
-    /// `get-instance-types(pool, class)`.
+    /// `get-instance-types(pool, class)`: the provider's catalog as it sent it (check it with
+    /// [`crate::provider::convert::catalog::CatalogView`] before use).
     pub async fn get_instance_types(
         &self,
         pool: &NodePool,
         class: &NodeClass,
-    ) -> Result<Vec<InstanceType>, CallError> {
+    ) -> Result<Catalog, CallError> {
         const F: &str = "get-instance-types";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;

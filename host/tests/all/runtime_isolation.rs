@@ -3,6 +3,7 @@
 use std::time::{Duration, Instant};
 
 use capstan::capability::Capabilities;
+use capstan::provider::convert::catalog::CatalogView;
 use capstan::runtime::{CallError, Limits};
 use serde_json::json;
 
@@ -24,13 +25,23 @@ async fn name_and_catalog() {
         .get_instance_types(&pool("p"), &class(json!({"mode": "catalog", "count": 7})))
         .await
         .unwrap();
-    assert_eq!(types.len(), 7);
+    assert_eq!(types.instance_types.len(), 7);
+    let view = CatalogView::new(&types).unwrap();
+    let names: Vec<&str> = view.instance_types().map(|it| it.name).collect();
+    assert_eq!(names[6], "chaos-7x");
+    let last = view.instance_types().nth(6).unwrap();
+    assert_eq!(last.offerings().len(), 5);
+    let cpu = last.capacity().find(|a| a.name == "cpu").unwrap();
+    assert_eq!(cpu.milli_value, 7000);
+    // Shared strings cross the boundary once.
+    assert_eq!(types.strings.iter().filter(|s| *s == "amd64").count(), 1);
     let echo = provider
         .get_instance_types(&pool("my-pool"), &class(json!({})))
         .await
         .unwrap();
+    let echo = CatalogView::new(&echo).unwrap();
     assert_eq!(echo.len(), 1);
-    assert_eq!(echo[0].name, "my-pool");
+    assert_eq!(echo.instance_types().next().unwrap().name, "my-pool");
 }
 
 #[tokio::test]
@@ -147,7 +158,7 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
         )
         .await
         .unwrap();
-    assert_eq!(types.len(), 1);
+    assert_eq!(types.instance_types.len(), 1);
 }
 
 #[tokio::test]
@@ -261,7 +272,7 @@ async fn many_concurrent_calls_respect_the_concurrency_limit() {
         .collect();
     for call in calls {
         let types = call.await.unwrap().unwrap();
-        assert_eq!(types.len(), 1);
+        assert_eq!(types.instance_types.len(), 1);
     }
     let stats = provider.stats();
     assert_eq!(stats.calls, 64);

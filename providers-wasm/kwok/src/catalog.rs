@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 
 use capstan_provider_sdk::requirements::ValueSet;
 use capstan_provider_sdk::{
-    InstanceType, Offering, Overhead, ProviderError, Quantity, Requirement, Requirements,
-    ResourceList, labels,
+    Catalog, CatalogBuilder, ProviderError, Quantity, Requirement, Requirements, ResourceList,
+    labels,
 };
 
 use crate::params::Parameters;
@@ -142,31 +142,28 @@ impl Entry {
         reqs
     }
 
-    /// The WIT instance type.
-    pub fn to_instance_type(&self) -> InstanceType {
-        InstanceType {
-            name: self.name.clone(),
-            requirements: self.requirements(),
-            offerings: self
-                .offers
-                .iter()
-                .map(|o| Offering {
-                    requirements: vec![
-                        Requirement::in_(labels::ZONE, [o.zone.clone()]),
-                        Requirement::in_(labels::CAPACITY_TYPE, [o.capacity_type.clone()]),
-                    ],
-                    price: o.price,
-                    available: o.available,
-                })
-                .collect(),
-            capacity: self.capacity.to_resources(),
-            overhead: Overhead {
-                kube_reserved: self.kube_reserved.to_resources(),
-                system_reserved: Vec::new(),
-                eviction_threshold: Vec::new(),
-            },
+    /// Adds this entry to a WIT catalog.
+    pub fn add_to(&self, catalog: &mut CatalogBuilder) {
+        let requirements = self.requirements();
+        let mut t = catalog.instance_type(&self.name);
+        for r in &requirements {
+            t.requirement_of(r);
         }
+        for o in &self.offers {
+            t.offering(&o.zone, &o.capacity_type, o.price, o.available);
+        }
+        t.capacity_list(&self.capacity)
+            .kube_reserved_list(&self.kube_reserved);
     }
+}
+
+/// The WIT catalog of `entries`.
+pub fn to_catalog(entries: &[Entry]) -> Catalog {
+    let mut catalog = CatalogBuilder::new();
+    for entry in entries {
+        entry.add_to(&mut catalog);
+    }
+    catalog.finish()
 }
 
 /// The catalog for these parameters: the generated one or `instanceTypes`, filtered, with
@@ -231,6 +228,13 @@ fn quantity(text: &str) -> Quantity {
 mod tests {
     use super::*;
     use capstan_provider_sdk::Operator;
+    use capstan_provider_sdk::catalog::{Expanded, expand};
+
+    fn expanded(entry: &Entry) -> Expanded {
+        expand(&to_catalog(std::slice::from_ref(entry)))
+            .unwrap()
+            .remove(0)
+    }
 
     fn params(text: &str) -> Parameters {
         Parameters::parse(text).unwrap()
@@ -268,8 +272,8 @@ mod tests {
         let it = all
             .iter()
             .find(|e| e.name == "m-2x-arm64-linux")
-            .unwrap()
-            .to_instance_type();
+            .map(expanded)
+            .unwrap();
         let get = |key: &str| {
             it.requirements
                 .iter()
@@ -298,10 +302,11 @@ mod tests {
         assert_eq!(get(CPU_LABEL).unwrap().1, vec!["2"]);
         assert_eq!(get(MEMORY_LABEL).unwrap().1, vec!["16384"]);
         assert_eq!(it.offerings.len(), 8);
-        assert!(it.offerings.iter().all(|o| o.requirements.len() == 2));
-        let capacity: Vec<&str> = it.capacity.iter().map(|r| r.name.as_str()).collect();
+        assert!(it.offerings.iter().all(|o| o.requirements.is_empty()));
+        let capacity: Vec<&str> = it.capacity.iter().map(|(name, _)| name).collect();
         assert_eq!(capacity, vec!["cpu", "ephemeral-storage", "memory", "pods"]);
-        assert_eq!(it.overhead.kube_reserved.len(), 2);
+        assert_eq!(it.capacity.get("memory").value(), 16 << 30);
+        assert_eq!(it.kube_reserved.iter().count(), 2);
     }
 
     #[test]
@@ -362,18 +367,10 @@ mod tests {
         ))
         .unwrap();
         assert_eq!(all.len(), 1);
-        let it = all[0].to_instance_type();
+        let it = expanded(&all[0]);
         assert_eq!(it.name, "g5.4xlarge");
-        assert!(
-            it.capacity
-                .iter()
-                .any(|r| r.name == "pods" && r.quantity == "110")
-        );
-        assert!(
-            it.capacity
-                .iter()
-                .any(|r| r.name == "nvidia.com/gpu" && r.quantity == "1")
-        );
+        assert_eq!(it.capacity.get("pods").value(), 110);
+        assert_eq!(it.capacity.get("nvidia.com/gpu").value(), 1);
         assert!(it.requirements.iter().any(|r| r.key == "accelerator"));
         let os = it
             .requirements

@@ -3,7 +3,7 @@
 
 use capstan_provider_sdk::kube::{self, Cluster, ListOptions, ObjectRef, Target};
 use capstan_provider_sdk::{
-    Guest, InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
+    Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
     ResourceList, clock, lookup,
 };
 
@@ -63,15 +63,9 @@ impl Guest for Kwok {
         "kwok".to_string()
     }
 
-    fn get_instance_types(
-        _pool: NodePool,
-        class: NodeClass,
-    ) -> Result<Vec<InstanceType>, ProviderError> {
+    fn get_instance_types(_pool: NodePool, class: NodeClass) -> Result<Catalog, ProviderError> {
         let params = Parameters::parse(&class.parameters)?;
-        Ok(catalog::build(&params)?
-            .iter()
-            .map(catalog::Entry::to_instance_type)
-            .collect())
+        Ok(catalog::to_catalog(&catalog::build(&params)?))
     }
 
     fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {

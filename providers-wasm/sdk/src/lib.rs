@@ -5,7 +5,9 @@
 //! top of them, so a provider crate is mostly its own logic:
 //!
 //! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
-//!   ([`InstanceType`], [`NodeClaim`], [`ProviderError`], ...), the trait to implement is [`Guest`].
+//!   ([`Catalog`], [`NodeClaim`], [`ProviderError`], ...), the trait to implement is [`Guest`].
+//! - [`catalog`]: [`CatalogBuilder`] fills the flat instance-type `catalog` `get-instance-types`
+//!   returns, interning strings and lists; [`catalog::expand`] reads one back.
 //! - [`export_provider!`]: registers the type implementing [`Guest`] as the component's export.
 //! - [`requirements`]: constructors (`Requirement::in_("key", ["a"])`) and Karpenter's matching rules.
 //! - [`quantity`]: Kubernetes quantities (`"500m"`, `"16Gi"`, `"2e3"`) as exact integers.
@@ -16,7 +18,7 @@
 //! - [`params`]: NodeClass parameter parsing with errors that name the offending field.
 //!
 //! ```ignore
-//! use capstan_provider_sdk::{Guest, NodeClaim, NodeClass, NodePool, InstanceType, ProviderError, RepairPolicy};
+//! use capstan_provider_sdk::{Guest, Catalog, CatalogBuilder, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
 //!
 //! struct MyCloud;
 //! impl Guest for MyCloud { /* ... */ }
@@ -27,6 +29,7 @@
 //! be unit-tested with `cargo test`; calling a host import outside a component panics.
 
 pub mod cache;
+pub mod catalog;
 pub mod clock;
 pub mod kube;
 pub mod labels;
@@ -77,10 +80,12 @@ macro_rules! export_provider {
 pub use bindings::exports::capstan::provider::cloud_provider::Guest;
 
 pub use bindings::capstan::provider::types::{
-    CreateFailure, InstanceType, KeyValue, NodeClaim, NodeClass, NodePool, Offering, Operator,
-    Overhead, ProviderError, RepairPolicy, Requirement, Resource, Taint, TaintEffect,
+    Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
+    CreateFailure, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, RepairPolicy,
+    Requirement, Resource, Span, Taint, TaintEffect,
 };
 
+pub use catalog::{CatalogBuilder, InstanceTypeBuilder};
 pub use quantity::Quantity;
 pub use requirements::Requirements;
 pub use resources::ResourceList;

@@ -1,16 +1,18 @@
 //! Instance types per NodePool and NodeClass, fetched from the provider and cached: an entry
 //! lives for a TTL and is keyed by the pool's and the class's generations, so editing either
-//! invalidates it at once. Converted from the WIT types to the scheduler's.
+//! invalidates it at once. Converted from the provider's flat WIT catalog to the scheduler's types:
+//! each distinct requirement is converted once and cloned where instance types share it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::api::labels::{CAPACITY_TYPE, ZONE};
 use crate::api::{NodeClass, NodePool};
+use crate::provider::convert::catalog::{AmountView, CatalogView, RequirementView};
 use crate::provider::convert::{node_class_to_wit, node_pool_to_wit};
 use crate::runtime::ProviderPre;
 use crate::runtime::types as wit;
+use crate::scheduling::resources::CPU;
 use crate::scheduling::{InstanceType, Offering, Operator, Requirement, Requirements, Resources};
 
 use super::ProvisionError;
@@ -70,14 +72,10 @@ impl InstanceTypeCache {
         {
             return Ok(Arc::clone(types));
         }
-        let wit_types = provider
+        let catalog = provider
             .get_instance_types(&node_pool_to_wit(pool)?, &node_class_to_wit(class))
             .await?;
-        let types: Arc<[InstanceType]> = wit_types
-            .iter()
-            .map(from_wit)
-            .collect::<Result<Vec<_>, _>>()?
-            .into();
+        let types: Arc<[InstanceType]> = from_catalog(&catalog)?.into();
         let mut entries = self.lock();
         entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
         entries.insert(key, (Instant::now(), Arc::clone(&types)));
@@ -89,8 +87,8 @@ impl InstanceTypeCache {
     }
 }
 
-fn requirement(r: &wit::Requirement) -> Result<Requirement, ProvisionError> {
-    let op = match r.operator {
+fn requirement(r: &RequirementView<'_>) -> Result<Requirement, ProvisionError> {
+    let op = match r.operator() {
         wit::Operator::In => Operator::In,
         wit::Operator::NotIn => Operator::NotIn,
         wit::Operator::Exists => Operator::Exists,
@@ -98,108 +96,152 @@ fn requirement(r: &wit::Requirement) -> Result<Requirement, ProvisionError> {
         wit::Operator::Gt => Operator::Gt,
         wit::Operator::Lt => Operator::Lt,
     };
-    Ok(
-        Requirement::new(r.key.as_str(), op, r.values.iter().cloned())
-            .map_err(|err| ProvisionError::InstanceType(format!("requirement {}: {err}", r.key)))?
-            .with_min_values(r.min_values),
-    )
+    Ok(Requirement::new(r.key(), op, r.values())
+        .map_err(|err| ProvisionError::InstanceType(format!("requirement {}: {err}", r.key())))?
+        .with_min_values(r.min_values()))
 }
 
-fn requirements(list: &[wit::Requirement]) -> Result<Requirements, ProvisionError> {
-    let mut out = Requirements::new();
-    for r in list {
-        out.add(requirement(r)?);
+/// Each distinct requirement of a catalog converted once, on first use.
+struct RequirementCache<'a> {
+    view: CatalogView<'a>,
+    converted: Vec<Option<Requirement>>,
+}
+
+impl<'a> RequirementCache<'a> {
+    fn new(view: CatalogView<'a>) -> Self {
+        Self {
+            view,
+            converted: vec![None; view.catalog().requirements.len()],
+        }
     }
-    Ok(out)
-}
 
-fn resources(what: &str, list: &[wit::Resource]) -> Result<Resources, ProvisionError> {
-    Resources::parse(list.iter().map(|r| (r.name.as_str(), r.quantity.as_str())))
-        .map_err(|err| ProvisionError::InstanceType(format!("{what}: {err}")))
-}
-
-/// One WIT instance type as the scheduler sees it. An offering's zone and capacity type are its
-/// single-valued `topology.kubernetes.io/zone` and `karpenter.sh/capacity-type` requirements; its
-/// other requirements stay on the offering.
-pub fn from_wit(it: &wit::InstanceType) -> Result<InstanceType, ProvisionError> {
-    let mut offerings = Vec::with_capacity(it.offerings.len());
-    for o in &it.offerings {
-        let mut reqs = requirements(&o.requirements)?;
-        let mut single = |key: &str| -> Result<String, ProvisionError> {
-            reqs.remove(key)
-                .and_then(|r| r.set().single_value().map(str::to_owned))
-                .ok_or_else(|| {
-                    ProvisionError::InstanceType(format!(
-                        "instance type {}: an offering has no single {key}",
-                        it.name
-                    ))
-                })
-        };
-        let zone = single(ZONE)?;
-        let capacity_type = single(CAPACITY_TYPE)?;
-        let mut offering = Offering::new(zone, capacity_type, o.price);
-        offering.available = o.available;
-        offering.requirements = reqs;
-        offerings.push(offering);
+    fn requirements(&mut self, indices: &[u32]) -> Result<Requirements, ProvisionError> {
+        let mut out = Requirements::new();
+        for &i in indices {
+            let slot = self.converted.get_mut(i as usize).ok_or_else(|| {
+                ProvisionError::InstanceType(format!("catalog: no requirement #{i}"))
+            })?;
+            let r = match slot {
+                Some(r) => r,
+                None => {
+                    let view = self.view.requirement(i).ok_or_else(|| {
+                        ProvisionError::InstanceType(format!("catalog: no requirement #{i}"))
+                    })?;
+                    slot.insert(requirement(&view)?)
+                }
+            };
+            out.add_ref(r);
+        }
+        Ok(out)
     }
-    let what = format!("instance type {}", it.name);
-    let mut overhead = resources(&what, &it.overhead.kube_reserved)?;
-    overhead.add(&resources(&what, &it.overhead.system_reserved)?);
-    overhead.add(&resources(&what, &it.overhead.eviction_threshold)?);
-    Ok(InstanceType {
-        name: it.name.clone(),
-        requirements: requirements(&it.requirements)?,
-        offerings,
-        capacity: resources(&what, &it.capacity)?,
-        overhead,
-    })
+}
+
+/// Amounts as a resource vector: cpu in millicores, everything else in whole units rounded up (a
+/// later duplicate wins).
+fn resources<'a>(amounts: impl IntoIterator<Item = AmountView<'a>>) -> Resources {
+    let mut out = Resources::default();
+    for a in amounts {
+        out.set(
+            a.name,
+            if a.name == CPU {
+                a.milli_value
+            } else {
+                a.units()
+            },
+        );
+    }
+    out
+}
+
+/// Every instance type of a provider's catalog as the scheduler sees it, after checking the
+/// catalog ([`CatalogView::new`]).
+pub fn from_catalog(catalog: &wit::Catalog) -> Result<Vec<InstanceType>, ProvisionError> {
+    let view =
+        CatalogView::new(catalog).map_err(|err| ProvisionError::InstanceType(err.to_string()))?;
+    let mut cache = RequirementCache::new(view);
+    let mut types = Vec::with_capacity(view.len());
+    for it in view.instance_types() {
+        let mut offerings = Vec::with_capacity(it.offerings().len());
+        for o in it.offerings() {
+            let mut offering = Offering::new(o.zone(), o.capacity_type(), o.price());
+            offering.available = o.available();
+            offering.requirements = cache.requirements(o.requirement_indices())?;
+            offerings.push(offering);
+        }
+        let mut overhead = Resources::default();
+        for (_, list) in it.overhead_lists() {
+            overhead.add(&resources(list));
+        }
+        types.push(InstanceType {
+            name: it.name.to_owned(),
+            requirements: cache.requirements(it.requirement_indices())?,
+            offerings,
+            capacity: resources(it.capacity()),
+            overhead,
+        });
+    }
+    Ok(types)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::labels::{CAPACITY_TYPE, ZONE};
+    use crate::provider::convert::catalog::builder::CatalogBuilder;
 
-    fn req(key: &str, values: &[&str]) -> wit::Requirement {
-        wit::Requirement {
-            key: key.into(),
-            operator: wit::Operator::In,
-            values: values.iter().map(|v| (*v).to_owned()).collect(),
-            min_values: None,
+    fn catalog() -> wit::Catalog {
+        let mut b = CatalogBuilder::new();
+        for name in ["c-4x", "c-8x"] {
+            let mut t = b.instance_type(name);
+            t.requirement_in("node.kubernetes.io/instance-type", &[name])
+                .requirement_in(ZONE, &["zone-a"])
+                .requirement_in(CAPACITY_TYPE, &["spot"])
+                .requirement("example.com/gen", wit::Operator::Gt, &["3"], Some(1))
+                .offering("zone-a", "spot", 0.25, true)
+                .offering_requirement("example.com/reservation", wit::Operator::In, &["r"], None)
+                .offering("zone-b", "on-demand", 0.5, false)
+                .capacity("cpu", 4000)
+                .capacity("memory", (8 << 30) * 1000)
+                .capacity("pods", 110_000)
+                .capacity("example.com/device", 1500)
+                .kube_reserved("cpu", 100)
+                .system_reserved("cpu", 100)
+                .eviction_threshold("memory", (100 << 20) * 1000);
         }
-    }
-
-    fn res(name: &str, q: &str) -> wit::Resource {
-        wit::Resource {
-            name: name.into(),
-            quantity: q.into(),
-        }
+        b.finish()
     }
 
     #[test]
-    fn converts_an_instance_type() {
-        let it = wit::InstanceType {
-            name: "c-4x".into(),
-            requirements: vec![req("node.kubernetes.io/instance-type", &["c-4x"])],
-            offerings: vec![wit::Offering {
-                requirements: vec![req(ZONE, &["zone-a"]), req(CAPACITY_TYPE, &["spot"])],
-                price: 0.25,
-                available: true,
-            }],
-            capacity: vec![res("cpu", "4"), res("memory", "8Gi"), res("pods", "110")],
-            overhead: wit::Overhead {
-                kube_reserved: vec![res("cpu", "100m")],
-                system_reserved: vec![res("cpu", "100m")],
-                eviction_threshold: vec![res("memory", "100Mi")],
-            },
-        };
-        let out = from_wit(&it).unwrap();
+    fn converts_a_catalog() {
+        let types = from_catalog(&catalog()).unwrap();
+        assert_eq!(types.len(), 2);
+        let out = &types[1];
+        assert_eq!(out.name, "c-8x");
         assert_eq!(out.offerings[0].zone, "zone-a");
         assert_eq!(out.offerings[0].capacity_type, "spot");
-        assert!(out.offerings[0].requirements.is_empty());
+        assert_eq!(out.offerings[0].requirements.len(), 1);
+        assert!(out.offerings[1].requirements.is_empty());
+        assert!(!out.offerings[1].available);
+        assert_eq!(out.offerings[1].price, 0.5);
+        assert_eq!(out.requirements.len(), 4);
+        let generation = out.requirements.get("example.com/gen").unwrap();
+        assert_eq!(generation.min_values(), Some(1));
         assert_eq!(out.allocatable().cpu_millis, 3800);
+        assert_eq!(out.capacity.memory, 8 << 30);
+        assert_eq!(out.overhead.memory, 100 << 20);
         assert_eq!(out.capacity.pods, 110);
-        let mut bad = it.clone();
-        bad.offerings[0].requirements.clear();
-        assert!(from_wit(&bad).is_err());
+        // 1.5 devices round up to 2, as Kubernetes' Value() does.
+        assert_eq!(out.capacity.get("example.com/device"), 2);
+    }
+
+    #[test]
+    fn a_bad_catalog_is_an_error_not_a_panic() {
+        let mut bad = catalog();
+        bad.requirement_lists[0] = 1_000;
+        let err = from_catalog(&bad).unwrap_err();
+        assert!(err.to_string().contains("requirement-lists"), "{err}");
+        let mut bad = catalog();
+        bad.offerings[0].price = f64::NAN;
+        assert!(from_catalog(&bad).is_err());
     }
 }

@@ -19,7 +19,7 @@ wasmtime::component::bindgen!({
 });
 
 use self::capstan::provider::{host, kube, types};
-use self::types::{InstanceType, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
+use self::types::{Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
 
 /// A linker with WASI (p2, async) and this version's imports.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
@@ -55,7 +55,7 @@ pub(crate) fn typecheck_exports(
         }};
     }
     check!("name", () -> String);
-    check!("get-instance-types", (NodePool, NodeClass) -> Result<Vec<InstanceType>, ProviderError>);
+    check!("get-instance-types", (NodePool, NodeClass) -> Result<Catalog, ProviderError>);
     check!("create", (NodeClaim, NodeClass) -> Result<NodeClaim, ProviderError>);
     check!("delete", (NodeClaim) -> Result<(), ProviderError>);
     check!("get", (String) -> Result<NodeClaim, ProviderError>);

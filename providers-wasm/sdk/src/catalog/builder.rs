@@ -1,0 +1,506 @@
+// `CatalogBuilder`: fills the flat WIT `catalog` record, interning every string, requirement and
+// list so each is stored once.
+//
+// This file is compiled twice: by the SDK (against wit-bindgen's types) and by the host's runtime
+// benchmark, which `include!`s it next to wasmtime-bindgen's types of the same names to time the
+// same code natively and across the wasm boundary. So it names the WIT types only by their bindgen
+// names (`Catalog`, `CatalogRequirement`, `CatalogOffering`, `CatalogOverhead`,
+// `CatalogInstanceType`, `Span`, `Amount`, `Operator`), has no `use` statements and no inner doc
+// comments, and takes everything else by its full `std::` path.
+
+/// No entry: the end of a collision chain.
+const NONE: u32 = u32::MAX;
+
+/// FNV-1a over bytes and words: fast, deterministic and good enough for interning (collisions
+/// are resolved by comparing entries).
+#[derive(Clone, Copy)]
+struct Fnv(u64);
+
+impl Fnv {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+
+    fn new() -> Self {
+        Fnv(Self::OFFSET)
+    }
+
+    fn bytes(mut self, bytes: &[u8]) -> Self {
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(Self::PRIME);
+        }
+        self
+    }
+
+    fn word(mut self, word: u64) -> Self {
+        self.0 = (self.0 ^ word).wrapping_mul(Self::PRIME);
+        self.0 ^= self.0 >> 29;
+        self
+    }
+}
+
+/// The hash is already a hash: the table uses it as is.
+#[derive(Default)]
+struct PassThrough(u64);
+
+impl std::hash::Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0 << 8) | u64::from(*b);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Hash → first entry id with that hash; `next[id]` chains entries whose hashes collide.
+#[derive(Default)]
+struct Dedup {
+    first: std::collections::HashMap<u64, u32, std::hash::BuildHasherDefault<PassThrough>>,
+    next: Vec<u32>,
+}
+
+impl Dedup {
+    /// The id of an existing entry with this hash that `same` accepts, or `None` after registering
+    /// `new_id` (which must be the next dense id) under the hash.
+    fn find_or_add(&mut self, hash: u64, new_id: u32, mut same: impl FnMut(u32) -> bool) -> Option<u32> {
+        match self.first.entry(hash) {
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(new_id);
+            }
+            std::collections::hash_map::Entry::Occupied(slot) => {
+                let mut id = *slot.get();
+                loop {
+                    if same(id) {
+                        return Some(id);
+                    }
+                    match self.next.get(id as usize) {
+                        Some(&next) if next != NONE => id = next,
+                        _ => break,
+                    }
+                }
+                if let Some(last) = self.next.get_mut(id as usize) {
+                    *last = new_id;
+                }
+            }
+        }
+        self.next.push(NONE);
+        None
+    }
+}
+
+fn span(start: usize, len: usize) -> Span {
+    Span {
+        start: start as u32,
+        len: len as u32,
+    }
+}
+
+fn slice_of<'a, T>(list: &'a [T], s: &Span) -> &'a [T] {
+    let start = s.start as usize;
+    list.get(start..start + s.len as usize).unwrap_or(&[])
+}
+
+fn same_amounts(a: &[Amount], b: &[Amount]) -> bool {
+    a.len() == b.len()
+        && a
+            .iter()
+            .zip(b)
+            .all(|(x, y)| x.name == y.name && x.milli_value == y.milli_value)
+}
+
+fn operator_code(operator: &Operator) -> u64 {
+    match operator {
+        Operator::In => 0,
+        Operator::NotIn => 1,
+        Operator::Exists => 2,
+        Operator::DoesNotExist => 3,
+        Operator::Gt => 4,
+        Operator::Lt => 5,
+    }
+}
+
+/// Builds a `Catalog`: add instance types with [`CatalogBuilder::instance_type`], then call
+/// [`CatalogBuilder::finish`]. Every distinct string, requirement, requirement list and resource
+/// list is stored once, however often it is used.
+pub struct CatalogBuilder {
+    catalog: Catalog,
+    strings: Dedup,
+    requirements: Dedup,
+    requirement_lists: Dedup,
+    requirement_list_spans: Vec<Span>,
+    amount_lists: Dedup,
+    amount_list_spans: Vec<Span>,
+    scratch_values: Vec<u32>,
+    scratch_requirements: Vec<u32>,
+    scratch_offering_requirements: Vec<u32>,
+    scratch_amounts: [Vec<Amount>; 4],
+}
+
+impl Default for CatalogBuilder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CatalogBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        CatalogBuilder {
+            catalog: Catalog {
+                strings: Vec::new(),
+                values: Vec::new(),
+                requirements: Vec::new(),
+                requirement_lists: Vec::new(),
+                amounts: Vec::new(),
+                offerings: Vec::new(),
+                instance_types: Vec::new(),
+            },
+            strings: Dedup::default(),
+            requirements: Dedup::default(),
+            requirement_lists: Dedup::default(),
+            requirement_list_spans: Vec::new(),
+            amount_lists: Dedup::default(),
+            amount_list_spans: Vec::new(),
+            scratch_values: Vec::new(),
+            scratch_requirements: Vec::new(),
+            scratch_offering_requirements: Vec::new(),
+            scratch_amounts: [Vec::new(), Vec::new(), Vec::new(), Vec::new()],
+        }
+    }
+
+    /// The index of `text` in the string table, adding it if new.
+    pub fn string(&mut self, text: &str) -> u32 {
+        let hash = Fnv::new().bytes(text.as_bytes()).0;
+        let strings = &self.catalog.strings;
+        let id = strings.len() as u32;
+        match self
+            .strings
+            .find_or_add(hash, id, |i| strings.get(i as usize).is_some_and(|s| s == text))
+        {
+            Some(existing) => existing,
+            None => {
+                self.catalog.strings.push(String::from(text));
+                id
+            }
+        }
+    }
+
+    /// The index of a requirement in the requirement table, adding it if new. `values` are
+    /// strings; `Gt`/`Lt` take one integer, `Exists`/`DoesNotExist` none.
+    pub fn requirement(
+        &mut self,
+        key: &str,
+        operator: Operator,
+        values: &[&str],
+        min_values: Option<u32>,
+    ) -> u32 {
+        let key = self.string(key);
+        let mut scratch = std::mem::take(&mut self.scratch_values);
+        scratch.clear();
+        for v in values {
+            let v = self.string(v);
+            scratch.push(v);
+        }
+        let id = self.requirement_of_indices(key, operator, &scratch, min_values);
+        self.scratch_values = scratch;
+        id
+    }
+
+    /// [`CatalogBuilder::requirement`] with string indices.
+    pub fn requirement_of_indices(
+        &mut self,
+        key: u32,
+        operator: Operator,
+        values: &[u32],
+        min_values: Option<u32>,
+    ) -> u32 {
+        let mut hash = Fnv::new()
+            .word(u64::from(key))
+            .word(operator_code(&operator))
+            .word(min_values.map_or(0, |m| u64::from(m) + 1));
+        for v in values {
+            hash = hash.word(u64::from(*v));
+        }
+        let catalog = &self.catalog;
+        let id = catalog.requirements.len() as u32;
+        let found = self.requirements.find_or_add(hash.0, id, |i| {
+            catalog.requirements.get(i as usize).is_some_and(|r| {
+                r.key == key
+                    && operator_code(&r.operator) == operator_code(&operator)
+                    && r.min_values == min_values
+                    && slice_of(&catalog.values, &r.values) == values
+            })
+        });
+        if let Some(existing) = found {
+            return existing;
+        }
+        let start = self.catalog.values.len();
+        self.catalog.values.extend_from_slice(values);
+        self.catalog.requirements.push(CatalogRequirement {
+            key,
+            operator,
+            values: span(start, values.len()),
+            min_values,
+        });
+        id
+    }
+
+    /// A span of `requirement-lists` holding `list`, shared with an identical earlier list.
+    fn requirement_list(&mut self, list: &[u32]) -> Span {
+        if list.is_empty() {
+            return span(0, 0);
+        }
+        let mut hash = Fnv::new();
+        for r in list {
+            hash = hash.word(u64::from(*r));
+        }
+        let lists = &self.catalog.requirement_lists;
+        let spans = &self.requirement_list_spans;
+        let id = spans.len() as u32;
+        let found = self.requirement_lists.find_or_add(hash.0, id, |i| {
+            spans
+                .get(i as usize)
+                .is_some_and(|s| slice_of(lists, s) == list)
+        });
+        let s = match found.and_then(|i| self.requirement_list_spans.get(i as usize)) {
+            Some(s) => s,
+            None => {
+                let start = self.catalog.requirement_lists.len();
+                self.catalog.requirement_lists.extend_from_slice(list);
+                self.requirement_list_spans.push(span(start, list.len()));
+                return span(start, list.len());
+            }
+        };
+        span(s.start as usize, s.len as usize)
+    }
+
+    /// A span of `amounts` holding `list`, shared with an identical earlier list.
+    fn amount_list(&mut self, list: &[Amount]) -> Span {
+        if list.is_empty() {
+            return span(0, 0);
+        }
+        let mut hash = Fnv::new();
+        for a in list {
+            hash = hash.word(u64::from(a.name)).word(a.milli_value);
+        }
+        let amounts = &self.catalog.amounts;
+        let spans = &self.amount_list_spans;
+        let id = spans.len() as u32;
+        let found = self.amount_lists.find_or_add(hash.0, id, |i| {
+            spans
+                .get(i as usize)
+                .is_some_and(|s| same_amounts(slice_of(amounts, s), list))
+        });
+        let s = match found.and_then(|i| self.amount_list_spans.get(i as usize)) {
+            Some(s) => s,
+            None => {
+                let start = self.catalog.amounts.len();
+                for a in list {
+                    self.catalog.amounts.push(Amount {
+                        name: a.name,
+                        milli_value: a.milli_value,
+                    });
+                }
+                self.amount_list_spans.push(span(start, list.len()));
+                return span(start, list.len());
+            }
+        };
+        span(s.start as usize, s.len as usize)
+    }
+
+    /// Starts an instance type named `name`; it is added to the catalog when the returned builder
+    /// is dropped.
+    pub fn instance_type(&mut self, name: &str) -> InstanceTypeBuilder<'_> {
+        let name = self.string(name);
+        self.scratch_requirements.clear();
+        self.scratch_offering_requirements.clear();
+        for list in &mut self.scratch_amounts {
+            list.clear();
+        }
+        let first_offering = self.catalog.offerings.len();
+        InstanceTypeBuilder {
+            catalog: self,
+            name,
+            first_offering,
+        }
+    }
+
+    /// How many instance types have been added.
+    pub fn len(&self) -> usize {
+        self.catalog.instance_types.len()
+    }
+
+    /// Whether no instance type has been added.
+    pub fn is_empty(&self) -> bool {
+        self.catalog.instance_types.is_empty()
+    }
+
+    /// The catalog.
+    pub fn finish(self) -> Catalog {
+        self.catalog
+    }
+}
+
+/// Which of an instance type's resource lists an amount goes to.
+const CAPACITY: usize = 0;
+const KUBE_RESERVED: usize = 1;
+const SYSTEM_RESERVED: usize = 2;
+const EVICTION_THRESHOLD: usize = 3;
+
+/// One instance type being built (see [`CatalogBuilder::instance_type`]); added to the catalog
+/// when dropped. Requirements, offerings and amounts keep the order they are added in.
+pub struct InstanceTypeBuilder<'a> {
+    catalog: &'a mut CatalogBuilder,
+    name: u32,
+    first_offering: usize,
+}
+
+impl InstanceTypeBuilder<'_> {
+    /// The catalog being built (to intern strings or requirements by hand).
+    pub fn catalog(&mut self) -> &mut CatalogBuilder {
+        self.catalog
+    }
+
+    /// Adds a requirement every node of this type meets.
+    pub fn requirement(
+        &mut self,
+        key: &str,
+        operator: Operator,
+        values: &[&str],
+        min_values: Option<u32>,
+    ) -> &mut Self {
+        let r = self.catalog.requirement(key, operator, values, min_values);
+        self.catalog.scratch_requirements.push(r);
+        self
+    }
+
+    /// Adds `key In [values]`.
+    pub fn requirement_in(&mut self, key: &str, values: &[&str]) -> &mut Self {
+        self.requirement(key, Operator::In, values, Option::None)
+    }
+
+    /// Adds a requirement from the catalog's table (an index [`CatalogBuilder::requirement`]
+    /// returned).
+    pub fn requirement_index(&mut self, requirement: u32) -> &mut Self {
+        self.catalog.scratch_requirements.push(requirement);
+        self
+    }
+
+    /// Closes the previous offering's extra requirements.
+    fn close_offering(&mut self) {
+        if self.catalog.scratch_offering_requirements.is_empty() {
+            return;
+        }
+        let list = std::mem::take(&mut self.catalog.scratch_offering_requirements);
+        let s = self.catalog.requirement_list(&list);
+        if let Some(last) = self.catalog.catalog.offerings.last_mut() {
+            last.requirements = s;
+        }
+        self.catalog.scratch_offering_requirements = list;
+        self.catalog.scratch_offering_requirements.clear();
+    }
+
+    /// Adds an offering: `zone`, `capacity_type`, hourly `price` and whether it can be launched
+    /// now.
+    pub fn offering(
+        &mut self,
+        zone: &str,
+        capacity_type: &str,
+        price: f64,
+        available: bool,
+    ) -> &mut Self {
+        self.close_offering();
+        let zone = self.catalog.string(zone);
+        let capacity_type = self.catalog.string(capacity_type);
+        self.catalog.catalog.offerings.push(CatalogOffering {
+            zone,
+            capacity_type,
+            price,
+            available,
+            requirements: span(0, 0),
+        });
+        self
+    }
+
+    /// Adds a requirement to the offering added last (ignored before the first offering).
+    pub fn offering_requirement(
+        &mut self,
+        key: &str,
+        operator: Operator,
+        values: &[&str],
+        min_values: Option<u32>,
+    ) -> &mut Self {
+        if self.catalog.catalog.offerings.len() > self.first_offering {
+            let r = self.catalog.requirement(key, operator, values, min_values);
+            self.catalog.scratch_offering_requirements.push(r);
+        }
+        self
+    }
+
+    fn amount(&mut self, list: usize, name: &str, milli_value: u64) -> &mut Self {
+        let name = self.catalog.string(name);
+        if let Some(list) = self.catalog.scratch_amounts.get_mut(list) {
+            list.push(Amount { name, milli_value });
+        }
+        self
+    }
+
+    /// Adds a capacity amount in thousandths of the resource's unit (`("cpu", 4000)` is 4 cores,
+    /// `("memory", 1024 * 1000)` is 1Ki).
+    pub fn capacity(&mut self, name: &str, milli_value: u64) -> &mut Self {
+        self.amount(CAPACITY, name, milli_value)
+    }
+
+    /// Adds a kube-reserved amount (thousandths of the unit).
+    pub fn kube_reserved(&mut self, name: &str, milli_value: u64) -> &mut Self {
+        self.amount(KUBE_RESERVED, name, milli_value)
+    }
+
+    /// Adds a system-reserved amount (thousandths of the unit).
+    pub fn system_reserved(&mut self, name: &str, milli_value: u64) -> &mut Self {
+        self.amount(SYSTEM_RESERVED, name, milli_value)
+    }
+
+    /// Adds an eviction-threshold amount (thousandths of the unit).
+    pub fn eviction_threshold(&mut self, name: &str, milli_value: u64) -> &mut Self {
+        self.amount(EVICTION_THRESHOLD, name, milli_value)
+    }
+}
+
+impl Drop for InstanceTypeBuilder<'_> {
+    fn drop(&mut self) {
+        self.close_offering();
+        let b = &mut *self.catalog;
+        let requirements = std::mem::take(&mut b.scratch_requirements);
+        let requirements_span = b.requirement_list(&requirements);
+        b.scratch_requirements = requirements;
+        let mut lists: [Span; 4] = [span(0, 0), span(0, 0), span(0, 0), span(0, 0)];
+        let mut scratch = std::mem::take(&mut b.scratch_amounts);
+        for (out, list) in lists.iter_mut().zip(&scratch) {
+            *out = b.amount_list(list);
+        }
+        std::mem::swap(&mut b.scratch_amounts, &mut scratch);
+        let [capacity, kube_reserved, system_reserved, eviction_threshold] = lists;
+        let offerings = span(
+            self.first_offering,
+            b.catalog.offerings.len() - self.first_offering,
+        );
+        b.catalog.instance_types.push(CatalogInstanceType {
+            name: self.name,
+            requirements: requirements_span,
+            offerings,
+            capacity,
+            overhead: CatalogOverhead {
+                kube_reserved,
+                system_reserved,
+                eviction_threshold,
+            },
+        });
+    }
+}
