@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use bin_index::{BinIndex, Listed};
 use bitset::BitSet;
 use catalog::Catalog;
-use fast_hash::FastSet;
+use fast_hash::{FastMap, FastSet};
 use pod_state::{PodState, inverse_specs, node_requirements};
 use queue::Queue;
 use topology::{DomainId, GroupId, GroupKind, Topology};
@@ -248,8 +248,22 @@ impl<'a> Solver<'a> {
                 topology.group_for(spec);
             }
         }
-        for (state, pod) in pods.iter_mut().zip(&input.pods) {
-            state.index_selectors(pod, &topology);
+        // Which groups count or repel a pod depends on its namespace and labels only: pods
+        // stamped from one template share the answer.
+        let mut by_labels: FastMap<(&str, &BTreeMap<String, String>), usize> = FastMap::default();
+        for (p, pod) in input.pods.iter().enumerate() {
+            match by_labels.get(&(pod.namespace.as_str(), &pod.labels)) {
+                Some(&q) => {
+                    let (selected_by, repelled_by) =
+                        (pods[q].selected_by.clone(), pods[q].repelled_by.clone());
+                    pods[p].selected_by = selected_by;
+                    pods[p].repelled_by = repelled_by;
+                }
+                None => {
+                    pods[p].index_selectors(pod, &topology);
+                    by_labels.insert((pod.namespace.as_str(), &pod.labels), p);
+                }
+            }
         }
 
         let mut solver = Solver {
@@ -1221,9 +1235,17 @@ impl<'a> Solver<'a> {
         }
         chosen.sort_unstable();
         let options: Vec<String> = chosen.iter().map(|&i| priced[i].1.to_owned()).collect();
+        // The same names in name order, which is the set's own order: building it is a copy.
+        let mut by_name: Vec<usize> = chosen.iter().map(|&i| priced[i].2).collect();
+        by_name.sort_unstable_by_key(|&t| ps.catalog.name_rank[t]);
+        let names = ValueSet::in_(
+            by_name
+                .iter()
+                .map(|&t| ps.view.instance_types[ps.catalog.types[t]].name.as_str()),
+        );
         let narrowed = match requirements.set_of(INSTANCE_TYPE) {
-            Some(existing) => existing.intersection(&ValueSet::in_(options.iter().cloned())),
-            None => ValueSet::in_(options.iter().cloned()),
+            Some(existing) => existing.intersection(&names),
+            None => names,
         };
         requirements.set(INSTANCE_TYPE, narrowed);
 

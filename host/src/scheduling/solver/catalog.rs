@@ -42,6 +42,8 @@ struct KeyIndex {
 pub(super) struct Catalog {
     /// Indices into the pool's `instance_types`, cheapest compatible offering first (then name).
     pub(super) types: Vec<usize>,
+    /// Per type, the position of its name in name order.
+    pub(super) name_rank: Vec<u32>,
     /// Allocatable per type: capacity − overhead − the DaemonSet pods that would land.
     pub(super) alloc: Vec<Resources>,
     /// The standard resources of `alloc`, column by column, for the fit scan.
@@ -115,6 +117,7 @@ impl Catalog {
         let n = candidates.len();
         let mut catalog = Catalog {
             types: Vec::with_capacity(n),
+            name_rank: vec![0; n],
             alloc: Vec::with_capacity(n),
             columns: Default::default(),
             any_extended: false,
@@ -174,6 +177,15 @@ impl Catalog {
             catalog.offerings.push(compact);
             catalog.types.push(i);
             catalog.index_requirements(t, it, n);
+        }
+        let mut by_name: Vec<usize> = (0..n).collect();
+        by_name.sort_unstable_by(|&a, &b| {
+            pool.instance_types[catalog.types[a]]
+                .name
+                .cmp(&pool.instance_types[catalog.types[b]].name)
+        });
+        for (rank, t) in by_name.into_iter().enumerate() {
+            catalog.name_rank[t] = u32::try_from(rank).unwrap_or(u32::MAX);
         }
         // Types that leave a key undefined are compatible with any requirement on it.
         for key in &mut catalog.keys {

@@ -7,8 +7,6 @@
 //! *Inverse* anti-affinity groups count where the pods that carry a required anti-affinity term
 //! are, so that the pods they repel stay away even though those carry no term themselves.
 
-use std::collections::HashMap;
-
 use super::fast_hash::FastMap;
 
 use crate::api::labels::HOSTNAME;
@@ -92,7 +90,7 @@ struct DomainKey {
 pub(super) struct Topology {
     keys: Vec<DomainKey>,
     groups: Vec<Group>,
-    index: HashMap<GroupSpec, GroupId>,
+    index: FastMap<GroupSpec, GroupId>,
     /// Hostname domains whose count in a group went from zero to one, since the last
     /// [`Topology::take_occupied`].
     occupied: Vec<(GroupId, DomainId)>,
