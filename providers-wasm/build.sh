@@ -4,7 +4,7 @@
 #
 #   providers-wasm/build.sh [OUT_DIR]
 #
-# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, chaos.wasm.
+# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, clusterapi.wasm, chaos.wasm.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +13,7 @@ out="$(realpath -m "${1:-$here/target/wasm}")"
 CARGO_TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$here/target}")"
 export CARGO_TARGET_DIR
 target=wasm32-wasip2
-artifacts=(kwok chaos)
+artifacts=(kwok clusterapi chaos)
 
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup target list --installed | grep -qx "$target"; then
@@ -24,7 +24,7 @@ else
 fi
 
 cd "$here"
-cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-fixture-chaos
+cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi -p capstan-fixture-chaos
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do

@@ -1,38 +1,14 @@
 //! Kube errors as provider errors.
 
 use capstan_provider_sdk::ProviderError;
-use capstan_provider_sdk::kube::{Error, KubeError};
+use capstan_provider_sdk::kube::Error;
+#[cfg(test)]
+use capstan_provider_sdk::kube::KubeError;
 
-/// Maps a failed kube call made by `create` (`Launch = true`) or any other export.
-///
-/// - `not-found` → `not-found`
-/// - `conflict`, `unavailable`, `other` → `retryable` (create: `other` is `create-failed`)
-/// - `permission-denied` → create: `create-failed{PermissionDenied}`; otherwise `invalid` (an admin
-///   must widen the grants, retrying will not help)
-/// - `invalid` → create: `create-failed{NodeRejected}`; otherwise `invalid`
-/// - an answer that does not decode → `retryable`
+/// Maps a failed kube call made by `create` (`launch = true`) or any other export (the SDK's
+/// mapping: see [`Error::into_provider_error`]).
 pub fn from_kube(error: Error, launch: bool) -> ProviderError {
-    let text = error.to_string();
-    match error {
-        Error::Kube(KubeError::NotFound(_)) => ProviderError::NotFound(text),
-        Error::Kube(KubeError::Conflict(_) | KubeError::Unavailable(_)) => {
-            ProviderError::Retryable(text)
-        }
-        Error::Kube(KubeError::PermissionDenied(_)) if launch => {
-            ProviderError::create_failed("PermissionDenied", text)
-        }
-        Error::Kube(KubeError::Invalid(_)) if launch => {
-            ProviderError::create_failed("NodeRejected", text)
-        }
-        Error::Kube(KubeError::Other(_)) if launch => {
-            ProviderError::create_failed("KubeError", text)
-        }
-        Error::Kube(KubeError::PermissionDenied(_) | KubeError::Invalid(_)) => {
-            ProviderError::Invalid(text)
-        }
-        Error::Kube(KubeError::Other(_)) | Error::Decode(_) => ProviderError::Retryable(text),
-        Error::Encode(_) => ProviderError::Invalid(text),
-    }
+    error.into_provider_error(launch)
 }
 
 #[cfg(test)]

@@ -47,6 +47,41 @@ impl Error {
             _ => None,
         }
     }
+
+    /// The provider error a failed call becomes, in `create` (`launch = true`) or any other
+    /// export:
+    ///
+    /// - `not-found` → `not-found`
+    /// - `conflict`, `unavailable` → `retryable`
+    /// - `permission-denied` → create: `create-failed{PermissionDenied}`; otherwise `invalid` (an
+    ///   admin must widen the grants, retrying will not help)
+    /// - `invalid` → create: `create-failed{ObjectRejected}`; otherwise `invalid`
+    /// - `other` → create: `create-failed{KubeError}`; otherwise `retryable`
+    /// - an answer that does not decode → `retryable`; a request that does not encode → `invalid`
+    pub fn into_provider_error(self, launch: bool) -> crate::ProviderError {
+        use crate::ProviderError;
+        let text = self.to_string();
+        match self {
+            Error::Kube(KubeError::NotFound(_)) => ProviderError::NotFound(text),
+            Error::Kube(KubeError::Conflict(_) | KubeError::Unavailable(_)) => {
+                ProviderError::Retryable(text)
+            }
+            Error::Kube(KubeError::PermissionDenied(_)) if launch => {
+                ProviderError::create_failed("PermissionDenied", text)
+            }
+            Error::Kube(KubeError::Invalid(_)) if launch => {
+                ProviderError::create_failed("ObjectRejected", text)
+            }
+            Error::Kube(KubeError::Other(_)) if launch => {
+                ProviderError::create_failed("KubeError", text)
+            }
+            Error::Kube(KubeError::PermissionDenied(_) | KubeError::Invalid(_)) => {
+                ProviderError::Invalid(text)
+            }
+            Error::Kube(KubeError::Other(_)) | Error::Decode(_) => ProviderError::Retryable(text),
+            Error::Encode(_) => ProviderError::Invalid(text),
+        }
+    }
 }
 
 impl KubeError {

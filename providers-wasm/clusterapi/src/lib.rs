@@ -1,0 +1,22 @@
+//! `clusterapi`: Capstan's Cluster API provider.
+//!
+//! Each MachineDeployment labelled `node.cluster.x-k8s.io/karpenter-member` is an instance type
+//! (capacity, labels, taints, price and maximum size from its annotations). `create` scales the
+//! cheapest compatible one up through its `scale` subresource, claims one of its new Machines and
+//! waits for the Machine's providerID; `delete` marks the Machine
+//! `cluster.x-k8s.io/delete-machine` and scales back down. Machines may live in a separate
+//! management cluster. See `README.md` for the parameters, annotations and grants.
+//!
+//! Modules: [`params`], [`node_group`] (MachineDeployment annotations), [`catalog`] (instance
+//! types and the choice of what to grow) and [`machine`] are pure and unit-tested natively;
+//! [`provider`] is the glue to the WIT export and the `kube` import.
+
+pub mod catalog;
+pub mod machine;
+pub mod node_group;
+pub mod params;
+pub mod provider;
+
+pub use provider::ClusterApi;
+
+capstan_provider_sdk::export_provider!(ClusterApi);

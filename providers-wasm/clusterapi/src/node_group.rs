@@ -1,0 +1,605 @@
+//! A MachineDeployment as a node group: what a node made from it looks like (capacity, labels,
+//! taints, zone), what it costs and how far it may grow, read from the scale-from-zero
+//! annotations that cluster-autoscaler defined. Pure: the glue reads the objects.
+//!
+//! | annotation | meaning |
+//! | --- | --- |
+//! | `capacity.cluster-autoscaler.kubernetes.io/cpu`, `/memory` (required) | node capacity |
+//! | `…/ephemeral-disk` | `ephemeral-storage` capacity |
+//! | `…/maxPods` | `pods` capacity (default 110) |
+//! | `…/gpu-count`, `…/gpu-type` | GPUs: the resource is `gpu-type` if it names one (`amd.com/gpu`), else `nvidia.com/gpu` |
+//! | `…/labels` | node labels, `k=v,k=v` |
+//! | `…/taints` | node taints, `key=value:Effect,key:Effect` |
+//! | `cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size` | replicas it may grow to (unbounded if absent) |
+//! | `capstan.dev/price-per-hour` (or `cluster.x-k8s.io/machine-current-price`) | hourly price (0 if absent) |
+//!
+//! The zone is the template's `failureDomain`, else the `topology.kubernetes.io/zone` label, else
+//! `default`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use capstan_provider_sdk::{Quantity, ResourceList, labels};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Prefix of the scale-from-zero capacity annotations.
+pub const CAPACITY_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
+/// The node-group maximum size annotation.
+pub const MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
+/// The price annotation this provider defines.
+pub const PRICE: &str = "capstan.dev/price-per-hour";
+/// The price annotation the Cluster API provider proof of concept reserved (read as a fallback).
+pub const PRICE_UPSTREAM: &str = "cluster.x-k8s.io/machine-current-price";
+/// The label that makes a MachineDeployment a Karpenter member.
+pub const MEMBER_LABEL: &str = "node.cluster.x-k8s.io/karpenter-member";
+/// Zone used when a MachineDeployment names none.
+pub const DEFAULT_ZONE: &str = "default";
+/// Pods per node when `maxPods` is absent.
+pub const DEFAULT_MAX_PODS: i128 = 110;
+
+/// The parts of a MachineDeployment this provider reads.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct MachineDeployment {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: Meta,
+    /// Spec.
+    #[serde(default)]
+    pub spec: DeploymentSpec,
+}
+
+/// Object metadata (the fields used).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Meta {
+    /// Name.
+    #[serde(default)]
+    pub name: String,
+    /// Namespace.
+    #[serde(default)]
+    pub namespace: String,
+    /// Labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Annotations.
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+    /// Resource version (optimistic concurrency).
+    #[serde(default)]
+    pub resource_version: Option<String>,
+    /// Set while being deleted.
+    #[serde(default)]
+    pub deletion_timestamp: Option<String>,
+    /// Creation time (RFC 3339).
+    #[serde(default)]
+    pub creation_timestamp: Option<String>,
+}
+
+/// MachineDeployment spec (the fields used).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentSpec {
+    /// Desired Machines.
+    #[serde(default)]
+    pub replicas: Option<i64>,
+    /// The Machine template.
+    #[serde(default)]
+    pub template: Template,
+}
+
+/// The Machine template.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct Template {
+    /// Template metadata.
+    #[serde(default)]
+    pub metadata: TemplateMeta,
+    /// The Machine spec.
+    #[serde(default)]
+    pub spec: TemplateSpec,
+}
+
+/// Template metadata.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct TemplateMeta {
+    /// Machine labels.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+}
+
+/// The Machine spec of the template (the fields used).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateSpec {
+    /// Failure domain (the zone).
+    #[serde(default)]
+    pub failure_domain: Option<String>,
+    /// Kubernetes version.
+    #[serde(default)]
+    pub version: Option<String>,
+    /// Infrastructure template reference.
+    #[serde(default)]
+    pub infrastructure_ref: Value,
+    /// Bootstrap configuration.
+    #[serde(default)]
+    pub bootstrap: Value,
+}
+
+/// A node taint from the `taints` annotation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct GroupTaint {
+    /// Key.
+    pub key: String,
+    /// Value (may be empty).
+    pub value: String,
+    /// `NoSchedule`, `PreferNoSchedule` or `NoExecute`.
+    pub effect: String,
+}
+
+/// A MachineDeployment whose annotations cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupError {
+    /// `namespace/name`.
+    pub deployment: String,
+    /// The annotation at fault.
+    pub annotation: String,
+    /// What is wrong.
+    pub problem: String,
+}
+
+impl fmt::Display for GroupError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "MachineDeployment {}: annotation {}: {}",
+            self.deployment, self.annotation, self.problem
+        )
+    }
+}
+
+/// What nodes of a MachineDeployment look like and cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeGroup {
+    /// The MachineDeployment's name (the instance type name).
+    pub name: String,
+    /// Its namespace.
+    pub namespace: String,
+    /// Current replicas.
+    pub replicas: i64,
+    /// Maximum replicas, if bounded.
+    pub max_size: Option<i64>,
+    /// Node capacity.
+    pub capacity: ResourceList,
+    /// Node labels (well-known ones included).
+    pub labels: BTreeMap<String, String>,
+    /// Node taints.
+    pub taints: Vec<GroupTaint>,
+    /// Zone.
+    pub zone: String,
+    /// Capacity type.
+    pub capacity_type: String,
+    /// Hourly price.
+    pub price: f64,
+    /// Hash of what makes a Machine (infrastructure reference, bootstrap, version): a Machine made
+    /// under another hash has drifted.
+    pub template_hash: String,
+}
+
+impl NodeGroup {
+    /// Whether it may grow by one.
+    pub fn can_grow(&self) -> bool {
+        self.max_size.is_none_or(|max| self.replicas < max)
+    }
+
+    /// The node's architecture.
+    pub fn arch(&self) -> &str {
+        self.labels
+            .get(labels::ARCH)
+            .map_or(labels::ARCH_AMD64, String::as_str)
+    }
+
+    /// The node's OS.
+    pub fn os(&self) -> &str {
+        self.labels
+            .get(labels::OS)
+            .map_or(labels::OS_LINUX, String::as_str)
+    }
+}
+
+/// Reads a MachineDeployment as a node group.
+pub fn parse(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
+    let deployment = format!("{}/{}", md.metadata.namespace, md.metadata.name);
+    let annotations = &md.metadata.annotations;
+    let error = |annotation: &str, problem: String| GroupError {
+        deployment: deployment.clone(),
+        annotation: annotation.to_string(),
+        problem,
+    };
+    let capacity_key = |name: &str| format!("{CAPACITY_PREFIX}{name}");
+    let quantity = |name: &str, required: bool| -> Result<Option<Quantity>, GroupError> {
+        let key = capacity_key(name);
+        match annotations.get(&key) {
+            Some(text) => Quantity::parse(text.trim())
+                .map(Some)
+                .map_err(|e| error(&key, format!("{text:?} is not a quantity: {e}"))),
+            None if required => Err(error(&key, "missing (needed to scale from zero)".into())),
+            None => Ok(None),
+        }
+    };
+
+    let mut capacity = ResourceList::new();
+    for (annotation, resource, required) in [
+        ("cpu", labels::RESOURCE_CPU, true),
+        ("memory", labels::RESOURCE_MEMORY, true),
+        ("ephemeral-disk", labels::RESOURCE_EPHEMERAL_STORAGE, false),
+    ] {
+        if let Some(q) = quantity(annotation, required)? {
+            capacity.insert(resource, q);
+        }
+    }
+    let pods = quantity("maxPods", false)?.unwrap_or(Quantity::from_units(DEFAULT_MAX_PODS));
+    capacity.insert(labels::RESOURCE_PODS, pods);
+    if let Some(count) = quantity("gpu-count", false)? {
+        let kind = annotations
+            .get(&capacity_key("gpu-type"))
+            .filter(|t| t.contains('/'))
+            .map_or("nvidia.com/gpu", String::as_str);
+        capacity.insert(kind, count);
+    }
+    for (name, q) in capacity.iter() {
+        if q.millis() < 0 {
+            return Err(error(&capacity_key(name), "must not be negative".into()));
+        }
+    }
+
+    let mut node_labels = BTreeMap::new();
+    // Cluster API copies these Machine labels to the Node.
+    for (key, value) in &md.spec.template.metadata.labels {
+        let domain = key.split('/').next().unwrap_or_default();
+        if key.contains('/')
+            && (domain == "node.cluster.x-k8s.io"
+                || domain.ends_with(".node.cluster.x-k8s.io")
+                || domain == "node-role.kubernetes.io"
+                || domain == "node-restriction.kubernetes.io")
+        {
+            node_labels.insert(key.clone(), value.clone());
+        }
+    }
+    let labels_key = capacity_key("labels");
+    if let Some(text) = annotations.get(&labels_key) {
+        for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| error(&labels_key, format!("{pair:?} is not key=value")))?;
+            if key.trim().is_empty() {
+                return Err(error(&labels_key, format!("{pair:?} has an empty key")));
+            }
+            node_labels.insert(key.trim().to_string(), value.trim().to_string());
+        }
+    }
+
+    let taints_key = capacity_key("taints");
+    let mut taints = Vec::new();
+    if let Some(text) = annotations.get(&taints_key) {
+        for item in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (key_value, effect) = item
+                .rsplit_once(':')
+                .ok_or_else(|| error(&taints_key, format!("{item:?} is not key[=value]:Effect")))?;
+            if !matches!(effect, "NoSchedule" | "PreferNoSchedule" | "NoExecute") {
+                return Err(error(
+                    &taints_key,
+                    format!(
+                        "{item:?}: unknown taint effect {effect:?} (NoSchedule, PreferNoSchedule or NoExecute)"
+                    ),
+                ));
+            }
+            let (key, value) = key_value.split_once('=').unwrap_or((key_value, ""));
+            if key.is_empty() {
+                return Err(error(&taints_key, format!("{item:?} has an empty key")));
+            }
+            taints.push(GroupTaint {
+                key: key.to_string(),
+                value: value.to_string(),
+                effect: effect.to_string(),
+            });
+        }
+    }
+
+    let max_size = match annotations.get(MAX_SIZE) {
+        Some(text) => Some(
+            text.trim()
+                .parse::<i64>()
+                .ok()
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| error(MAX_SIZE, format!("{text:?} is not a count")))?,
+        ),
+        None => None,
+    };
+    let (price_key, price_text) = match (annotations.get(PRICE), annotations.get(PRICE_UPSTREAM)) {
+        (Some(text), _) => (PRICE, Some(text)),
+        (None, Some(text)) => (PRICE_UPSTREAM, Some(text)),
+        (None, None) => (PRICE, None),
+    };
+    let price = match price_text {
+        Some(text) => text
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|p| p.is_finite() && *p >= 0.0)
+            .ok_or_else(|| {
+                error(
+                    price_key,
+                    format!("{text:?} is not a price (a number >= 0)"),
+                )
+            })?,
+        None => 0.0,
+    };
+
+    let zone = md
+        .spec
+        .template
+        .spec
+        .failure_domain
+        .clone()
+        .filter(|z| !z.is_empty())
+        .or_else(|| node_labels.get(labels::ZONE).cloned())
+        .unwrap_or_else(|| DEFAULT_ZONE.to_string());
+    let capacity_type = node_labels
+        .get(labels::CAPACITY_TYPE)
+        .cloned()
+        .unwrap_or_else(|| labels::CAPACITY_TYPE_ON_DEMAND.to_string());
+    if !labels::CAPACITY_TYPES.contains(&capacity_type.as_str()) {
+        return Err(error(
+            &labels_key,
+            format!("unknown capacity type {capacity_type:?} (spot, on-demand or reserved)"),
+        ));
+    }
+    node_labels.insert(labels::INSTANCE_TYPE.to_string(), md.metadata.name.clone());
+    node_labels.insert(labels::ZONE.to_string(), zone.clone());
+    node_labels.insert(labels::CAPACITY_TYPE.to_string(), capacity_type.clone());
+    node_labels
+        .entry(labels::ARCH.to_string())
+        .or_insert_with(|| labels::ARCH_AMD64.to_string());
+    node_labels
+        .entry(labels::OS.to_string())
+        .or_insert_with(|| labels::OS_LINUX.to_string());
+
+    Ok(NodeGroup {
+        name: md.metadata.name.clone(),
+        namespace: md.metadata.namespace.clone(),
+        replicas: md.spec.replicas.unwrap_or(0),
+        max_size,
+        capacity,
+        labels: node_labels,
+        taints,
+        zone,
+        capacity_type,
+        price,
+        template_hash: template_hash(&md.spec.template.spec),
+    })
+}
+
+/// The hash of what makes a Machine: infrastructure reference, bootstrap, version.
+pub fn template_hash(spec: &TemplateSpec) -> String {
+    let text = serde_json::json!({
+        "infrastructureRef": spec.infrastructure_ref,
+        "bootstrap": spec.bootstrap,
+        "version": spec.version,
+    })
+    .to_string();
+    format!("{:016x}", fnv1a(text.as_bytes()))
+}
+
+/// 64-bit FNV-1a: small, dependency-free and stable across builds.
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
+        (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(annotations: &[(&str, &str)]) -> MachineDeployment {
+        let mut md: MachineDeployment = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "md-a", "namespace": "capi", "labels": {MEMBER_LABEL: ""}},
+            "spec": {"replicas": 2, "template": {
+                "metadata": {"labels": {"node.cluster.x-k8s.io/pool": "a", "cluster.x-k8s.io/cluster-name": "c"}},
+                "spec": {"version": "v1.34.0", "infrastructureRef": {"kind": "DockerMachineTemplate", "name": "t1"}}
+            }}
+        }))
+        .unwrap();
+        for (k, v) in annotations {
+            md.metadata
+                .annotations
+                .insert((*k).to_string(), (*v).to_string());
+        }
+        md
+    }
+
+    const BASE: [(&str, &str); 2] = [
+        ("capacity.cluster-autoscaler.kubernetes.io/cpu", "2"),
+        ("capacity.cluster-autoscaler.kubernetes.io/memory", "4G"),
+    ];
+
+    fn err(extra: &[(&str, &str)]) -> GroupError {
+        let mut all = BASE.to_vec();
+        all.extend_from_slice(extra);
+        parse(&md(&all)).unwrap_err()
+    }
+
+    #[test]
+    fn reads_the_upstream_example_annotations() {
+        let group = parse(&md(&[
+            ("cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size", "10"),
+            ("capacity.cluster-autoscaler.kubernetes.io/memory", "4G"),
+            ("capacity.cluster-autoscaler.kubernetes.io/cpu", "2"),
+            ("capacity.cluster-autoscaler.kubernetes.io/ephemeral-disk", "100Gi"),
+            ("capacity.cluster-autoscaler.kubernetes.io/maxPods", "110"),
+            (
+                "capacity.cluster-autoscaler.kubernetes.io/labels",
+                "kubernetes.io/arch=amd64,karpenter.sh/capacity-type=on-demand,node.kubernetes.io/instance-type=kubemark-0,topology.kubernetes.io/zone=us-east-1a",
+            ),
+            ("cluster.x-k8s.io/machine-current-price", "0.50"),
+        ]))
+        .unwrap();
+        assert_eq!(group.capacity.get("cpu").millis(), 2000);
+        assert_eq!(group.capacity.get("memory").value(), 4_000_000_000);
+        assert_eq!(group.capacity.get("ephemeral-storage").value(), 100 << 30);
+        assert_eq!(group.capacity.get("pods").value(), 110);
+        assert_eq!(group.max_size, Some(10));
+        assert!(group.can_grow());
+        assert_eq!(group.zone, "us-east-1a");
+        assert_eq!(group.capacity_type, "on-demand");
+        assert_eq!(group.price, 0.5);
+        // The instance type is the MachineDeployment, whatever the labels annotation says.
+        assert_eq!(group.labels[labels::INSTANCE_TYPE], "md-a");
+        assert_eq!(group.labels["node.cluster.x-k8s.io/pool"], "a");
+        assert!(!group.labels.contains_key("cluster.x-k8s.io/cluster-name"));
+        assert_eq!((group.arch(), group.os()), ("amd64", "linux"));
+    }
+
+    #[test]
+    fn defaults_gpus_taints_and_our_price_annotation() {
+        let group = parse(&md(&[
+            BASE[0],
+            BASE[1],
+            ("capacity.cluster-autoscaler.kubernetes.io/gpu-count", "2"),
+            (
+                "capacity.cluster-autoscaler.kubernetes.io/gpu-type",
+                "nvidia-t4",
+            ),
+            (
+                "capacity.cluster-autoscaler.kubernetes.io/taints",
+                "gpu=true:NoSchedule, dedicated:NoExecute",
+            ),
+            (PRICE, "1.25"),
+            (PRICE_UPSTREAM, "9"),
+        ]))
+        .unwrap();
+        assert_eq!(group.capacity.get("nvidia.com/gpu").value(), 2);
+        assert_eq!(group.capacity.get("pods").value(), 110);
+        assert_eq!(group.price, 1.25);
+        assert_eq!(group.zone, DEFAULT_ZONE);
+        assert_eq!(group.max_size, None);
+        assert_eq!(
+            group.taints,
+            vec![
+                GroupTaint {
+                    key: "gpu".into(),
+                    value: "true".into(),
+                    effect: "NoSchedule".into()
+                },
+                GroupTaint {
+                    key: "dedicated".into(),
+                    value: String::new(),
+                    effect: "NoExecute".into()
+                },
+            ]
+        );
+        let amd = parse(&md(&[
+            BASE[0],
+            BASE[1],
+            ("capacity.cluster-autoscaler.kubernetes.io/gpu-count", "1"),
+            (
+                "capacity.cluster-autoscaler.kubernetes.io/gpu-type",
+                "amd.com/gpu",
+            ),
+        ]))
+        .unwrap();
+        assert_eq!(amd.capacity.get("amd.com/gpu").value(), 1);
+    }
+
+    #[test]
+    fn failure_domain_wins_and_max_size_bounds_growth() {
+        let mut m = md(&[BASE[0], BASE[1], (MAX_SIZE, "2")]);
+        m.spec.template.spec.failure_domain = Some("fd-1".into());
+        let group = parse(&m).unwrap();
+        assert_eq!(group.zone, "fd-1");
+        assert_eq!(group.labels[labels::ZONE], "fd-1");
+        assert!(!group.can_grow(), "2 replicas of at most 2");
+    }
+
+    #[test]
+    fn malformed_annotations_name_the_deployment_and_the_annotation() {
+        let missing = parse(&md(&[BASE[0]])).unwrap_err();
+        assert_eq!(
+            missing.annotation,
+            "capacity.cluster-autoscaler.kubernetes.io/memory"
+        );
+        assert!(
+            missing.to_string().contains("MachineDeployment capi/md-a"),
+            "{missing}"
+        );
+
+        let bad_quantity = err(&[("capacity.cluster-autoscaler.kubernetes.io/maxPods", "lots")]);
+        assert!(
+            bad_quantity.problem.contains("not a quantity"),
+            "{bad_quantity}"
+        );
+
+        let effect = err(&[(
+            "capacity.cluster-autoscaler.kubernetes.io/taints",
+            "a=b:NoWay",
+        )]);
+        assert!(
+            effect.problem.contains("unknown taint effect \"NoWay\""),
+            "{effect}"
+        );
+
+        let no_effect = err(&[("capacity.cluster-autoscaler.kubernetes.io/taints", "a=b")]);
+        assert!(
+            no_effect.problem.contains("key[=value]:Effect"),
+            "{no_effect}"
+        );
+
+        let label = err(&[(
+            "capacity.cluster-autoscaler.kubernetes.io/labels",
+            "novalue",
+        )]);
+        assert!(label.problem.contains("key=value"), "{label}");
+
+        let max = err(&[(MAX_SIZE, "-1")]);
+        assert_eq!(max.annotation, MAX_SIZE);
+
+        let price = err(&[(PRICE, "cheap")]);
+        assert_eq!(price.annotation, PRICE);
+        let negative = err(&[(PRICE_UPSTREAM, "-3")]);
+        assert_eq!(negative.annotation, PRICE_UPSTREAM);
+
+        let capacity_type = err(&[(
+            "capacity.cluster-autoscaler.kubernetes.io/labels",
+            "karpenter.sh/capacity-type=cheap",
+        )]);
+        assert!(
+            capacity_type.problem.contains("capacity type"),
+            "{capacity_type}"
+        );
+    }
+
+    #[test]
+    fn the_template_hash_follows_what_makes_a_machine() {
+        let a = md(&BASE);
+        let mut b = a.clone();
+        b.spec.replicas = Some(7);
+        b.metadata.annotations.insert(PRICE.into(), "3".into());
+        assert_eq!(
+            parse(&a).unwrap().template_hash,
+            parse(&b).unwrap().template_hash
+        );
+        let mut c = a.clone();
+        c.spec.template.spec.version = Some("v1.35.0".into());
+        assert_ne!(
+            parse(&a).unwrap().template_hash,
+            parse(&c).unwrap().template_hash
+        );
+        let mut d = a.clone();
+        d.spec.template.spec.infrastructure_ref =
+            serde_json::json!({"kind": "DockerMachineTemplate", "name": "t2"});
+        assert_ne!(
+            parse(&a).unwrap().template_hash,
+            parse(&d).unwrap().template_hash
+        );
+    }
+}

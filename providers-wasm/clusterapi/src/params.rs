@@ -1,0 +1,161 @@
+//! The clusterapi NodeClass `parameters` (a JSON object, camelCase). See `README.md`.
+
+use std::collections::BTreeMap;
+
+use capstan_provider_sdk::ProviderError;
+use capstan_provider_sdk::kube::Cluster;
+use capstan_provider_sdk::params::invalid;
+use serde::{Deserialize, Serialize};
+
+/// The Cluster API group.
+pub const GROUP: &str = "cluster.x-k8s.io";
+
+/// The NodeClass parameters.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Parameters {
+    /// Where MachineDeployments and Machines live: `management` (default) or `workload`.
+    #[serde(default)]
+    pub cluster: ClusterName,
+    /// Their namespace.
+    #[serde(default = "default_namespace")]
+    pub namespace: String,
+    /// The Cluster API version to use: `v1beta2` (default) or `v1beta1`.
+    #[serde(default = "default_version")]
+    pub api_version: String,
+    /// Only MachineDeployments with these labels too (besides the karpenter-member label).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub selector: BTreeMap<String, String>,
+    /// How long `create` waits for the new Machine's providerID before undoing the scale-up.
+    /// Default 600 (keep it below the Provider's launch timeout).
+    #[serde(default = "default_launch_timeout")]
+    pub launch_timeout_seconds: u64,
+    /// How often `create` polls while waiting. Default 500.
+    #[serde(default = "default_poll")]
+    pub poll_millis: u64,
+}
+
+/// Which cluster holds the Cluster API objects.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClusterName {
+    /// The management cluster (`--management-kubeconfig`).
+    #[default]
+    Management,
+    /// The workload cluster (self-hosted Cluster API).
+    Workload,
+}
+
+impl ClusterName {
+    /// The `kube` import's cluster.
+    pub fn cluster(self) -> Cluster {
+        match self {
+            ClusterName::Management => Cluster::Management,
+            ClusterName::Workload => Cluster::Workload,
+        }
+    }
+}
+
+fn default_namespace() -> String {
+    "default".to_string()
+}
+
+fn default_version() -> String {
+    "v1beta2".to_string()
+}
+
+fn default_launch_timeout() -> u64 {
+    600
+}
+
+fn default_poll() -> u64 {
+    500
+}
+
+impl Default for Parameters {
+    fn default() -> Self {
+        Self {
+            cluster: ClusterName::default(),
+            namespace: default_namespace(),
+            api_version: default_version(),
+            selector: BTreeMap::new(),
+            launch_timeout_seconds: default_launch_timeout(),
+            poll_millis: default_poll(),
+        }
+    }
+}
+
+impl Parameters {
+    /// Parses and validates.
+    pub fn parse(text: &str) -> Result<Self, ProviderError> {
+        let params: Parameters = capstan_provider_sdk::params::parse(text)?;
+        params.validate()?;
+        Ok(params)
+    }
+
+    fn validate(&self) -> Result<(), ProviderError> {
+        if !matches!(self.api_version.as_str(), "v1beta2" | "v1beta1") {
+            return Err(invalid(
+                "apiVersion",
+                format!("{:?}: expected v1beta2 or v1beta1", self.api_version),
+            ));
+        }
+        if self.namespace.is_empty() {
+            return Err(invalid("namespace", "must not be empty"));
+        }
+        if self.poll_millis == 0 || self.poll_millis > 60_000 {
+            return Err(invalid("pollMillis", "must be 1..=60000"));
+        }
+        if self.launch_timeout_seconds == 0 {
+            return Err(invalid("launchTimeoutSeconds", "must be at least 1"));
+        }
+        Ok(())
+    }
+
+    /// `cluster.x-k8s.io/<version>`.
+    pub fn group_version(&self) -> String {
+        format!("{GROUP}/{}", self.api_version)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(text: &str) -> String {
+        match Parameters::parse(text) {
+            Err(ProviderError::Invalid(m)) => m,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let p = Parameters::parse("{}").unwrap();
+        assert_eq!(p, Parameters::default());
+        assert_eq!(p.group_version(), "cluster.x-k8s.io/v1beta2");
+        assert_eq!(p.cluster.cluster(), Cluster::Management);
+    }
+
+    #[test]
+    fn fields() {
+        let p = Parameters::parse(
+            r#"{"cluster":"workload","namespace":"capi","apiVersion":"v1beta1","selector":{"pool":"a"},"launchTimeoutSeconds":30,"pollMillis":100}"#,
+        )
+        .unwrap();
+        assert_eq!(p.cluster, ClusterName::Workload);
+        assert_eq!(p.namespace, "capi");
+        assert_eq!(p.group_version(), "cluster.x-k8s.io/v1beta1");
+        assert_eq!(p.selector["pool"], "a");
+        assert_eq!((p.launch_timeout_seconds, p.poll_millis), (30, 100));
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        assert!(message(r#"{"apiVersion":"v1"}"#).contains("parameters.apiVersion"));
+        assert!(message(r#"{"namespace":""}"#).contains("parameters.namespace"));
+        assert!(message(r#"{"pollMillis":0}"#).contains("parameters.pollMillis"));
+        assert!(message(r#"{"cluster":"other"}"#).contains("cluster"));
+        assert!(message(r#"{"colour":"red"}"#).contains("colour"));
+    }
+}

@@ -1,0 +1,472 @@
+//! The `cloud-provider` export: glue between the WIT calls, the pure modules and the `kube`
+//! import.
+//!
+//! MachineDeployments and Machines are read in the NodeClass's cluster and namespace. Calls that
+//! get no NodeClass (`get`, `list`, `delete`) find Machines by label across namespaces, in the
+//! management cluster, or in the workload cluster when the host has no management cluster; with
+//! `v1beta2`, or `v1beta1` where that is all the API server serves.
+
+use capstan_provider_sdk::kube::{self, Cluster, KubeError, ListOptions, Target};
+use capstan_provider_sdk::{
+    Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
+    ResourceList, clock,
+};
+use serde_json::json;
+
+use crate::catalog::{self, NoGroup};
+use crate::machine::{
+    CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, Machine, parse_pending,
+};
+use crate::node_group::{self, GroupError, MEMBER_LABEL, MachineDeployment, NodeGroup};
+use crate::params::{GROUP, Parameters};
+
+/// The Cluster API provider.
+pub struct ClusterApi;
+
+/// Where Cluster API objects are: a cluster, an API version, and a namespace (none: all).
+#[derive(Debug, Clone)]
+struct Place {
+    cluster: Cluster,
+    version: String,
+    namespace: Option<String>,
+}
+
+impl Place {
+    fn of(params: &Parameters) -> Self {
+        Self {
+            cluster: params.cluster.cluster(),
+            version: params.api_version.clone(),
+            namespace: Some(params.namespace.clone()),
+        }
+    }
+
+    fn target(&self, kind: &str) -> Target {
+        let target = Target::new(self.cluster, &format!("{GROUP}/{}", self.version), kind);
+        match &self.namespace {
+            Some(ns) => target.namespaced(ns),
+            None => target,
+        }
+    }
+
+    fn in_namespace(&self, namespace: &str) -> Place {
+        Place {
+            namespace: Some(namespace.to_string()),
+            ..self.clone()
+        }
+    }
+}
+
+fn err(launch: bool) -> impl Fn(kube::Error) -> ProviderError {
+    move |e| e.into_provider_error(launch)
+}
+
+fn invalid(e: impl std::fmt::Display) -> ProviderError {
+    ProviderError::Invalid(e.to_string())
+}
+
+/// Lists Machines with `selector` wherever this provider's Machines may be (see the module docs).
+fn find_machines(selector: &str) -> Result<(Place, Vec<Machine>), ProviderError> {
+    let mut last = None;
+    for cluster in [Cluster::Management, Cluster::Workload] {
+        for version in ["v1beta2", "v1beta1"] {
+            let place = Place {
+                cluster,
+                version: version.to_string(),
+                namespace: None,
+            };
+            match kube::list::<Machine>(&place.target("Machine"), &ListOptions::labels(selector)) {
+                Ok(machines) => return Ok((place, machines)),
+                // No such cluster, or no such version here: try the next.
+                Err(e @ kube::Error::Kube(KubeError::Unavailable(_) | KubeError::NotFound(_))) => {
+                    last = Some(e);
+                }
+                Err(e) => return Err(e.into_provider_error(false)),
+            }
+        }
+    }
+    Err(last.map_or_else(
+        || ProviderError::Retryable("no cluster holds Machines".into()),
+        |e| e.into_provider_error(false),
+    ))
+}
+
+/// The Machine launched for claim `name`, or with provider ID `id`.
+fn claimed_machine(
+    claim: Option<&str>,
+    id: Option<&str>,
+) -> Result<Option<(Place, Machine)>, ProviderError> {
+    if let Some(claim) = claim {
+        let (place, machines) = find_machines(&format!("{CLAIM_LABEL}={claim}"))?;
+        if let Some(machine) = machines.into_iter().next() {
+            return Ok(Some((place, machine)));
+        }
+    }
+    if let Some(id) = id {
+        let (place, machines) = find_machines(CLAIM_LABEL)?;
+        let found = match parse_pending(id) {
+            Some((ns, name)) => machines
+                .into_iter()
+                .find(|m| m.metadata.namespace == ns && m.metadata.name == name),
+            None => machines.into_iter().find(|m| m.has_provider_id(id)),
+        };
+        return Ok(found.map(|m| (place, m)));
+    }
+    Ok(None)
+}
+
+/// The member MachineDeployments of `place` (with the extra selector), parsed; the malformed ones
+/// come back as errors.
+fn load_groups(
+    place: &Place,
+    params: &Parameters,
+    launch: bool,
+) -> Result<(Vec<NodeGroup>, Vec<GroupError>), ProviderError> {
+    let mut selector = MEMBER_LABEL.to_string();
+    for (key, value) in &params.selector {
+        selector.push_str(&format!(",{key}={value}"));
+    }
+    let deployments: Vec<MachineDeployment> = kube::list(
+        &place.target("MachineDeployment"),
+        &ListOptions::labels(&selector),
+    )
+    .map_err(err(launch))?;
+    let mut groups = Vec::new();
+    let mut errors = Vec::new();
+    for md in deployments
+        .iter()
+        .filter(|md| md.metadata.deletion_timestamp.is_none())
+    {
+        match node_group::parse(md) {
+            Ok(group) => groups.push(group),
+            Err(e) => errors.push(e),
+        }
+    }
+    Ok((groups, errors))
+}
+
+/// The node group of a Machine's MachineDeployment, if it still parses.
+fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
+    let name = machine.deployment()?;
+    let md: MachineDeployment = kube::get(
+        &place
+            .in_namespace(&machine.metadata.namespace)
+            .target("MachineDeployment")
+            .object(name),
+    )
+    .ok()?;
+    node_group::parse(&md).ok()
+}
+
+/// Changes a MachineDeployment's replicas by `delta` through its `scale` subresource, retrying
+/// conflicts. Refuses to grow past `max`.
+fn scale(
+    place: &Place,
+    deployment: &str,
+    delta: i64,
+    max: Option<i64>,
+) -> Result<i64, ProviderError> {
+    let object = place
+        .target("MachineDeployment")
+        .object(deployment)
+        .subresource("scale");
+    let mut last = String::new();
+    for _ in 0..8 {
+        let current: serde_json::Value = kube::get(&object).map_err(err(delta > 0))?;
+        let replicas = current["spec"]["replicas"].as_i64().unwrap_or(0);
+        let next = (replicas + delta).max(0);
+        if delta > 0 && max.is_some_and(|max| next > max) {
+            return Err(ProviderError::InsufficientCapacity(format!(
+                "MachineDeployment {deployment} is at its maximum size ({replicas})"
+            )));
+        }
+        if next == replicas {
+            return Ok(replicas);
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+            "spec": {"replicas": next},
+        });
+        match kube::patch_merge::<_, serde_json::Value>(&object, &patch) {
+            Ok(_) => return Ok(next),
+            Err(e @ kube::Error::Kube(KubeError::Conflict(_))) => last = e.to_string(),
+            Err(e) => return Err(e.into_provider_error(delta > 0)),
+        }
+    }
+    Err(ProviderError::Retryable(format!(
+        "scaling MachineDeployment {deployment}: still conflicting ({last})"
+    )))
+}
+
+/// Claims an unclaimed Machine of `group` for `claim` (optimistic: a Machine someone else claimed
+/// first is skipped).
+fn adopt(place: &Place, group: &NodeGroup, claim: &str) -> Result<Option<Machine>, ProviderError> {
+    let machines: Vec<Machine> = kube::list(
+        &place.target("Machine"),
+        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={},!{CLAIM_LABEL}", group.name)),
+    )
+    .map_err(err(true))?;
+    let mut candidates: Vec<Machine> = machines.into_iter().filter(|m| !m.is_leaving()).collect();
+    candidates.sort_by(|a, b| {
+        a.metadata
+            .creation_timestamp
+            .cmp(&b.metadata.creation_timestamp)
+            .then_with(|| a.metadata.name.cmp(&b.metadata.name))
+    });
+    for machine in candidates {
+        let patch = json!({"metadata": {
+            "resourceVersion": machine.metadata.resource_version,
+            "labels": {CLAIM_LABEL: claim},
+            "annotations": {HASH_ANNOTATION: group.template_hash},
+        }});
+        match kube::patch_merge::<_, Machine>(
+            &place.target("Machine").object(&machine.metadata.name),
+            &patch,
+        ) {
+            Ok(adopted) => return Ok(Some(adopted)),
+            Err(kube::Error::Kube(KubeError::Conflict(_) | KubeError::NotFound(_))) => continue,
+            Err(e) => return Err(e.into_provider_error(true)),
+        }
+    }
+    Ok(None)
+}
+
+/// Marks a Machine for removal and scales its MachineDeployment down by one; undoes the mark if
+/// the scale-down fails. Idempotent: a Machine already leaving is left alone.
+fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
+    if machine.is_leaving() {
+        return Ok(());
+    }
+    let place = place.in_namespace(&machine.metadata.namespace);
+    let object = place.target("Machine").object(&machine.metadata.name);
+    kube::patch_merge::<_, serde_json::Value>(
+        &object,
+        &json!({"metadata": {"annotations": {DELETE_MACHINE: "true"}}}),
+    )
+    .map_err(err(false))?;
+    let Some(deployment) = machine.deployment() else {
+        // Not from a MachineDeployment: delete it directly.
+        return match kube::delete(&object) {
+            Ok(()) => Ok(()),
+            Err(e) if e.is_not_found() => Ok(()),
+            Err(e) => Err(e.into_provider_error(false)),
+        };
+    };
+    if let Err(e) = scale(&place, deployment, -1, None) {
+        let undo = kube::patch_merge::<_, serde_json::Value>(
+            &object,
+            &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
+        );
+        if let Err(undo) = undo {
+            capstan_provider_sdk::warn!(
+                "could not unmark Machine {} after a failed scale-down: {undo}",
+                machine.metadata.name
+            );
+        }
+        return Err(match e {
+            ProviderError::NotFound(m) => ProviderError::Retryable(m),
+            other => other,
+        });
+    }
+    Ok(())
+}
+
+/// Waits until `machine` has a provider ID; past the deadline, removes it and fails.
+fn wait_launched(
+    place: &Place,
+    params: &Parameters,
+    mut machine: Machine,
+    group: Option<&NodeGroup>,
+    deadline: u64,
+) -> Result<NodeClaim, ProviderError> {
+    let object = place.target("Machine").object(&machine.metadata.name);
+    loop {
+        if machine
+            .spec
+            .provider_id
+            .as_deref()
+            .is_some_and(|id| !id.is_empty())
+        {
+            return Ok(machine.to_claim(group));
+        }
+        if machine.metadata.deletion_timestamp.is_some() {
+            return Err(ProviderError::create_failed(
+                "MachineDeleted",
+                format!(
+                    "Machine {} was deleted before it launched",
+                    machine.metadata.name
+                ),
+            ));
+        }
+        if clock::now_millis() >= deadline {
+            remove(place, &machine)?;
+            return Err(ProviderError::create_failed(
+                "LaunchTimeout",
+                format!(
+                    "Machine {} got no providerID within {} s; it was removed and its MachineDeployment scaled back",
+                    machine.metadata.name, params.launch_timeout_seconds
+                ),
+            ));
+        }
+        clock::sleep_millis(params.poll_millis);
+        machine = match kube::get(&object) {
+            Ok(m) => m,
+            Err(e) if e.is_not_found() => {
+                return Err(ProviderError::create_failed(
+                    "MachineDeleted",
+                    format!(
+                        "Machine {} disappeared before it launched",
+                        machine.metadata.name
+                    ),
+                ));
+            }
+            Err(e) => return Err(e.into_provider_error(true)),
+        };
+    }
+}
+
+impl Guest for ClusterApi {
+    fn name() -> String {
+        "clusterapi".to_string()
+    }
+
+    fn get_instance_types(pool: NodePool, class: NodeClass) -> Result<Catalog, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        let (groups, errors) = load_groups(&Place::of(&params), &params, false)?;
+        for e in &errors {
+            capstan_provider_sdk::warn!("skipping {e}");
+        }
+        let offered: Vec<NodeGroup> = groups
+            .into_iter()
+            .filter(|g| catalog::pool_tolerates(&pool, g))
+            .collect();
+        Ok(catalog::to_catalog(&offered))
+    }
+
+    fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        let place = Place::of(&params);
+        let deadline = clock::now_millis() + params.launch_timeout_seconds * 1000;
+        // A retried create: the Machine is already ours.
+        let claimed: Vec<Machine> = kube::list(
+            &place.target("Machine"),
+            &ListOptions::labels(&format!("{CLAIM_LABEL}={}", claim.name)),
+        )
+        .map_err(err(true))?;
+        if let Some(machine) = claimed.into_iter().find(|m| !m.is_leaving()) {
+            let group = group_of(&place, &machine);
+            return wait_launched(&place, &params, machine, group.as_ref(), deadline);
+        }
+        let (groups, _) = load_groups(&place, &params, true)?;
+        let requirements = Requirements::from_slice(&claim.requirements).map_err(invalid)?;
+        let requests = ResourceList::from_resources(&claim.requests).map_err(invalid)?;
+        let group = catalog::cheapest(&groups, &requirements, &requests).map_err(|e| match e {
+            NoGroup::Incompatible(m) | NoGroup::AtMaxSize(m) => {
+                ProviderError::InsufficientCapacity(m)
+            }
+        })?;
+        // Every launch grows its MachineDeployment by exactly one and takes one unclaimed
+        // Machine, so concurrent launches of one MachineDeployment share its new Machines.
+        scale(&place, &group.name, 1, group.max_size)?;
+        capstan_provider_sdk::info!(
+            "claim {}: scaled MachineDeployment {} up",
+            claim.name,
+            group.name
+        );
+        let machine = loop {
+            if let Some(machine) = adopt(&place, group, &claim.name)? {
+                break machine;
+            }
+            if clock::now_millis() >= deadline {
+                scale(&place, &group.name, -1, None)?;
+                return Err(ProviderError::create_failed(
+                    "MachineNotCreated",
+                    format!(
+                        "no new Machine of MachineDeployment {} within {} s; scaled it back",
+                        group.name, params.launch_timeout_seconds
+                    ),
+                ));
+            }
+            clock::sleep_millis(params.poll_millis);
+        };
+        wait_launched(&place, &params, machine, Some(group), deadline)
+    }
+
+    fn delete(claim: NodeClaim) -> Result<(), ProviderError> {
+        let Some((place, machine)) =
+            claimed_machine(Some(&claim.name), claim.provider_id.as_deref())?
+        else {
+            return Err(ProviderError::NotFound(format!(
+                "no Machine for claim {}",
+                claim.name
+            )));
+        };
+        remove(&place, &machine)
+    }
+
+    fn get(provider_id: String) -> Result<NodeClaim, ProviderError> {
+        let (place, machine) = claimed_machine(None, Some(&provider_id))?
+            .ok_or_else(|| ProviderError::NotFound(format!("no Machine with {provider_id}")))?;
+        let group = group_of(&place, &machine);
+        Ok(machine.to_claim(group.as_ref()))
+    }
+
+    fn list() -> Result<Vec<NodeClaim>, ProviderError> {
+        let (_, machines) = find_machines(CLAIM_LABEL)?;
+        Ok(machines
+            .iter()
+            .filter(|m| !m.is_leaving())
+            .map(|m| m.to_claim(None))
+            .collect())
+    }
+
+    fn is_drifted(claim: NodeClaim, class: NodeClass) -> Result<Option<String>, ProviderError> {
+        Parameters::parse(&class.parameters)?;
+        let Some((place, machine)) =
+            claimed_machine(Some(&claim.name), claim.provider_id.as_deref())?
+        else {
+            return Ok(None);
+        };
+        let Some(recorded) = machine.metadata.annotations.get(HASH_ANNOTATION) else {
+            return Ok(None);
+        };
+        let place = Place {
+            namespace: Some(machine.metadata.namespace.clone()),
+            ..place
+        };
+        Ok(group_of(&place, &machine)
+            .filter(|group| &group.template_hash != recorded)
+            .map(|_| "MachineTemplateChanged".to_string()))
+    }
+
+    fn repair_policies() -> Vec<RepairPolicy> {
+        ["False", "Unknown"]
+            .into_iter()
+            .map(|status| RepairPolicy {
+                condition_type: "Ready".to_string(),
+                condition_status: status.to_string(),
+                toleration_seconds: 30 * 60,
+            })
+            .collect()
+    }
+
+    fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        let place = Place::of(&params);
+        let (groups, errors) = load_groups(&place, &params, false)?;
+        if !errors.is_empty() {
+            let list: Vec<String> = errors.iter().map(ToString::to_string).collect();
+            return Err(ProviderError::Invalid(list.join("; ")));
+        }
+        if groups.is_empty() {
+            return Err(ProviderError::NodeClassNotReady(format!(
+                "no MachineDeployment labelled {MEMBER_LABEL} in namespace {} of the {} cluster",
+                params.namespace,
+                match params.cluster.cluster() {
+                    Cluster::Management => "management",
+                    Cluster::Workload => "workload",
+                }
+            )));
+        }
+        Ok(())
+    }
+}
