@@ -30,6 +30,9 @@ pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 
 /// API group of Capstan's own resources.
 pub const CAPSTAN_GROUP: &str = "capstan.dev";
+/// Annotation on a launched NodeClaim: the provider that launched it (termination still finds it
+/// when the NodeClass is gone).
+pub const PROVIDER_ANNOTATION: &str = "capstan.dev/provider";
 /// Labels Karpenter reserves: users may not set them in a NodePool template.
 pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &["karpenter.sh", "kubernetes.io", "k8s.io"];
 

@@ -99,3 +99,38 @@ pub async fn resolve(
         }),
     })
 }
+
+/// The provider that launched `claim`: through its NodeClass, or, when the NodeClass is gone, the
+/// provider recorded on the claim at launch ([`PROVIDER_ANNOTATION`]), so a claim whose NodeClass
+/// was deleted first still terminates its instance.
+///
+/// [`PROVIDER_ANNOTATION`]: crate::api::labels::PROVIDER_ANNOTATION
+pub async fn launching_provider(
+    ctx: &Context,
+    claim: &crate::api::NodeClaim,
+) -> Result<Result<(String, Arc<ProviderPre>), Unresolved>, kube::Error> {
+    match resolve(ctx, &claim.spec.node_class_ref).await? {
+        Ok(resolved) => Ok(Ok((resolved.provider_name, resolved.provider))),
+        Err(
+            unresolved @ (Unresolved::NodeClassNotFound(_)
+            | Unresolved::UnsupportedNodeClassRef { .. }),
+        ) => {
+            let recorded = claim
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(crate::api::labels::PROVIDER_ANNOTATION));
+            Ok(match recorded {
+                Some(name) => match ctx.registry.get(name) {
+                    Some(provider) => Ok((name.clone(), provider)),
+                    None => Err(Unresolved::ProviderNotFound {
+                        node_class: claim.spec.node_class_ref.name.clone(),
+                        provider: name.clone(),
+                    }),
+                },
+                None => Err(unresolved),
+            })
+        }
+        Err(other) => Ok(Err(other)),
+    }
+}

@@ -10,6 +10,7 @@ mod bad_input;
 mod cache;
 mod chart;
 mod cli;
+mod clusterapi;
 mod conformance;
 mod fixtures;
 mod grants;

@@ -11,46 +11,14 @@ use capstan::api::NodeClaim;
 use capstan::controllers::provisioner::PRICE_ANNOTATION;
 use capstan_test_support::{ControlPlane, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::lifecycle::{
-    Host, Names, RUN_LABEL, cleanup, cluster, events, node_class, node_pool, node_pool_json,
+    Host, Names, cleanup, cluster, events, node_class, node_pool, node_pool_json,
 };
-
-/// Creates `count` pods requesting `cpu` in `ns`, selecting `pool` plus `extra_selector`.
-async fn pods(
-    client: &Client,
-    names: &Names,
-    ns: &str,
-    prefix: &str,
-    count: usize,
-    cpu: &str,
-    node_selector: serde_json::Value,
-) -> Vec<String> {
-    let api = Api::<Pod>::namespaced(client.clone(), ns);
-    let mut created = Vec::new();
-    for i in 0..count {
-        let name = format!("{prefix}-{i}");
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {RUN_LABEL: names.run, "app": prefix}},
-            "spec": {
-                "nodeSelector": node_selector,
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{
-                    "name": "app", "image": "fake",
-                    "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}},
-                }],
-            },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &pod).await.unwrap();
-        created.push(name);
-    }
-    created
-}
+use crate::provisioner_e2e::pods;
 
 pub(crate) async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
     Api::<NodeClaim>::all(client.clone())
@@ -90,6 +58,8 @@ async fn pending_pods_get_packed_nodes_and_run() {
         10,
         "1",
         json!({"karpenter.sh/nodepool": pool}),
+        json!([{"operator": "Exists"}]),
+        "256Mi",
     )
     .await;
     let api = Api::<Pod>::namespaced(client.clone(), &ns);
@@ -181,6 +151,8 @@ async fn a_pod_no_pool_satisfies_gets_failed_scheduling_and_no_claim() {
         1,
         "1",
         json!({"karpenter.sh/nodepool": pool, "kubernetes.io/arch": "s390x"}),
+        json!([{"operator": "Exists"}]),
+        "256Mi",
     )
     .await;
     let event = wait_until(
@@ -243,6 +215,8 @@ async fn a_second_batch_while_claims_are_in_flight_creates_no_duplicates() {
         4,
         "1",
         json!({"karpenter.sh/nodepool": pool}),
+        json!([{"operator": "Exists"}]),
+        "256Mi",
     )
     .await;
     match wait_until(Duration::from_secs(60), "a NodeClaim", || async {

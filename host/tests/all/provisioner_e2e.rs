@@ -59,10 +59,10 @@ fn req(key: &str, values: &[&str]) -> serde_json::Value {
     json!({"key": key, "operator": "In", "values": values})
 }
 
-/// Creates `count` pods `<prefix>-<i>` in `ns` (16 at a time) with `cpu`/64Mi requests, the
-/// given node selector and tolerations.
+/// Creates `count` pods `<prefix>-<i>` in `ns` (16 at a time) with `cpu` and `memory` requests,
+/// the given node selector and tolerations, labelled with the test's run label.
 #[allow(clippy::too_many_arguments)]
-async fn pods(
+pub(crate) async fn pods(
     client: &Client,
     names: &Names,
     ns: &str,
@@ -71,6 +71,7 @@ async fn pods(
     cpu: &str,
     node_selector: serde_json::Value,
     tolerations: serde_json::Value,
+    memory: &str,
 ) -> Vec<String> {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
     let created: Vec<String> = futures::stream::iter(0..count)
@@ -85,7 +86,7 @@ async fn pods(
                     "tolerations": tolerations,
                     "containers": [{
                         "name": "app", "image": "fake",
-                        "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}},
+                        "resources": {"requests": {"cpu": cpu, "memory": memory}},
                     }],
                 },
             }))
@@ -277,6 +278,7 @@ async fn two_hundred_pods_over_two_pools_all_run_on_the_right_pool() {
             "100m",
             json!({GROUP: names.run, "kubernetes.io/arch": arch}),
             json!([]),
+            "64Mi",
         )
         .await;
     }
@@ -378,6 +380,7 @@ async fn taints_and_tolerations_route_pods_between_pools() {
         "500m",
         json!({DEDICATED: names.run}),
         json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
+        "64Mi",
     )
     .await;
     pods(
@@ -389,6 +392,7 @@ async fn taints_and_tolerations_route_pods_between_pools() {
         "500m",
         json!({GROUP: names.run}),
         json!([]),
+        "64Mi",
     )
     .await;
     let running = wait_running(&client, &host, &ns, 8, Duration::from_secs(180)).await;
@@ -480,6 +484,7 @@ async fn a_pod_too_big_for_every_instance_type_gets_failed_scheduling_and_no_cla
         "1000",
         json!({GROUP: names.run}),
         json!([]),
+        "64Mi",
     )
     .await;
     let note = wait_failed_scheduling(&client, &host, &ns, &created[0], |_| true).await;
@@ -545,6 +550,7 @@ async fn a_nodepool_at_its_limit_launches_nothing_more() {
         "7",
         json!({GROUP: names.run}),
         json!([]),
+        "64Mi",
     )
     .await;
     wait_running(&client, &host, &ns, 1, Duration::from_secs(120)).await;
@@ -581,6 +587,7 @@ async fn a_nodepool_at_its_limit_launches_nothing_more() {
         "1",
         json!({GROUP: names.run}),
         json!([]),
+        "64Mi",
     )
     .await;
     for pod in &more {
@@ -650,6 +657,7 @@ async fn a_burst_over_a_nodepool_limit_never_overshoots_it() {
         "1",
         json!({GROUP: names.run}),
         json!([]),
+        "64Mi",
     )
     .await;
     let first = wait_until(Duration::from_secs(60), "first nodeclaims", || async {

@@ -12,6 +12,7 @@
 use std::cmp::Ordering;
 
 use capstan_provider_sdk::catalog::milli_value;
+use capstan_provider_sdk::requirements::ValueSet;
 use capstan_provider_sdk::{Catalog, CatalogBuilder, NodePool, Requirements, ResourceList};
 
 use crate::node_group::NodeGroup;
@@ -77,9 +78,10 @@ pub fn cheapest<'a>(
     claim: &Requirements,
     requests: &ResourceList,
 ) -> Result<&'a NodeGroup, NoGroup> {
+    // Keys the group does not label (the NodePool's own labels, say) do not constrain it.
     let compatible: Vec<&NodeGroup> = groups
         .iter()
-        .filter(|g| claim.matches_labels(|key| g.labels.get(key).map(String::as_str)))
+        .filter(|g| group_requirements(g).intersects(claim).is_ok())
         .filter(|g| g.capacity.fits(requests).is_ok())
         .collect();
     if compatible.is_empty() {
@@ -99,6 +101,15 @@ pub fn cheapest<'a>(
                 compatible.len()
             ))
         })
+}
+
+/// A group's node labels as `In` requirements.
+fn group_requirements(group: &NodeGroup) -> Requirements {
+    let mut requirements = Requirements::new();
+    for (key, value) in &group.labels {
+        requirements.add_set(key, ValueSet::of([value.as_str()]), None);
+    }
+    requirements
 }
 
 fn order(a: &NodeGroup, b: &NodeGroup) -> Ordering {

@@ -149,6 +149,10 @@ async fn launched(
     labels.extend(launched.labels.clone());
     let mut annotations = claim.annotations().clone();
     annotations.extend(launched.annotations.clone());
+    annotations.insert(
+        crate::api::labels::PROVIDER_ANNOTATION.to_owned(),
+        resolved.provider_name.clone(),
+    );
     if &labels != claim.labels() || &annotations != claim.annotations() {
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
         let patch = json!({"metadata": {"labels": labels, "annotations": annotations}});

@@ -53,8 +53,8 @@ pub async fn finalize(claim: &NodeClaim, ctx: &Context) -> Result<Step, Controll
         // instance by its claim's absence).
         return Ok(Step::Continue);
     };
-    let resolved = match resolve::resolve(ctx, &claim.spec.node_class_ref).await? {
-        Ok(resolved) => resolved,
+    let (provider_name, provider) = match resolve::launching_provider(ctx, &claim).await? {
+        Ok(found) => found,
         Err(unresolved) => {
             let message = format!("cannot delete instance {id}: {unresolved}");
             ctx.events
@@ -65,8 +65,8 @@ pub async fn finalize(claim: &NodeClaim, ctx: &Context) -> Result<Step, Controll
     };
     let request = convert::node_claim_to_wit(&claim)?;
     let started = Instant::now();
-    let result = resolved.provider.delete(&request).await;
-    ctx.observe_call(&resolved.provider_name, "delete", &result, started);
+    let result = provider.delete(&request).await;
+    ctx.observe_call(&provider_name, "delete", &result, started);
     match result {
         Err(err) if matches!(err.provider_error(), Some(ProviderError::NotFound(_))) => {
             Ok(Step::Continue)
@@ -221,6 +221,12 @@ async fn drain(ctx: &Context, claim: &NodeClaim, node: &str) -> Result<bool, Con
                     .await;
             }
             Err(kube::Error::Api(status)) if status.code == 404 => {}
+            // The namespace is being deleted: its controller removes the pod.
+            Err(kube::Error::Api(status))
+                if status.code == 403
+                    && status.details.as_ref().is_some_and(|d| {
+                        d.causes.iter().any(|c| c.reason == "NamespaceTerminating")
+                    }) => {}
             Err(kube::Error::Api(status)) if status.code == 429 => {
                 ctx.events
                     .warning(

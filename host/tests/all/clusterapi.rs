@@ -1,0 +1,425 @@
+//! The Cluster API provider against two real API servers: the workload cluster (the shared
+//! control plane, with kube-scheduler and kwok) and a management cluster (an API server with the
+//! upstream Cluster API CRDs), with [`actor::Actor`] playing the MachineSet controller.
+
+mod actor;
+
+use std::time::Duration;
+
+use capstan::api::NodeClass;
+use capstan::capability::Capabilities;
+use capstan::capability::grants::{Cluster, parse};
+use capstan::capability::kube::ClusterConnection;
+use capstan::conformance;
+use capstan::runtime::Limits;
+use capstan::runtime::types::NodeClass as WitNodeClass;
+use capstan_test_support::{ControlPlane, Options, shared_upstream_dir, wait_until};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::{Api, Client, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::OnceCell;
+
+use self::actor::{Actor, DEPLOYMENT_NAME, resource};
+use crate::fixtures::{providers_dir, runtime};
+use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
+use crate::provisioner_e2e::pods;
+
+/// What the clusterapi provider needs, on the management cluster.
+pub const CLUSTERAPI_GRANTS: &str = r#"
+- cluster: management
+  apiGroups: [cluster.x-k8s.io]
+  resources: [machinedeployments, machinedeployments/scale, machines]
+  verbs: [get, list, patch, delete]
+  namespaces: ["*"]
+"#;
+
+/// The management cluster: its own API server with the upstream Cluster API CRDs.
+async fn management() -> &'static ControlPlane {
+    static MANAGEMENT: OnceCell<ControlPlane> = OnceCell::const_new();
+    MANAGEMENT
+        .get_or_init(|| async {
+            let cp = ControlPlane::start(Options::api_server_only())
+                .await
+                .expect("management API server");
+            cp.install_crds_from_dir(&shared_upstream_dir().join("cluster-api"))
+                .await
+                .expect("Cluster API CRDs");
+            cp
+        })
+        .await
+}
+
+/// A MachineDeployment (v1beta2) with the member label and these annotations.
+fn machine_deployment(name: &str, annotations: Value) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2",
+        "kind": "MachineDeployment",
+        "metadata": {
+            "name": name,
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+            "annotations": annotations,
+        },
+        "spec": {
+            "clusterName": "workload",
+            "replicas": 0,
+            "selector": {"matchLabels": {DEPLOYMENT_NAME: name}},
+            "template": {
+                "metadata": {"labels": {DEPLOYMENT_NAME: name}},
+                "spec": {
+                    "clusterName": "workload",
+                    "version": "v1.34.4",
+                    "bootstrap": {"dataSecretName": "bootstrap"},
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "TestMachineTemplate",
+                        "name": format!("{name}-v1"),
+                    },
+                },
+            },
+        },
+    })
+}
+
+fn capacity(cpu: &str, memory: &str, price: &str, max: &str) -> Value {
+    json!({
+        "capacity.cluster-autoscaler.kubernetes.io/cpu": cpu,
+        "capacity.cluster-autoscaler.kubernetes.io/memory": memory,
+        "capacity.cluster-autoscaler.kubernetes.io/maxPods": "110",
+        "capacity.cluster-autoscaler.kubernetes.io/labels": "topology.kubernetes.io/zone=zone-a",
+        "capstan.dev/price-per-hour": price,
+        "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size": max,
+    })
+}
+
+/// One test's world: a management namespace with MachineDeployments and the actor running.
+struct World {
+    workload: Client,
+    management: Client,
+    namespace: String,
+    actor: Actor,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl World {
+    async fn new(prefix: &str, deployments: &[Value]) -> Self {
+        let (_, workload) = cluster().await;
+        let mgmt = management().await;
+        let management = mgmt.client().unwrap();
+        let namespace = mgmt.create_namespace_unique(prefix).await.unwrap();
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            management.clone(),
+            &namespace,
+            &resource("MachineDeployment"),
+        );
+        for md in deployments {
+            let object: DynamicObject = serde_json::from_value(md.clone()).unwrap();
+            api.create(&PostParams::default(), &object).await.unwrap();
+        }
+        let actor = Actor::new(management.clone(), workload.clone(), &namespace);
+        let task = actor.spawn();
+        Self {
+            workload,
+            management,
+            namespace,
+            actor,
+            task,
+        }
+    }
+
+    fn deployments(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.management.clone(),
+            &self.namespace,
+            &resource("MachineDeployment"),
+        )
+    }
+
+    async fn replicas(&self, name: &str) -> i64 {
+        self.deployments().get(name).await.unwrap().data["spec"]["replicas"]
+            .as_i64()
+            .unwrap_or(0)
+    }
+
+    async fn machines(&self) -> Vec<DynamicObject> {
+        Api::<DynamicObject>::namespaced_with(
+            self.management.clone(),
+            &self.namespace,
+            &resource("Machine"),
+        )
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+    }
+
+    fn parameters(&self) -> Value {
+        json!({"namespace": self.namespace, "pollMillis": 200, "launchTimeoutSeconds": 60})
+    }
+}
+
+fn grants_file() -> std::path::PathBuf {
+    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("clusterapi-grants.yaml");
+    std::fs::write(&path, CLUSTERAPI_GRANTS).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn pending_pods_scale_a_machine_deployment_and_back() {
+    let world = World::new(
+        "capi-e2e",
+        &[
+            machine_deployment("small", capacity("2", "8Gi", "0.10", "5")),
+            machine_deployment("large", capacity("8", "32Gi", "0.50", "3")),
+        ],
+    )
+    .await;
+    let (cp, client) = cluster().await;
+    let mgmt = management().await;
+    let names = Names::new("capi");
+    let file = providers_dir().join("clusterapi.wasm");
+    let host = Host::start(
+        cp,
+        &names,
+        &[
+            "--provider",
+            &format!("clusterapi={}", file.display()),
+            "--grants",
+            &format!("clusterapi={}", grants_file().display()),
+            "--management-kubeconfig",
+            mgmt.kubeconfig_path().to_str().unwrap(),
+        ],
+    );
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    let ns = cp.create_namespace_unique("capi-pods").await.unwrap();
+
+    // Three pods of 1 cpu: the cheapest MachineDeployment that fits (small, 2 cpu) grows.
+    pods(
+        &client,
+        &names,
+        &ns,
+        "web",
+        3,
+        "1",
+        json!({"karpenter.sh/nodepool": pool}),
+        json!([{"operator": "Exists"}]),
+        "256Mi",
+    )
+    .await;
+    let api = Api::<Pod>::namespaced(client.clone(), &ns);
+    let running = wait_until(Duration::from_secs(180), "3 pods Running", || async {
+        host.check_alive();
+        let list = api.list(&ListParams::default()).await?;
+        let running: Vec<Pod> = list
+            .items
+            .into_iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+            .collect();
+        Ok::<_, kube::Error>((running.len() == 3).then_some(running))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    let nodes: std::collections::BTreeSet<String> = running
+        .iter()
+        .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+        .collect();
+    // Every node is a claimed Machine of the MachineDeployment it reports, and the replicas
+    // add up.
+    let machines = world.machines().await;
+    assert_eq!(machines.len(), nodes.len(), "{machines:?}");
+    let mut per_deployment = std::collections::BTreeMap::<String, i64>::new();
+    for machine in &machines {
+        assert!(
+            machine.labels().contains_key("capstan.dev/nodeclaim"),
+            "{machine:?}"
+        );
+        let node_name = machine.data["status"]["nodeRef"]["name"].as_str().unwrap();
+        assert!(
+            nodes.contains(node_name),
+            "{node_name} runs none of the pods"
+        );
+        let node = Api::<Node>::all(world.workload.clone())
+            .get(node_name)
+            .await
+            .unwrap();
+        assert_eq!(
+            node.spec.clone().unwrap().provider_id,
+            machine.data["spec"]["providerID"]
+                .as_str()
+                .map(str::to_owned)
+        );
+        let deployment = machine.labels()[DEPLOYMENT_NAME].clone();
+        assert_eq!(
+            node.labels()["node.kubernetes.io/instance-type"],
+            deployment
+        );
+        *per_deployment.entry(deployment).or_default() += 1;
+    }
+    for name in ["small", "large"] {
+        assert_eq!(
+            world.replicas(name).await,
+            per_deployment.get(name).copied().unwrap_or(0),
+            "{name}"
+        );
+    }
+    let launched: Vec<String> = per_deployment.keys().cloned().collect();
+    eprintln!("capi e2e: {} nodes from {launched:?}", nodes.len());
+
+    // Pods gone, claims deleted: the Machines go and the replicas come back down.
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    cleanup(&client, &names).await;
+    wait_until(Duration::from_secs(120), "replicas back to 0", || async {
+        host.check_alive();
+        let replicas = world.replicas("small").await + world.replicas("large").await;
+        let machines = world.machines().await.len();
+        Ok::<_, String>((replicas == 0 && machines == 0).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    let deleted = world.actor.record.lock().unwrap().machines_deleted.len();
+    assert_eq!(deleted, nodes.len());
+}
+
+/// The provider loaded in-process with grants on the management cluster.
+fn provider(world: &World, grants: &str) -> capstan::runtime::ProviderPre {
+    let caps = Capabilities::builder("clusterapi")
+        .grants(parse::from_text(grants).unwrap())
+        .workload(ClusterConnection::new(
+            Cluster::Workload,
+            world.workload.clone(),
+        ))
+        .management(ClusterConnection::new(
+            Cluster::Management,
+            world.management.clone(),
+        ))
+        .build();
+    runtime()
+        .load(
+            &std::fs::read(providers_dir().join("clusterapi.wasm")).unwrap(),
+            Limits::default(),
+            caps,
+        )
+        .unwrap()
+}
+
+fn wit_class(parameters: &Value) -> WitNodeClass {
+    WitNodeClass {
+        name: "capi".into(),
+        parameters: parameters.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn the_conformance_kit_passes() {
+    let world = World::new(
+        "capi-conf",
+        &[machine_deployment(
+            "conf",
+            capacity("4", "16Gi", "0.2", "3"),
+        )],
+    )
+    .await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let options = conformance::Options {
+        node_class: wit_class(&world.parameters()),
+        delete_interval: Duration::from_millis(500),
+        delete_attempts: 60,
+        ..conformance::Options::default()
+    };
+    let report = conformance::run(&provider, &options).await;
+    assert!(report.passed(), "{report}");
+    // It launched and removed one Machine, and left the replicas as it found them.
+    let record = world.actor.record.lock().unwrap().clone();
+    assert!(record.machines_created >= 1, "{record:?}");
+    assert_eq!(world.replicas("conf").await, 0);
+}
+
+#[tokio::test]
+async fn malformed_annotations_make_the_node_class_not_ready() {
+    let mut bad = capacity("4", "16Gi", "0.2", "3");
+    bad["capacity.cluster-autoscaler.kubernetes.io/memory"] = json!("sixteen gigs");
+    bad["capacity.cluster-autoscaler.kubernetes.io/taints"] = json!("gpu=true:NoWay");
+    let mut taint = capacity("4", "16Gi", "0.2", "3");
+    taint["capacity.cluster-autoscaler.kubernetes.io/taints"] = json!("gpu=true:Sometimes");
+    let world = World::new(
+        "capi-bad",
+        &[
+            machine_deployment("bad-memory", bad),
+            machine_deployment("bad-taint", taint),
+            machine_deployment("fine", capacity("2", "8Gi", "0.1", "3")),
+        ],
+    )
+    .await;
+    // In-process: validate-node-class names both MachineDeployments and their annotations.
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let err = provider
+        .validate_node_class(&wit_class(&world.parameters()))
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("bad-memory"), "{message}");
+    assert!(message.contains("not a quantity"), "{message}");
+    assert!(message.contains("bad-taint"), "{message}");
+    assert!(
+        message.contains("unknown taint effect \"Sometimes\""),
+        "{message}"
+    );
+    // The good one still serves instance types.
+    let catalog = provider
+        .get_instance_types(&crate::fixtures::pool("p"), &wit_class(&world.parameters()))
+        .await
+        .unwrap();
+    let view = capstan::provider::convert::catalog::CatalogView::new(&catalog).unwrap();
+    let names: Vec<String> = view.instance_types().map(|it| it.name.to_owned()).collect();
+    assert_eq!(names, vec!["fine".to_string()]);
+
+    // Through the host: the NodeClass condition says so, and the host keeps running.
+    let (cp, client) = cluster().await;
+    let mgmt = management().await;
+    let names = Names::new("capibad");
+    let file = providers_dir().join("clusterapi.wasm");
+    let host = Host::start(
+        cp,
+        &names,
+        &[
+            "--provider",
+            &format!("clusterapi={}", file.display()),
+            "--grants",
+            &format!("clusterapi={}", grants_file().display()),
+            "--management-kubeconfig",
+            mgmt.kubeconfig_path().to_str().unwrap(),
+        ],
+    );
+    let class = names.name("nc");
+    node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
+    let api = Api::<NodeClass>::all(client.clone());
+    let condition = wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
+        host.check_alive();
+        let class = api.get(&class).await?;
+        Ok::<_, kube::Error>(class.status.and_then(|s| {
+            s.conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready" && format!("{:?}", c.status) == "False")
+        }))
+    })
+    .await
+    .unwrap();
+    assert_eq!(condition.reason.as_deref(), Some("InvalidParameters"));
+    let message = condition.message.unwrap_or_default();
+    assert!(
+        message.contains("bad-memory") && message.contains("bad-taint"),
+        "{message}"
+    );
+    host.check_alive();
+    cleanup(&client, &names).await;
+}
