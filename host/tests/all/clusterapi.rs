@@ -423,3 +423,139 @@ async fn malformed_annotations_make_the_node_class_not_ready() {
     host.check_alive();
     cleanup(&client, &names).await;
 }
+
+/// A claim for MachineDeployment `deployment`.
+fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
+    use capstan::runtime::types::{NodeClaim, Operator, Requirement, Resource};
+    NodeClaim {
+        name: name.into(),
+        node_pool_name: Some("p".into()),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        requirements: vec![Requirement {
+            key: "node.kubernetes.io/instance-type".into(),
+            operator: Operator::In,
+            values: vec![deployment.into()],
+            min_values: None,
+        }],
+        requests: vec![Resource {
+            name: "cpu".into(),
+            quantity: "1".into(),
+        }],
+        provider_id: None,
+        image_id: None,
+        node_name: None,
+        capacity: Vec::new(),
+        allocatable: Vec::new(),
+        created_at: None,
+    }
+}
+
+#[tokio::test]
+async fn a_launch_that_times_out_leaves_no_machine_behind() {
+    let mut world = World::new(
+        "capi-timeout",
+        &[machine_deployment(
+            "slow",
+            capacity("4", "16Gi", "0.2", "3"),
+        )],
+    )
+    .await;
+    // The infrastructure never delivers: no providerID within the launch timeout.
+    world.task.abort();
+    world.actor.provision_delay = Duration::from_secs(3600);
+    world.task = world.actor.spawn();
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let mut parameters = world.parameters();
+    parameters["launchTimeoutSeconds"] = json!(3);
+    let err = provider
+        .create(&claim("slow-claim", "slow"), &wit_class(&parameters))
+        .await
+        .unwrap_err();
+    let message = err.to_string();
+    assert!(message.contains("LaunchTimeout"), "{message}");
+    wait_until(Duration::from_secs(30), "no Machine left", || async {
+        let machines = world.machines().await.len();
+        let replicas = world.replicas("slow").await;
+        Ok::<_, String>((machines == 0 && replicas == 0).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(world.actor.record.lock().unwrap().machines_created, 1);
+}
+
+#[tokio::test]
+async fn a_changed_machine_template_drifts_its_machines() {
+    let world = World::new(
+        "capi-drift",
+        &[machine_deployment(
+            "drifty",
+            capacity("4", "16Gi", "0.2", "3"),
+        )],
+    )
+    .await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let class = wit_class(&world.parameters());
+    let launched = provider
+        .create(&claim("drift-claim", "drifty"), &class)
+        .await
+        .unwrap();
+    assert!(
+        launched
+            .provider_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("capi-test://"))
+    );
+    // Idempotent: the same claim again is the same Machine.
+    let again = provider
+        .create(&claim("drift-claim", "drifty"), &class)
+        .await
+        .unwrap();
+    assert_eq!(again.provider_id, launched.provider_id);
+    assert_eq!(world.replicas("drifty").await, 1);
+    assert_eq!(provider.is_drifted(&launched, &class).await.unwrap(), None);
+    // A new infrastructure template: the Machine made from the old one has drifted.
+    world
+        .deployments()
+        .patch(
+            "drifty",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "TestMachineTemplate", "name": "drifty-v2"}}}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        provider.is_drifted(&launched, &class).await.unwrap(),
+        Some("MachineTemplateChanged".to_owned())
+    );
+    // get and list see it; delete removes it and then answers not-found.
+    let id = launched.provider_id.clone().unwrap();
+    assert_eq!(provider.get(&id).await.unwrap().name, "drift-claim");
+    assert!(
+        provider
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .any(|c| c.provider_id.as_deref() == Some(id.as_str()))
+    );
+    provider.delete(&launched).await.unwrap();
+    wait_until(
+        Duration::from_secs(30),
+        "delete answers not-found",
+        || async {
+            match provider.delete(&launched).await {
+                Err(e) if e.to_string().contains("not-found") => Ok(Some(())),
+                Ok(()) => Ok(None),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(world.replicas("drifty").await, 0);
+}
