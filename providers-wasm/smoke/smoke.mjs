@@ -75,8 +75,9 @@ const cls = (p) => ({ name: 'default', parameters: JSON.stringify(p) });
 const kwok = await load('kwok');
 assert.equal(kwok.name(), 'kwok');
 const its = kwok.getInstanceTypes(pool, cls({}));
-assert.equal(its.length, 72);
-console.log('kwok: types', its.length, 'first', its[0].name, its[0].offerings[0]);
+assert.equal(its.instanceTypes.length, 72);
+console.log('kwok: types', its.instanceTypes.length, 'first', its.strings[its.instanceTypes[0].name],
+  its.offerings[its.instanceTypes[0].offerings.start]);
 let e = providerError(() => kwok.validateNodeClass(cls({ maxCpu: -1 })));
 assert.equal(e.tag, 'invalid'); console.log('kwok: validate maxCpu -1 ->', e);
 e = providerError(() => kwok.validateNodeClass({ name: 'x', parameters: '[1]' }));
@@ -136,10 +137,11 @@ console.log('kwok: logs', logs);
 // ---- chaos ----
 const chaos = await load('chaos');
 assert.equal(chaos.name(), 'chaos');
-assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'catalog', count: 1000 })).length, 1000);
-assert.equal(chaos.getInstanceTypes({ ...pool, name: 'pool-xyz' }, cls({})) [0].name, 'pool-xyz');
-assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'grow', bytes: 8 << 20 })).length, 1);
-assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'sleep', millis: 7 })).length, 1);
+assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'catalog', count: 1000 })).instanceTypes.length, 1000);
+const echo = chaos.getInstanceTypes({ ...pool, name: 'pool-xyz' }, cls({}));
+assert.equal(echo.strings[echo.instanceTypes[0].name], 'pool-xyz');
+assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'grow', bytes: 8 << 20 })).instanceTypes.length, 1);
+assert.equal(chaos.getInstanceTypes(pool, cls({ mode: 'sleep', millis: 7 })).instanceTypes.length, 1);
 e = providerError(() => chaos.validateNodeClass(cls({ mode: 'kube', op: 'get', kind: 'Secret', namespace: 'kube-system', name: 'x' })));
 assert.equal(e.tag, 'invalid'); assert.equal(e.val, 'not-found: Secret x');
 e = providerError(() => chaos.validateNodeClass(cls({ mode: 'kube', op: 'patch', kind: 'Node', name: 'n', subresource: 'status', patchType: 'apply', body: {} })));

@@ -159,7 +159,7 @@ impl Entry {
 
 /// The WIT catalog of `entries`.
 pub fn to_catalog(entries: &[Entry]) -> Catalog {
-    let mut catalog = CatalogBuilder::new();
+    let mut catalog = CatalogBuilder::with_capacity(entries.len());
     for entry in entries {
         entry.add_to(&mut catalog);
     }

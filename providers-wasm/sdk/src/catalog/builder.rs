@@ -8,88 +8,103 @@
 // `CatalogInstanceType`, `Span`, `Amount`, `Operator`), has no `use` statements and no inner doc
 // comments, and takes everything else by its full `std::` path.
 
-/// No entry: the end of a collision chain.
-const NONE: u32 = u32::MAX;
-
-/// FNV-1a over bytes and words: fast, deterministic and good enough for interning (collisions
-/// are resolved by comparing entries).
+/// A 64-bit multiplicative hash over words (FxHash's step), finished with a mixer so the high bits
+/// the table uses are well spread. Collisions are resolved by comparing entries.
 #[derive(Clone, Copy)]
-struct Fnv(u64);
+struct Hash(u64);
 
-impl Fnv {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
+impl Hash {
+    const K: u64 = 0x517c_c1b7_2722_0a95;
 
     fn new() -> Self {
-        Fnv(Self::OFFSET)
+        Hash(0)
+    }
+
+    fn word(self, word: u64) -> Self {
+        Hash((self.0.rotate_left(5) ^ word).wrapping_mul(Self::K))
     }
 
     fn bytes(mut self, bytes: &[u8]) -> Self {
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(Self::PRIME);
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self = self.word(u64::from_le_bytes(word));
         }
-        self
+        let mut tail = [0u8; 8];
+        let rest = chunks.remainder();
+        for (t, b) in tail.iter_mut().zip(rest) {
+            *t = *b;
+        }
+        self.word(u64::from_le_bytes(tail))
+            .word(bytes.len() as u64)
     }
 
-    fn word(mut self, word: u64) -> Self {
-        self.0 = (self.0 ^ word).wrapping_mul(Self::PRIME);
-        self.0 ^= self.0 >> 29;
-        self
+    fn finish(self) -> u32 {
+        let h = (self.0 ^ (self.0 >> 31)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        (h >> 32) as u32
     }
 }
 
-/// The hash is already a hash: the table uses it as is.
-#[derive(Default)]
-struct PassThrough(u64);
-
-impl std::hash::Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = (self.0 << 8) | u64::from(*b);
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
-/// Hash → first entry id with that hash; `next[id]` chains entries whose hashes collide.
+/// An open-addressing table of entry ids (dense, from 0): `slots` holds `id + 1` (0 is empty), a
+/// power of two in size and at most half full; `hashes[id]` is each entry's hash.
 #[derive(Default)]
 struct Dedup {
-    first: std::collections::HashMap<u64, u32, std::hash::BuildHasherDefault<PassThrough>>,
-    next: Vec<u32>,
+    slots: Vec<u32>,
+    hashes: Vec<u32>,
 }
 
 impl Dedup {
-    /// The id of an existing entry with this hash that `same` accepts, or `None` after registering
-    /// `new_id` (which must be the next dense id) under the hash.
-    fn find_or_add(&mut self, hash: u64, new_id: u32, mut same: impl FnMut(u32) -> bool) -> Option<u32> {
-        match self.first.entry(hash) {
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(new_id);
-            }
-            std::collections::hash_map::Entry::Occupied(slot) => {
-                let mut id = *slot.get();
-                loop {
-                    if same(id) {
-                        return Some(id);
-                    }
-                    match self.next.get(id as usize) {
-                        Some(&next) if next != NONE => id = next,
-                        _ => break,
-                    }
+    fn with_capacity(entries: usize) -> Self {
+        let mut d = Dedup {
+            slots: Vec::new(),
+            hashes: Vec::with_capacity(entries),
+        };
+        d.resize((entries * 2).next_power_of_two().max(16));
+        d
+    }
+
+    fn resize(&mut self, size: usize) {
+        self.slots.clear();
+        self.slots.resize(size, 0);
+        let mask = size - 1;
+        for (id, hash) in self.hashes.iter().enumerate() {
+            let mut i = *hash as usize & mask;
+            while let Some(slot) = self.slots.get_mut(i) {
+                if *slot == 0 {
+                    *slot = id as u32 + 1;
+                    break;
                 }
-                if let Some(last) = self.next.get_mut(id as usize) {
-                    *last = new_id;
-                }
+                i = (i + 1) & mask;
             }
         }
-        self.next.push(NONE);
+    }
+
+    /// The id of an existing entry with this hash that `same` accepts, or `None` after registering
+    /// `new_id` (which must be the next dense id) under the hash.
+    fn find_or_add(&mut self, hash: Hash, new_id: u32, mut same: impl FnMut(u32) -> bool) -> Option<u32> {
+        if (self.hashes.len() + 1) * 2 > self.slots.len() {
+            self.resize((self.slots.len() * 2).max(16));
+        }
+        let hash = hash.finish();
+        let mask = self.slots.len() - 1;
+        let mut i = hash as usize & mask;
+        loop {
+            match self.slots.get(i) {
+                Some(&0) | None => break,
+                Some(&slot) => {
+                    let id = slot - 1;
+                    if self.hashes.get(id as usize) == Some(&hash) && same(id) {
+                        return Some(id);
+                    }
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        if let Some(slot) = self.slots.get_mut(i) {
+            *slot = new_id + 1;
+        }
+        self.hashes.push(hash);
         None
     }
 }
@@ -151,22 +166,29 @@ impl Default for CatalogBuilder {
 impl CatalogBuilder {
     /// An empty builder.
     pub fn new() -> Self {
+        Self::with_capacity(0)
+    }
+
+    /// An empty builder with room for about `instance_types` types (a few offerings, requirements
+    /// and amounts each) before it reallocates.
+    pub fn with_capacity(instance_types: usize) -> Self {
+        let n = instance_types;
         CatalogBuilder {
             catalog: Catalog {
-                strings: Vec::new(),
-                values: Vec::new(),
-                requirements: Vec::new(),
-                requirement_lists: Vec::new(),
-                amounts: Vec::new(),
-                offerings: Vec::new(),
-                instance_types: Vec::new(),
+                strings: Vec::with_capacity(n + 16),
+                values: Vec::with_capacity(n + 16),
+                requirements: Vec::with_capacity(n + 16),
+                requirement_lists: Vec::with_capacity(4 * n),
+                amounts: Vec::with_capacity(4 * n),
+                offerings: Vec::with_capacity(8 * n),
+                instance_types: Vec::with_capacity(n),
             },
-            strings: Dedup::default(),
-            requirements: Dedup::default(),
-            requirement_lists: Dedup::default(),
-            requirement_list_spans: Vec::new(),
-            amount_lists: Dedup::default(),
-            amount_list_spans: Vec::new(),
+            strings: Dedup::with_capacity(n + 16),
+            requirements: Dedup::with_capacity(n + 16),
+            requirement_lists: Dedup::with_capacity(n),
+            requirement_list_spans: Vec::with_capacity(n),
+            amount_lists: Dedup::with_capacity(n),
+            amount_list_spans: Vec::with_capacity(n),
             scratch_values: Vec::new(),
             scratch_requirements: Vec::new(),
             scratch_offering_requirements: Vec::new(),
@@ -176,7 +198,7 @@ impl CatalogBuilder {
 
     /// The index of `text` in the string table, adding it if new.
     pub fn string(&mut self, text: &str) -> u32 {
-        let hash = Fnv::new().bytes(text.as_bytes()).0;
+        let hash = Hash::new().bytes(text.as_bytes());
         let strings = &self.catalog.strings;
         let id = strings.len() as u32;
         match self
@@ -220,7 +242,7 @@ impl CatalogBuilder {
         values: &[u32],
         min_values: Option<u32>,
     ) -> u32 {
-        let mut hash = Fnv::new()
+        let mut hash = Hash::new()
             .word(u64::from(key))
             .word(operator_code(&operator))
             .word(min_values.map_or(0, |m| u64::from(m) + 1));
@@ -229,7 +251,7 @@ impl CatalogBuilder {
         }
         let catalog = &self.catalog;
         let id = catalog.requirements.len() as u32;
-        let found = self.requirements.find_or_add(hash.0, id, |i| {
+        let found = self.requirements.find_or_add(hash, id, |i| {
             catalog.requirements.get(i as usize).is_some_and(|r| {
                 r.key == key
                     && operator_code(&r.operator) == operator_code(&operator)
@@ -256,14 +278,14 @@ impl CatalogBuilder {
         if list.is_empty() {
             return span(0, 0);
         }
-        let mut hash = Fnv::new();
+        let mut hash = Hash::new();
         for r in list {
             hash = hash.word(u64::from(*r));
         }
         let lists = &self.catalog.requirement_lists;
         let spans = &self.requirement_list_spans;
         let id = spans.len() as u32;
-        let found = self.requirement_lists.find_or_add(hash.0, id, |i| {
+        let found = self.requirement_lists.find_or_add(hash, id, |i| {
             spans
                 .get(i as usize)
                 .is_some_and(|s| slice_of(lists, s) == list)
@@ -285,14 +307,14 @@ impl CatalogBuilder {
         if list.is_empty() {
             return span(0, 0);
         }
-        let mut hash = Fnv::new();
+        let mut hash = Hash::new();
         for a in list {
             hash = hash.word(u64::from(a.name)).word(a.milli_value);
         }
         let amounts = &self.catalog.amounts;
         let spans = &self.amount_list_spans;
         let id = spans.len() as u32;
-        let found = self.amount_lists.find_or_add(hash.0, id, |i| {
+        let found = self.amount_lists.find_or_add(hash, id, |i| {
             spans
                 .get(i as usize)
                 .is_some_and(|s| same_amounts(slice_of(amounts, s), list))
@@ -428,6 +450,26 @@ impl InstanceTypeBuilder<'_> {
         self
     }
 
+    /// [`InstanceTypeBuilder::offering`] with the zone and capacity type as string indices
+    /// ([`CatalogBuilder::string`]): for large catalogs, intern them once instead of per offering.
+    pub fn offering_at(
+        &mut self,
+        zone: u32,
+        capacity_type: u32,
+        price: f64,
+        available: bool,
+    ) -> &mut Self {
+        self.close_offering();
+        self.catalog.catalog.offerings.push(CatalogOffering {
+            zone,
+            capacity_type,
+            price,
+            available,
+            requirements: span(0, 0),
+        });
+        self
+    }
+
     /// Adds a requirement to the offering added last (ignored before the first offering).
     pub fn offering_requirement(
         &mut self,
@@ -445,10 +487,19 @@ impl InstanceTypeBuilder<'_> {
 
     fn amount(&mut self, list: usize, name: &str, milli_value: u64) -> &mut Self {
         let name = self.catalog.string(name);
+        self.amount_at(list, name, milli_value)
+    }
+
+    fn amount_at(&mut self, list: usize, name: u32, milli_value: u64) -> &mut Self {
         if let Some(list) = self.catalog.scratch_amounts.get_mut(list) {
             list.push(Amount { name, milli_value });
         }
         self
+    }
+
+    /// [`InstanceTypeBuilder::capacity`] with the resource name as a string index.
+    pub fn capacity_at(&mut self, name: u32, milli_value: u64) -> &mut Self {
+        self.amount_at(CAPACITY, name, milli_value)
     }
 
     /// Adds a capacity amount in thousandths of the resource's unit (`("cpu", 4000)` is 4 cores,
