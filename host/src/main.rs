@@ -415,8 +415,10 @@ fn init_tracing(format: LogFormat, level: &str) -> Result<()> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
         .with_context(|| format!("bad log level {level:?}"))?;
+    // Colours only for a person at a terminal, never in files or log collectors.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.try_init(),
