@@ -158,7 +158,10 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_on() {
                 &crate::fixtures::class(serde_json::json!({"mode": "sleep", "millis": 3000})),
             )
             .await;
-        (result.map(|types| types.len()), provider.sha256().to_owned())
+        (
+            result.map(|types| types.len()),
+            provider.sha256().to_owned(),
+        )
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     setup.put_source("src", "provider.wasm", &new).await;
