@@ -10,9 +10,10 @@
 // Benchmarks are test code: a broken setup should stop them loudly.
 #![allow(clippy::expect_used)]
 
+#[path = "support/guests.rs"]
+mod guests;
+
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capstan::capability::Capabilities;
@@ -34,25 +35,6 @@ mod native {
     };
     include!("../../providers-wasm/sdk/src/catalog/builder.rs");
     include!("../../providers-wasm/fixtures/chaos/src/catalog.rs");
-}
-
-fn chaos_wasm() -> Vec<u8> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("providers");
-    let mut command = Command::new("bash");
-    command
-        .arg(root.join("providers-wasm/build.sh"))
-        .arg(&out)
-        .current_dir(root.join("providers-wasm"))
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("RUSTFLAGS")
-        .env_remove("CARGO_ENCODED_RUSTFLAGS");
-    if let Some(dir) = std::env::var_os("CAPSTAN_PROVIDERS_TARGET_DIR") {
-        command.env("CARGO_TARGET_DIR", dir);
-    }
-    let status = command.status().expect("run providers-wasm/build.sh");
-    assert!(status.success(), "providers-wasm/build.sh failed");
-    std::fs::read(out.join("chaos.wasm")).expect("chaos.wasm")
 }
 
 fn runtime(allocator: AllocatorChoice, keep_resident: usize) -> Runtime {
@@ -112,7 +94,7 @@ where
 }
 
 fn benches(c: &mut Criterion) {
-    let bytes = chaos_wasm();
+    let bytes = guests::guest_wasm("chaos");
     let rt = tokio();
 
     let pooling = runtime(AllocatorChoice::Pooling, 0);

@@ -14,7 +14,7 @@ use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
 use capstan_test_support::{ControlPlane, Options, shared_upstream_dir, wait_until};
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
@@ -23,7 +23,7 @@ use tokio::sync::OnceCell;
 use self::actor::{Actor, DEPLOYMENT_NAME, resource};
 use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
-use crate::provisioner_e2e::pods;
+use crate::provisioner_e2e::{pods, wait_running};
 
 /// What the clusterapi provider needs, on the management cluster.
 pub const CLUSTERAPI_GRANTS: &str = r#"
@@ -170,6 +170,23 @@ fn grants_file() -> std::path::PathBuf {
     path
 }
 
+/// `capstan run` with the clusterapi provider (from its file) and the management cluster.
+async fn start_host(cp: &ControlPlane, names: &Names) -> Host {
+    let file = providers_dir().join("clusterapi.wasm");
+    Host::start(
+        cp,
+        names,
+        &[
+            "--provider",
+            &format!("clusterapi={}", file.display()),
+            "--grants",
+            &format!("clusterapi={}", grants_file().display()),
+            "--management-kubeconfig",
+            management().await.kubeconfig_path().to_str().unwrap(),
+        ],
+    )
+}
+
 #[tokio::test]
 async fn pending_pods_scale_a_machine_deployment_and_back() {
     let world = World::new(
@@ -181,27 +198,14 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     )
     .await;
     let (cp, client) = cluster().await;
-    let mgmt = management().await;
     let names = Names::new("capi");
-    let file = providers_dir().join("clusterapi.wasm");
-    let host = Host::start(
-        cp,
-        &names,
-        &[
-            "--provider",
-            &format!("clusterapi={}", file.display()),
-            "--grants",
-            &format!("clusterapi={}", grants_file().display()),
-            "--management-kubeconfig",
-            mgmt.kubeconfig_path().to_str().unwrap(),
-        ],
-    );
+    let host = start_host(cp, &names).await;
     let (class, pool) = (names.name("nc"), names.name("pool"));
     node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
     node_pool(&client, node_pool_json(&names, &pool, &class)).await;
     let ns = cp.create_namespace_unique("capi-pods").await.unwrap();
 
-    // Three pods of 1 cpu: the cheapest MachineDeployment that fits (small, 2 cpu) grows.
+    // Three pods of 1 cpu in one batch: the cheapest MachineDeployment that holds them grows.
     pods(
         &client,
         &names,
@@ -214,19 +218,7 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
         "256Mi",
     )
     .await;
-    let api = Api::<Pod>::namespaced(client.clone(), &ns);
-    let running = wait_until(Duration::from_secs(180), "3 pods Running", || async {
-        host.check_alive();
-        let list = api.list(&ListParams::default()).await?;
-        let running: Vec<Pod> = list
-            .items
-            .into_iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
-            .collect();
-        Ok::<_, kube::Error>((running.len() == 3).then_some(running))
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    let running = wait_running(&client, &host, &ns, 3, Duration::from_secs(180)).await;
     let nodes: std::collections::BTreeSet<String> = running
         .iter()
         .filter_map(|p| p.spec.as_ref()?.node_name.clone())
@@ -385,21 +377,8 @@ async fn malformed_annotations_make_the_node_class_not_ready() {
 
     // Through the host: the NodeClass condition says so, and the host keeps running.
     let (cp, client) = cluster().await;
-    let mgmt = management().await;
     let names = Names::new("capibad");
-    let file = providers_dir().join("clusterapi.wasm");
-    let host = Host::start(
-        cp,
-        &names,
-        &[
-            "--provider",
-            &format!("clusterapi={}", file.display()),
-            "--grants",
-            &format!("clusterapi={}", grants_file().display()),
-            "--management-kubeconfig",
-            mgmt.kubeconfig_path().to_str().unwrap(),
-        ],
-    );
+    let host = start_host(cp, &names).await;
     let class = names.name("nc");
     node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
     let api = Api::<NodeClass>::all(client.clone());

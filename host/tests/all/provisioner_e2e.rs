@@ -104,7 +104,7 @@ pub(crate) async fn pods(
 }
 
 /// Waits until `expected` pods of `ns` are Running; returns them.
-async fn wait_running(
+pub(crate) async fn wait_running(
     client: &Client,
     host: &Host,
     ns: &str,

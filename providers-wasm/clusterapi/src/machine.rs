@@ -141,7 +141,7 @@ impl Machine {
                 .metadata
                 .creation_timestamp
                 .as_deref()
-                .and_then(rfc3339_millis),
+                .and_then(capstan_provider_sdk::timestamp::parse_millis),
         }
     }
 }
@@ -149,30 +149,6 @@ impl Machine {
 /// `(namespace, name)` of a pending provider ID.
 pub fn parse_pending(id: &str) -> Option<(&str, &str)> {
     id.strip_prefix(PENDING_PREFIX)?.split_once('/')
-}
-
-/// Milliseconds since the Unix epoch of a Kubernetes timestamp (`2026-11-26T02:30:48Z`).
-pub fn rfc3339_millis(text: &str) -> Option<u64> {
-    let text = text.strip_suffix('Z')?;
-    let (date, time) = text.split_once('T')?;
-    let mut d = date.split('-').map(|p| p.parse::<i64>().ok());
-    let (year, month, day) = (d.next()??, d.next()??, d.next()??);
-    let time = time.split('.').next()?;
-    let mut t = time.split(':').map(|p| p.parse::<i64>().ok());
-    let (hour, minute, second) = (t.next()??, t.next()??, t.next()??);
-    if !(1..=12).contains(&month) || !(1..=31).contains(&day) {
-        return None;
-    }
-    // Days from civil (Howard Hinnant's algorithm).
-    let y = if month <= 2 { year - 1 } else { year };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (month + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let seconds = days * 86_400 + hour * 3600 + minute * 60 + second;
-    u64::try_from(seconds).ok().map(|s| s * 1000)
 }
 
 #[cfg(test)]
@@ -215,20 +191,5 @@ mod tests {
             machine(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
         assert!(deleting.is_leaving());
         assert!(!machine(serde_json::json!({})).is_leaving());
-    }
-
-    #[test]
-    fn timestamps() {
-        assert_eq!(rfc3339_millis("1970-01-01T00:00:00Z"), Some(0));
-        assert_eq!(
-            rfc3339_millis("2000-03-01T00:00:01Z"),
-            Some(951_868_801_000)
-        );
-        assert_eq!(
-            rfc3339_millis("2026-11-26T02:30:48.123Z"),
-            Some(1_795_660_248_000)
-        );
-        assert_eq!(rfc3339_millis("yesterday"), None);
-        assert_eq!(rfc3339_millis("2026-13-01T00:00:00Z"), None);
     }
 }

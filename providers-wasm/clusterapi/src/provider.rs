@@ -439,14 +439,7 @@ impl Guest for ClusterApi {
     }
 
     fn repair_policies() -> Vec<RepairPolicy> {
-        ["False", "Unknown"]
-            .into_iter()
-            .map(|status| RepairPolicy {
-                condition_type: "Ready".to_string(),
-                condition_status: status.to_string(),
-                toleration_seconds: 30 * 60,
-            })
-            .collect()
+        capstan_provider_sdk::ready_repair_policies(30 * 60)
     }
 
     fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {

@@ -1,8 +1,6 @@
 //! The Node object kwok "launches": building it from a claim and a chosen offering, and reading a
 //! claim back from it. Pure; the kube calls live in [`crate::provider`].
 
-mod timestamp;
-
 use std::collections::BTreeMap;
 
 use capstan_provider_sdk::{KeyValue, NodeClaim, Resource, Taint, TaintEffect, labels};
@@ -280,7 +278,7 @@ impl Node {
                 self.metadata
                     .creation_timestamp
                     .as_deref()
-                    .and_then(timestamp::parse_millis)
+                    .and_then(capstan_provider_sdk::timestamp::parse_millis)
             });
         NodeClaim {
             name: self.metadata.name.clone(),

@@ -38,6 +38,7 @@ pub mod params;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;
+pub mod timestamp;
 
 /// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world`.
 #[allow(missing_docs, clippy::all)]
@@ -86,6 +87,19 @@ pub use bindings::capstan::provider::types::{
 };
 
 pub use catalog::{CatalogBuilder, InstanceTypeBuilder};
+
+/// Karpenter's usual node auto-repair: replace a node whose `Ready` condition has been `False` or
+/// `Unknown` for `toleration_seconds`.
+pub fn ready_repair_policies(toleration_seconds: u64) -> Vec<RepairPolicy> {
+    ["False", "Unknown"]
+        .into_iter()
+        .map(|status| RepairPolicy {
+            condition_type: "Ready".to_string(),
+            condition_status: status.to_string(),
+            toleration_seconds,
+        })
+        .collect()
+}
 pub use quantity::Quantity;
 pub use requirements::Requirements;
 pub use resources::ResourceList;
