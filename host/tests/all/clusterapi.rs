@@ -538,3 +538,59 @@ async fn a_changed_machine_template_drifts_its_machines() {
     .unwrap();
     assert_eq!(world.replicas("drifty").await, 0);
 }
+
+#[tokio::test]
+async fn concurrent_launches_share_one_scale_up() {
+    let world = World::new(
+        "capi-batch",
+        &[machine_deployment(
+            "batch",
+            capacity("4", "16Gi", "0.2", "10"),
+        )],
+    )
+    .await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let mut parameters = world.parameters();
+    parameters["batchMillis"] = json!(1000);
+    let class = wit_class(&parameters);
+    let generation = |md: DynamicObject| md.metadata.generation.unwrap_or(0);
+    let before = generation(world.deployments().get("batch").await.unwrap());
+    let claims: Vec<_> = (0..5)
+        .map(|i| claim(&format!("batch-{i}"), "batch"))
+        .collect();
+    let launched = futures::future::join_all(claims.iter().map(|c| provider.create(c, &class)))
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let ids: std::collections::BTreeSet<_> = launched
+        .iter()
+        .map(|c| c.provider_id.clone().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 5, "five launches, five Machines: {ids:?}");
+    assert_eq!(world.replicas("batch").await, 5);
+    // Each scale request changes the spec once: five launches took fewer than five.
+    let scale_requests = generation(world.deployments().get("batch").await.unwrap()) - before;
+    eprintln!("5 concurrent launches: {scale_requests} scale request(s)");
+    assert!(
+        (1..=2).contains(&scale_requests),
+        "{scale_requests} scale requests"
+    );
+    // Nothing is left waiting.
+    let md = world.deployments().get("batch").await.unwrap();
+    assert!(
+        !md.annotations().contains_key("capstan.dev/launch-requests"),
+        "{:?}",
+        md.annotations()
+    );
+    for claim in &launched {
+        provider.delete(claim).await.unwrap();
+    }
+    wait_until(Duration::from_secs(30), "all Machines gone", || async {
+        let machines = world.machines().await.len();
+        let replicas = world.replicas("batch").await;
+        Ok::<_, String>((machines == 0 && replicas == 0).then_some(()))
+    })
+    .await
+    .unwrap();
+}

@@ -8,10 +8,12 @@
 //! management cluster. See `README.md` for the parameters, annotations and grants.
 //!
 //! Modules: [`params`], [`node_group`] (MachineDeployment annotations), [`catalog`] (instance
-//! types and the choice of what to grow) and [`machine`] are pure and unit-tested natively;
+//! types and the choice of what to grow), [`ledger`] (launches sharing a scale-up) and [`machine`]
+//! are pure and unit-tested natively;
 //! [`provider`] is the glue to the WIT export and the `kube` import.
 
 pub mod catalog;
+pub mod ledger;
 pub mod machine;
 pub mod node_group;
 pub mod params;

@@ -33,6 +33,9 @@ pub struct Parameters {
     /// How often `create` polls while waiting. Default 500.
     #[serde(default = "default_poll")]
     pub poll_millis: u64,
+    /// How long a launch waits for others to join its scale-up. Default 200.
+    #[serde(default = "default_batch")]
+    pub batch_millis: u64,
 }
 
 /// Which cluster holds the Cluster API objects.
@@ -72,6 +75,10 @@ fn default_poll() -> u64 {
     500
 }
 
+fn default_batch() -> u64 {
+    200
+}
+
 impl Default for Parameters {
     fn default() -> Self {
         Self {
@@ -81,6 +88,7 @@ impl Default for Parameters {
             selector: BTreeMap::new(),
             launch_timeout_seconds: default_launch_timeout(),
             poll_millis: default_poll(),
+            batch_millis: default_batch(),
         }
     }
 }
@@ -106,10 +114,21 @@ impl Parameters {
         if self.poll_millis == 0 || self.poll_millis > 60_000 {
             return Err(invalid("pollMillis", "must be 1..=60000"));
         }
+        if self.batch_millis > 10_000 {
+            return Err(invalid("batchMillis", "must be at most 10000"));
+        }
         if self.launch_timeout_seconds == 0 {
             return Err(invalid("launchTimeoutSeconds", "must be at least 1"));
         }
         Ok(())
+    }
+
+    /// How long a waiting launch is remembered on its MachineDeployment (the launch timeout and a
+    /// minute), in ms.
+    pub fn ledger_max_age(&self) -> u64 {
+        self.launch_timeout_seconds
+            .saturating_mul(1000)
+            .saturating_add(60_000)
     }
 
     /// `cluster.x-k8s.io/<version>`.
@@ -140,14 +159,18 @@ mod tests {
     #[test]
     fn fields() {
         let p = Parameters::parse(
-            r#"{"cluster":"workload","namespace":"capi","apiVersion":"v1beta1","selector":{"pool":"a"},"launchTimeoutSeconds":30,"pollMillis":100}"#,
+            r#"{"cluster":"workload","namespace":"capi","apiVersion":"v1beta1","selector":{"pool":"a"},"launchTimeoutSeconds":30,"pollMillis":100,"batchMillis":50}"#,
         )
         .unwrap();
         assert_eq!(p.cluster, ClusterName::Workload);
         assert_eq!(p.namespace, "capi");
         assert_eq!(p.group_version(), "cluster.x-k8s.io/v1beta1");
         assert_eq!(p.selector["pool"], "a");
-        assert_eq!((p.launch_timeout_seconds, p.poll_millis), (30, 100));
+        assert_eq!(
+            (p.launch_timeout_seconds, p.poll_millis, p.batch_millis),
+            (30, 100, 50)
+        );
+        assert_eq!(p.ledger_max_age(), 90_000);
     }
 
     #[test]
@@ -155,6 +178,7 @@ mod tests {
         assert!(message(r#"{"apiVersion":"v1"}"#).contains("parameters.apiVersion"));
         assert!(message(r#"{"namespace":""}"#).contains("parameters.namespace"));
         assert!(message(r#"{"pollMillis":0}"#).contains("parameters.pollMillis"));
+        assert!(message(r#"{"batchMillis":60000}"#).contains("parameters.batchMillis"));
         assert!(message(r#"{"cluster":"other"}"#).contains("cluster"));
         assert!(message(r#"{"colour":"red"}"#).contains("colour"));
     }

@@ -6,6 +6,8 @@
 //! management cluster, or in the workload cluster when the host has no management cluster; with
 //! `v1beta2`, or `v1beta1` where that is all the API server serves.
 
+use std::collections::BTreeSet;
+
 use capstan_provider_sdk::kube::{self, Cluster, KubeError, ListOptions, Target};
 use capstan_provider_sdk::{
     Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
@@ -14,6 +16,7 @@ use capstan_provider_sdk::{
 use serde_json::json;
 
 use crate::catalog::{self, NoGroup};
+use crate::ledger::{self, AtMaxSize, Capacity, Ledger};
 use crate::machine::{
     CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, Machine, parse_pending,
 };
@@ -157,43 +160,32 @@ fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
     node_group::parse(&md).ok()
 }
 
-/// Changes a MachineDeployment's replicas by `delta` through its `scale` subresource, retrying
-/// conflicts. Refuses to grow past `max`.
-fn scale(
-    place: &Place,
-    deployment: &str,
-    delta: i64,
-    max: Option<i64>,
-) -> Result<i64, ProviderError> {
+/// Lowers a MachineDeployment's replicas by one through its `scale` subresource, retrying
+/// conflicts.
+fn scale_down_one(place: &Place, deployment: &str) -> Result<(), ProviderError> {
     let object = place
         .target("MachineDeployment")
         .object(deployment)
         .subresource("scale");
     let mut last = String::new();
     for _ in 0..8 {
-        let current: serde_json::Value = kube::get(&object).map_err(err(delta > 0))?;
+        let current: serde_json::Value = kube::get(&object).map_err(err(false))?;
         let replicas = current["spec"]["replicas"].as_i64().unwrap_or(0);
-        let next = (replicas + delta).max(0);
-        if delta > 0 && max.is_some_and(|max| next > max) {
-            return Err(ProviderError::InsufficientCapacity(format!(
-                "MachineDeployment {deployment} is at its maximum size ({replicas})"
-            )));
-        }
-        if next == replicas {
-            return Ok(replicas);
+        if replicas == 0 {
+            return Ok(());
         }
         let patch = json!({
             "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
-            "spec": {"replicas": next},
+            "spec": {"replicas": replicas - 1},
         });
         match kube::patch_merge::<_, serde_json::Value>(&object, &patch) {
-            Ok(_) => return Ok(next),
+            Ok(_) => return Ok(()),
             Err(e @ kube::Error::Kube(KubeError::Conflict(_))) => last = e.to_string(),
-            Err(e) => return Err(e.into_provider_error(delta > 0)),
+            Err(e) => return Err(e.into_provider_error(false)),
         }
     }
     Err(ProviderError::Retryable(format!(
-        "scaling MachineDeployment {deployment}: still conflicting ({last})"
+        "scaling MachineDeployment {deployment} down: still conflicting ({last})"
     )))
 }
 
@@ -251,7 +243,7 @@ fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
             Err(e) => Err(e.into_provider_error(false)),
         };
     };
-    if let Err(e) = scale(&place, deployment, -1, None) {
+    if let Err(e) = scale_down_one(&place, deployment) {
         let undo = kube::patch_merge::<_, serde_json::Value>(
             &object,
             &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
@@ -324,6 +316,169 @@ fn wait_launched(
     }
 }
 
+/// Edits a MachineDeployment's launch ledger (compare-and-swap on its resourceVersion), pruning
+/// entries older than `max_age` ms.
+fn update_ledger(
+    place: &Place,
+    deployment: &str,
+    max_age: u64,
+    edit: impl Fn(&mut Ledger),
+) -> Result<(), ProviderError> {
+    let object = place.target("MachineDeployment").object(deployment);
+    for _ in 0..8 {
+        let md: MachineDeployment = kube::get(&object).map_err(err(true))?;
+        let before = Ledger::parse(
+            md.metadata
+                .annotations
+                .get(ledger::ANNOTATION)
+                .map(String::as_str),
+        );
+        let mut after = before.clone();
+        after.prune(clock::now_millis(), max_age);
+        edit(&mut after);
+        if after == before {
+            return Ok(());
+        }
+        let patch = json!({"metadata": {
+            "resourceVersion": md.metadata.resource_version,
+            "annotations": {ledger::ANNOTATION: after.to_text()},
+        }});
+        match kube::patch_merge::<_, serde_json::Value>(&object, &patch) {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Kube(KubeError::Conflict(_))) => {}
+            Err(e) => return Err(e.into_provider_error(true)),
+        }
+    }
+    Err(ProviderError::Retryable(format!(
+        "MachineDeployment {deployment}: its launch requests keep changing"
+    )))
+}
+
+/// Takes `claim` off the ledger; a failure only logs (the entry ages out, and a claimed Machine
+/// no longer counts as waiting anyway).
+fn leave_ledger(place: &Place, deployment: &str, max_age: u64, claim: &str) {
+    if let Err(e) = update_ledger(place, deployment, max_age, |l| l.remove(claim)) {
+        capstan_provider_sdk::warn!(
+            "claim {claim}: could not leave the launch ledger of {deployment}: {e:?}"
+        );
+    }
+}
+
+/// A MachineDeployment's capacity for its waiting launches, its resourceVersion and Machines.
+fn capacity(
+    place: &Place,
+    deployment: &str,
+    max_age: u64,
+) -> Result<(Option<String>, Capacity, Vec<Machine>), ProviderError> {
+    let md: MachineDeployment =
+        kube::get(&place.target("MachineDeployment").object(deployment)).map_err(err(true))?;
+    let machines: Vec<Machine> = kube::list(
+        &place.target("Machine"),
+        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={deployment}")),
+    )
+    .map_err(err(true))?;
+    let live: Vec<&Machine> = machines.iter().filter(|m| !m.is_leaving()).collect();
+    let claimed: BTreeSet<String> = live
+        .iter()
+        .filter_map(|m| m.claim())
+        .map(str::to_string)
+        .collect();
+    let mut ledger = Ledger::parse(
+        md.metadata
+            .annotations
+            .get(ledger::ANNOTATION)
+            .map(String::as_str),
+    );
+    ledger.prune(clock::now_millis(), max_age);
+    let capacity = Capacity {
+        replicas: md.spec.replicas.unwrap_or(0),
+        live: live.len(),
+        unclaimed: live.iter().filter(|m| m.claim().is_none()).count(),
+        waiting: ledger.waiting(&claimed),
+    };
+    Ok((md.metadata.resource_version, capacity, machines))
+}
+
+/// Raises the replicas (through the `scale` subresource, compare-and-swap) so that every waiting
+/// launch gets a Machine: one request for all of them.
+fn ensure_capacity(place: &Place, group: &NodeGroup, max_age: u64) -> Result<(), ProviderError> {
+    for _ in 0..8 {
+        let (version, capacity, _) = capacity(place, &group.name, max_age)?;
+        let target = match capacity.wanted(group.max_size) {
+            Ok(None) => return Ok(()),
+            Ok(Some(target)) => target,
+            Err(AtMaxSize { max }) => {
+                return Err(ProviderError::InsufficientCapacity(format!(
+                    "MachineDeployment {} is at its maximum size ({max})",
+                    group.name
+                )));
+            }
+        };
+        let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
+        let scale = place
+            .target("MachineDeployment")
+            .object(&group.name)
+            .subresource("scale");
+        match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
+            Ok(_) => {
+                capstan_provider_sdk::info!(
+                    "scaled MachineDeployment {} from {} to {} for {} waiting launches",
+                    group.name,
+                    capacity.replicas,
+                    target,
+                    capacity.waiting
+                );
+                return Ok(());
+            }
+            Err(kube::Error::Kube(KubeError::Conflict(_))) => {}
+            Err(e) => return Err(e.into_provider_error(true)),
+        }
+    }
+    // Others keep changing it: the next round looks again.
+    Ok(())
+}
+
+/// Gives back capacity no launch waits for any more: marks unclaimed Machines for removal (so
+/// the scale-down takes them, never a claimed one) and lowers the replicas.
+fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), ProviderError> {
+    for _ in 0..8 {
+        let (version, capacity, machines) = capacity(place, deployment, max_age)?;
+        let excess = capacity.excess();
+        if excess == 0 {
+            return Ok(());
+        }
+        for machine in machines
+            .iter()
+            .filter(|m| !m.is_leaving() && m.claim().is_none())
+            .take(excess)
+        {
+            let object = place.target("Machine").object(&machine.metadata.name);
+            match kube::patch_merge::<_, serde_json::Value>(
+                &object,
+                &json!({"metadata": {"annotations": {DELETE_MACHINE: "true"}}}),
+            ) {
+                Ok(_) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => return Err(e.into_provider_error(false)),
+            }
+        }
+        let target = (capacity.replicas - i64::try_from(excess).unwrap_or(i64::MAX)).max(0);
+        let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
+        let scale = place
+            .target("MachineDeployment")
+            .object(deployment)
+            .subresource("scale");
+        match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Kube(KubeError::Conflict(_))) => {}
+            Err(e) => return Err(e.into_provider_error(false)),
+        }
+    }
+    Err(ProviderError::Retryable(format!(
+        "MachineDeployment {deployment}: could not give back unused capacity"
+    )))
+}
+
 impl Guest for ClusterApi {
     fn name() -> String {
         "clusterapi".to_string()
@@ -364,20 +519,21 @@ impl Guest for ClusterApi {
                 ProviderError::InsufficientCapacity(m)
             }
         })?;
-        // Every launch grows its MachineDeployment by exactly one and takes one unclaimed
-        // Machine, so concurrent launches of one MachineDeployment share its new Machines.
-        scale(&place, &group.name, 1, group.max_size)?;
-        capstan_provider_sdk::info!(
-            "claim {}: scaled MachineDeployment {} up",
-            claim.name,
-            group.name
-        );
+        // Join the MachineDeployment's waiting launches, give others a moment to join too, then
+        // take an unclaimed Machine, or raise the replicas for everyone still waiting.
+        let max_age = params.ledger_max_age();
+        update_ledger(&place, &group.name, max_age, |l| {
+            l.add(&claim.name, clock::now_millis());
+        })?;
+        clock::sleep_millis(params.batch_millis);
         let machine = loop {
             if let Some(machine) = adopt(&place, group, &claim.name)? {
+                leave_ledger(&place, &group.name, max_age, &claim.name);
                 break machine;
             }
             if clock::now_millis() >= deadline {
-                scale(&place, &group.name, -1, None)?;
+                leave_ledger(&place, &group.name, max_age, &claim.name);
+                release_excess(&place, &group.name, max_age)?;
                 return Err(ProviderError::create_failed(
                     "MachineNotCreated",
                     format!(
@@ -385,6 +541,10 @@ impl Guest for ClusterApi {
                         group.name, params.launch_timeout_seconds
                     ),
                 ));
+            }
+            if let Err(e) = ensure_capacity(&place, group, max_age) {
+                leave_ledger(&place, &group.name, max_age, &claim.name);
+                return Err(e);
             }
             clock::sleep_millis(params.poll_millis);
         };
