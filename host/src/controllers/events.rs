@@ -5,6 +5,8 @@ use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
+use crate::capability::host::truncate;
+
 /// The Event recorder of the controllers.
 #[derive(Clone)]
 pub struct Events {
@@ -87,13 +89,8 @@ impl Events {
             EventType::Normal => tracing::info!(%kind, %name, reason, note = %note, "event"),
             EventType::Warning => tracing::warn!(%kind, %name, reason, note = %note, "event"),
         }
-        if note.len() > 1000 {
-            let mut end = 1000;
-            while !note.is_char_boundary(end) {
-                end -= 1;
-            }
-            note.truncate(end);
-        }
+        let kept = truncate(&note, 1000).len();
+        note.truncate(kept);
         let event = Event {
             type_,
             reason: reason.to_owned(),
@@ -105,16 +102,4 @@ impl Events {
             tracing::debug!(%kind, %name, reason, error = %err, "cannot record event");
         }
     }
-}
-
-/// At most `max` bytes of `text`, cut at a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
 }
