@@ -303,6 +303,12 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
         readiness.clone(),
     )
     .await?;
+    // One loader (and one discovery cache per cluster) for file and resource providers alike.
+    let loader = Arc::new(capstan::provider::Loader::new(
+        Arc::clone(&runtime),
+        Some(workload.clone()),
+        management.clone(),
+    ));
     for flag in &args.providers {
         let (name, path) = split_pair("provider", flag)?;
         let source = capstan::provider::ProviderSource {
@@ -311,13 +317,10 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             grants: grants_by_name.remove(name).unwrap_or_else(Grants::none),
             limits: Limits::default(),
         };
-        let (loader, workload, management) =
-            (Arc::clone(&runtime), workload.clone(), management.clone());
-        let provider = tokio::task::spawn_blocking(move || {
-            capstan::provider::load(&loader, source, Some(workload), management)
-        })
-        .await
-        .context("the loader task failed")??;
+        let file_loader = Arc::clone(&loader);
+        let provider = tokio::task::spawn_blocking(move || file_loader.load(source, None, None))
+            .await
+            .context("the loader task failed")??;
         registry.insert(name, provider);
     }
     if let Some(name) = grants_by_name.keys().next() {
@@ -325,11 +328,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
     }
     let lease_client = workload.clone();
     let providers = (!args.no_provider_resources).then(|| capstan::controllers::ProvidersSetup {
-        loader: Arc::new(capstan::provider::Loader::new(
-            Arc::clone(&runtime),
-            Some(workload.clone()),
-            management.clone(),
-        )),
+        loader,
         settings: capstan::controllers::providers::Settings {
             source_namespace: args.provider_source_namespace.clone(),
             ..capstan::controllers::providers::Settings::default()

@@ -46,64 +46,13 @@ pub struct ProviderSource {
     pub limits: Limits,
 }
 
-/// Compiles and links a provider with its grants and cluster connections. CPU-heavy on a cache
-/// miss: call it off the async executor.
-pub fn load(
-    runtime: &Runtime,
-    source: ProviderSource,
-    workload: Option<kube::Client>,
-    management: Option<kube::Client>,
-) -> Result<ProviderPre, ProviderLoadError> {
-    let connections = Connections {
-        workload: workload.map(|client| ClusterConnection::new(Cluster::Workload, client)),
-        management: management.map(|client| ClusterConnection::new(Cluster::Management, client)),
-    };
-    load_on(runtime, &connections, source, None, None)
-}
-
-/// The cluster connections every provider of a host shares (discovery is cached per connection).
-#[derive(Debug, Clone, Default)]
-struct Connections {
-    workload: Option<Arc<ClusterConnection>>,
-    management: Option<Arc<ClusterConnection>>,
-}
-
-fn load_on(
-    runtime: &Runtime,
-    connections: &Connections,
-    source: ProviderSource,
-    previous: Option<&ProviderPre>,
-    on_denied: Option<DenialSink>,
-) -> Result<ProviderPre, ProviderLoadError> {
-    let mut caps = Capabilities::builder(source.name.as_str()).grants(source.grants);
-    if let Some(connection) = &connections.workload {
-        caps = caps.workload(Arc::clone(connection));
-    }
-    if let Some(connection) = &connections.management {
-        caps = caps.management(Arc::clone(connection));
-    }
-    if let Some(previous) = previous {
-        let previous = previous.capabilities();
-        caps = caps
-            .cache(previous.shared_cache())
-            .metrics(previous.shared_metrics());
-    }
-    if let Some(sink) = on_denied {
-        caps = caps.on_denied(sink);
-    }
-    runtime
-        .load(&source.bytes, source.limits, caps.build())
-        .map_err(|source_err| ProviderLoadError::Load {
-            name: source.name,
-            source: source_err,
-        })
-}
-
-/// Loads providers for one host: the runtime and the cluster connections they share.
+/// Loads providers for one host: the runtime, and the cluster connections every provider shares
+/// (discovery is cached per connection).
 #[derive(Debug, Clone)]
 pub struct Loader {
     runtime: Arc<Runtime>,
-    connections: Connections,
+    workload: Option<Arc<ClusterConnection>>,
+    management: Option<Arc<ClusterConnection>>,
 }
 
 impl Loader {
@@ -115,11 +64,9 @@ impl Loader {
     ) -> Self {
         Self {
             runtime,
-            connections: Connections {
-                workload: workload.map(|client| ClusterConnection::new(Cluster::Workload, client)),
-                management: management
-                    .map(|client| ClusterConnection::new(Cluster::Management, client)),
-            },
+            workload: workload.map(|client| ClusterConnection::new(Cluster::Workload, client)),
+            management: management
+                .map(|client| ClusterConnection::new(Cluster::Management, client)),
         }
     }
 
@@ -138,13 +85,28 @@ impl Loader {
         previous: Option<&ProviderPre>,
         on_denied: Option<DenialSink>,
     ) -> Result<ProviderPre, ProviderLoadError> {
-        load_on(
-            &self.runtime,
-            &self.connections,
-            source,
-            previous,
-            on_denied,
-        )
+        let mut caps = Capabilities::builder(source.name.as_str()).grants(source.grants);
+        if let Some(connection) = &self.workload {
+            caps = caps.workload(Arc::clone(connection));
+        }
+        if let Some(connection) = &self.management {
+            caps = caps.management(Arc::clone(connection));
+        }
+        if let Some(previous) = previous {
+            let previous = previous.capabilities();
+            caps = caps
+                .cache(previous.shared_cache())
+                .metrics(previous.shared_metrics());
+        }
+        if let Some(sink) = on_denied {
+            caps = caps.on_denied(sink);
+        }
+        self.runtime
+            .load(&source.bytes, source.limits, caps.build())
+            .map_err(|source_err| ProviderLoadError::Load {
+                name: source.name,
+                source: source_err,
+            })
     }
 }
 
