@@ -372,6 +372,14 @@ async fn report_denials(ctx: Arc<Ctx>, mut denials: tokio::sync::mpsc::Receiver<
         {
             continue;
         }
+        // A hostile provider can vary its calls without end: forget quiet keys to stay bounded.
+        if last.len() >= 1024 {
+            let interval = ctx.settings.denial_event_interval;
+            last.retain(|_, at| at.elapsed() < interval);
+        }
+        if last.len() >= 1024 {
+            continue;
+        }
         last.insert(key, Instant::now());
         let Some(provider) = ctx.store.get(&ObjectRef::<Provider>::new(&denial.provider)) else {
             continue;
