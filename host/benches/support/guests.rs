@@ -1,11 +1,11 @@
 //! Building the guest fixtures for benchmarks (`providers-wasm/build.sh`, cached by cargo).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 
 /// Builds the guests and returns the bytes of `name.wasm` (`kwok`, `chaos`).
 pub fn guest_wasm(name: &str) -> Vec<u8> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let root = capstan_test_support::repo_root();
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("providers");
     let mut command = Command::new("bash");
     command

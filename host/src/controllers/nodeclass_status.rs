@@ -1,17 +1,20 @@
 //! NodeClass status: `Ready` from the provider's `validate-node-class` (or `ProviderNotFound`
-//! when the NodeClass names a provider that is not loaded).
+//! when the NodeClass names a provider that is not loaded), and termination: like Karpenter's
+//! node classes, a NodeClass carries a finalizer and, once deleted, stays until no NodeClaim
+//! refers to it any more (their instances are deleted through it).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::shared::set_condition;
-use crate::api::{ConditionStatus, NodeClass, NodeClassStatus};
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeClassStatus};
 use crate::controllers::{Context, ControllerError, now};
 use crate::provider::convert;
 use crate::runtime::types::ProviderError;
@@ -80,11 +83,86 @@ async fn validate(ctx: &Context, class: &NodeClass) -> (ConditionStatus, &'stati
     }
 }
 
+/// The finalizer that keeps a deleted NodeClass until its NodeClaims are gone.
+pub const FINALIZER: &str = "capstan.dev/termination";
+
+/// Writes `finalizers` (guarded by the resourceVersion the decision was made on).
+async fn set_finalizers(
+    ctx: &Context,
+    class: &NodeClass,
+    finalizers: Vec<String>,
+) -> Result<(), ControllerError> {
+    let api: Api<NodeClass> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {
+        "resourceVersion": class.resource_version(),
+        "finalizers": finalizers,
+    }});
+    api.patch(
+        &class.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A deleted NodeClass: waits for the NodeClaims that use it, then lets it go.
+async fn finalize(class: &NodeClass, ctx: &Context) -> Result<Action, ControllerError> {
+    if !class.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let name = class.name_any();
+    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let waiting: Vec<String> = claims
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|claim| {
+            let reference = &claim.spec.node_class_ref;
+            reference.group == GROUP && reference.kind == KIND && reference.name == name
+        })
+        .map(ResourceExt::name_any)
+        .collect();
+    if !waiting.is_empty() {
+        ctx.events
+            .normal(
+                class,
+                "WaitingOnNodeClaimTermination",
+                format!(
+                    "waiting on {} NodeClaim(s) to terminate: {}",
+                    waiting.len(),
+                    waiting.join(", ")
+                ),
+            )
+            .await;
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let rest = class
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    set_finalizers(ctx, class, rest).await?;
+    Ok(Action::await_change())
+}
+
 /// One reconcile of one NodeClass.
 pub async fn reconcile(
     class: Arc<NodeClass>,
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
+    if class.metadata.deletion_timestamp.is_some() {
+        return finalize(&class, &ctx).await;
+    }
+    if !class.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = class.finalizers().to_vec();
+        finalizers.push(FINALIZER.to_owned());
+        set_finalizers(&ctx, &class, finalizers).await?;
+        // The update comes back as a watch event; validate the new version then.
+        return Ok(Action::await_change());
+    }
     let (status, reason, message) = validate(&ctx, &class).await;
     let mut next = class.status.clone().unwrap_or_default();
     let changed = set_condition(

@@ -16,7 +16,7 @@ static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
 /// they are up to date).
 pub fn providers_dir() -> &'static Path {
     let built = BUILT.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let root = capstan_test_support::repo_root();
         let script = root.join("providers-wasm/build.sh");
         let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("providers");
         let mut command = Command::new("bash");

@@ -6,14 +6,27 @@ use std::sync::OnceLock;
 
 use crate::{Error, Result};
 
-/// The repository root (two levels above this crate's manifest directory).
+/// The repository root: the nearest directory with `Cargo.lock` and `crds/` above the running
+/// package (or, failing that, two levels above this crate's manifest directory).
 pub fn repo_root() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
-    manifest
+    // The running package's directory (cargo sets it for tests and benches) wins over the one
+    // compiled in: a build shared between checkouts (one CARGO_TARGET_DIR) may have been compiled
+    // in another clone.
+    let runtime = std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from);
+    let compiled = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for start in runtime.iter().map(PathBuf::as_path).chain([compiled]) {
+        if let Some(root) = start
+            .ancestors()
+            .find(|dir| dir.join("Cargo.lock").is_file() && dir.join("crds").is_dir())
+        {
+            return root.to_path_buf();
+        }
+    }
+    compiled
         .parent()
         .and_then(Path::parent)
         .map(Path::to_path_buf)
-        .unwrap_or_else(|| manifest.to_path_buf())
+        .unwrap_or_else(|| compiled.to_path_buf())
 }
 
 /// The shared upstream reference data: `$CAPSTAN_SHARED_UPSTREAM`, or `<repo>/../shared/upstream`

@@ -181,3 +181,67 @@ async fn unresolvable_references_and_malformed_pools_get_conditions() {
         wait_claim_gone(&client, &host, name, Duration::from_secs(60)).await;
     }
 }
+
+#[tokio::test]
+async fn a_deleted_node_class_waits_for_its_claims() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("ncfin");
+    let host = Host::start(cp, &names, &[]);
+    let (class, pool, name) = (names.name("nc"), names.name("pool"), names.name("claim"));
+    node_class(&client, &names, &class, "kwok", json!({})).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    claim(&client, claim_json(&names, &name, &pool, &class)).await;
+    wait_condition(
+        &client,
+        &host,
+        &name,
+        "Registered",
+        "True",
+        None,
+        Duration::from_secs(90),
+    )
+    .await;
+    let classes = Api::<NodeClass>::all(client.clone());
+    let finalized = classes.get(&class).await.unwrap();
+    assert!(
+        finalized
+            .finalizers()
+            .iter()
+            .any(|f| f == "capstan.dev/termination"),
+        "{:?}",
+        finalized.finalizers()
+    );
+
+    // Deleted while a claim uses it: it stays, and says why.
+    classes
+        .delete(&class, &DeleteParams::default())
+        .await
+        .unwrap();
+    let note = wait_event(&client, "default", &class, "WaitingOnNodeClaimTermination")
+        .await
+        .note
+        .unwrap_or_default();
+    assert!(note.contains(&name), "{note}");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let still = classes.get(&class).await.unwrap();
+    assert!(still.metadata.deletion_timestamp.is_some());
+
+    // The claim terminates through it (its instance deleted), then the NodeClass goes.
+    Api::<NodeClaim>::all(client.clone())
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(90), "NodeClass gone", || async {
+        host.check_alive();
+        Ok::<_, kube::Error>(classes.get_opt(&class).await?.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    assert!(
+        nodes_with_provider_id(&client, &format!("kwok://{name}"))
+            .await
+            .is_empty(),
+        "the instance is gone"
+    );
+    cleanup(&client, &names).await;
+}
