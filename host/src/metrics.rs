@@ -2,7 +2,7 @@
 //!
 //! Counters of NodeClaims launched, registered, initialized, terminated and failed (by reason),
 //! and a histogram of provider call latency by WIT function. [`global`] is the process-wide set;
-//! [`render`] gives its text for a `/metrics` endpoint (served in a later issue).
+//! [`render`] gives its text for the `/metrics` endpoint ([`crate::serve`]).
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
