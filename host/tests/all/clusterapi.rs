@@ -13,7 +13,8 @@ use capstan::capability::kube::ClusterConnection;
 use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
-use capstan_test_support::{ControlPlane, Options, shared_upstream_dir, wait_until};
+use capstan_test_support::upstream::{self, CLUSTER_API_CRDS};
+use capstan_test_support::{ControlPlane, Options, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -42,7 +43,8 @@ async fn management() -> &'static ControlPlane {
             let cp = ControlPlane::start(Options::api_server_only())
                 .await
                 .expect("management API server");
-            cp.install_crds_from_dir(&shared_upstream_dir().join("cluster-api"))
+            let crds = upstream::paths(&CLUSTER_API_CRDS).unwrap_or_else(|err| panic!("{err}"));
+            cp.install_crds_from_files(&crds)
                 .await
                 .expect("Cluster API CRDs");
             cp
