@@ -63,3 +63,56 @@ build_control_plane() {
   log "building the control plane (cached under $CAPSTAN_CACHE/control-plane)"
   bash "$REPO_ROOT/tests/control-plane/cp" build
 }
+
+# Finds (or downloads into the Go module cache) the upstream Go modules whose files the tests read.
+fetch_upstream() {
+  ensure_go
+  log "upstream test data (Go modules pinned in tests/control-plane/upstream.env)"
+  bash "$REPO_ROOT/tests/control-plane/cp" upstream
+}
+
+# The pieces of `make test`; each is also a make target of the same name. They install nothing
+# but Rust components: the caller sets up what they need.
+
+# Formats both workspaces in place.
+task_fmt() {
+  log "format"
+  (cd "$REPO_ROOT" && cargo fmt --all)
+  (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all)
+}
+
+# Format check and clippy: the host workspace, the guest workspace natively and for wasm32-wasip2.
+task_lint() {
+  log "format check"
+  (cd "$REPO_ROOT" && cargo fmt --all -- --check)
+  (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all -- --check)
+  log "lint (host workspace)"
+  (cd "$REPO_ROOT" && cargo clippy --workspace --all-targets --locked -- -D warnings)
+  log "lint (guest workspace, native and wasm32-wasip2)"
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
+    cargo clippy --workspace --all-targets --locked -- -D warnings)
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
+    cargo clippy --workspace --locked --target wasm32-wasip2 -- -D warnings)
+}
+
+# Unit and property tests, no control plane: the host workspace's library, binary and doc tests,
+# and the guest workspace's tests (natively).
+task_unit() {
+  log "host unit tests"
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --lib --bins)
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --doc)
+  log "guest unit tests"
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" cargo test --workspace --locked)
+}
+
+# Integration and e2e tests (host/tests, tests/support/tests) on the real control plane.
+task_e2e() {
+  log "host integration and e2e tests"
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*')
+}
+
+# The criterion benchmarks in host/benches (all, or the one named by $BENCH).
+task_bench() {
+  log "benchmarks (host/benches${BENCH:+: $BENCH})"
+  (cd "$REPO_ROOT" && cargo bench -p capstan --locked ${BENCH:+--bench "$BENCH"})
+}
