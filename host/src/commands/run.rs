@@ -17,8 +17,8 @@ use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::{leader, serve};
 
 use super::{
-    CacheArgs, block_on, client, kube_config, parse_duration, parse_short_duration,
-    read_component, read_grants,
+    CacheArgs, block_on, client, kube_config, parse_duration, parse_short_duration, read_component,
+    read_grants,
 };
 
 /// Arguments of `capstan run`.

@@ -114,7 +114,11 @@ impl std::fmt::Display for UpstreamFile {
 
 /// Lines `first..=last` (1-based) of `text`, each with a final newline.
 fn excerpt(text: &str, first: usize, last: usize) -> Option<String> {
-    let lines: Vec<&str> = text.lines().skip(first.checked_sub(1)?).take(last.checked_sub(first)? + 1).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .skip(first.checked_sub(1)?)
+        .take(last.checked_sub(first)? + 1)
+        .collect();
     (lines.len() == last - first + 1).then(|| lines.iter().map(|l| format!("{l}\n")).collect())
 }
 
@@ -127,14 +131,20 @@ pub const KARPENTER_NODEPOOLS_CRD: UpstreamFile =
 pub const KARPENTER_NODECLAIMS_CRD: UpstreamFile =
     UpstreamFile::whole(Karpenter, "pkg/apis/crds/karpenter.sh_nodeclaims.yaml");
 /// The KWOKNodeClass CRD (v1alpha1), the node class of the kwok examples.
-pub const KWOK_NODECLASSES_CRD: UpstreamFile =
-    UpstreamFile::whole(Karpenter, "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml");
+pub const KWOK_NODECLASSES_CRD: UpstreamFile = UpstreamFile::whole(
+    Karpenter,
+    "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
+);
 /// The NodePool of upstream's e2e tests (1-space indentation, no final newline, as upstream).
-pub const DEFAULT_NODEPOOL: UpstreamFile =
-    UpstreamFile::whole(Karpenter, "test/pkg/environment/common/default_nodepool.yaml");
+pub const DEFAULT_NODEPOOL: UpstreamFile = UpstreamFile::whole(
+    Karpenter,
+    "test/pkg/environment/common/default_nodepool.yaml",
+);
 /// The KWOKNodeClass that goes with [`DEFAULT_NODEPOOL`] (upstream spells it "kowk").
-pub const DEFAULT_KWOK_NODECLASS: UpstreamFile =
-    UpstreamFile::whole(Karpenter, "test/pkg/environment/common/default_kowknodeclass.yaml");
+pub const DEFAULT_KWOK_NODECLASS: UpstreamFile = UpstreamFile::whole(
+    Karpenter,
+    "test/pkg/environment/common/default_kowknodeclass.yaml",
+);
 /// The kwok README's NodePool `default` (spot) and KWOKNodeClass: the body of its
 /// `cat <<EOF | kubectl apply` heredoc.
 pub const KWOK_README_NODEPOOL: UpstreamFile =
@@ -145,11 +155,15 @@ pub const TEST_README_NODEPOOL: UpstreamFile =
     UpstreamFile::excerpt(Karpenter, "test/README.md", 66, 92);
 
 /// The Cluster API Machine CRD (v1beta1, deprecated, and v1beta2).
-pub const CLUSTER_API_MACHINES_CRD: UpstreamFile =
-    UpstreamFile::whole(ClusterApi, "core/config/crd/bases/cluster.x-k8s.io_machines.yaml");
+pub const CLUSTER_API_MACHINES_CRD: UpstreamFile = UpstreamFile::whole(
+    ClusterApi,
+    "core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
+);
 /// The Cluster API MachineSet CRD.
-pub const CLUSTER_API_MACHINESETS_CRD: UpstreamFile =
-    UpstreamFile::whole(ClusterApi, "core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml");
+pub const CLUSTER_API_MACHINESETS_CRD: UpstreamFile = UpstreamFile::whole(
+    ClusterApi,
+    "core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml",
+);
 /// The Cluster API MachineDeployment CRD.
 pub const CLUSTER_API_MACHINEDEPLOYMENTS_CRD: UpstreamFile = UpstreamFile::whole(
     ClusterApi,

@@ -52,10 +52,7 @@ fn upstream_node_pool_examples_deserialize_into_our_types() {
     for (source, pool) in pools {
         let pool: NodePool = serde_json::from_value(serde_json::to_value(pool).unwrap())
             .unwrap_or_else(|err| panic!("{source}: {err}"));
-        assert!(
-            !pool.spec.template.spec.requirements.is_empty(),
-            "{source}"
-        );
+        assert!(!pool.spec.template.spec.requirements.is_empty(), "{source}");
     }
 }
 
