@@ -6,12 +6,13 @@
 #   make lint   format check and clippy: host; guests natively and for wasm32-wasip2
 #   make unit   unit and property tests, no control plane (host lib, bins and docs; guests)
 #   make e2e    integration and e2e tests on the real control plane (host/tests, tests/support/tests)
-#   make bench  the criterion benchmarks in host/benches (BENCH=scheduling for one of them)
+#   make bench  the criterion benchmarks in host/benches (BENCH=scheduling for one, BENCH_ARGS=--test
+#               to run each once)
 #   make control-plane | providers | upstream   build or fetch one prerequisite
 .PHONY: help test demo fmt lint unit e2e bench control-plane providers upstream
 
 help:
-	@sed -n '1,10p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,11p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh

@@ -111,8 +111,10 @@ task_e2e() {
   (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*')
 }
 
-# The criterion benchmarks in host/benches (all, or the one named by $BENCH).
+# The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
+# criterion (a filter, `--test` to run each benchmark once).
 task_bench() {
   log "benchmarks (host/benches${BENCH:+: $BENCH})"
-  (cd "$REPO_ROOT" && cargo bench -p capstan --locked ${BENCH:+--bench "$BENCH"})
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+  (cd "$REPO_ROOT" && cargo bench -p capstan --locked ${BENCH:+--bench "$BENCH"} -- ${BENCH_ARGS:-})
 }
