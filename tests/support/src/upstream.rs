@@ -124,67 +124,50 @@ fn excerpt(text: &str, first: usize, last: usize) -> Option<String> {
 
 use Module::{ClusterApi, Karpenter};
 
+const fn karpenter(path: &'static str) -> UpstreamFile {
+    UpstreamFile::whole(Karpenter, path)
+}
+
+const fn cluster_api(path: &'static str) -> UpstreamFile {
+    UpstreamFile::whole(ClusterApi, path)
+}
+
 /// The karpenter.sh/v1 NodePool CRD.
 pub const KARPENTER_NODEPOOLS_CRD: UpstreamFile =
-    UpstreamFile::whole(Karpenter, "pkg/apis/crds/karpenter.sh_nodepools.yaml");
+    karpenter("pkg/apis/crds/karpenter.sh_nodepools.yaml");
 /// The karpenter.sh/v1 NodeClaim CRD.
 pub const KARPENTER_NODECLAIMS_CRD: UpstreamFile =
-    UpstreamFile::whole(Karpenter, "pkg/apis/crds/karpenter.sh_nodeclaims.yaml");
-/// The KWOKNodeClass CRD (v1alpha1), the node class of the kwok examples.
-pub const KWOK_NODECLASSES_CRD: UpstreamFile = UpstreamFile::whole(
-    Karpenter,
-    "kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml",
-);
-/// The NodePool of upstream's e2e tests (1-space indentation, no final newline, as upstream).
-pub const DEFAULT_NODEPOOL: UpstreamFile = UpstreamFile::whole(
-    Karpenter,
-    "test/pkg/environment/common/default_nodepool.yaml",
-);
-/// The KWOKNodeClass that goes with [`DEFAULT_NODEPOOL`] (upstream spells it "kowk").
-pub const DEFAULT_KWOK_NODECLASS: UpstreamFile = UpstreamFile::whole(
-    Karpenter,
-    "test/pkg/environment/common/default_kowknodeclass.yaml",
-);
-/// The kwok README's NodePool `default` (spot) and KWOKNodeClass: the body of its
-/// `cat <<EOF | kubectl apply` heredoc.
-pub const KWOK_README_NODEPOOL: UpstreamFile =
-    UpstreamFile::excerpt(Karpenter, "kwok/README.md", 29, 60);
-/// The test README's template NodePool, whose nodeClassRef is the placeholder
-/// `karpenter.yourprovider.com/YourProviderNodeClass`: the body of its YAML block.
-pub const TEST_README_NODEPOOL: UpstreamFile =
-    UpstreamFile::excerpt(Karpenter, "test/README.md", 66, 92);
+    karpenter("pkg/apis/crds/karpenter.sh_nodeclaims.yaml");
+/// The KWOKNodeClass of upstream's e2e tests, which their default NodePool refers to (upstream
+/// spells the file "kowk").
+pub const DEFAULT_KWOK_NODECLASS: UpstreamFile =
+    karpenter("test/pkg/environment/common/default_kowknodeclass.yaml");
 
-/// The Cluster API Machine CRD (v1beta1, deprecated, and v1beta2).
-pub const CLUSTER_API_MACHINES_CRD: UpstreamFile = UpstreamFile::whole(
-    ClusterApi,
-    "core/config/crd/bases/cluster.x-k8s.io_machines.yaml",
-);
-/// The Cluster API MachineSet CRD.
-pub const CLUSTER_API_MACHINESETS_CRD: UpstreamFile = UpstreamFile::whole(
-    ClusterApi,
-    "core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml",
-);
-/// The Cluster API MachineDeployment CRD.
-pub const CLUSTER_API_MACHINEDEPLOYMENTS_CRD: UpstreamFile = UpstreamFile::whole(
-    ClusterApi,
-    "core/config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml",
-);
-
-/// Karpenter's CRDs: NodePool, NodeClaim, KWOKNodeClass.
+/// Karpenter's CRDs: NodePool, NodeClaim and KWOKNodeClass (v1alpha1, the kwok examples' class).
 pub const KARPENTER_CRDS: [UpstreamFile; 3] = [
     KARPENTER_NODEPOOLS_CRD,
     KARPENTER_NODECLAIMS_CRD,
-    KWOK_NODECLASSES_CRD,
+    karpenter("kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml"),
 ];
-/// Cluster API's CRDs the clusterapi provider works with: Machine, MachineSet, MachineDeployment.
+
+/// Cluster API's CRDs the clusterapi provider works with: Machine, MachineSet, MachineDeployment
+/// (each serving v1beta1, deprecated, and v1beta2).
 pub const CLUSTER_API_CRDS: [UpstreamFile; 3] = [
-    CLUSTER_API_MACHINES_CRD,
-    CLUSTER_API_MACHINESETS_CRD,
-    CLUSTER_API_MACHINEDEPLOYMENTS_CRD,
+    cluster_api("core/config/crd/bases/cluster.x-k8s.io_machines.yaml"),
+    cluster_api("core/config/crd/bases/cluster.x-k8s.io_machinesets.yaml"),
+    cluster_api("core/config/crd/bases/cluster.x-k8s.io_machinedeployments.yaml"),
 ];
-/// Every upstream manifest holding a NodePool, one NodePool each.
-pub const NODEPOOL_EXAMPLES: [UpstreamFile; 3] =
-    [DEFAULT_NODEPOOL, KWOK_README_NODEPOOL, TEST_README_NODEPOOL];
+
+/// Every upstream manifest holding a NodePool, one NodePool each: the NodePool of upstream's e2e
+/// tests (1-space indentation, no final newline, as upstream); the kwok README's NodePool
+/// `default` (spot) with its KWOKNodeClass, the body of its `cat <<EOF | kubectl apply` heredoc;
+/// the test README's template NodePool, whose nodeClassRef is the placeholder
+/// `karpenter.yourprovider.com/YourProviderNodeClass`, the body of its YAML block.
+pub const NODEPOOL_EXAMPLES: [UpstreamFile; 3] = [
+    karpenter("test/pkg/environment/common/default_nodepool.yaml"),
+    UpstreamFile::excerpt(Karpenter, "kwok/README.md", 29, 60),
+    UpstreamFile::excerpt(Karpenter, "test/README.md", 66, 92),
+];
 
 /// The paths of these (whole) files, for [`crate::ControlPlane::install_crds_from_files`].
 pub fn paths(files: &[UpstreamFile]) -> Result<Vec<PathBuf>> {
@@ -246,11 +229,11 @@ mod tests {
     #[test]
     fn names_say_module_path_and_lines() {
         assert_eq!(
-            KWOK_README_NODEPOOL.to_string(),
+            NODEPOOL_EXAMPLES[1].to_string(),
             "sigs.k8s.io/karpenter/kwok/README.md#L29-L60"
         );
         assert_eq!(
-            CLUSTER_API_MACHINES_CRD.to_string(),
+            CLUSTER_API_CRDS[0].to_string(),
             "sigs.k8s.io/cluster-api/core/config/crd/bases/cluster.x-k8s.io_machines.yaml"
         );
     }
