@@ -25,6 +25,7 @@ pub mod nodepool;
 #[allow(clippy::duplicated_attributes)]
 pub mod provider;
 pub mod shared;
+pub mod template_hash;
 
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{NodeClass, NodeClassSpec, NodeClassStatus};

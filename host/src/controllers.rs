@@ -20,18 +20,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 
 use crate::metrics::{self, Metrics};
 use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
 use crate::runtime::CallError;
 use crate::runtime::provider::describe_provider_error;
+use crate::state::Cache;
 
 pub use self::selector::Selector;
 
@@ -235,17 +235,13 @@ pub fn millis_since(then: &Time) -> i64 {
 /// Starts every controller and runs until one of them stops.
 pub async fn run(config: Config) -> Result<(), ControllerError> {
     let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
-    let (nodes, writer) = reflector::store::<Node>();
-    let node_stream = reflector::reflector(
-        writer,
-        watcher(
-            kube::Api::<Node>::all(config.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(|_| futures::future::ready(()));
-    let node_task = tokio::spawn(node_stream);
+    let node_cache = Cache::<Node>::default();
+    let node_changes = node_cache.subscribe();
+    let node_task = tokio::spawn(node_cache.run(
+        kube::Api::<Node>::all(config.client.clone()),
+        watcher::Config::default(),
+    ));
+    let nodes = node_cache.store();
     nodes
         .wait_until_ready()
         .await
@@ -293,7 +289,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
     });
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");
     let result = tokio::select! {
-        () = nodeclaim::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclaim")),
+        () = nodeclaim::run(Arc::clone(&ctx), node_changes) => Err(ControllerError::Stopped("nodeclaim")),
         () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),

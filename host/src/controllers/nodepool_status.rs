@@ -32,7 +32,8 @@ pub const READY: &str = "Ready";
 /// Runs the controller until it stops.
 pub async fn run(ctx: Arc<Context>) {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, ctx.watcher_config());
+    let controller =
+        Controller::new(api, ctx.watcher_config()).trigger_backoff(crate::state::watch_backoff());
     let pools = controller.store();
     controller
         .watches(

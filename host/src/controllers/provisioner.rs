@@ -15,6 +15,7 @@
 pub mod batcher;
 pub mod instance_types;
 pub mod limits;
+pub mod nominations;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
@@ -36,6 +37,7 @@ use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
 
 use self::instance_types::InstanceTypeCache;
+use self::nominations::{Nominations, Verdict};
 use self::snapshot::Snapshot;
 
 /// Annotation on a NodeClaim the provisioner created: the price per hour of the cheapest
@@ -106,7 +108,7 @@ pub async fn run(ctx: Arc<Context>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let watch_tx = tx.clone();
     let pods = watcher(Api::<Pod>::all(ctx.client.clone()), pod_watch_config(&ctx))
-        .default_backoff()
+        .backoff(crate::state::watch_backoff())
         .applied_objects()
         .for_each(move |pod| {
             if let Ok(pod) = pod
@@ -128,16 +130,18 @@ pub async fn run(ctx: Arc<Context>) {
         }
     });
     let cache = InstanceTypeCache::default();
+    let mut nominations = Nominations::default();
     let windows = ctx.settings.batch;
     tracing::info!(idle = ?windows.idle, max = ?windows.max, "provisioner starting");
     while let Some(triggers) = batcher::next_batch(&mut rx, windows).await {
         let started = Instant::now();
-        match provision(&ctx, &cache).await {
+        match provision(&ctx, &cache, &mut nominations).await {
             Ok(outcome) if outcome.pods > 0 => tracing::info!(
                 triggers,
                 pods = outcome.pods,
                 new_claims = outcome.created,
                 unschedulable = outcome.unschedulable,
+                held = outcome.held,
                 elapsed = ?started.elapsed(),
                 "provisioning batch"
             ),
@@ -165,14 +169,28 @@ pub struct Outcome {
     pub created: usize,
     /// Pods that fit nowhere.
     pub unschedulable: usize,
+    /// New claims the simulation wanted for pods already nominated to claims still coming up,
+    /// not created (see [`nominations`]).
+    pub held: usize,
 }
 
 /// One provisioning run over a fresh snapshot.
 pub async fn provision(
     ctx: &Context,
     cache: &InstanceTypeCache,
+    nominations: &mut Nominations,
 ) -> Result<Outcome, ProvisionError> {
     let snapshot = Snapshot::take(ctx).await?;
+    let pending_uids: std::collections::HashSet<&str> = snapshot
+        .pending
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    nominations.expire(
+        &snapshot.claims,
+        &pending_uids,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
     if snapshot.pending.is_empty() {
         return Ok(Outcome::default());
     }
@@ -183,6 +201,12 @@ pub async fn provision(
         ..Outcome::default()
     };
     let pod_of = |i: usize| &snapshot.pending[built.pod_index[i]];
+    let uid_of = |i: &usize| pod_of(*i).metadata.uid.as_deref().unwrap_or_default();
+    let claim_of_node: BTreeMap<&str, String> = snapshot
+        .claims
+        .iter()
+        .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.name_any())))
+        .collect();
     for (i, why) in &built.rejected {
         outcome.unschedulable += 1;
         ctx.events
@@ -190,10 +214,19 @@ pub async fn provision(
             .await;
     }
     for (i, target) in &result.existing_placements {
-        let note = match target {
-            Target::Node(node) => format!("Pod should schedule on: node/{node}"),
-            Target::Claim(claim) => format!("Pod should schedule on: nodeclaim/{claim}"),
+        let (note, claim) = match target {
+            Target::Node(node) => (
+                format!("Pod should schedule on: node/{node}"),
+                claim_of_node.get(node.as_str()).cloned(),
+            ),
+            Target::Claim(claim) => (
+                format!("Pod should schedule on: nodeclaim/{claim}"),
+                Some(claim.clone()),
+            ),
         };
+        if let Some(claim) = claim {
+            nominations.nominate([uid_of(i)], &claim);
+        }
         ctx.events.normal(pod_of(*i), "Nominated", note).await;
     }
     let pools: BTreeMap<String, &NodePool> =
@@ -203,11 +236,22 @@ pub async fn provision(
         let Some(pool) = pools.get(&new.node_pool) else {
             continue;
         };
+        if let Verdict::Waiting(claims) = nominations.guard(new.pods.iter().map(uid_of)) {
+            outcome.held += 1;
+            tracing::warn!(
+                nodepool = %new.node_pool,
+                pods = new.pods.len(),
+                waiting_for = ?claims,
+                "not creating a nodeclaim for pods already nominated to claims still coming up"
+            );
+            continue;
+        }
         let claim = claim_for(new, pool, &ctx.selector.equality_labels());
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
                 let name = created.name_any();
+                nominations.nominate(new.pods.iter().map(uid_of), &name);
                 tracing::info!(
                     nodeclaim = %name,
                     nodepool = %new.node_pool,

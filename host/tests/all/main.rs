@@ -6,6 +6,7 @@
 // Test code: helpers outside `#[test]` functions may unwrap too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_restart;
 mod bad_input;
 mod cache;
 mod chart;
@@ -20,3 +21,4 @@ mod providers;
 mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;
+mod startup_taints;

@@ -18,6 +18,7 @@ use crate::scheduling::{self, SchedulingInput};
 use super::instance_types::InstanceTypeCache;
 use super::limits;
 use super::{ProvisionError, is_provisionable};
+use crate::controllers::nodeclaim::provider_id;
 
 /// The cluster at one moment.
 #[derive(Debug, Default)]
@@ -148,28 +149,35 @@ impl Snapshot {
                 by_node.entry(node).or_default().push(pod.clone());
             }
         }
-        let mut node_names = HashSet::new();
+        // A claim and its Node are one machine: once the Node exists (registered or not) it stands
+        // for the claim, simulated as it will be once initialized; until then the claim is in
+        // flight.
+        let live_claims: Vec<&NodeClaim> = self.claims.iter().filter(|c| !deleting(*c)).collect();
+        let claim_of_node: HashMap<&str, &NodeClaim> = live_claims
+            .iter()
+            .filter_map(|c| Some((provider_id(c)?, *c)))
+            .collect();
+        let mut represented = HashSet::new();
         for node in &self.nodes {
             let name = node.name_any();
             let pods = by_node.get(name.as_str()).map_or(&[][..], Vec::as_slice);
-            match convert::node(node, pods, &self.namespaces) {
+            let claim = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|id| claim_of_node.get(id).copied());
+            if let Some(claim) = claim {
+                represented.insert(claim.name_any());
+            }
+            match convert::node(node, pods, &self.namespaces, claim) {
                 Ok(n) => built.input.existing_nodes.push(n),
                 Err(err) => {
                     tracing::warn!(node = %name, error = %err, "node left out of provisioning")
                 }
             }
-            node_names.insert(name);
         }
-        for claim in &self.claims {
-            if deleting(claim) {
-                continue;
-            }
-            let registered = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| node_names.contains(n));
-            if registered {
+        for claim in live_claims {
+            if represented.contains(&claim.name_any()) {
                 continue;
             }
             match inflight(claim, &self.namespaces) {

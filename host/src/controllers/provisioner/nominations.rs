@@ -1,0 +1,227 @@
+//! The provisioner's memory of which NodeClaim each pod was sent to, and the guard built on it.
+//!
+//! The simulation already counts claims that are launching or whose Node is still starting as
+//! capacity, so a pod it placed on a claim in one batch lands on that claim again in the next.
+//! The guard is a second line behind it: a new claim whose pods were all nominated to claims
+//! that are still coming up is not created, whatever the simulation says. A claim the guard
+//! drops is logged, so a disagreement between the simulation and the cluster shows up there
+//! instead of as a node launched every batch until the pool's limits stop it.
+//!
+//! A nomination holds while its claim exists and is not being deleted, and until
+//! [`Nominations::HOLD_AFTER_INITIALIZED`] after the claim was initialized (time for
+//! kube-scheduler to bind the pod). The launch and registration timeouts delete claims that
+//! never come up, which ends their nominations.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::api::NodeClaim;
+use crate::api::nodeclaim::conditions::INITIALIZED;
+use crate::api::shared::find_condition;
+
+/// Pod UID → the claim it was nominated to.
+#[derive(Debug, Default)]
+pub struct Nominations {
+    by_pod: HashMap<String, String>,
+}
+
+/// What [`Nominations::guard`] decided about one new claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Create it: at least one of its pods is not waiting for another claim.
+    Create,
+    /// Do not: every pod is waiting for one of these claims.
+    Waiting(Vec<String>),
+}
+
+impl Nominations {
+    /// How long a nomination outlives its claim's initialization.
+    pub const HOLD_AFTER_INITIALIZED: Duration = Duration::from_secs(30);
+
+    /// Records that the pods with these UIDs were sent to `claim`.
+    pub fn nominate<'a>(&mut self, pods: impl IntoIterator<Item = &'a str>, claim: &str) {
+        for uid in pods {
+            self.by_pod.insert(uid.to_owned(), claim.to_owned());
+        }
+    }
+
+    /// Forgets nominations whose claim is gone, deleting, or initialized longer than
+    /// [`Self::HOLD_AFTER_INITIALIZED`] ago, and those of pods no longer pending.
+    pub fn expire(&mut self, claims: &[NodeClaim], pending: &HashSet<&str>, now: Timestamp) {
+        let waiting: HashSet<String> = claims
+            .iter()
+            .filter(|c| still_coming_up(c, now))
+            .map(|c| c.name_any())
+            .collect();
+        self.by_pod
+            .retain(|pod, claim| pending.contains(pod.as_str()) && waiting.contains(claim));
+    }
+
+    /// Whether a new claim for pods with these UIDs should be created.
+    pub fn guard<'a>(&self, pods: impl IntoIterator<Item = &'a str>) -> Verdict {
+        let mut waiting = Vec::new();
+        for uid in pods {
+            match self.by_pod.get(uid) {
+                Some(claim) => {
+                    if !waiting.contains(claim) {
+                        waiting.push(claim.clone());
+                    }
+                }
+                None => return Verdict::Create,
+            }
+        }
+        if waiting.is_empty() {
+            Verdict::Create
+        } else {
+            Verdict::Waiting(waiting)
+        }
+    }
+
+    /// How many pods have a nomination.
+    pub fn len(&self) -> usize {
+        self.by_pod.len()
+    }
+
+    /// Whether no pod has a nomination.
+    pub fn is_empty(&self) -> bool {
+        self.by_pod.is_empty()
+    }
+}
+
+fn still_coming_up(claim: &NodeClaim, now: Timestamp) -> bool {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let initialized = claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, INITIALIZED))
+        .filter(|c| c.is_true());
+    match initialized {
+        None => true,
+        Some(condition) => {
+            let since = now.as_millisecond() - condition.last_transition_time.0.as_millisecond();
+            u128::try_from(since)
+                .is_ok_and(|ms| ms < Nominations::HOLD_AFTER_INITIALIZED.as_millis())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::shared::{ConditionStatus, set_condition};
+    use crate::api::{NodeClaim, NodeClaimSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn claim(name: &str) -> NodeClaim {
+        let spec: NodeClaimSpec = serde_json::from_value(serde_json::json!({
+            "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+            "requirements": []
+        }))
+        .unwrap();
+        NodeClaim::new(name, spec)
+    }
+
+    fn initialized(mut c: NodeClaim, at: Timestamp) -> NodeClaim {
+        let status = c.status.get_or_insert_with(Default::default);
+        set_condition(
+            &mut status.conditions,
+            INITIALIZED,
+            ConditionStatus::True,
+            Some("Initialized"),
+            Some(""),
+            None,
+            Time(at),
+        );
+        c
+    }
+
+    fn ts(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap()
+    }
+
+    #[test]
+    fn table() {
+        struct Case {
+            name: &'static str,
+            claims: Vec<NodeClaim>,
+            pending: &'static [&'static str],
+            new_claim_pods: &'static [&'static str],
+            want: Verdict,
+        }
+        let deleting = {
+            let mut c = claim("a");
+            c.metadata.deletion_timestamp = Some(Time(ts(0)));
+            c
+        };
+        let cases = [
+            Case {
+                name: "pods waiting for a launching claim get no second claim",
+                claims: vec![claim("a")],
+                pending: &["p1", "p2"],
+                new_claim_pods: &["p1", "p2"],
+                want: Verdict::Waiting(vec!["a".into()]),
+            },
+            Case {
+                name: "one pod without a nomination is enough to create",
+                claims: vec![claim("a")],
+                pending: &["p1", "p2", "p3"],
+                new_claim_pods: &["p1", "p3"],
+                want: Verdict::Create,
+            },
+            Case {
+                name: "a deleted claim releases its pods",
+                claims: vec![deleting],
+                pending: &["p1", "p2"],
+                new_claim_pods: &["p1", "p2"],
+                want: Verdict::Create,
+            },
+            Case {
+                name: "a claim that is gone releases its pods",
+                claims: vec![claim("b")],
+                pending: &["p1", "p2"],
+                new_claim_pods: &["p1"],
+                want: Verdict::Create,
+            },
+            Case {
+                name: "a claim initialized a moment ago still holds its pods",
+                claims: vec![initialized(claim("a"), ts(90))],
+                pending: &["p1", "p2"],
+                new_claim_pods: &["p2"],
+                want: Verdict::Waiting(vec!["a".into()]),
+            },
+            Case {
+                name: "a claim initialized long ago releases its pods",
+                claims: vec![initialized(claim("a"), ts(0))],
+                pending: &["p1", "p2"],
+                new_claim_pods: &["p1", "p2"],
+                want: Verdict::Create,
+            },
+        ];
+        for case in cases {
+            let mut n = Nominations::default();
+            n.nominate(["p1", "p2"], "a");
+            let pending: HashSet<&str> = case.pending.iter().copied().collect();
+            n.expire(&case.claims, &pending, ts(100));
+            assert_eq!(
+                n.guard(case.new_claim_pods.iter().copied()),
+                case.want,
+                "{}",
+                case.name
+            );
+        }
+    }
+
+    #[test]
+    fn pods_no_longer_pending_are_forgotten() {
+        let mut n = Nominations::default();
+        n.nominate(["p1", "p2"], "a");
+        n.expire(&[claim("a")], &HashSet::from(["p2"]), ts(0));
+        assert_eq!(n.len(), 1);
+        assert_eq!(n.guard(["p1"]), Verdict::Create);
+    }
+}
