@@ -196,6 +196,19 @@ pub async fn provision(
     }
     let built = snapshot.input(ctx, cache).await;
     let result = scheduling::solve(&built.input);
+    // The guard (see [`nominations`]), judged on the nominations of earlier batches: if every
+    // pending pod already waits for a claim that is still coming up, no new claim is created,
+    // whatever the simulation says.
+    let held = if result.new_claims.is_empty() {
+        Verdict::Create
+    } else {
+        nominations.guard(
+            built
+                .pod_index
+                .iter()
+                .filter_map(|i| snapshot.pending[*i].metadata.uid.as_deref()),
+        )
+    };
     let mut outcome = Outcome {
         pods: snapshot.pending.len(),
         ..Outcome::default()
@@ -236,13 +249,13 @@ pub async fn provision(
         let Some(pool) = pools.get(&new.node_pool) else {
             continue;
         };
-        if let Verdict::Waiting(claims) = nominations.guard(new.pods.iter().map(uid_of)) {
+        if let Verdict::Waiting(claims) = &held {
             outcome.held += 1;
             tracing::warn!(
                 nodepool = %new.node_pool,
                 pods = new.pods.len(),
                 waiting_for = ?claims,
-                "not creating a nodeclaim for pods already nominated to claims still coming up"
+                "not creating a nodeclaim: every pending pod is nominated to a claim still coming up"
             );
             continue;
         }

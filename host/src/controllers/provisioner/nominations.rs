@@ -2,10 +2,13 @@
 //!
 //! The simulation already counts claims that are launching or whose Node is still starting as
 //! capacity, so a pod it placed on a claim in one batch lands on that claim again in the next.
-//! The guard is a second line behind it: a new claim whose pods were all nominated to claims
-//! that are still coming up is not created, whatever the simulation says. A claim the guard
-//! drops is logged, so a disagreement between the simulation and the cluster shows up there
-//! instead of as a node launched every batch until the pool's limits stop it.
+//! The guard is a second line behind it: when every pending pod of a batch was nominated to a
+//! claim that is still coming up, the batch creates no claim, whatever the simulation says. The
+//! guard looks at the batch as a whole, not claim by claim: pods alike are interchangeable, and
+//! the simulation may well place a nominated pod on a new claim and a new pod on the claim the
+//! first was nominated to. A batch the guard holds is logged, so a disagreement between the
+//! simulation and the cluster shows up there instead of as a node launched every batch until the
+//! pool's limits stop it.
 //!
 //! A nomination holds while its claim exists and is not being deleted, and until
 //! [`Nominations::HOLD_AFTER_INITIALIZED`] after the claim was initialized (time for
@@ -28,10 +31,10 @@ pub struct Nominations {
     by_pod: HashMap<String, String>,
 }
 
-/// What [`Nominations::guard`] decided about one new claim.
+/// What [`Nominations::guard`] decided about a batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
-    /// Create it: at least one of its pods is not waiting for another claim.
+    /// Create them: at least one pod is not waiting for a claim.
     Create,
     /// Do not: every pod is waiting for one of these claims.
     Waiting(Vec<String>),
@@ -60,7 +63,8 @@ impl Nominations {
             .retain(|pod, claim| pending.contains(pod.as_str()) && waiting.contains(claim));
     }
 
-    /// Whether a new claim for pods with these UIDs should be created.
+    /// Whether new claims may be created for a batch of pending pods with these UIDs: not when
+    /// every one of them waits for a claim still coming up.
     pub fn guard<'a>(&self, pods: impl IntoIterator<Item = &'a str>) -> Verdict {
         let mut waiting = Vec::new();
         for uid in pods {
@@ -150,7 +154,7 @@ mod tests {
             name: &'static str,
             claims: Vec<NodeClaim>,
             pending: &'static [&'static str],
-            new_claim_pods: &'static [&'static str],
+            batch: &'static [&'static str],
             want: Verdict,
         }
         let deleting = {
@@ -163,42 +167,42 @@ mod tests {
                 name: "pods waiting for a launching claim get no second claim",
                 claims: vec![claim("a")],
                 pending: &["p1", "p2"],
-                new_claim_pods: &["p1", "p2"],
+                batch: &["p1", "p2"],
                 want: Verdict::Waiting(vec!["a".into()]),
             },
             Case {
                 name: "one pod without a nomination is enough to create",
                 claims: vec![claim("a")],
                 pending: &["p1", "p2", "p3"],
-                new_claim_pods: &["p1", "p3"],
+                batch: &["p1", "p3"],
                 want: Verdict::Create,
             },
             Case {
                 name: "a deleted claim releases its pods",
                 claims: vec![deleting],
                 pending: &["p1", "p2"],
-                new_claim_pods: &["p1", "p2"],
+                batch: &["p1", "p2"],
                 want: Verdict::Create,
             },
             Case {
                 name: "a claim that is gone releases its pods",
                 claims: vec![claim("b")],
                 pending: &["p1", "p2"],
-                new_claim_pods: &["p1"],
+                batch: &["p1"],
                 want: Verdict::Create,
             },
             Case {
                 name: "a claim initialized a moment ago still holds its pods",
                 claims: vec![initialized(claim("a"), ts(90))],
                 pending: &["p1", "p2"],
-                new_claim_pods: &["p2"],
+                batch: &["p2"],
                 want: Verdict::Waiting(vec!["a".into()]),
             },
             Case {
                 name: "a claim initialized long ago releases its pods",
                 claims: vec![initialized(claim("a"), ts(0))],
                 pending: &["p1", "p2"],
-                new_claim_pods: &["p1", "p2"],
+                batch: &["p1", "p2"],
                 want: Verdict::Create,
             },
         ];
@@ -208,7 +212,7 @@ mod tests {
             let pending: HashSet<&str> = case.pending.iter().copied().collect();
             n.expire(&case.claims, &pending, ts(100));
             assert_eq!(
-                n.guard(case.new_claim_pods.iter().copied()),
+                n.guard(case.batch.iter().copied()),
                 case.want,
                 "{}",
                 case.name
