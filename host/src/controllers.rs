@@ -1,10 +1,12 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
-//! termination), garbage collection, the NodeClass and NodePool status controllers, and the
-//! provisioner that turns unschedulable pods into NodeClaims.
+//! termination), garbage collection, the NodeClass and NodePool status controllers, the
+//! provisioner that turns unschedulable pods into NodeClaims, and disruption (drift and
+//! expiration) that replaces and removes them.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
 
+pub mod disruption;
 pub mod events;
 pub mod garbage_collection;
 pub mod nodeclaim;
@@ -31,7 +33,7 @@ use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
 use crate::runtime::CallError;
 use crate::runtime::provider::describe_provider_error;
-use crate::state::Cache;
+use crate::state::ClusterState;
 
 pub use self::selector::Selector;
 
@@ -145,8 +147,12 @@ pub struct Context {
     pub selector: Selector,
     /// The Event recorder.
     pub events: events::Events,
-    /// Every Node of the cluster.
+    /// Every Node of the cluster (the store of [`ClusterState::nodes`]).
     pub nodes: Store<Node>,
+    /// The caches the provisioner and disruption decide over.
+    pub state: Arc<ClusterState>,
+    /// Instance types per NodePool and NodeClass, shared by the provisioner and disruption.
+    pub instance_types: provisioner::instance_types::InstanceTypeCache,
     /// Metrics.
     pub metrics: &'static Metrics,
     /// Offerings recently out of capacity, avoided by launch.
@@ -235,17 +241,17 @@ pub fn millis_since(then: &Time) -> i64 {
 /// Starts every controller and runs until one of them stops.
 pub async fn run(config: Config) -> Result<(), ControllerError> {
     let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
-    let node_cache = Cache::<Node>::default();
-    let node_changes = node_cache.subscribe();
-    let node_task = tokio::spawn(node_cache.run(
-        kube::Api::<Node>::all(config.client.clone()),
-        watcher::Config::default(),
-    ));
-    let nodes = node_cache.store();
-    nodes
-        .wait_until_ready()
+    let state = Arc::new(ClusterState::default());
+    let node_changes = state.nodes.subscribe();
+    let managed = match &config.settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    let state_tasks = state
+        .run(&config.client, managed)
         .await
         .map_err(|err| ControllerError::Cache(err.to_string()))?;
+    let nodes = state.nodes.store();
     config.settings.readiness.set_caches_synced(true);
     let provider_task = match &config.providers {
         Some(setup) => {
@@ -283,6 +289,8 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         settings: config.settings,
         selector,
         nodes,
+        state,
+        instance_types: provisioner::instance_types::InstanceTypeCache::default(),
         metrics: metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         failures: Mutex::new(HashMap::new()),
@@ -294,8 +302,11 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
+        () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
     };
-    node_task.abort();
+    for task in state_tasks {
+        task.abort();
+    }
     if let Some(task) = provider_task {
         task.abort();
     }

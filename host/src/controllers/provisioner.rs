@@ -25,12 +25,12 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::api::labels::NODEPOOL;
+use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
 use crate::api::nodeclaim::ResourceRequirements;
+use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
 use crate::controllers::Context;
 use crate::scheduling::requirements::SetOperator;
@@ -107,17 +107,15 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 pub async fn run(ctx: Arc<Context>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let watch_tx = tx.clone();
-    let pods = watcher(Api::<Pod>::all(ctx.client.clone()), pod_watch_config(&ctx))
-        .backoff(crate::state::watch_backoff())
-        .applied_objects()
-        .for_each(move |pod| {
-            if let Ok(pod) = pod
-                && is_provisionable(&pod)
-            {
-                let _ = watch_tx.send(());
-            }
-            futures::future::ready(())
-        });
+    let selector = ctx.selector.clone();
+    // A batch at once for what is pending already, then one per change of a pod to provision for.
+    let _ = tx.send(());
+    let pods = ctx.state.pods.subscribe().for_each(move |pod| {
+        if is_provisionable(&pod) && selector.matches(pod.labels()) {
+            let _ = watch_tx.send(());
+        }
+        futures::future::ready(())
+    });
     let watch = tokio::spawn(pods);
     let resync = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RESYNC);
@@ -129,13 +127,13 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     });
-    let cache = InstanceTypeCache::default();
+    let cache = &ctx.instance_types;
     let mut nominations = Nominations::default();
     let windows = ctx.settings.batch;
     tracing::info!(idle = ?windows.idle, max = ?windows.max, "provisioner starting");
     while let Some(triggers) = batcher::next_batch(&mut rx, windows).await {
         let started = Instant::now();
-        match provision(&ctx, &cache, &mut nominations).await {
+        match provision(&ctx, cache, &mut nominations).await {
             Ok(outcome) if outcome.pods > 0 => tracing::info!(
                 triggers,
                 pods = outcome.pods,
@@ -151,13 +149,6 @@ pub async fn run(ctx: Arc<Context>) {
     }
     watch.abort();
     resync.abort();
-}
-
-fn pod_watch_config(ctx: &Context) -> watcher::Config {
-    match &ctx.settings.selector {
-        Some(selector) => watcher::Config::default().labels(selector),
-        None => watcher::Config::default(),
-    }
 }
 
 /// What one run did.
@@ -180,7 +171,7 @@ pub async fn provision(
     cache: &InstanceTypeCache,
     nominations: &mut Nominations,
 ) -> Result<Outcome, ProvisionError> {
-    let snapshot = Snapshot::take(ctx).await?;
+    let snapshot = Snapshot::take(ctx);
     let pending_uids: std::collections::HashSet<&str> = snapshot
         .pending
         .iter()
@@ -332,7 +323,7 @@ pub async fn provision(
 /// The NodeClaim for a new claim of `pool`: named `<pool>-<5 random chars>` by the API server,
 /// labelled with the pool's template labels, the pool name and `extra_labels` (the host's
 /// selector), with the pool's annotations, taints, expiry and grace period, the solver's
-/// requirements and requests, and the price annotation.
+/// requirements and requests, the price annotation and the pool's template hash.
 pub fn claim_for(
     new: &NewClaim,
     pool: &NodePool,
@@ -350,6 +341,8 @@ pub fn claim_for(
         PRICE_ANNOTATION.to_owned(),
         format!("{}", new.cheapest_price),
     );
+    annotations.insert(NODEPOOL_HASH.to_owned(), template_hash(pool));
+    annotations.insert(NODEPOOL_HASH_VERSION.to_owned(), HASH_VERSION.to_owned());
     let spec = &template.spec;
     let mut claim = NodeClaim::new(
         "",

@@ -171,6 +171,14 @@ fn selector_terms(
     Ok(reqs)
 }
 
+/// A Kubernetes label selector as the scheduler's; `object` names the owner in errors.
+pub fn label_selector_of(
+    object: &str,
+    s: &meta::LabelSelector,
+) -> Result<LabelSelector, ConvertError> {
+    label_selector(object, s)
+}
+
 fn label_selector(object: &str, s: &meta::LabelSelector) -> Result<LabelSelector, ConvertError> {
     let mut out = LabelSelector {
         match_labels: s.match_labels.clone().unwrap_or_default(),
@@ -562,7 +570,8 @@ fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, Conver
     )
 }
 
-fn requirements(object: &str, list: &[api::Requirement]) -> Result<Requirements, ConvertError> {
+/// API requirements as the scheduler's; `object` names the owner in errors.
+pub fn requirements(object: &str, list: &[api::Requirement]) -> Result<Requirements, ConvertError> {
     let mut out = Requirements::new();
     for r in list {
         out.add(requirement(object, r)?);

@@ -13,6 +13,7 @@ mod chart;
 mod cli;
 mod clusterapi;
 mod conformance;
+mod disruption;
 mod fixtures;
 mod grants;
 mod leader_election;
