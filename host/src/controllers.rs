@@ -300,6 +300,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = nodeclaim::run(Arc::clone(&ctx), node_changes) => Err(ControllerError::Stopped("nodeclaim")),
         () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
+        () = nodepool_status::report_unparseable(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-parse-report")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),

@@ -23,3 +23,4 @@ mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;
 mod startup_taints;
+mod unparseable_pool;
