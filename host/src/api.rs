@@ -24,6 +24,7 @@ pub mod nodepool;
 // `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
 #[allow(clippy::duplicated_attributes)]
 pub mod provider;
+pub mod rules;
 pub mod shared;
 
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};

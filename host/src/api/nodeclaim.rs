@@ -2,7 +2,7 @@
 //! launched for it. Field for field Karpenter's v1 API.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -22,8 +22,8 @@ pub mod conditions {
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 }
 
-/// NodeClaim is a request for one node.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// NodeClaim is a request for one node. Its spec cannot change once created.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
@@ -91,6 +91,7 @@ pub mod conditions {
         priority = "1"
     )
 )]
+#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable"))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
