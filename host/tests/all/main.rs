@@ -12,6 +12,7 @@ mod chart;
 mod cli;
 mod clusterapi;
 mod conformance;
+mod crd_validation;
 mod fixtures;
 mod grants;
 mod leader_election;
