@@ -50,6 +50,7 @@ mod tests {
     use crate::api::nodepool::{
         BUDGET_DURATION_PATTERN, BUDGET_NODES_PATTERN, BUDGET_SCHEDULE_PATTERN,
     };
+    use crate::api::rules::*;
     use crate::api::shared::{LABEL_VALUE_PATTERN, QUALIFIED_NAME_PATTERN};
     use serde_json::{Value, json};
     use std::path::PathBuf;
@@ -146,13 +147,6 @@ mod tests {
             .unwrap_or_default()
     }
 
-    const IN_NEEDS_VALUES: &str = "requirements with operator 'In' must have a value defined";
-    const ONE_INTEGER: &str = "requirements with operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single non-negative integer value";
-    const MIN_VALUES: &str = "requirements with 'minValues' must have at least that many values specified in the 'values' field";
-    const DOMAIN: &str = r#"label domain "karpenter.sh" is restricted"#;
-    const NODEPOOL_LABEL: &str = r#"label "karpenter.sh/nodepool" is restricted"#;
-    const HOSTNAME: &str = r#"label "kubernetes.io/hostname" is restricted"#;
-
     #[test]
     fn requirements_and_taints_carry_karpenters_rules_in_both_kinds() {
         for (crd, spec) in [
@@ -166,7 +160,11 @@ mod tests {
                 "{spec}"
             );
             let key = at("requirements[].key");
-            assert_eq!(messages(&key), [DOMAIN, HOSTNAME], "{spec}");
+            assert_eq!(
+                messages(&key),
+                [KARPENTER_DOMAIN_RESTRICTED, HOSTNAME_RESTRICTED],
+                "{spec}"
+            );
             assert_eq!(key["pattern"], QUALIFIED_NAME_PATTERN, "{spec}");
             assert_eq!(key["maxLength"], 316, "{spec}");
             for taints in ["taints[]", "startupTaints[]"] {
@@ -193,25 +191,25 @@ mod tests {
         let crd = NodePool::crd();
         assert_eq!(
             messages(&schema(&crd, "spec")),
-            [
-                "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes",
-                "only 'limits.nodes' is supported on static NodePools",
-                "'weight' is not supported on static NodePools",
-            ]
+            [STATIC_TRANSITION, STATIC_LIMITS, STATIC_WEIGHT]
         );
         assert_eq!(
             messages(&schema(&crd, "spec.template.spec.requirements")),
-            [NODEPOOL_LABEL]
+            [NODEPOOL_RESTRICTED]
         );
         assert_eq!(
             messages(&schema(&crd, "spec.template.spec.nodeClassRef")),
-            [
-                "nodeClassRef.group is immutable",
-                "nodeClassRef.kind is immutable"
-            ]
+            [NODE_CLASS_GROUP_IMMUTABLE, NODE_CLASS_KIND_IMMUTABLE]
         );
         let labels = schema(&crd, "spec.template.metadata.labels");
-        assert_eq!(messages(&labels), [DOMAIN, NODEPOOL_LABEL, HOSTNAME]);
+        assert_eq!(
+            messages(&labels),
+            [
+                KARPENTER_DOMAIN_RESTRICTED,
+                NODEPOOL_RESTRICTED,
+                HOSTNAME_RESTRICTED
+            ]
+        );
         assert_eq!(labels["maxProperties"], 100);
         assert_eq!(
             labels["additionalProperties"]["pattern"],
@@ -228,10 +226,7 @@ mod tests {
             NILLABLE_DURATION_PATTERN
         );
         assert_eq!(disruption("budgets")["maxItems"], 50);
-        assert_eq!(
-            messages(&disruption("budgets[]")),
-            ["'schedule' must be set with 'duration'"]
-        );
+        assert_eq!(messages(&disruption("budgets[]")), [SCHEDULE_WITH_DURATION]);
         assert_eq!(
             disruption("budgets[].nodes")["pattern"],
             BUDGET_NODES_PATTERN
@@ -256,7 +251,7 @@ mod tests {
     fn node_claim_specs_are_immutable() {
         assert_eq!(
             messages(&schema(&NodeClaim::crd(), "spec")),
-            ["spec is immutable"]
+            [SPEC_IMMUTABLE]
         );
         let rules = &schema(&NodeClaim::crd(), "spec")["x-kubernetes-validations"];
         assert_eq!(rules[0]["rule"], "self == oldSelf");

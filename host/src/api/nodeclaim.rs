@@ -7,6 +7,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{DURATION_PATTERN, NILLABLE_DURATION_PATTERN};
+use super::rules;
 use super::shared::{Condition, NodeClassReference, Requirement, ResourceList, Taint};
 
 /// Condition types on a NodeClaim, in lifecycle order.
@@ -91,7 +92,7 @@ pub mod conditions {
         priority = "1"
     )
 )]
-#[x_kube(validation = Rule::new("self == oldSelf").message("spec is immutable"))]
+#[x_kube(validation = Rule::new("self == oldSelf").message(rules::SPEC_IMMUTABLE))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

@@ -8,7 +8,6 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use super::duration::{DURATION_PATTERN, NILLABLE_DURATION_PATTERN};
-use super::labels::{HOSTNAME, NODEPOOL};
 use super::rules;
 use super::shared::{
     Condition, LABEL_VALUE_PATTERN, NodeClassReference, Requirement, ResourceList, Taint,
@@ -71,15 +70,14 @@ pub const BUDGET_DURATION_PATTERN: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0
     )
 )]
 #[x_kube(
-    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)").message(
-        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
-    ),
+    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)")
+        .message(rules::STATIC_TRANSITION),
     validation = Rule::new(
         "!has(self.replicas) || !has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits)"
     )
-    .message("only 'limits.nodes' is supported on static NodePools"),
+    .message(rules::STATIC_LIMITS),
     validation = Rule::new("!has(self.replicas) || !has(self.weight)")
-        .message("'weight' is not supported on static NodePools")
+        .message(rules::STATIC_WEIGHT)
 )]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
@@ -110,8 +108,8 @@ pub struct TemplateMetadata {
     #[schemars(schema_with = "template_labels_schema")]
     #[x_kube(
         validation = rules::for_all(rules::outside_karpenter_domain("x")),
-        validation = rules::for_all(rules::not_label("x", NODEPOOL)),
-        validation = rules::for_all(rules::not_label("x", HOSTNAME))
+        validation = rules::for_all(rules::not_nodepool("x")),
+        validation = rules::for_all(rules::not_hostname("x"))
     )]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -150,15 +148,15 @@ pub struct NodeClaimTemplateSpec {
     pub startup_taints: Vec<Taint>,
     /// Constraints on the instance types and offerings the pool may launch.
     #[schemars(length(max = 100))]
-    #[x_kube(validation = rules::for_all(rules::not_label("x.key", NODEPOOL)))]
+    #[x_kube(validation = rules::for_all(rules::not_nodepool("x.key")))]
     pub requirements: Vec<Requirement>,
     /// The node class holding provider-specific configuration (its group and kind are fixed once
     /// the pool exists).
     #[x_kube(
         validation = Rule::new("self.group == oldSelf.group")
-            .message("nodeClassRef.group is immutable"),
+            .message(rules::NODE_CLASS_GROUP_IMMUTABLE),
         validation = Rule::new("self.kind == oldSelf.kind")
-            .message("nodeClassRef.kind is immutable")
+            .message(rules::NODE_CLASS_KIND_IMMUTABLE)
     )]
     pub node_class_ref: NodeClassReference,
     /// How long a node may live before it is replaced (`720h` by default, or `Never`).
@@ -236,7 +234,7 @@ pub enum DisruptionReason {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.schedule) == has(self.duration)")
-        .message("'schedule' must be set with 'duration'")
+        .message(rules::SCHEDULE_WITH_DURATION)
 )]
 pub struct Budget {
     #[serde(default = "default_budget_nodes")]

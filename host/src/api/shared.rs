@@ -8,7 +8,6 @@ use kube::KubeSchema;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use super::labels::HOSTNAME;
 use super::rules;
 
 /// A Kubernetes resource quantity (`"4"`, `"500m"`, `"16Gi"`).
@@ -111,22 +110,22 @@ pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("self.operator != 'In' || (has(self.values) && size(self.values) > 0)")
-        .message("requirements with operator 'In' must have a value defined"),
+        .message(rules::IN_NEEDS_VALUES),
     validation = Rule::new(
         "!(self.operator in ['Gt', 'Lt', 'Gte', 'Lte']) || (has(self.values) && size(self.values) == 1 && int(self.values[0]) >= 0)"
     )
-    .message("requirements with operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single non-negative integer value"),
+    .message(rules::ONE_INTEGER),
     validation = Rule::new(
         "!(self.operator == 'In' && has(self.minValues)) || (has(self.values) && size(self.values) >= self.minValues)"
     )
-    .message("requirements with 'minValues' must have at least that many values specified in the 'values' field")
+    .message(rules::MIN_VALUES)
 )]
 pub struct Requirement {
     /// The label key the requirement applies to.
     #[schemars(length(max = 316), pattern(QUALIFIED_NAME_PATTERN))]
     #[x_kube(
         validation = rules::outside_karpenter_domain("self"),
-        validation = rules::not_label("self", HOSTNAME)
+        validation = rules::not_hostname("self")
     )]
     pub key: String,
     pub operator: NodeSelectorOperator,

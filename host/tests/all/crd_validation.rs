@@ -3,6 +3,11 @@
 //! well-formed variants accepted, and the transition rules (immutable NodeClaim spec, NodePool
 //! `nodeClassRef` group and kind, static versus dynamic pools) enforced on update.
 
+use capstan::api::rules::{
+    HOSTNAME_RESTRICTED, IN_NEEDS_VALUES, KARPENTER_DOMAIN_RESTRICTED, MIN_VALUES,
+    NODE_CLASS_GROUP_IMMUTABLE, NODE_CLASS_KIND_IMMUTABLE, NODEPOOL_RESTRICTED, ONE_INTEGER,
+    SCHEDULE_WITH_DURATION, SPEC_IMMUTABLE, STATIC_LIMITS, STATIC_TRANSITION, STATIC_WEIGHT,
+};
 use capstan::api::{NodeClaim, NodePool};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, Resource};
@@ -10,16 +15,6 @@ use serde_json::{Value, json};
 
 use crate::lifecycle::{Names, RUN_LABEL, cluster};
 
-const IN_NEEDS_VALUES: &str = "requirements with operator 'In' must have a value defined";
-const ONE_INTEGER: &str = "requirements with operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single non-negative integer value";
-const MIN_VALUES: &str = "requirements with 'minValues' must have at least that many values specified in the 'values' field";
-const DOMAIN: &str = r#"label domain "karpenter.sh" is restricted"#;
-const NODEPOOL_LABEL: &str = r#"label "karpenter.sh/nodepool" is restricted"#;
-const HOSTNAME: &str = r#"label "kubernetes.io/hostname" is restricted"#;
-const SCHEDULE: &str = "'schedule' must be set with 'duration'";
-const STATIC_LIMITS: &str = "only 'limits.nodes' is supported on static NodePools";
-const STATIC_WEIGHT: &str = "'weight' is not supported on static NodePools";
-const STATIC_TRANSITION: &str = "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes";
 /// What the API server says of a value that does not match the schema's `pattern`.
 const PATTERN: &str = "should match";
 /// What it says of a value outside an `enum`.
@@ -117,6 +112,15 @@ fn at(spec: &str, path: &str, value: Value) -> Changes {
 /// The requirements replaced by one requirement.
 fn requirement(spec: &str, requirement: Value) -> Changes {
     at(spec, "/requirements", json!([requirement]))
+}
+
+/// The taints (`field` is `taints` or `startupTaints`) replaced by one taint.
+fn taint(spec: &str, field: &str, key: &str, value: Option<&str>, effect: &str) -> Changes {
+    let mut taint = json!({"key": key, "effect": effect});
+    if let Some(value) = value {
+        taint["value"] = json!(value);
+    }
+    at(spec, &format!("/{field}"), json!([taint]))
 }
 
 fn dry_run() -> PostParams {
@@ -227,7 +231,7 @@ fn requirement_and_taint_rows(spec: &str) -> Vec<Row> {
                 spec,
                 json!({"key": "kubernetes.io/hostname", "operator": "In", "values": ["n"]}),
             ),
-            vec![HOSTNAME],
+            vec![HOSTNAME_RESTRICTED],
         ),
         (
             "a key in the karpenter.sh domain",
@@ -235,7 +239,7 @@ fn requirement_and_taint_rows(spec: &str) -> Vec<Row> {
                 spec,
                 json!({"key": "karpenter.sh/other", "operator": "Exists"}),
             ),
-            vec![DOMAIN],
+            vec![KARPENTER_DOMAIN_RESTRICTED],
         ),
         (
             "a key in a karpenter.sh subdomain",
@@ -243,7 +247,7 @@ fn requirement_and_taint_rows(spec: &str) -> Vec<Row> {
                 spec,
                 json!({"key": "x.karpenter.sh/other", "operator": "Exists"}),
             ),
-            vec![DOMAIN],
+            vec![KARPENTER_DOMAIN_RESTRICTED],
         ),
         (
             "an unknown operator",
@@ -255,38 +259,22 @@ fn requirement_and_taint_rows(spec: &str) -> Vec<Row> {
         ),
         (
             "an unknown taint effect",
-            at(
-                spec,
-                "/taints",
-                json!([{"key": "example.com/t", "effect": "NoWay"}]),
-            ),
+            taint(spec, "taints", "example.com/t", None, "NoWay"),
             vec!["taints[0].effect", ENUM],
         ),
         (
             "a taint key that is no label key",
-            at(
-                spec,
-                "/taints",
-                json!([{"key": "bad key", "effect": "NoSchedule"}]),
-            ),
+            taint(spec, "taints", "bad key", None, "NoSchedule"),
             vec!["taints[0].key", PATTERN],
         ),
         (
             "an empty startup taint key",
-            at(
-                spec,
-                "/startupTaints",
-                json!([{"key": "", "effect": "NoSchedule"}]),
-            ),
+            taint(spec, "startupTaints", "", None, "NoSchedule"),
             vec!["startupTaints[0].key"],
         ),
         (
             "a taint value that is no label value",
-            at(
-                spec,
-                "/taints",
-                json!([{"key": "example.com/t", "value": "a b", "effect": "NoSchedule"}]),
-            ),
+            taint(spec, "taints", "example.com/t", Some("a b"), "NoSchedule"),
             vec!["taints[0].value", PATTERN],
         ),
         (
@@ -343,7 +331,7 @@ fn pool_rows() -> Vec<Row> {
                 POOL_SPEC,
                 json!({"key": "karpenter.sh/nodepool", "operator": "In", "values": ["p"]}),
             ),
-            vec![NODEPOOL_LABEL],
+            vec![NODEPOOL_RESTRICTED],
         ),
         (
             "budget nodes 101%",
@@ -358,12 +346,12 @@ fn pool_rows() -> Vec<Row> {
         (
             "a schedule without a duration",
             budgets(json!([{"nodes": "1", "schedule": "@daily"}])),
-            vec![SCHEDULE],
+            vec![SCHEDULE_WITH_DURATION],
         ),
         (
             "a duration without a schedule",
             budgets(json!([{"nodes": "1", "duration": "1h"}])),
-            vec![SCHEDULE],
+            vec![SCHEDULE_WITH_DURATION],
         ),
         (
             "a schedule that is no cron expression",
@@ -408,17 +396,17 @@ fn pool_rows() -> Vec<Row> {
         (
             "a template label in the karpenter.sh domain",
             label("karpenter.sh/team", "a"),
-            vec![DOMAIN],
+            vec![KARPENTER_DOMAIN_RESTRICTED],
         ),
         (
             "template label karpenter.sh/nodepool",
             label("karpenter.sh/nodepool", "p"),
-            vec![NODEPOOL_LABEL],
+            vec![NODEPOOL_RESTRICTED],
         ),
         (
             "template label kubernetes.io/hostname",
             label("kubernetes.io/hostname", "h"),
-            vec![HOSTNAME],
+            vec![HOSTNAME_RESTRICTED],
         ),
         (
             "a template label value that is no label value",
@@ -574,7 +562,7 @@ async fn node_claim_specs_and_node_pool_modes_and_class_kinds_do_not_change() {
             &patch(json!({"spec": {"expireAfter": "1h"}})),
         )
         .await;
-    assert_refused("a NodeClaim spec change", result, &["spec is immutable"]);
+    assert_refused("a NodeClaim spec change", result, &[SPEC_IMMUTABLE]);
     claims
         .patch(
             &claim_name,
@@ -599,7 +587,7 @@ async fn node_claim_specs_and_node_pool_modes_and_class_kinds_do_not_change() {
     assert_refused(
         "a nodeClassRef group change",
         result,
-        &["nodeClassRef.group is immutable"],
+        &[NODE_CLASS_GROUP_IMMUTABLE],
     );
     let result = pools
         .patch(&pool_name, &params, &class_ref("kind", "OtherClass"))
@@ -607,7 +595,7 @@ async fn node_claim_specs_and_node_pool_modes_and_class_kinds_do_not_change() {
     assert_refused(
         "a nodeClassRef kind change",
         result,
-        &["nodeClassRef.kind is immutable"],
+        &[NODE_CLASS_KIND_IMMUTABLE],
     );
     pools
         .patch(&pool_name, &params, &class_ref("name", "another"))
