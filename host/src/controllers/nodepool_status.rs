@@ -132,7 +132,9 @@ fn error_policy(pool: Arc<NodePool>, err: &ControllerError, ctx: Arc<Context>) -
     Action::requeue(ctx.backoff(&format!("nodepool/{}", pool.name_any())))
 }
 
-/// What is wrong with a pool that the CRD schema lets through.
+/// What is wrong with a pool. Capstan's CRDs refuse most of it already; the checks stay for pools
+/// stored under other CRDs (older ones, or Karpenter's), and the restricted template label domains
+/// (`kubernetes.io`, `k8s.io`) are Capstan's own.
 pub fn validate(pool: &NodePool) -> Result<(), String> {
     let spec = &pool.spec.template.spec;
     for r in &spec.requirements {

@@ -367,7 +367,8 @@ pub fn claim_for(
     claim
 }
 
-/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries.
+/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries (or
+/// `Gte 0`).
 pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
     let mut out = Vec::new();
     for r in reqs.iter() {
@@ -393,11 +394,18 @@ pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
                 }
             }
         }
+        // The CRD takes only non-negative bounds. A label value cannot start with `-`, so an
+        // integer label is never negative: any `Gt` below 0 means `Gte 0`, and an `Lt` below 0
+        // admits nothing, as `Lt 0` does.
         if let Some(gt) = set.greater_than_bound() {
-            out.push(entry(NodeSelectorOperator::Gt, vec![gt.to_string()]));
+            out.push(if gt < 0 {
+                entry(NodeSelectorOperator::Gte, vec!["0".to_owned()])
+            } else {
+                entry(NodeSelectorOperator::Gt, vec![gt.to_string()])
+            });
         }
         if let Some(lt) = set.less_than_bound() {
-            out.push(entry(NodeSelectorOperator::Lt, vec![lt.to_string()]));
+            out.push(entry(NodeSelectorOperator::Lt, vec![lt.max(0).to_string()]));
         }
     }
     out

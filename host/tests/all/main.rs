@@ -13,6 +13,7 @@ mod chart;
 mod cli;
 mod clusterapi;
 mod conformance;
+mod crd_validation;
 mod disruption;
 mod fixtures;
 mod grants;
