@@ -151,6 +151,8 @@ pub struct Context {
     pub metrics: &'static Metrics,
     /// Offerings recently out of capacity, avoided by launch.
     pub unavailable_offerings: unavailable_offerings::UnavailableOfferings,
+    /// Drain Events published lately (one per distinct note, not one per retry).
+    pub drain_events: nodeclaim::termination::Dedupe,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -285,6 +287,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         nodes,
         metrics: metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
+        drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
     });
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");
