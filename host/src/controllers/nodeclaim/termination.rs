@@ -275,7 +275,7 @@ async fn drain(
             .status
             .as_ref()
             .and_then(|s| find_condition(&s.conditions, DRAINED))
-            .map(|c| (c.status.clone(), millis_since(&c.last_transition_time)));
+            .map(|c| (c.status, millis_since(&c.last_transition_time)));
         let min = i64::try_from(MIN_DRAIN_TIME.as_millis()).unwrap_or(i64::MAX);
         match drained_since {
             Some((ConditionStatus::True, _)) => {}

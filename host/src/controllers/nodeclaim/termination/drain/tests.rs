@@ -67,7 +67,13 @@ fn tolerating(toleration: Value) -> impl FnOnce(&mut Value) {
     move |v| v["spec"]["tolerations"] = json!([toleration])
 }
 
-fn decisions(pods: &[Pod], deadline: Option<i64>, now: i64) -> Vec<(String, Decision)> {
+/// (pod name, decision), as [`plan`] returns them.
+type Decided = Vec<(String, Decision)>;
+
+/// A case with a deadline: (what, pods, deadline, now, decisions).
+type DeadlineCase = (&'static str, Vec<Pod>, Option<i64>, i64, Decided);
+
+fn decisions(pods: &[Pod], deadline: Option<i64>, now: i64) -> Decided {
     plan(pods, deadline.map(at), at(now))
         .pods
         .into_iter()
@@ -75,7 +81,7 @@ fn decisions(pods: &[Pod], deadline: Option<i64>, now: i64) -> Vec<(String, Deci
         .collect()
 }
 
-fn expect(pairs: &[(&str, Decision)]) -> Vec<(String, Decision)> {
+fn expect(pairs: &[(&str, Decision)]) -> Decided {
     pairs.iter().map(|(n, d)| ((*n).to_owned(), *d)).collect()
 }
 
@@ -102,7 +108,7 @@ fn groups_go_in_karpenters_order() {
         ]
     };
     let nc = Group::NonCritical;
-    let cases: Vec<(&str, Vec<Pod>, Vec<(String, Decision)>)> = vec![
+    let cases: Vec<(&str, Vec<Pod>, Decided)> = vec![
         (
             "all four: only the non-critical non-DaemonSet pods go first",
             all(),
@@ -259,7 +265,7 @@ fn do_not_disrupt_holds_until_the_deadline() {
             grace(0)(v);
         })
     };
-    let cases: Vec<(&str, Vec<Pod>, Option<i64>, i64, Vec<(String, Decision)>)> = vec![
+    let cases: Vec<DeadlineCase> = vec![
         (
             "no deadline: waits for ever",
             vec![dnd()],
