@@ -21,6 +21,7 @@ pub mod volumes;
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
 use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Taint as NodeTaint};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -32,7 +33,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 pub use self::dedupe::Dedupe;
-use self::drain::Plan;
+use self::drain::{Decision, Plan};
 use super::{Step, is_true, nodes_of, persist_status, provider_id, set};
 use crate::api::duration;
 use crate::api::labels::{
@@ -52,6 +53,9 @@ const POLL: Duration = Duration::from_secs(1);
 /// The least time between the start of a drain and `Drained`, so that pods bound by a scheduler
 /// that had not seen the taint yet are drained too (Karpenter's `MinDrainTime`).
 pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
+
+/// How many evictions or deletions of one drain pass are in flight at once.
+const CONCURRENCY: usize = 16;
 
 /// How many pods or volumes a condition message names.
 const SHOWN: usize = 5;
@@ -279,7 +283,10 @@ async fn drain(
         let min = i64::try_from(MIN_DRAIN_TIME.as_millis()).unwrap_or(i64::MAX);
         match drained_since {
             Some((ConditionStatus::True, _)) => {}
-            Some((ConditionStatus::Unknown, since)) if since < min => return Ok(None),
+            Some((ConditionStatus::Unknown, since)) if since < min => {
+                mark_draining(ctx, claim, "Draining").await?;
+                return Ok(None);
+            }
             None => {
                 // The drain begins with nothing to drain: still wait for pods the scheduler
                 // may bind before it sees the taint.
@@ -293,20 +300,29 @@ async fn drain(
         }
         return Ok(Some(list.items));
     }
-    let mut failure = None;
-    for (pod, grace_seconds) in plan.deletions() {
-        if let Err(err) = delete_pod(ctx, pod, grace_seconds, deadline).await {
-            failure = Some(err);
-        }
+    let actions: Vec<(&Pod, Decision)> = plan
+        .pods
+        .iter()
+        .filter(|(_, d)| !matches!(d, Decision::Wait(_)))
+        .copied()
+        .collect();
+    let mut outcomes = Vec::with_capacity(actions.len());
+    for batch in actions.chunks(CONCURRENCY) {
+        let calls = batch
+            .iter()
+            .map(|&(pod, decision)| act(ctx, pod, decision, node, deadline));
+        outcomes.extend(join_all(calls).await);
     }
     let mut blocked = Vec::new();
-    for pod in plan.evictions() {
-        match evict(ctx, pod, node).await {
-            Ok(Eviction::Done) => {}
-            Ok(Eviction::Blocked) => blocked.push(drain::key(pod)),
+    let mut failure = None;
+    for outcome in outcomes {
+        match outcome {
+            Ok((_, Eviction::Done)) => {}
+            Ok((pod, Eviction::Blocked)) => blocked.push(drain::key(pod)),
             Err(err) => failure = Some(err),
         }
     }
+    blocked.sort();
     mark_draining(ctx, claim, &message(&plan, &blocked)).await?;
     match failure {
         Some(err) => Err(err),
@@ -343,7 +359,7 @@ fn message(plan: &Plan<'_>, blocked: &[String]) -> String {
 }
 
 /// `a, b, c and 2 more`: the first `shown` items, then how many are left out.
-pub(crate) fn first_few(items: impl ExactSizeIterator<Item = String>, shown: usize) -> String {
+fn first_few(items: impl ExactSizeIterator<Item = String>, shown: usize) -> String {
     let total = items.len();
     let names: Vec<String> = items.take(shown).collect();
     let mut text = names.join(", ");
@@ -351,6 +367,25 @@ pub(crate) fn first_few(items: impl ExactSizeIterator<Item = String>, shown: usi
         text.push_str(&format!(" and {} more", total - shown));
     }
     text
+}
+
+/// Evicts or deletes a pod as decided.
+async fn act<'p>(
+    ctx: &Context,
+    pod: &'p Pod,
+    decision: Decision,
+    node: &str,
+    deadline: Option<Timestamp>,
+) -> Result<(&'p Pod, Eviction), ControllerError> {
+    let outcome = match decision {
+        Decision::Evict => evict(ctx, pod, node).await?,
+        Decision::Delete { grace_seconds } => {
+            delete_pod(ctx, pod, grace_seconds, deadline).await?;
+            Eviction::Done
+        }
+        Decision::Wait(_) => Eviction::Done,
+    };
+    Ok((pod, outcome))
 }
 
 /// What an eviction came to.

@@ -122,22 +122,6 @@ impl<'a> Plan<'a> {
         self.pods.is_empty()
     }
 
-    /// The pods to evict.
-    pub fn evictions(&self) -> impl Iterator<Item = &'a Pod> + '_ {
-        self.pods
-            .iter()
-            .filter(|(_, d)| *d == Decision::Evict)
-            .map(|(p, _)| *p)
-    }
-
-    /// The pods to delete, with their grace periods.
-    pub fn deletions(&self) -> impl Iterator<Item = (&'a Pod, i64)> + '_ {
-        self.pods.iter().filter_map(|(p, d)| match d {
-            Decision::Delete { grace_seconds } => Some((*p, *grace_seconds)),
-            _ => None,
-        })
-    }
-
     /// `N pods left: ns/a (evicting), ns/b (do-not-disrupt) and 3 more` (at most `shown` named).
     pub fn summary(&self, shown: usize) -> String {
         let names = first_few(

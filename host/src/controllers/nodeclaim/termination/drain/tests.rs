@@ -1,5 +1,5 @@
 use k8s_openapi::api::core::v1::Pod;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
 use super::*;
@@ -440,13 +440,7 @@ fn summary_names_what_is_left() {
         "4 pods left: ns/a (evicting), ns/b (do-not-disrupt), \
          ns/c (after the non-critical pods) and 1 more"
     );
-    assert_eq!(p.evictions().map(key).collect::<Vec<_>>(), ["ns/a"]);
     let one = [pod("a", grace(10))];
     let p = plan(&one, Some(at(5)), at(0));
     assert_eq!(p.summary(5), "1 pod left: ns/a (deleting, 5s grace)");
-    assert_eq!(
-        p.deletions().map(|(p, g)| (key(p), g)).collect::<Vec<_>>(),
-        [("ns/a".to_owned(), 5)]
-    );
-    assert!(STUCK_TERMINATING > SignedDuration::ZERO);
 }
