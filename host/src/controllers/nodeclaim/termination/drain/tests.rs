@@ -108,16 +108,20 @@ fn groups_go_in_karpenters_order() {
         ]
     };
     let nc = Group::NonCritical;
+    // The others wait behind "n", the only non-critical non-DaemonSet pod.
+    let first_group_is = |n: Decision| {
+        expect(&[
+            ("cd", behind(nc)),
+            ("c", behind(nc)),
+            ("d", behind(nc)),
+            ("n", n),
+        ])
+    };
     let cases: Vec<(&str, Vec<Pod>, Decided)> = vec![
         (
             "all four: only the non-critical non-DaemonSet pods go first",
             all(),
-            expect(&[
-                ("cd", behind(nc)),
-                ("c", behind(nc)),
-                ("d", behind(nc)),
-                ("n", EVICT),
-            ]),
+            first_group_is(EVICT),
         ),
         (
             "an evicted pod still terminating holds the next group",
@@ -126,12 +130,7 @@ fn groups_go_in_karpenters_order() {
                 pods[3] = pod("n", deleted_at(10));
                 pods
             },
-            expect(&[
-                ("cd", behind(nc)),
-                ("c", behind(nc)),
-                ("d", behind(nc)),
-                ("n", TERMINATING),
-            ]),
+            first_group_is(TERMINATING),
         ),
         (
             "then the DaemonSet pods",
