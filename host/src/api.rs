@@ -6,8 +6,10 @@
 //!   provider and carries its parameters) and [`Provider`] (where a provider's wasm comes from, and
 //!   the grants and limits it runs with).
 //!
-//! The CRD YAML in `crds/` is generated from these types ([`crds::all`]); a test fails when the two
-//! drift apart.
+//! The CRD YAML in `crds/` and `charts/capstan/crds/` is generated from these types
+//! ([`crds::all`]); a test fails when either drifts apart. The types also carry the validation
+//! Karpenter's CRDs have (patterns, enums, lengths, and the CEL rules of [`rules`]), so the API
+//! server refuses malformed NodePools and NodeClaims.
 
 pub mod crds;
 pub mod duration;
@@ -24,7 +26,9 @@ pub mod nodepool;
 // `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
 #[allow(clippy::duplicated_attributes)]
 pub mod provider;
+pub mod rules;
 pub mod shared;
+pub mod template_hash;
 
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{NodeClass, NodeClassSpec, NodeClassStatus};

@@ -1,10 +1,12 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
-//! termination), garbage collection, the NodeClass and NodePool status controllers, and the
-//! provisioner that turns unschedulable pods into NodeClaims.
+//! termination), garbage collection, the NodeClass and NodePool status controllers, the
+//! provisioner that turns unschedulable pods into NodeClaims, and disruption (drift and
+//! expiration) that replaces and removes them.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
 
+pub mod disruption;
 pub mod events;
 pub mod garbage_collection;
 pub mod nodeclaim;
@@ -20,18 +22,18 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::Client;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 
 use crate::metrics::{self, Metrics};
 use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
 use crate::runtime::CallError;
 use crate::runtime::provider::describe_provider_error;
+use crate::state::ClusterState;
 
 pub use self::selector::Selector;
 
@@ -145,12 +147,18 @@ pub struct Context {
     pub selector: Selector,
     /// The Event recorder.
     pub events: events::Events,
-    /// Every Node of the cluster.
+    /// Every Node of the cluster (the store of [`ClusterState::nodes`]).
     pub nodes: Store<Node>,
+    /// The caches the provisioner and disruption decide over.
+    pub state: Arc<ClusterState>,
+    /// Instance types per NodePool and NodeClass, shared by the provisioner and disruption.
+    pub instance_types: provisioner::instance_types::InstanceTypeCache,
     /// Metrics.
     pub metrics: &'static Metrics,
     /// Offerings recently out of capacity, avoided by launch.
     pub unavailable_offerings: unavailable_offerings::UnavailableOfferings,
+    /// Drain Events published lately (one per distinct note, not one per retry).
+    pub drain_events: nodeclaim::termination::Dedupe,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -235,21 +243,17 @@ pub fn millis_since(then: &Time) -> i64 {
 /// Starts every controller and runs until one of them stops.
 pub async fn run(config: Config) -> Result<(), ControllerError> {
     let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
-    let (nodes, writer) = reflector::store::<Node>();
-    let node_stream = reflector::reflector(
-        writer,
-        watcher(
-            kube::Api::<Node>::all(config.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .for_each(|_| futures::future::ready(()));
-    let node_task = tokio::spawn(node_stream);
-    nodes
-        .wait_until_ready()
+    let state = Arc::new(ClusterState::default());
+    let node_changes = state.nodes.subscribe();
+    let managed = match &config.settings.selector {
+        Some(selector) => watcher::Config::default().labels(selector),
+        None => watcher::Config::default(),
+    };
+    let state_tasks = state
+        .run(&config.client, managed)
         .await
         .map_err(|err| ControllerError::Cache(err.to_string()))?;
+    let nodes = state.nodes.store();
     config.settings.readiness.set_caches_synced(true);
     let provider_task = match &config.providers {
         Some(setup) => {
@@ -287,19 +291,26 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         settings: config.settings,
         selector,
         nodes,
+        state,
+        instance_types: provisioner::instance_types::InstanceTypeCache::default(),
         metrics: metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
+        drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
     });
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");
     let result = tokio::select! {
-        () = nodeclaim::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclaim")),
+        () = nodeclaim::run(Arc::clone(&ctx), node_changes) => Err(ControllerError::Stopped("nodeclaim")),
         () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
+        () = nodepool_status::report_unparseable(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-parse-report")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
+        () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
     };
-    node_task.abort();
+    for task in state_tasks {
+        task.abort();
+    }
     if let Some(task) = provider_task {
         task.abort();
     }

@@ -20,6 +20,7 @@
 //! - [`metrics`]: Prometheus counters and provider call latency.
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
+//! - [`state`]: the watches of the cluster, their caches and their retry policy.
 
 pub mod api;
 pub mod capability;
@@ -31,3 +32,4 @@ pub mod provider;
 pub mod runtime;
 pub mod scheduling;
 pub mod serve;
+pub mod state;

@@ -2,7 +2,7 @@
 //!
 //! Counters of NodeClaims launched, registered, initialized, terminated and failed (by reason),
 //! and a histogram of provider call latency by WIT function. [`global`] is the process-wide set;
-//! [`render`] gives its text for the `/metrics` endpoint ([`crate::serve`]).
+//! [`render`] gives its text for the `/metrics` endpoint.
 
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
@@ -33,6 +33,8 @@ pub struct Metrics {
     terminated: Family<Labels, Counter>,
     failed: Family<Labels, Counter>,
     garbage_collected: Family<Labels, Counter>,
+    disrupted: Family<Labels, Counter>,
+    disruption_decisions: Family<Labels, Counter>,
     provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
     provider_loads: Family<Labels, Counter>,
     provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
@@ -59,6 +61,8 @@ impl Metrics {
         let terminated = Family::<Labels, Counter>::default();
         let failed = Family::<Labels, Counter>::default();
         let garbage_collected = Family::<Labels, Counter>::default();
+        let disrupted = Family::<Labels, Counter>::default();
+        let disruption_decisions = Family::<Labels, Counter>::default();
         let provider_calls =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let provider_loads = Family::<Labels, Counter>::default();
@@ -95,6 +99,16 @@ impl Metrics {
             garbage_collected.clone(),
         );
         registry.register(
+            "nodeclaims_disrupted",
+            "NodeClaims deleted by disruption, by pool and reason (drifted, expired)",
+            disrupted.clone(),
+        );
+        registry.register(
+            "disruption_decisions",
+            "Disruption decisions, by decision (replace, delete, blocked, rolled-back) and reason",
+            disruption_decisions.clone(),
+        );
+        registry.register(
             "provider_call_duration_seconds",
             "Latency of provider calls, by provider, function and outcome",
             provider_calls.clone(),
@@ -117,6 +131,8 @@ impl Metrics {
             terminated,
             failed,
             garbage_collected,
+            disrupted,
+            disruption_decisions,
             provider_calls,
             provider_loads,
             provider_load_duration,
@@ -159,6 +175,22 @@ impl Metrics {
         self.garbage_collected
             .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
             .inc();
+    }
+
+    /// Disruption deleted a claim of `nodepool` for `reason`.
+    pub fn disrupted(&self, nodepool: &str, reason: &str) {
+        let mut labels = Self::pool(nodepool);
+        labels.push(("reason".to_owned(), reason.to_owned()));
+        self.disrupted.get_or_create(&labels).inc();
+    }
+
+    /// Disruption decided `decision` for `reason`.
+    pub fn disruption_decision(&self, decision: &str, reason: &str) {
+        let labels = vec![
+            ("decision".to_owned(), decision.to_owned()),
+            ("reason".to_owned(), reason.to_owned()),
+        ];
+        self.disruption_decisions.get_or_create(&labels).inc();
     }
 
     /// A provider call took `elapsed`; `outcome` is `ok` or the error kind.

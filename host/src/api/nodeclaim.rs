@@ -2,11 +2,12 @@
 //! launched for it. Field for field Karpenter's v1 API.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::duration::{DURATION_PATTERN, NILLABLE_DURATION_PATTERN};
+use super::rules;
 use super::shared::{Condition, NodeClassReference, Requirement, ResourceList, Taint};
 
 /// Condition types on a NodeClaim, in lifecycle order.
@@ -19,11 +20,13 @@ pub mod conditions {
     pub const EMPTY: &str = "Empty";
     pub const CONSOLIDATABLE: &str = "Consolidatable";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    pub const DRAINED: &str = "Drained";
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 }
 
-/// NodeClaim is a request for one node.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// NodeClaim is a request for one node. Its spec cannot change once created.
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
@@ -91,6 +94,7 @@ pub mod conditions {
         priority = "1"
     )
 )]
+#[x_kube(validation = Rule::new("self == oldSelf").message(rules::SPEC_IMMUTABLE))]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimSpec {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

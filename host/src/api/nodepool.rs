@@ -3,15 +3,27 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
-use schemars::JsonSchema;
+use kube::{CustomResource, KubeSchema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use super::duration::{DURATION_PATTERN, NILLABLE_DURATION_PATTERN};
-use super::shared::{Condition, NodeClassReference, Requirement, ResourceList, Taint};
+use super::rules;
+use super::shared::{
+    Condition, LABEL_VALUE_PATTERN, NodeClassReference, Requirement, ResourceList, Taint,
+};
+
+/// A budget's `nodes`: a count, or a percentage up to 100%.
+pub const BUDGET_NODES_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
+/// A budget's `schedule`: a cron macro or five cron fields (no time zone).
+pub const BUDGET_SCHEDULE_PATTERN: &str =
+    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly)|(\S+\s+){4}\S+)$";
+/// A budget's `duration`: hours and minutes (cron has no seconds); Go's `Duration.String()` adds
+/// a trailing `0s`, which is allowed.
+pub const BUDGET_DURATION_PATTERN: &str = r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
 
 /// NodePool describes the nodes Capstan may provision and how they may be disrupted.
-#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[kube(
     group = "karpenter.sh",
     version = "v1",
@@ -57,6 +69,16 @@ use super::shared::{Condition, NodeClassReference, Requirement, ResourceList, Ta
         priority = "1"
     )
 )]
+#[x_kube(
+    validation = Rule::new("has(self.replicas) == has(oldSelf.replicas)")
+        .message(rules::STATIC_TRANSITION),
+    validation = Rule::new(
+        "!has(self.replicas) || !has(self.limits) || size(self.limits) == 0 || (size(self.limits) == 1 && 'nodes' in self.limits)"
+    )
+    .message(rules::STATIC_LIMITS),
+    validation = Rule::new("!has(self.replicas) || !has(self.weight)")
+        .message(rules::STATIC_WEIGHT)
+)]
 #[serde(rename_all = "camelCase")]
 pub struct NodePoolSpec {
     /// The template every NodeClaim of this pool starts from.
@@ -78,12 +100,33 @@ pub struct NodePoolSpec {
 }
 
 /// Labels and annotations copied onto every NodeClaim and Node of the pool.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, KubeSchema)]
 pub struct TemplateMetadata {
+    /// Labels of the pool's nodes: at most 100, none in the `karpenter.sh` domain (but for
+    /// `karpenter.sh/capacity-type`), nor `kubernetes.io/hostname`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(schema_with = "template_labels_schema")]
+    #[x_kube(
+        validation = rules::for_all(rules::outside_karpenter_domain("x")),
+        validation = rules::for_all(rules::not_nodepool("x")),
+        validation = rules::for_all(rules::not_hostname("x"))
+    )]
     pub labels: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub annotations: BTreeMap<String, String>,
+}
+
+/// The labels map of a pool's template: label values, at most 100 of them.
+fn template_labels_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "object",
+        "maxProperties": 100,
+        "additionalProperties": {
+            "type": "string",
+            "maxLength": 63,
+            "pattern": LABEL_VALUE_PATTERN
+        }
+    })
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -94,7 +137,7 @@ pub struct NodeClaimTemplate {
 }
 
 /// The NodeClaim spec fields a pool sets.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeClaimTemplateSpec {
     /// Taints every node of the pool carries.
@@ -105,8 +148,16 @@ pub struct NodeClaimTemplateSpec {
     pub startup_taints: Vec<Taint>,
     /// Constraints on the instance types and offerings the pool may launch.
     #[schemars(length(max = 100))]
+    #[x_kube(validation = rules::for_all(rules::not_nodepool("x.key")))]
     pub requirements: Vec<Requirement>,
-    /// The node class holding provider-specific configuration.
+    /// The node class holding provider-specific configuration (its group and kind are fixed once
+    /// the pool exists).
+    #[x_kube(
+        validation = Rule::new("self.group == oldSelf.group")
+            .message(rules::NODE_CLASS_GROUP_IMMUTABLE),
+        validation = Rule::new("self.kind == oldSelf.kind")
+            .message(rules::NODE_CLASS_KIND_IMMUTABLE)
+    )]
     pub node_class_ref: NodeClassReference,
     /// How long a node may live before it is replaced (`720h` by default, or `Never`).
     #[serde(default = "default_expire_after")]
@@ -127,6 +178,8 @@ pub enum ConsolidationPolicy {
     WhenEmpty,
     #[default]
     WhenEmptyOrUnderutilized,
+    /// Karpenter's cost-versus-disruption policy (accepted; Capstan does not consolidate yet).
+    Balanced,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -175,19 +228,27 @@ pub enum DisruptionReason {
 }
 
 /// A disruption budget: at most `nodes` (a count or a percentage) disrupted at once, optionally only
-/// during a cron `schedule` window of `duration`, optionally only for some `reasons`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// during a cron `schedule` window of `duration` (both or neither), optionally only for some
+/// `reasons`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.schedule) == has(self.duration)")
+        .message(rules::SCHEDULE_WITH_DURATION)
+)]
 pub struct Budget {
     #[serde(default = "default_budget_nodes")]
-    #[schemars(pattern(r"^((100|[0-9]{1,2})%|[0-9]+)$"))]
+    #[schemars(pattern(BUDGET_NODES_PATTERN))]
     pub nodes: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(BUDGET_SCHEDULE_PATTERN))]
     pub schedule: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(pattern(r"^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$"))]
+    #[schemars(pattern(BUDGET_DURATION_PATTERN))]
     pub duration: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    #[x_kube(merge_strategy = ListMerge::Set)]
     pub reasons: Vec<DisruptionReason>,
 }
 

@@ -4,8 +4,11 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::KubeSchema;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::rules;
 
 /// A Kubernetes resource quantity (`"4"`, `"500m"`, `"16Gi"`).
 ///
@@ -90,15 +93,44 @@ pub enum NodeSelectorOperator {
     Lte,
 }
 
+/// A label key or taint key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// characters (Kubernetes' qualified name).
+pub const QUALIFIED_NAME_PATTERN: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+/// A label value (at most 63 characters, possibly empty).
+pub const LABEL_VALUE_PATTERN: &str = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+
 /// `NodeSelectorRequirementWithMinValues`: a node-selector requirement, optionally asking for at
 /// least `minValues` distinct values of `key` among the instance types a claim may use.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+///
+/// `In` needs at least one value; `Gt`, `Lt`, `Gte` and `Lte` exactly one, a non-negative
+/// integer; `minValues` on an `In` at most as many as its values. The key is a label key outside
+/// the `karpenter.sh` domain (but for `karpenter.sh/capacity-type` and `karpenter.sh/nodepool`),
+/// and not `kubernetes.io/hostname`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.operator != 'In' || (has(self.values) && size(self.values) > 0)")
+        .message(rules::IN_NEEDS_VALUES),
+    validation = Rule::new(
+        "!(self.operator in ['Gt', 'Lt', 'Gte', 'Lte']) || (has(self.values) && size(self.values) == 1 && int(self.values[0]) >= 0)"
+    )
+    .message(rules::ONE_INTEGER),
+    validation = Rule::new(
+        "!(self.operator == 'In' && has(self.minValues)) || (has(self.values) && size(self.values) >= self.minValues)"
+    )
+    .message(rules::MIN_VALUES)
+)]
 pub struct Requirement {
     /// The label key the requirement applies to.
-    #[schemars(length(max = 316))]
+    #[schemars(length(max = 316), pattern(QUALIFIED_NAME_PATTERN))]
+    #[x_kube(
+        validation = rules::outside_karpenter_domain("self"),
+        validation = rules::not_hostname("self")
+    )]
     pub key: String,
     pub operator: NodeSelectorOperator,
+    // Not checked as label values (Karpenter's CRDs do not either): a claim's `NotIn` carries
+    // whatever strings a pod's node affinity names.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 500))]
     pub values: Vec<String>,
@@ -134,8 +166,10 @@ pub enum TaintEffect {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Taint {
+    #[schemars(length(min = 1, max = 316), pattern(QUALIFIED_NAME_PATTERN))]
     pub key: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63), pattern(LABEL_VALUE_PATTERN))]
     pub value: Option<String>,
     pub effect: TaintEffect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -146,7 +180,7 @@ pub struct Taint {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 pub struct NodeClassReference {
     /// API group of the node class (`capstan.dev` for Capstan's own NodeClass).
-    #[schemars(regex(pattern = r"^[^/]*$"), length(max = 253))]
+    #[schemars(regex(pattern = r"^[^/]*$"), length(min = 1, max = 253))]
     pub group: String,
     /// Kind of the node class (`NodeClass`).
     #[schemars(length(min = 1, max = 63))]

@@ -64,6 +64,24 @@ impl Events {
             .await;
     }
 
+    /// A `Warning` Event about the object `reference` points at (for objects the host holds only
+    /// as raw JSON, such as a NodePool that does not parse).
+    pub async fn warning_about(
+        &self,
+        reference: &k8s_openapi::api::core::v1::ObjectReference,
+        reason: &str,
+        note: impl Into<String>,
+    ) {
+        self.publish_reference(
+            reference.clone(),
+            EventType::Warning,
+            reason,
+            reason,
+            note.into(),
+        )
+        .await;
+    }
+
     async fn publish<K>(&self, object: &K, type_: EventType, reason: &str, note: String)
     where
         K: Resource<DynamicType = ()>,
@@ -78,11 +96,22 @@ impl Events {
         type_: EventType,
         reason: &str,
         action: &str,
-        mut note: String,
+        note: String,
     ) where
         K: Resource<DynamicType = ()>,
     {
-        let reference = object.object_ref(&());
+        self.publish_reference(object.object_ref(&()), type_, reason, action, note)
+            .await;
+    }
+
+    async fn publish_reference(
+        &self,
+        reference: k8s_openapi::api::core::v1::ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        mut note: String,
+    ) {
         let name = reference.name.clone().unwrap_or_default();
         let kind = reference.kind.clone().unwrap_or_default();
         match type_ {

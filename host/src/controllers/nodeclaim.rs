@@ -15,12 +15,11 @@ pub mod termination;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -29,6 +28,7 @@ use crate::api::labels::{NODEPOOL, TERMINATION_FINALIZER};
 use crate::api::nodeclaim::conditions::{INITIALIZED, LAUNCHED, READY, REGISTERED};
 use crate::api::shared::{ConditionStatus, find_condition, set_condition};
 use crate::controllers::{Context, ControllerError, now};
+use crate::state::watch_backoff;
 
 /// What a stage tells the reconciler.
 #[derive(Debug)]
@@ -42,17 +42,18 @@ pub enum Step {
 /// How often a healthy claim is looked at again anyway.
 const RESYNC: Duration = Duration::from_secs(300);
 
-/// Runs the controller until it stops.
-pub async fn run(ctx: Arc<Context>) {
+/// Runs the controller until it stops. `node_changes` are the Nodes changed in the host's node
+/// cache ([`Context::nodes`]), each sent once the cache holds the change, so the claims they
+/// trigger read the Node as it is now (a second watch of Nodes could run ahead of the cache and
+/// leave a claim looking at the Node as it was).
+pub async fn run(ctx: Arc<Context>, node_changes: impl Stream<Item = Arc<Node>> + Send + 'static) {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, ctx.watcher_config());
+    let controller = Controller::new(api, ctx.watcher_config()).trigger_backoff(watch_backoff());
     let claims = controller.store();
+    let triggers =
+        node_changes.flat_map(move |node| futures::stream::iter(claims_of_node(&claims, &node)));
     controller
-        .watches(
-            Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default(),
-            move |node| claims_of_node(&claims, &node),
-        )
+        .reconcile_on(triggers)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {

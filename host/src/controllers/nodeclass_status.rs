@@ -31,6 +31,7 @@ pub async fn run(ctx: Arc<Context>) {
         Some(((), rx))
     });
     Controller::new(api, ctx.watcher_config())
+        .trigger_backoff(crate::state::watch_backoff())
         .reconcile_all_on(registry_changes)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {

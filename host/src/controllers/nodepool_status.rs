@@ -31,9 +31,18 @@ pub const READY: &str = "Ready";
 
 /// Runs the controller until it stops.
 pub async fn run(ctx: Arc<Context>) {
-    let api: Api<NodePool> = Api::all(ctx.client.clone());
-    let controller = Controller::new(api, ctx.watcher_config());
-    let pools = controller.store();
+    // Pools come from the host's lenient cache: one pool that does not parse must not stop the
+    // status of the others (a typed watch would fail as a whole). Every pool is looked at once
+    // at the start, then on its own changes and its claims' and class's.
+    let pools = ctx.state.pools.store();
+    let changes = ctx
+        .state
+        .pools
+        .subscribe()
+        .map(|pool| Ok(pool.as_ref().clone()));
+    let controller = Controller::for_stream(changes, pools.clone())
+        .trigger_backoff(crate::state::watch_backoff())
+        .reconcile_all_on(futures::stream::once(futures::future::ready(())));
     controller
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),
@@ -62,12 +71,70 @@ pub async fn run(ctx: Arc<Context>) {
         .await;
 }
 
+/// Reports NodePools that do not parse (the lenient cache leaves them out of everything else):
+/// `ValidationSucceeded=False` and `Ready=False` with the parse error, and a `FailedParsing`
+/// Event, once per distinct error.
+pub async fn report_unparseable(ctx: Arc<Context>) {
+    let mut reported: BTreeMap<String, String> = BTreeMap::new();
+    let mut tick = tokio::time::interval(Duration::from_secs(2));
+    loop {
+        tick.tick().await;
+        let rejected = ctx.state.pools.rejected();
+        reported.retain(|name, _| rejected.contains_key(name));
+        for (name, r) in rejected {
+            if reported.get(&name) == Some(&r.error) {
+                continue;
+            }
+            let message = format!("NodePool {name} cannot be read: {}", r.error);
+            tracing::warn!(nodepool = %name, error = %r.error, "nodepool does not parse");
+            let resource = kube::api::ApiResource::erase::<NodePool>(&());
+            let api: Api<kube::api::DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
+            let condition = |type_: &str| {
+                serde_json::json!({
+                    "type": type_, "status": "False", "reason": "Unparseable",
+                    "message": crate::capability::host::truncate(&message, 32_000),
+                    "lastTransitionTime": now(),
+                    "observedGeneration": r.object.metadata.generation,
+                })
+            };
+            let patch = serde_json::json!({"status": {"conditions": [
+                condition(VALIDATION_SUCCEEDED), condition(READY),
+            ]}});
+            if let Err(err) = api
+                .patch_status(
+                    &name,
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::debug!(nodepool = %name, error = %err, "cannot report an unparseable nodepool");
+                continue;
+            }
+            let reference = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("karpenter.sh/v1".to_owned()),
+                kind: Some("NodePool".to_owned()),
+                name: Some(name.clone()),
+                uid: r.object.metadata.uid.clone(),
+                resource_version: r.object.metadata.resource_version.clone(),
+                ..Default::default()
+            };
+            ctx.events
+                .warning_about(&reference, "FailedParsing", message)
+                .await;
+            reported.insert(name, r.error);
+        }
+    }
+}
+
 fn error_policy(pool: Arc<NodePool>, err: &ControllerError, ctx: Arc<Context>) -> Action {
     tracing::warn!(nodepool = %pool.name_any(), error = %err, "nodepool reconcile failed");
     Action::requeue(ctx.backoff(&format!("nodepool/{}", pool.name_any())))
 }
 
-/// What is wrong with a pool that the CRD schema lets through.
+/// What is wrong with a pool. Capstan's CRDs refuse most of it already; the checks stay for pools
+/// stored under other CRDs (older ones, or Karpenter's), and the restricted template label domains
+/// (`kubernetes.io`, `k8s.io`) are Capstan's own.
 pub fn validate(pool: &NodePool) -> Result<(), String> {
     let spec = &pool.spec.template.spec;
     for r in &spec.requirements {

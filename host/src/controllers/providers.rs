@@ -228,7 +228,8 @@ impl ProviderController {
         let controller = Controller::new(
             Api::<Provider>::all(client.clone()),
             provider_watch_config(&settings),
-        );
+        )
+        .trigger_backoff(crate::state::watch_backoff());
         let (denials_tx, denials) = tokio::sync::mpsc::channel(256);
         let ctx = Arc::new(Ctx {
             events: Events::new(client.clone(), &settings.reporter),
@@ -305,7 +306,7 @@ async fn watch_deletions(ctx: Arc<Ctx>) {
     let api: Api<PartialObjectMeta<Provider>> = Api::all(ctx.client.clone());
     let mut listing: HashSet<String> = HashSet::new();
     let mut events = watcher(api, provider_watch_config(&ctx.settings))
-        .default_backoff()
+        .backoff(crate::state::watch_backoff())
         .boxed();
     while let Some(event) = events.next().await {
         match event {

@@ -15,6 +15,7 @@
 pub mod batcher;
 pub mod instance_types;
 pub mod limits;
+pub mod nominations;
 pub mod snapshot;
 
 use std::collections::BTreeMap;
@@ -24,18 +25,19 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ObjectMeta, PostParams};
-use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::api::labels::NODEPOOL;
+use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
 use crate::api::nodeclaim::ResourceRequirements;
+use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
 use crate::controllers::Context;
 use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
 
 use self::instance_types::InstanceTypeCache;
+use self::nominations::{Nominations, Verdict};
 use self::snapshot::Snapshot;
 
 /// Annotation on a NodeClaim the provisioner created: the price per hour of the cheapest
@@ -105,17 +107,15 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 pub async fn run(ctx: Arc<Context>) {
     let (tx, mut rx) = mpsc::unbounded_channel::<()>();
     let watch_tx = tx.clone();
-    let pods = watcher(Api::<Pod>::all(ctx.client.clone()), pod_watch_config(&ctx))
-        .default_backoff()
-        .applied_objects()
-        .for_each(move |pod| {
-            if let Ok(pod) = pod
-                && is_provisionable(&pod)
-            {
-                let _ = watch_tx.send(());
-            }
-            futures::future::ready(())
-        });
+    let selector = ctx.selector.clone();
+    // A batch at once for what is pending already, then one per change of a pod to provision for.
+    let _ = tx.send(());
+    let pods = ctx.state.pods.subscribe().for_each(move |pod| {
+        if is_provisionable(&pod) && selector.matches(pod.labels()) {
+            let _ = watch_tx.send(());
+        }
+        futures::future::ready(())
+    });
     let watch = tokio::spawn(pods);
     let resync = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RESYNC);
@@ -127,17 +127,19 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     });
-    let cache = InstanceTypeCache::default();
+    let cache = &ctx.instance_types;
+    let mut nominations = Nominations::default();
     let windows = ctx.settings.batch;
     tracing::info!(idle = ?windows.idle, max = ?windows.max, "provisioner starting");
     while let Some(triggers) = batcher::next_batch(&mut rx, windows).await {
         let started = Instant::now();
-        match provision(&ctx, &cache).await {
+        match provision(&ctx, cache, &mut nominations).await {
             Ok(outcome) if outcome.pods > 0 => tracing::info!(
                 triggers,
                 pods = outcome.pods,
                 new_claims = outcome.created,
                 unschedulable = outcome.unschedulable,
+                held = outcome.held,
                 elapsed = ?started.elapsed(),
                 "provisioning batch"
             ),
@@ -149,13 +151,6 @@ pub async fn run(ctx: Arc<Context>) {
     resync.abort();
 }
 
-fn pod_watch_config(ctx: &Context) -> watcher::Config {
-    match &ctx.settings.selector {
-        Some(selector) => watcher::Config::default().labels(selector),
-        None => watcher::Config::default(),
-    }
-}
-
 /// What one run did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -165,24 +160,53 @@ pub struct Outcome {
     pub created: usize,
     /// Pods that fit nowhere.
     pub unschedulable: usize,
+    /// New claims the simulation wanted for pods already nominated to claims still coming up,
+    /// not created (see [`nominations`]).
+    pub held: usize,
 }
 
 /// One provisioning run over a fresh snapshot.
 pub async fn provision(
     ctx: &Context,
     cache: &InstanceTypeCache,
+    nominations: &mut Nominations,
 ) -> Result<Outcome, ProvisionError> {
-    let snapshot = Snapshot::take(ctx).await?;
+    let snapshot = Snapshot::take(ctx);
+    let pending_uids: std::collections::HashSet<&str> = snapshot
+        .pending
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    nominations.expire(&snapshot.claims, &pending_uids);
     if snapshot.pending.is_empty() {
         return Ok(Outcome::default());
     }
     let built = snapshot.input(ctx, cache).await;
     let result = scheduling::solve(&built.input);
+    // The guard (see [`nominations`]), judged on the nominations of earlier batches: if every
+    // pending pod already waits for a claim that is still coming up, no new claim is created,
+    // whatever the simulation says.
+    let held = if result.new_claims.is_empty() {
+        Verdict::Create
+    } else {
+        nominations.guard(
+            built
+                .pod_index
+                .iter()
+                .filter_map(|i| snapshot.pending[*i].metadata.uid.as_deref()),
+        )
+    };
     let mut outcome = Outcome {
         pods: snapshot.pending.len(),
         ..Outcome::default()
     };
     let pod_of = |i: usize| &snapshot.pending[built.pod_index[i]];
+    let uid_of = |i: &usize| pod_of(*i).metadata.uid.as_deref().unwrap_or_default();
+    let claim_of_node: BTreeMap<&str, String> = snapshot
+        .claims
+        .iter()
+        .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c.name_any())))
+        .collect();
     for (i, why) in &built.rejected {
         outcome.unschedulable += 1;
         ctx.events
@@ -190,10 +214,19 @@ pub async fn provision(
             .await;
     }
     for (i, target) in &result.existing_placements {
-        let note = match target {
-            Target::Node(node) => format!("Pod should schedule on: node/{node}"),
-            Target::Claim(claim) => format!("Pod should schedule on: nodeclaim/{claim}"),
+        let (note, claim) = match target {
+            Target::Node(node) => (
+                format!("Pod should schedule on: node/{node}"),
+                claim_of_node.get(node.as_str()).cloned(),
+            ),
+            Target::Claim(claim) => (
+                format!("Pod should schedule on: nodeclaim/{claim}"),
+                Some(claim.clone()),
+            ),
         };
+        if let Some(claim) = claim {
+            nominations.nominate([uid_of(i)], &claim);
+        }
         ctx.events.normal(pod_of(*i), "Nominated", note).await;
     }
     let pools: BTreeMap<String, &NodePool> =
@@ -203,11 +236,22 @@ pub async fn provision(
         let Some(pool) = pools.get(&new.node_pool) else {
             continue;
         };
+        if let Verdict::Waiting(claims) = &held {
+            outcome.held += 1;
+            tracing::warn!(
+                nodepool = %new.node_pool,
+                pods = new.pods.len(),
+                waiting_for = ?claims,
+                "not creating a nodeclaim: every pending pod is nominated to a claim still coming up"
+            );
+            continue;
+        }
         let claim = claim_for(new, pool, &ctx.selector.equality_labels());
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
                 let name = created.name_any();
+                nominations.nominate(new.pods.iter().map(uid_of), &name);
                 tracing::info!(
                     nodeclaim = %name,
                     nodepool = %new.node_pool,
@@ -275,7 +319,7 @@ pub async fn provision(
 /// The NodeClaim for a new claim of `pool`: named `<pool>-<5 random chars>` by the API server,
 /// labelled with the pool's template labels, the pool name and `extra_labels` (the host's
 /// selector), with the pool's annotations, taints, expiry and grace period, the solver's
-/// requirements and requests, and the price annotation.
+/// requirements and requests, the price annotation and the pool's template hash.
 pub fn claim_for(
     new: &NewClaim,
     pool: &NodePool,
@@ -293,6 +337,8 @@ pub fn claim_for(
         PRICE_ANNOTATION.to_owned(),
         format!("{}", new.cheapest_price),
     );
+    annotations.insert(NODEPOOL_HASH.to_owned(), template_hash(pool));
+    annotations.insert(NODEPOOL_HASH_VERSION.to_owned(), HASH_VERSION.to_owned());
     let spec = &template.spec;
     let mut claim = NodeClaim::new(
         "",
@@ -317,7 +363,8 @@ pub fn claim_for(
     claim
 }
 
-/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries.
+/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries (or
+/// `Gte 0`).
 pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
     let mut out = Vec::new();
     for r in reqs.iter() {
@@ -343,11 +390,18 @@ pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
                 }
             }
         }
+        // The CRD takes only non-negative bounds. A label value cannot start with `-`, so an
+        // integer label is never negative: any `Gt` below 0 means `Gte 0`, and an `Lt` below 0
+        // admits nothing, as `Lt 0` does.
         if let Some(gt) = set.greater_than_bound() {
-            out.push(entry(NodeSelectorOperator::Gt, vec![gt.to_string()]));
+            out.push(if gt < 0 {
+                entry(NodeSelectorOperator::Gte, vec!["0".to_owned()])
+            } else {
+                entry(NodeSelectorOperator::Gt, vec![gt.to_string()])
+            });
         }
         if let Some(lt) = set.less_than_bound() {
-            out.push(entry(NodeSelectorOperator::Lt, vec![lt.to_string()]));
+            out.push(entry(NodeSelectorOperator::Lt, vec![lt.max(0).to_string()]));
         }
     }
     out

@@ -171,6 +171,14 @@ fn selector_terms(
     Ok(reqs)
 }
 
+/// A Kubernetes label selector as the scheduler's; `object` names the owner in errors.
+pub fn label_selector_of(
+    object: &str,
+    s: &meta::LabelSelector,
+) -> Result<LabelSelector, ConvertError> {
+    label_selector(object, s)
+}
+
 fn label_selector(object: &str, s: &meta::LabelSelector) -> Result<LabelSelector, ConvertError> {
     let mut out = LabelSelector {
         match_labels: s.match_labels.clone().unwrap_or_default(),
@@ -208,7 +216,7 @@ fn effect(object: &str, text: &str) -> Result<TaintEffect, ConvertError> {
     })
 }
 
-fn toleration(object: &str, t: &core::Toleration) -> Result<Toleration, ConvertError> {
+pub(crate) fn toleration(object: &str, t: &core::Toleration) -> Result<Toleration, ConvertError> {
     Ok(Toleration {
         key: t.key.clone().unwrap_or_default(),
         operator: if t.operator.as_deref() == Some("Exists") {
@@ -452,18 +460,26 @@ fn api_taint(t: &api::Taint) -> Taint {
     Taint::new(t.key.as_str(), t.value.clone().unwrap_or_default(), effect)
 }
 
-/// A Node and the pods bound to it as existing capacity. Lifecycle taints are dropped while a
-/// Karpenter-managed node is not yet initialized.
+/// A Node and the pods bound to it as existing capacity, given the NodeClaim it belongs to (if
+/// any).
+///
+/// A Karpenter-managed node that is not initialized yet is simulated as it will be once it is: its
+/// lifecycle taints and its claim's startup taints are left out (an agent removes those; pods
+/// need not tolerate them), and until the kubelet reports allocatable, the claim's stands in. So
+/// pods waiting for a node that is still starting are placed on it rather than on another new
+/// claim.
 pub fn node(
     node: &core::Node,
     pods: &[core::Pod],
     namespaces: &NamespaceLabels,
+    claim: Option<&api::NodeClaim>,
 ) -> Result<ExistingNode, ConvertError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node {name}");
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let managed = labels.contains_key(NODEPOOL);
     let initialized = !managed || labels.get(INITIALIZED).is_some_and(|v| v == "true");
+    let startup_taints = claim.map_or(&[][..], |c| c.spec.startup_taints.as_slice());
     let mut taints = Vec::new();
     for t in node
         .spec
@@ -472,25 +488,65 @@ pub fn node(
         .into_iter()
         .flatten()
     {
-        if !initialized && EPHEMERAL_TAINTS.contains(&t.key.as_str()) {
+        if !initialized
+            && (EPHEMERAL_TAINTS.contains(&t.key.as_str())
+                || startup_taints.iter().any(|s| same_taint(t, s)))
+        {
             continue;
         }
         taints.push(core_taint(&object, t)?);
     }
     let (used, pods) = running(pods, namespaces)?;
+    let reported = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
+    let allocatable = match (reported, claim) {
+        (Some(list), _) if !list.is_empty() => resources(&object, Some(list))?,
+        (_, Some(claim)) if !initialized => claim_allocatable(&object, claim)?,
+        _ => Resources::default(),
+    };
     Ok(ExistingNode {
         node_pool: labels.get(NODEPOOL).cloned(),
         labels,
         taints,
-        allocatable: resources(
-            &object,
-            node.status.as_ref().and_then(|s| s.allocatable.as_ref()),
-        )?,
+        allocatable,
         used,
         pods,
         initialized,
         name,
     })
+}
+
+/// Whether a Node taint is a claim's taint (same key and effect, as Kubernetes matches them).
+fn same_taint(node: &core::Taint, claim: &api::Taint) -> bool {
+    node.key == claim.key && api_effect(claim.effect) == node.effect
+}
+
+fn api_effect(effect: api::TaintEffect) -> &'static str {
+    match effect {
+        api::TaintEffect::NoSchedule => "NoSchedule",
+        api::TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+        api::TaintEffect::NoExecute => "NoExecute",
+    }
+}
+
+/// What a launched claim says its node will have.
+fn claim_allocatable(object: &str, claim: &api::NodeClaim) -> Result<Resources, ConvertError> {
+    let Some(status) = claim.status.as_ref() else {
+        return Ok(Resources::default());
+    };
+    Ok(ResourceLimits::parse(
+        status
+            .allocatable
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|source| ConvertError::Quantity {
+        object: object.to_owned(),
+        resource: String::new(),
+        source,
+    })?
+    .0
+    .into_iter()
+    .fold(Resources::default(), |r, (k, v)| r.with(&k, v)))
 }
 
 fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, ConvertError> {
@@ -514,7 +570,8 @@ fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, Conver
     )
 }
 
-fn requirements(object: &str, list: &[api::Requirement]) -> Result<Requirements, ConvertError> {
+/// API requirements as the scheduler's; `object` names the owner in errors.
+pub fn requirements(object: &str, list: &[api::Requirement]) -> Result<Requirements, ConvertError> {
     let mut out = Requirements::new();
     for r in list {
         out.add(requirement(object, r)?);
@@ -588,23 +645,7 @@ pub fn inflight_claim(
     for (k, v) in &labels {
         reqs.add(Requirement::in_(k.as_str(), [v.as_str()]));
     }
-    let allocatable = match claim.status.as_ref() {
-        Some(status) => ResourceLimits::parse(
-            status
-                .allocatable
-                .iter()
-                .map(|(k, v)| (k.as_str(), v.as_str())),
-        )
-        .map_err(|source| ConvertError::Quantity {
-            object: object.clone(),
-            resource: String::new(),
-            source,
-        })?
-        .0
-        .into_iter()
-        .fold(Resources::default(), |r, (k, v)| r.with(&k, v)),
-        None => Resources::default(),
-    };
+    let allocatable = claim_allocatable(&object, claim)?;
     let (used, pods) = running(pods, namespaces)?;
     Ok(InflightClaim {
         node_pool: labels.get(NODEPOOL).cloned(),

@@ -1,7 +1,8 @@
-//! The Helm chart (`charts/capstan`): `helm lint --strict`, rendering, the values schema, its CRDs
-//! in sync with `crds/`, and, installed into the real API server with the kwok provider (ConfigMap
-//! plus Provider), a real host running with nothing but the chart's ServiceAccount and RBAC loads
-//! that provider and provisions and terminates nodes for pending pods.
+//! The Helm chart (`charts/capstan`): `helm lint --strict`, rendering, the values schema, and,
+//! installed into the real API server with the kwok provider (ConfigMap plus Provider), a real host
+//! running with nothing but the chart's ServiceAccount and RBAC loads that provider and provisions
+//! and terminates nodes for pending pods. (The unit test `capstan::api::crds` keeps the chart's
+//! `crds/` equal to the generated CRDs.)
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -68,36 +69,6 @@ fn find<'a>(objects: &'a [DynamicObject], kind: &str, name: &str) -> &'a Dynamic
                 && o.metadata.name.as_deref() == Some(name)
         })
         .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
-}
-
-#[test]
-fn the_charts_crds_are_the_generated_crds() {
-    let listing = |dir: &Path| -> Vec<String> {
-        let mut names: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        names
-    };
-    let (source, copy) = (repo_root().join("crds"), chart().join("crds"));
-    let files = listing(&source);
-    assert!(!files.is_empty());
-    assert_eq!(
-        files,
-        listing(&copy),
-        "charts/capstan/crds must hold exactly the files of crds/ (cp crds/*.yaml charts/capstan/crds/)"
-    );
-    for file in files {
-        let (a, b) = (
-            std::fs::read_to_string(source.join(&file)).unwrap(),
-            std::fs::read_to_string(copy.join(&file)).unwrap(),
-        );
-        assert!(
-            a == b,
-            "charts/capstan/crds/{file} differs from crds/{file}: copy it again"
-        );
-    }
 }
 
 #[test]

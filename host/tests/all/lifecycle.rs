@@ -6,6 +6,7 @@
 //! other's objects.
 
 mod disruption_budget;
+mod drain;
 mod errors;
 mod flow;
 mod gc;

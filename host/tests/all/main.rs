@@ -6,12 +6,15 @@
 // Test code: helpers outside `#[test]` functions may unwrap too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_restart;
 mod bad_input;
 mod cache;
 mod chart;
 mod cli;
 mod clusterapi;
 mod conformance;
+mod crd_validation;
+mod disruption;
 mod fixtures;
 mod grants;
 mod leader_election;
@@ -20,3 +23,5 @@ mod providers;
 mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;
+mod startup_taints;
+mod unparseable_pool;

@@ -27,7 +27,7 @@ const GROUP: &str = "e2e.capstan.dev/group";
 const DEDICATED: &str = "e2e.capstan.dev/dedicated";
 
 /// A NodePool JSON: `requirements`, template `labels`, `taints` and `limits` as given.
-fn pool_json(
+pub(crate) fn pool_json(
     names: &Names,
     name: &str,
     class: &str,
@@ -59,8 +59,96 @@ fn req(key: &str, values: &[&str]) -> serde_json::Value {
     json!({"key": key, "operator": "In", "values": values})
 }
 
-/// Creates `count` pods `<prefix>-<i>` in `ns` (16 at a time) with `cpu` and `memory` requests,
-/// the given node selector and tolerations, labelled with the test's run label.
+/// Pods to create: `count` pods `<prefix>-<i>` labelled with the test's run label and
+/// `app: <prefix>`, each with one container requesting `cpu` and `memory`.
+pub(crate) struct Pods<'a> {
+    client: &'a Client,
+    names: &'a Names,
+    ns: &'a str,
+    prefix: &'a str,
+    count: usize,
+    cpu: &'a str,
+    memory: &'a str,
+    spec: serde_json::Value,
+}
+
+impl<'a> Pods<'a> {
+    pub(crate) fn new(client: &'a Client, names: &'a Names, ns: &'a str, prefix: &'a str) -> Self {
+        Self {
+            client,
+            names,
+            ns,
+            prefix,
+            count: 1,
+            cpu: "100m",
+            memory: "64Mi",
+            spec: json!({}),
+        }
+    }
+
+    pub(crate) fn count(mut self, count: usize) -> Self {
+        self.count = count;
+        self
+    }
+
+    pub(crate) fn cpu(mut self, cpu: &'a str) -> Self {
+        self.cpu = cpu;
+        self
+    }
+
+    pub(crate) fn memory(mut self, memory: &'a str) -> Self {
+        self.memory = memory;
+        self
+    }
+
+    pub(crate) fn node_selector(self, selector: serde_json::Value) -> Self {
+        self.spec(json!({"nodeSelector": selector}))
+    }
+
+    pub(crate) fn tolerations(self, tolerations: serde_json::Value) -> Self {
+        self.spec(json!({"tolerations": tolerations}))
+    }
+
+    /// Sets these pod spec fields (affinity, topology spread, ...).
+    pub(crate) fn spec(mut self, fields: serde_json::Value) -> Self {
+        if let (Some(spec), Some(fields)) = (self.spec.as_object_mut(), fields.as_object()) {
+            spec.extend(fields.clone());
+        }
+        self
+    }
+
+    /// Creates the pods (16 at a time); returns their names.
+    pub(crate) async fn create(self) -> Vec<String> {
+        let api = Api::<Pod>::namespaced(self.client.clone(), self.ns);
+        let mut spec = self.spec.clone();
+        spec["containers"] = json!([{
+            "name": "app", "image": "fake",
+            "resources": {"requests": {"cpu": self.cpu, "memory": self.memory}},
+        }]);
+        futures::stream::iter(0..self.count)
+            .map(|i| {
+                let api = api.clone();
+                let name = format!("{}-{i}", self.prefix);
+                let pod: Pod = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": name, "labels": {RUN_LABEL: self.names.run, "app": self.prefix}},
+                    "spec": spec,
+                }))
+                .unwrap();
+                async move {
+                    api.create(&PostParams::default(), &pod).await?;
+                    Ok::<_, kube::Error>(name)
+                }
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await
+            .unwrap()
+    }
+}
+
+/// Creates `count` pods `<prefix>-<i>` in `ns` with `cpu` and `memory` requests, the given node
+/// selector and tolerations (see [`Pods`]).
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn pods(
     client: &Client,
@@ -73,34 +161,14 @@ pub(crate) async fn pods(
     tolerations: serde_json::Value,
     memory: &str,
 ) -> Vec<String> {
-    let api = Api::<Pod>::namespaced(client.clone(), ns);
-    let created: Vec<String> = futures::stream::iter(0..count)
-        .map(|i| {
-            let api = api.clone();
-            let name = format!("{prefix}-{i}");
-            let pod: Pod = serde_json::from_value(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "labels": {RUN_LABEL: names.run, "app": prefix}},
-                "spec": {
-                    "nodeSelector": node_selector,
-                    "tolerations": tolerations,
-                    "containers": [{
-                        "name": "app", "image": "fake",
-                        "resources": {"requests": {"cpu": cpu, "memory": memory}},
-                    }],
-                },
-            }))
-            .unwrap();
-            async move {
-                api.create(&PostParams::default(), &pod).await?;
-                Ok::<_, kube::Error>(name)
-            }
-        })
-        .buffer_unordered(16)
-        .try_collect()
+    Pods::new(client, names, ns, prefix)
+        .count(count)
+        .cpu(cpu)
+        .memory(memory)
+        .node_selector(node_selector)
+        .tolerations(tolerations)
+        .create()
         .await
-        .unwrap();
-    created
 }
 
 /// Waits until `expected` pods of `ns` are Running; returns them.

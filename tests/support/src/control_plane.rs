@@ -383,6 +383,73 @@ impl ControlPlane {
         }
     }
 
+    /// Kills kube-apiserver (SIGKILL) and leaves it down until
+    /// [`start_api_server`](Self::start_api_server); the other components keep running.
+    pub async fn kill_api_server(&self) -> Result<()> {
+        self.signal_supervisor("USR1")?;
+        self.wait_api_server_state(|state| state == "down").await
+    }
+
+    /// Starts kube-apiserver again on the same port and waits until it is ready.
+    pub async fn start_api_server(&self) -> Result<()> {
+        let before = self.api_server_restarts();
+        self.signal_supervisor("USR2")?;
+        self.wait_api_server_state(move |state| {
+            state
+                .strip_prefix("up ")
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n > before)
+        })
+        .await
+    }
+
+    fn api_server_restarts(&self) -> u32 {
+        fs::read_to_string(self.dir.join("apiserver"))
+            .ok()
+            .and_then(|s| s.trim().strip_prefix("up ")?.parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn signal_supervisor(&self, signal: &str) -> Result<()> {
+        let pid = self
+            .supervisor
+            .lock()
+            .map_err(|_| Error::Failed("supervisor lock poisoned".into()))?
+            .as_ref()
+            .map(|s| s.child.id())
+            .ok_or_else(|| Error::Failed("control plane was stopped".into()))?;
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .map_err(|e| Error::Failed(format!("kill -{signal} {pid}: {e}")))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Failed(format!("kill -{signal} {pid}: {status}")))
+        }
+    }
+
+    async fn wait_api_server_state(&self, want: impl Fn(&str) -> bool) -> Result<()> {
+        let path = self.dir.join("apiserver");
+        let deadline = Instant::now() + self.options.start_timeout + Duration::from_secs(10);
+        loop {
+            let state = fs::read_to_string(&path).unwrap_or_default();
+            if want(state.trim()) {
+                return Ok(());
+            }
+            self.health()?;
+            if Instant::now() >= deadline {
+                return Err(Error::Failed(format!(
+                    "kube-apiserver state is {:?}; its log:\n{}",
+                    state.trim(),
+                    self.log_tail("kube-apiserver", 40)
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The last `lines` lines of a component's log (`etcd`, `kube-apiserver`,
     /// `kube-controller-manager`, `kube-scheduler`, `kwok`).
     pub fn log_tail(&self, component: &str, lines: usize) -> String {

@@ -169,9 +169,15 @@ async fn launched(
     status.image_id = launched.image_id.clone();
     status.capacity = launched.capacity.clone();
     status.allocatable = launched.allocatable.clone();
-    set(claim, LAUNCHED, ConditionStatus::True, "Launched", "");
+    // The claim read from the cache may be older than the one on the API server (the metadata
+    // patch above refreshed it): the transition, its metric and its Event happen once, when this
+    // write is the one that sets `Launched=True`.
+    let transition = set(claim, LAUNCHED, ConditionStatus::True, "Launched", "");
     persist_status(ctx, claim).await?;
     ctx.reset_backoff(&launch_key(claim));
+    if !transition {
+        return Ok(Step::Continue);
+    }
     ctx.metrics.launched(&nodepool(claim));
     let instance_type = launched
         .labels

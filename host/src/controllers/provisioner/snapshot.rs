@@ -1,13 +1,12 @@
-//! One consistent view of the cluster for a provisioning run: everything is listed from the API
-//! server at the start of the run (Nodes come from the shared reflector), then turned into the
+//! One consistent view of the cluster for a provisioning run: everything is read from the host's
+//! caches ([`crate::state::ClusterState`]) at the start of the run, then turned into the
 //! scheduler's input. Nothing read during the simulation changes under it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
-use kube::api::ListParams;
-use kube::{Api, ResourceExt};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 
 use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::{NodeClaim, NodeClass, NodePool};
@@ -18,6 +17,8 @@ use crate::scheduling::{self, SchedulingInput};
 use super::instance_types::InstanceTypeCache;
 use super::limits;
 use super::{ProvisionError, is_provisionable};
+use crate::api::labels::DISRUPTED_TAINT_KEY;
+use crate::controllers::nodeclaim::provider_id;
 
 /// The cluster at one moment.
 #[derive(Debug, Default)]
@@ -38,6 +39,8 @@ pub struct Snapshot {
     pub daemonsets: Vec<DaemonSet>,
     /// Namespace labels, for namespace selectors of affinity terms.
     pub namespaces: NamespaceLabels,
+    /// Provider IDs of the nodes that are leaving: their claims are no capacity.
+    pub leaving: HashSet<String>,
 }
 
 /// What [`Snapshot::input`] built, with what it had to leave out.
@@ -57,66 +60,125 @@ fn deleting<K: ResourceExt>(object: &K) -> bool {
     object.meta().deletion_timestamp.is_some()
 }
 
+/// Nodes whose pods must find a new home: being deleted, belonging to a claim being deleted, or
+/// tainted `karpenter.sh/disrupted`.
+pub fn leaving_nodes(
+    nodes: &[std::sync::Arc<Node>],
+    claims: &[std::sync::Arc<NodeClaim>],
+) -> HashSet<String> {
+    let deleting_claims: HashSet<&str> = claims
+        .iter()
+        .filter(|c| deleting(c.as_ref()))
+        .filter_map(|c| provider_id(c))
+        .collect();
+    nodes
+        .iter()
+        .filter(|n| {
+            deleting(n.as_ref())
+                || n.spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|id| deleting_claims.contains(id))
+                || n.spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+        })
+        .map(|n| n.name_any())
+        .collect()
+}
+
+/// Whether a pod bound to a leaving node needs a place elsewhere: active, not a DaemonSet's
+/// (its DaemonSet runs one on the new node) and not a static pod.
+pub fn is_reschedulable(pod: &Pod) -> bool {
+    let terminal = matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    );
+    let daemon_or_static = pod
+        .owner_references()
+        .iter()
+        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
+    !terminal && !daemon_or_static && pod.metadata.deletion_timestamp.is_none()
+}
+
 impl Snapshot {
-    /// Lists everything a run needs.
-    pub async fn take(ctx: &Context) -> Result<Self, ProvisionError> {
-        let client = ctx.client.clone();
-        let managed = match &ctx.settings.selector {
-            Some(selector) => ListParams::default().labels(selector),
-            None => ListParams::default(),
-        };
-        let all = ListParams::default();
-        let (pod_api, claim_api, pool_api, class_api, ds_api, ns_api) = (
-            Api::<Pod>::all(client.clone()),
-            Api::<NodeClaim>::all(client.clone()),
-            Api::<NodePool>::all(client.clone()),
-            Api::<NodeClass>::all(client.clone()),
-            Api::<DaemonSet>::all(client.clone()),
-            Api::<Namespace>::all(client),
-        );
-        let (pods, claims, pools, classes, daemonsets, namespaces) = tokio::try_join!(
-            pod_api.list(&all),
-            claim_api.list(&managed),
-            pool_api.list(&managed),
-            class_api.list(&all),
-            ds_api.list(&all),
-            ns_api.list(&all),
-        )?;
+    /// The cluster as the host's caches hold it now ([`crate::state::ClusterState`]): no API
+    /// request. Pods on nodes that are leaving (being deleted, their claim being deleted, or
+    /// tainted `karpenter.sh/disrupted` by a disruption under way) count as pending and their
+    /// nodes as gone, so their replacements are provisioned before the pods are evicted
+    /// (Karpenter's provisioning for deleting nodes).
+    pub fn take(ctx: &Context) -> Self {
+        let view = ctx.state.view();
+        let leaving = leaving_nodes(&view.nodes, &view.claims);
         let mut pending = Vec::new();
         let mut bound = Vec::new();
-        for pod in pods.items {
-            if pod.spec.as_ref().is_some_and(|s| s.node_name.is_some()) {
-                bound.push(pod);
-            } else if is_provisionable(&pod) && ctx.selector.matches(pod.labels()) {
-                pending.push(pod);
+        for pod in &view.pods {
+            let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+            match node {
+                Some(node) if leaving.contains(node) => {
+                    if is_reschedulable(pod) && ctx.selector.matches(pod.labels()) {
+                        pending.push(pod.as_ref().clone());
+                    }
+                }
+                Some(_) => bound.push(pod.as_ref().clone()),
+                None => {
+                    if is_provisionable(pod) && ctx.selector.matches(pod.labels()) {
+                        pending.push(pod.as_ref().clone());
+                    }
+                }
             }
         }
         pending.sort_by_key(|p| (p.namespace(), p.name_any()));
-        let nodes = ctx
+        let nodes = view
             .nodes
-            .state()
             .iter()
-            .filter(|n| !deleting(n.as_ref()) && ctx.selector.matches(n.labels()))
+            .filter(|n| {
+                !leaving.contains(n.name_any().as_str()) && ctx.selector.matches(n.labels())
+            })
             .map(|n| n.as_ref().clone())
             .collect();
-        Ok(Self {
+        Self {
             pending,
             bound,
             nodes,
-            claims: claims.items,
-            pools: pools.items.into_iter().filter(|p| !deleting(p)).collect(),
-            classes: classes
-                .items
-                .into_iter()
-                .map(|c| (c.name_any(), c))
+            claims: view.claims.iter().map(|c| c.as_ref().clone()).collect(),
+            pools: view
+                .pools
+                .iter()
+                .filter(|p| !deleting(p.as_ref()))
+                .map(|p| p.as_ref().clone())
                 .collect(),
-            daemonsets: daemonsets.items,
-            namespaces: namespaces
-                .items
-                .into_iter()
-                .map(|n| (n.name_any(), n.labels().clone()))
+            classes: view
+                .classes
+                .iter()
+                .map(|(name, c)| (name.clone(), c.as_ref().clone()))
                 .collect(),
-        })
+            daemonsets: view.daemonsets.iter().map(|d| d.as_ref().clone()).collect(),
+            namespaces: view.namespaces,
+            leaving: view
+                .nodes
+                .iter()
+                .filter(|n| leaving.contains(n.name_any().as_str()))
+                .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
+                .collect(),
+        }
+    }
+
+    /// Simulates `claim`'s node `node` gone: its reschedulable pods join the pending ones and
+    /// neither it nor its claim is capacity.
+    pub fn leave(&mut self, node: &str, claim: &NodeClaim) {
+        let (moving, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut self.bound)
+            .into_iter()
+            .partition(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
+        self.bound = staying;
+        self.pending
+            .extend(moving.into_iter().filter(is_reschedulable));
+        self.pending.sort_by_key(|p| (p.namespace(), p.name_any()));
+        self.nodes.retain(|n| n.name_any() != node);
+        if let Some(id) = provider_id(claim) {
+            self.leaving.insert(id.to_owned());
+        }
     }
 
     /// The simulation input: pending pods, pools with their instance types and remaining limits,
@@ -148,28 +210,39 @@ impl Snapshot {
                 by_node.entry(node).or_default().push(pod.clone());
             }
         }
-        let mut node_names = HashSet::new();
+        // A claim and its Node are one machine: once the Node exists (registered or not) it stands
+        // for the claim, simulated as it will be once initialized; until then the claim is in
+        // flight.
+        let live_claims: Vec<&NodeClaim> = self
+            .claims
+            .iter()
+            .filter(|c| !deleting(*c) && provider_id(c).is_none_or(|id| !self.leaving.contains(id)))
+            .collect();
+        let claim_of_node: HashMap<&str, &NodeClaim> = live_claims
+            .iter()
+            .filter_map(|c| Some((provider_id(c)?, *c)))
+            .collect();
+        let mut represented = HashSet::new();
         for node in &self.nodes {
             let name = node.name_any();
             let pods = by_node.get(name.as_str()).map_or(&[][..], Vec::as_slice);
-            match convert::node(node, pods, &self.namespaces) {
+            let claim = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .and_then(|id| claim_of_node.get(id).copied());
+            if let Some(claim) = claim {
+                represented.insert(claim.name_any());
+            }
+            match convert::node(node, pods, &self.namespaces, claim) {
                 Ok(n) => built.input.existing_nodes.push(n),
                 Err(err) => {
                     tracing::warn!(node = %name, error = %err, "node left out of provisioning")
                 }
             }
-            node_names.insert(name);
         }
-        for claim in &self.claims {
-            if deleting(claim) {
-                continue;
-            }
-            let registered = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some_and(|n| node_names.contains(n));
-            if registered {
+        for claim in live_claims {
+            if represented.contains(&claim.name_any()) {
                 continue;
             }
             match inflight(claim, &self.namespaces) {

@@ -70,6 +70,26 @@ fn filters_provisionable_pods() {
     assert!(!is_provisionable(&failed));
 }
 
+/// Bounds below zero (a pool's `Gte 0`, a pod's `Gt -5` or `Lt -1`) become ones the NodeClaim CRD
+/// accepts and that admit the same label values.
+#[test]
+fn negative_integer_bounds_become_non_negative_ones() {
+    let requirements = Requirements::new()
+        .with(Requirement::gt("example.com/gen", -1))
+        .with(Requirement::gt("example.com/cpus", -5))
+        .with(Requirement::lt("example.com/slots", -1))
+        .with(Requirement::lt("example.com/zero", 0));
+    assert_eq!(
+        serde_json::to_value(api_requirements(&requirements)).unwrap(),
+        json!([
+            {"key": "example.com/cpus", "operator": "Gte", "values": ["0"]},
+            {"key": "example.com/gen", "operator": "Gte", "values": ["0"]},
+            {"key": "example.com/slots", "operator": "Lt", "values": ["0"]},
+            {"key": "example.com/zero", "operator": "Lt", "values": ["0"]},
+        ])
+    );
+}
+
 #[test]
 fn builds_a_claim_from_a_pool_and_a_decision() {
     let pool: NodePool = serde_json::from_value(json!({

@@ -137,7 +137,7 @@ fn nodes_count_active_pods_and_drop_startup_taints_until_initialized() {
     let done = k8s_pod(
         json!({"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}, "status": {"phase": "Succeeded"}}),
     );
-    let n = self::node(&node, &[running, done], &NamespaceLabels::new()).unwrap();
+    let n = self::node(&node, &[running, done], &NamespaceLabels::new(), None).unwrap();
     assert!(!n.initialized);
     assert_eq!(n.node_pool.as_deref(), Some("default"));
     assert_eq!(
@@ -147,6 +147,65 @@ fn nodes_count_active_pods_and_drop_startup_taints_until_initialized() {
     assert_eq!(n.allocatable, Resources::new(3920, 14 << 30, 58));
     assert_eq!(n.used, Resources::new(1000, 0, 1));
     assert_eq!(n.pods.len(), 1);
+}
+
+fn claim_with_startup_taint() -> api::NodeClaim {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "c1", "labels": {"karpenter.sh/nodepool": "default"}},
+        "spec": {
+            "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "default"},
+            "requirements": [],
+            "startupTaints": [{"key": "agent-not-ready", "effect": "NoSchedule"}]
+        },
+        "status": {"allocatable": {"cpu": "7910m", "memory": "30Gi", "pods": "110"}}
+    }))
+    .unwrap()
+}
+
+/// A starting node is simulated as it will be: without its claim's startup taints, with the
+/// claim's allocatable until the kubelet reports one. Once initialized, a taint of the same key
+/// is a real taint again.
+#[test]
+fn starting_nodes_are_simulated_without_their_claims_startup_taints() {
+    let node = |initialized: bool, allocatable: serde_json::Value| -> core::Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {
+                "karpenter.sh/nodepool": "default",
+                "karpenter.sh/initialized": if initialized { "true" } else { "false" }
+            }},
+            "spec": {"taints": [
+                {"key": "agent-not-ready", "effect": "NoSchedule"},
+                {"key": "agent-not-ready", "effect": "NoExecute"},
+                {"key": "karpenter.sh/unregistered", "effect": "NoExecute"}
+            ]},
+            "status": {"allocatable": allocatable}
+        }))
+        .unwrap()
+    };
+    let claim = claim_with_startup_taint();
+    let ns = NamespaceLabels::new();
+
+    let starting = self::node(&node(false, json!({})), &[], &ns, Some(&claim)).unwrap();
+    // Same key, other effect: not the startup taint, still in the way.
+    assert_eq!(
+        starting.taints,
+        vec![Taint::new("agent-not-ready", "", TaintEffect::NoExecute)]
+    );
+    assert_eq!(starting.allocatable, Resources::new(7910, 30 << 30, 110));
+
+    let without_claim = self::node(&node(false, json!({})), &[], &ns, None).unwrap();
+    assert_eq!(without_claim.taints.len(), 2, "{:?}", without_claim.taints);
+    assert_eq!(without_claim.allocatable, Resources::default());
+
+    let reported = self::node(&node(false, json!({"cpu": "4"})), &[], &ns, Some(&claim)).unwrap();
+    assert_eq!(
+        reported.allocatable.cpu_millis, 4000,
+        "the kubelet's figure wins"
+    );
+
+    let initialized = self::node(&node(true, json!({"cpu": "4"})), &[], &ns, Some(&claim)).unwrap();
+    assert_eq!(initialized.taints.len(), 3, "{:?}", initialized.taints);
 }
 
 #[test]

@@ -127,6 +127,10 @@ type cluster struct {
 	died     chan *child
 	ports    map[string]int
 	attempt  int
+	// apiserverArgs start kube-apiserver again after a test stopped it (SIGUSR1/SIGUSR2).
+	apiserverArgs []string
+	apiserver     *child
+	restarts      int
 }
 
 func freePort() (int, error) {
@@ -336,7 +340,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 	logf("etcd ready at %s", etcdURL)
 
 	// kube-apiserver
-	apiserver, err := c.start("kube-apiserver", c.self, []string{"kube-apiserver",
+	c.apiserverArgs = []string{"kube-apiserver",
 		"--etcd-servers", etcdURL,
 		"--bind-address", "127.0.0.1",
 		"--advertise-address", "127.0.0.1",
@@ -355,10 +359,12 @@ func (c *cluster) startAll(ctx context.Context) error {
 		"--enable-priority-and-fairness=false",
 		"--endpoint-reconciler-type", "none",
 		"--v", "1",
-	}, nil)
+	}
+	apiserver, err := c.start("kube-apiserver", c.self, c.apiserverArgs, nil)
 	if err != nil {
 		return err
 	}
+	c.apiserver = apiserver
 	admin, err := c.adminHTTPClient()
 	if err != nil {
 		return err
@@ -530,6 +536,10 @@ func supervise(args []string) int {
 		stop <- "signal " + s.String()
 		cancel()
 	}()
+	// Tests stop (SIGUSR1, kill -9) and start again (SIGUSR2) kube-apiserver to check that
+	// clients recover; the state goes to the file "apiserver" ("down", or "up N" after the Nth restart).
+	restart := make(chan os.Signal, 4)
+	signal.Notify(restart, syscall.SIGUSR1, syscall.SIGUSR2)
 	if o.watchStdin {
 		go func() {
 			_, _ = io.Copy(io.Discard, os.Stdin)
@@ -582,6 +592,10 @@ func supervise(args []string) int {
 			if c.current(ch) {
 				dead = ch
 			}
+		case s := <-restart:
+			if err := c.apiserverSignal(ctx, s); err != nil {
+				logf("kube-apiserver %v: %v", s, err)
+			}
 		}
 	}
 	_ = os.Remove(filepath.Join(o.dir, "ready"))
@@ -614,4 +628,55 @@ func writeAtomic(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// apiserverSignal kills kube-apiserver (SIGUSR1) or starts it again on the same port (SIGUSR2),
+// then records the state in the file "apiserver".
+func (c *cluster) apiserverSignal(ctx context.Context, s os.Signal) error {
+	state := c.path("apiserver")
+	if s == syscall.SIGUSR1 {
+		ch := c.apiserver
+		if ch == nil || ch.exited() {
+			return writeAtomic(state, []byte("down\n"))
+		}
+		c.forget(ch)
+		_ = ch.cmd.Process.Kill()
+		<-ch.done
+		c.writePids()
+		logf("kube-apiserver killed on request")
+		return writeAtomic(state, []byte("down\n"))
+	}
+	if c.apiserver != nil && !c.apiserver.exited() {
+		return nil
+	}
+	ch, err := c.start("kube-apiserver", c.self, c.apiserverArgs, nil)
+	if err != nil {
+		return err
+	}
+	c.apiserver = ch
+	admin, err := c.adminHTTPClient()
+	if err != nil {
+		return err
+	}
+	wait, cancel := context.WithTimeout(ctx, c.o.startTimeout)
+	defer cancel()
+	if err := waitHTTP(wait, admin, fmt.Sprintf("https://127.0.0.1:%d/readyz", c.ports["apiserver"]), ch); err != nil {
+		return err
+	}
+	c.restarts++
+	logf("kube-apiserver started again (restart %d)", c.restarts)
+	return writeAtomic(state, []byte(fmt.Sprintf("up %d\n", c.restarts)))
+}
+
+// forget removes ch from the running set, so that its death is not taken for a failure.
+func (c *cluster) forget(ch *child) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	kept := c.children[:0]
+	for _, other := range c.children {
+		if other != ch {
+			kept = append(kept, other)
+		}
+	}
+	c.children = kept
 }

@@ -1,0 +1,418 @@
+//! Disruption: the half of Karpenter that removes nodes — drift and expiration so far.
+//!
+//! One loop ([`run`]) makes a pass every [`PASS_INTERVAL`] over the host's caches
+//! ([`crate::state::ClusterState`]):
+//!
+//! 1. **Stamps**: every NodePool carries its template hash (`karpenter.sh/nodepool-hash` and
+//!    `-version`); claims stamped with another hash version are re-stamped ([`drift::stamp`]).
+//! 2. **Drift**: each launched claim's `Drifted` condition follows [`drift`]'s reasons; the
+//!    provider's `is-drifted` is asked at most once per [`PROVIDER_DRIFT_INTERVAL`] per claim
+//!    (and again at once when its NodeClass changes), at most [`PROVIDER_CALLS_PER_PASS`] calls a
+//!    pass.
+//! 3. **Expiration**: a claim older than its `expireAfter` is deleted — forcefully, as in
+//!    Karpenter v1: budgets do not hold it. Its pods count as pending for the provisioner at once
+//!    (see [`crate::controllers::provisioner::snapshot`]), so their new nodes launch while it
+//!    drains.
+//! 4. **Disruptions under way** move on ([`command`]): the state of each is in the objects (an
+//!    annotation on the claim, its replacements' annotations, the node's `karpenter.sh/disrupted`
+//!    taint), so a restarted host resumes them.
+//! 5. **New disruptions**: per pool, within its budgets for the reason ([`budgets`]), the drifted
+//!    claims that nothing holds ([`candidates`]) are simulated with the provisioner's solver;
+//!    if their pods fit on the other nodes plus new claims, those claims are launched, and once
+//!    they are initialized the drifted claim is deleted. One new disruption per pool per pass.
+
+pub mod budgets;
+pub mod candidates;
+pub mod command;
+pub mod drift;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
+use crate::api::nodeclaim::conditions::{DRIFTED, INITIALIZED, LAUNCHED};
+use crate::api::nodepool::DisruptionReason;
+use crate::api::shared::find_condition;
+use crate::api::template_hash::{HASH_VERSION, template_hash};
+use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
+use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::{Context, ControllerError};
+use crate::provider::convert as provider_convert;
+use crate::state::View;
+
+use self::candidates::{Machine, eligible, held, machines, pool_counts};
+use self::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
+
+/// How often a pass runs.
+pub const PASS_INTERVAL: Duration = Duration::from_secs(3);
+/// How often the provider is asked whether one claim drifted.
+pub const PROVIDER_DRIFT_INTERVAL: Duration = Duration::from_secs(60);
+/// At most this many `is-drifted` calls a pass.
+pub const PROVIDER_CALLS_PER_PASS: usize = 20;
+/// Claims younger than this are not checked for `InstanceTypeNotFound` (a catalog that blinks
+/// should not replace new nodes; Karpenter waits an hour).
+pub const INSTANCE_TYPE_CHECK_AGE: Duration = Duration::from_secs(10 * 60);
+
+/// What the loop remembers between passes (only rate limits: every decision is in the objects).
+#[derive(Debug, Default)]
+struct Memory {
+    /// Claim UID → (when `is-drifted` was asked, NodeClass generation then).
+    asked: HashMap<String, (Instant, Option<i64>)>,
+}
+
+/// Runs passes until the host stops.
+pub async fn run(ctx: Arc<Context>) {
+    let mut memory = Memory::default();
+    let mut tick = tokio::time::interval(PASS_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(err) = pass(&ctx, &mut memory).await {
+            tracing::warn!(error = %err, "disruption pass failed");
+        }
+    }
+}
+
+async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError> {
+    let view = ctx.state.view();
+    let now = Timestamp::now();
+    let pools: BTreeMap<String, &NodePool> = view
+        .pools
+        .iter()
+        .map(|p| (p.name_any(), p.as_ref()))
+        .collect();
+    stamp_pools(ctx, &view).await;
+    for claim in &view.claims {
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(pool) = claim.labels().get(NODEPOOL).and_then(|p| pools.get(p)) else {
+            continue;
+        };
+        if let Err(err) = drift_claim(ctx, memory, pool, claim, &view).await {
+            tracing::debug!(nodeclaim = %claim.name_any(), error = %err, "drift check failed");
+        }
+        if expired(claim, now) {
+            expire(ctx, claim).await?;
+        }
+    }
+    memory
+        .asked
+        .retain(|uid, _| view.claims.iter().any(|c| c.uid().as_deref() == Some(uid)));
+    command::progress(ctx, &view).await?;
+    start_disruptions(ctx, &view, &pools, now).await
+}
+
+/// Writes each pool's template hash onto it when it is not there yet.
+async fn stamp_pools(ctx: &Context, view: &View) {
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    for pool in &view.pools {
+        let hash = template_hash(pool);
+        let annotations = pool.annotations();
+        if annotations.get(NODEPOOL_HASH) == Some(&hash)
+            && annotations.get(NODEPOOL_HASH_VERSION).map(String::as_str) == Some(HASH_VERSION)
+        {
+            continue;
+        }
+        let patch = json!({"metadata": {"annotations": {
+            NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
+        }}});
+        if let Err(err) = api
+            .patch(
+                &pool.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            tracing::debug!(nodepool = %pool.name_any(), error = %err, "cannot stamp the template hash");
+        }
+    }
+}
+
+/// Keeps the claim's `Drifted` condition true to what [`drift`] and the provider say.
+async fn drift_claim(
+    ctx: &Context,
+    memory: &mut Memory,
+    pool: &NodePool,
+    claim: &NodeClaim,
+    view: &View,
+) -> Result<(), ControllerError> {
+    if !is_true(claim, LAUNCHED) {
+        return Ok(());
+    }
+    if let Stamp::Restamp(hash) = drift::stamp(pool, claim) {
+        let patch = json!({"metadata": {"annotations": {
+            NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
+        }}});
+        Api::<NodeClaim>::all(ctx.client.clone())
+            .patch(
+                &claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        return Ok(());
+    }
+    let mut reason = drift::static_reason(pool, claim).map(str::to_owned);
+    if reason.is_none() && old_enough(claim, INSTANCE_TYPE_CHECK_AGE) {
+        reason = instance_type_gone(ctx, pool, claim, view).await;
+    }
+    if reason.is_none() {
+        reason = provider_reason(ctx, memory, claim, view).await?;
+    }
+    let current = claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, DRIFTED))
+        .filter(|c| c.is_true())
+        .and_then(|c| c.reason.clone());
+    if current == reason {
+        return Ok(());
+    }
+    let mut claim = claim.clone();
+    match &reason {
+        Some(reason) => {
+            nodeclaim::set(&mut claim, DRIFTED, ConditionStatus::True, reason, reason);
+        }
+        None => {
+            if let Some(status) = claim.status.as_mut() {
+                status.conditions.retain(|c| c.type_ != DRIFTED);
+            }
+        }
+    }
+    persist_status(ctx, &mut claim).await?;
+    if let Some(reason) = reason {
+        tracing::info!(nodeclaim = %claim.name_any(), reason, "drifted");
+        ctx.events
+            .normal(&claim, "Drifted", format!("NodeClaim drifted: {reason}"))
+            .await;
+    }
+    Ok(())
+}
+
+fn old_enough(claim: &NodeClaim, age: Duration) -> bool {
+    claim.metadata.creation_timestamp.as_ref().is_some_and(|t| {
+        crate::controllers::millis_since(t) >= i64::try_from(age.as_millis()).unwrap_or(i64::MAX)
+    })
+}
+
+async fn instance_type_gone(
+    ctx: &Context,
+    pool: &NodePool,
+    claim: &NodeClaim,
+    view: &View,
+) -> Option<String> {
+    let class = view
+        .classes
+        .get(&pool.spec.template.spec.node_class_ref.name)?;
+    let provider = ctx.registry.get(&class.spec.provider)?;
+    let types = ctx.instance_types.get(&provider, pool, class).await.ok()?;
+    drift::instance_type_not_found(&types, claim).then(|| INSTANCE_TYPE_NOT_FOUND.to_owned())
+}
+
+/// The provider's drift reason, asked at a bounded rate; `None` when not asked this pass (the
+/// condition then keeps what it says).
+async fn provider_reason(
+    ctx: &Context,
+    memory: &mut Memory,
+    claim: &NodeClaim,
+    view: &View,
+) -> Result<Option<String>, ControllerError> {
+    let current = claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, DRIFTED))
+        .filter(|c| c.is_true())
+        .and_then(|c| c.reason.clone());
+    let Some(class) = view.classes.get(&claim.spec.node_class_ref.name) else {
+        return Ok(current);
+    };
+    let uid = claim.uid().unwrap_or_default();
+    let generation = class.metadata.generation;
+    if let Some((at, seen)) = memory.asked.get(&uid)
+        && *seen == generation
+        && at.elapsed() < PROVIDER_DRIFT_INTERVAL
+    {
+        return Ok(current);
+    }
+    let asked_this_pass = memory
+        .asked
+        .values()
+        .filter(|(at, _)| at.elapsed() < PASS_INTERVAL)
+        .count();
+    if asked_this_pass >= PROVIDER_CALLS_PER_PASS {
+        return Ok(current);
+    }
+    let Some(provider) = ctx.registry.get(&class.spec.provider) else {
+        return Ok(current);
+    };
+    memory.asked.insert(uid, (Instant::now(), generation));
+    let request = provider_convert::node_claim_to_wit(claim)?;
+    let started = Instant::now();
+    let result = provider
+        .is_drifted(&request, &provider_convert::node_class_to_wit(class))
+        .await;
+    ctx.observe_call(&class.spec.provider, "is-drifted", &result, started);
+    match result {
+        Ok(reason) => {
+            Ok(reason.map(|r| crate::controllers::nodeclaim::launch::condition_reason(&r)))
+        }
+        Err(err) => {
+            ctx.events
+                .warning(claim, "DriftCheckFailed", format!("is-drifted: {err}"))
+                .await;
+            Ok(current)
+        }
+    }
+}
+
+/// Whether `claim` has lived longer than its `expireAfter`.
+pub fn expired(claim: &NodeClaim, now: Timestamp) -> bool {
+    let Ok(Some(ttl)) = duration::parse_nillable(&claim.spec.expire_after) else {
+        return false;
+    };
+    let Some(created) = claim.metadata.creation_timestamp.as_ref() else {
+        return false;
+    };
+    let age = now.as_millisecond() - created.0.as_millisecond();
+    u128::try_from(age).is_ok_and(|age| age >= ttl.as_millis())
+}
+
+async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError> {
+    let pool = nodeclaim::nodepool(claim);
+    tracing::info!(nodeclaim = %claim.name_any(), expire_after = %claim.spec.expire_after, "expired");
+    ctx.events
+        .normal(
+            claim,
+            "Expired",
+            format!("NodeClaim expired after {}", claim.spec.expire_after),
+        )
+        .await;
+    ctx.metrics.disrupted(&pool, "expired");
+    ctx.metrics.disruption_decision("delete", "expired");
+    nodeclaim::delete(ctx, claim).await
+}
+
+/// Starts at most one disruption per pool, within its budget.
+async fn start_disruptions(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+) -> Result<(), ControllerError> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let counts = pool_counts(&all);
+    let mut drifted: BTreeMap<&str, Vec<&Machine<'_>>> = BTreeMap::new();
+    for m in &all {
+        let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        let Some(pool) = pools.get(pool_name) else {
+            continue;
+        };
+        if eligible(m, pool) && is_true(m.claim, DRIFTED) && is_true(m.claim, INITIALIZED) {
+            drifted.entry(pool_name.as_str()).or_default().push(m);
+        }
+    }
+    for (pool_name, mut machines) in drifted {
+        let Some(pool) = pools.get(pool_name) else {
+            continue;
+        };
+        let (total, disrupting) = counts.get(pool_name).copied().unwrap_or_default();
+        let allowed = match budgets::allowed(
+            &pool.spec.disruption.budgets,
+            DisruptionReason::Drifted,
+            total,
+            disrupting,
+            now,
+        ) {
+            Ok(allowed) => allowed,
+            Err(err) => {
+                ctx.events
+                    .warning(*pool, "DisruptionBlocked", format!("invalid budget: {err}"))
+                    .await;
+                continue;
+            }
+        };
+        if allowed == 0 {
+            ctx.metrics.disruption_decision("blocked", "drifted");
+            ctx.events
+                .normal(
+                    *pool,
+                    "DisruptionBlocked",
+                    format!(
+                        "No allowed disruptions for disruption reason Drifted due to blocking budget ({disrupting} of {total} nodes disrupting)"
+                    ),
+                )
+                .await;
+            continue;
+        }
+        // Oldest drift first, empty nodes before others (Karpenter's order).
+        machines.sort_by_key(|m| {
+            let since = m
+                .claim
+                .status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, DRIFTED))
+                .map(|c| c.last_transition_time.0.as_millisecond())
+                .unwrap_or_default();
+            (!m.pods.is_empty(), since)
+        });
+        for m in machines {
+            if let Some(why) = held(m, &view.pdbs, now) {
+                ctx.events
+                    .normal(
+                        m.claim,
+                        "DisruptionBlocked",
+                        format!("Cannot disrupt NodeClaim: {why}"),
+                    )
+                    .await;
+                ctx.events
+                    .normal(
+                        m.node,
+                        "DisruptionBlocked",
+                        format!("Cannot disrupt Node: {why}"),
+                    )
+                    .await;
+                continue;
+            }
+            if command::start(ctx, m, "Drifted").await? {
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn claims_expire_after_their_expire_after() {
+        let claim = |expire: &str| -> NodeClaim {
+            serde_json::from_value(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": {"name": "c", "creationTimestamp": "2026-11-26T10:00:00Z"},
+                "spec": {
+                    "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+                    "requirements": [], "expireAfter": expire
+                }
+            }))
+            .unwrap()
+        };
+        let at = |t: &str| -> Timestamp { t.parse().unwrap() };
+        assert!(!expired(&claim("1h"), at("2026-11-26T10:59:59Z")));
+        assert!(expired(&claim("1h"), at("2026-11-26T11:00:00Z")));
+        assert!(expired(&claim("30s"), at("2026-11-26T10:00:31Z")));
+        assert!(!expired(&claim("Never"), at("2030-01-01T00:00:00Z")));
+    }
+}

@@ -1,0 +1,297 @@
+//! Which nodes voluntary disruption may take now, and what holds the others (pure).
+//!
+//! A candidate is an initialized node whose claim is not being deleted or disrupted already, of
+//! a pool that is not static. It is held by `karpenter.sh/do-not-disrupt` on the node, or on an
+//! active pod (`"true"`, or a duration the pod has not run for yet, as Karpenter reads it), and
+//! by a PodDisruptionBudget that allows no eviction of one of its pods.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use crate::api::labels::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
+use crate::api::{NodeClaim, NodePool, duration};
+use crate::controllers::nodeclaim::provider_id;
+use crate::controllers::provisioner::snapshot::is_reschedulable;
+use crate::scheduling::convert;
+use crate::scheduling::selector::LabelSelector;
+
+/// Annotation on a claim being disrupted: `<reason>/<replacement count>`. With the
+/// `karpenter.sh/disrupted` taint on its node and the replacements' [`REPLACES`] annotations it
+/// is the whole state of a disruption, so a restarted host picks up where the last one stopped.
+pub const DISRUPTION_ANNOTATION: &str = "capstan.dev/disruption";
+/// Annotation on a replacement claim: the claim it replaces.
+pub const REPLACES: &str = "capstan.dev/replaces";
+
+/// A claim's node and pods, as disruption sees them.
+#[derive(Debug, Clone)]
+pub struct Machine<'a> {
+    pub claim: &'a NodeClaim,
+    pub node: &'a Node,
+    /// Pods bound to the node that would need a new home.
+    pub pods: Vec<&'a Pod>,
+}
+
+/// Why a machine may not be disrupted now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Held {
+    /// `karpenter.sh/do-not-disrupt` on the node.
+    Node,
+    /// `karpenter.sh/do-not-disrupt` on this pod (namespace/name).
+    Pod(String),
+    /// This PodDisruptionBudget (namespace/name) allows no eviction of this pod.
+    Budget { pod: String, pdb: String },
+}
+
+impl std::fmt::Display for Held {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Held::Node => write!(f, "node has the {DO_NOT_DISRUPT} annotation"),
+            Held::Pod(pod) => write!(f, "pod {pod} has the {DO_NOT_DISRUPT} annotation"),
+            Held::Budget { pod, pdb } => {
+                write!(f, "PodDisruptionBudget {pdb} prevents evicting pod {pod}")
+            }
+        }
+    }
+}
+
+fn key(pod: &Pod) -> String {
+    format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
+}
+
+/// Whether a pod's `karpenter.sh/do-not-disrupt` holds at `now`: `"true"`, or a duration the pod
+/// has not been running for yet (from its start time). Anything else is ignored, as Karpenter
+/// does.
+pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
+        return false;
+    };
+    if value == "true" {
+        return true;
+    }
+    let Ok(length) = duration::parse(value) else {
+        return false;
+    };
+    let Some(started) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+        return true;
+    };
+    let age = now.as_millisecond() - started.0.as_millisecond();
+    u128::try_from(age).map_or(true, |age| age < length.as_millis())
+}
+
+/// The PodDisruptionBudget that allows no eviction of `pod`, if one does.
+pub fn blocking_pdb(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<String> {
+    let namespace = pod.namespace().unwrap_or_default();
+    pdbs.iter()
+        .filter(|p| p.namespace().as_deref() == Some(namespace.as_str()))
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .is_some_and(|s| s.disruptions_allowed <= 0)
+        })
+        .find(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .and_then(|s| convert::label_selector_of("pdb", s).ok())
+                .is_some_and(|s: LabelSelector| s.matches(pod.labels()))
+        })
+        .map(|p| format!("{namespace}/{}", p.name_any()))
+}
+
+/// What holds a machine, if anything.
+pub fn held(
+    machine: &Machine<'_>,
+    pdbs: &[Arc<PodDisruptionBudget>],
+    now: Timestamp,
+) -> Option<Held> {
+    if machine
+        .node
+        .annotations()
+        .get(DO_NOT_DISRUPT)
+        .map(String::as_str)
+        == Some("true")
+        || machine
+            .claim
+            .annotations()
+            .get(DO_NOT_DISRUPT)
+            .map(String::as_str)
+            == Some("true")
+    {
+        return Some(Held::Node);
+    }
+    for pod in &machine.pods {
+        if do_not_disrupt(pod, now) {
+            return Some(Held::Pod(key(pod)));
+        }
+        if let Some(pdb) = blocking_pdb(pod, pdbs) {
+            return Some(Held::Budget { pod: key(pod), pdb });
+        }
+    }
+    None
+}
+
+fn tainted_disrupted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+}
+
+fn ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
+/// Whether a claim is being disrupted (marked) or deleted.
+pub fn disrupting(claim: &NodeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_some()
+        || claim.annotations().contains_key(DISRUPTION_ANNOTATION)
+}
+
+/// The machines of the cluster: each launched claim with its node (by provider ID) and the
+/// reschedulable pods bound to that node.
+pub fn machines<'a>(
+    claims: &'a [Arc<NodeClaim>],
+    nodes: &'a [Arc<Node>],
+    pods: &'a [Arc<Pod>],
+) -> Vec<Machine<'a>> {
+    let node_of: HashMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| Some((n.spec.as_ref()?.provider_id.as_deref()?, n.as_ref())))
+        .collect();
+    let mut pods_of: HashMap<&str, Vec<&Pod>> = HashMap::new();
+    for pod in pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref())
+            && is_reschedulable(pod)
+        {
+            pods_of.entry(node).or_default().push(pod.as_ref());
+        }
+    }
+    claims
+        .iter()
+        .filter_map(|claim| {
+            let node = *node_of.get(provider_id(claim)?)?;
+            let pods = pods_of
+                .get(node.name_any().as_str())
+                .cloned()
+                .unwrap_or_default();
+            Some(Machine {
+                claim: claim.as_ref(),
+                node,
+                pods,
+            })
+        })
+        .collect()
+}
+
+/// Per pool: (nodes that count, nodes disrupting). A node counts once initialized; it is
+/// disrupting when its claim is marked or deleting, it is being deleted, tainted disrupted, or
+/// not Ready (an unhealthy node uses the budget up too, as in Karpenter).
+pub fn pool_counts(machines: &[Machine<'_>]) -> BTreeMap<String, (usize, usize)> {
+    let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+    for m in machines {
+        let Some(pool) = m.claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        if m.node.labels().get(INITIALIZED).map(String::as_str) != Some("true") {
+            continue;
+        }
+        let entry = out.entry(pool.clone()).or_default();
+        entry.0 += 1;
+        if disrupting(m.claim)
+            || m.node.metadata.deletion_timestamp.is_some()
+            || tainted_disrupted(m.node)
+            || !ready(m.node)
+        {
+            entry.1 += 1;
+        }
+    }
+    out
+}
+
+/// Whether a machine may be considered at all: initialized, not disrupting, of a pool that is
+/// not static.
+pub fn eligible(machine: &Machine<'_>, pool: &NodePool) -> bool {
+    pool.spec.replicas.is_none()
+        && !disrupting(machine.claim)
+        && machine.node.metadata.deletion_timestamp.is_none()
+        && !tainted_disrupted(machine.node)
+        && machine.node.labels().get(INITIALIZED).map(String::as_str) == Some("true")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(annotations: serde_json::Value, started: Option<&str>) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "annotations": annotations, "labels": {"app": "a"}},
+            "spec": {"containers": [], "nodeName": "n1"},
+            "status": {"startTime": started, "phase": "Running"}
+        }))
+        .unwrap()
+    }
+
+    fn now() -> Timestamp {
+        "2026-11-26T10:30:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn do_not_disrupt_reads_true_and_durations() {
+        let table = [
+            (json!({}), None, false),
+            (json!({DO_NOT_DISRUPT: "true"}), None, true),
+            (json!({DO_NOT_DISRUPT: "false"}), None, false),
+            (
+                json!({DO_NOT_DISRUPT: "1h"}),
+                Some("2026-11-26T10:00:00Z"),
+                true,
+            ),
+            (
+                json!({DO_NOT_DISRUPT: "20m"}),
+                Some("2026-11-26T10:00:00Z"),
+                false,
+            ),
+            // Not started yet: the duration has not begun, so it holds.
+            (json!({DO_NOT_DISRUPT: "20m"}), None, true),
+            (json!({DO_NOT_DISRUPT: "soon"}), None, false),
+        ];
+        for (annotations, started, want) in table {
+            assert_eq!(
+                do_not_disrupt(&pod(annotations.clone(), started), now()),
+                want,
+                "{annotations} started {started:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_pdb_without_allowed_disruptions_holds_its_pods() {
+        let pdb = |allowed: i32, app: &str| -> Arc<PodDisruptionBudget> {
+            Arc::new(
+                serde_json::from_value(json!({
+                    "metadata": {"name": format!("pdb-{app}-{allowed}"), "namespace": "ns"},
+                    "spec": {"selector": {"matchLabels": {"app": app}}},
+                    "status": {"disruptionsAllowed": allowed, "currentHealthy": 1,
+                               "desiredHealthy": 1, "expectedPods": 1}
+                }))
+                .unwrap(),
+            )
+        };
+        let p = pod(json!({}), None);
+        assert_eq!(blocking_pdb(&p, &[pdb(1, "a"), pdb(0, "b")]), None);
+        assert_eq!(
+            blocking_pdb(&p, &[pdb(1, "a"), pdb(0, "a")]).as_deref(),
+            Some("ns/pdb-a-0")
+        );
+    }
+}

@@ -1,0 +1,321 @@
+//! One disruption, replace-then-delete, with its whole state kept in the objects:
+//!
+//! | state | in the objects | next |
+//! | --- | --- | --- |
+//! | decided | claim annotated [`DISRUPTION_ANNOTATION`] `<reason>/<n>`, `DisruptionReason` condition | launch the `n` replacements |
+//! | launching | `n` claims annotated [`REPLACES`] the claim, visible in the host's cache | taint the node `karpenter.sh/disrupted:NoSchedule` |
+//! | waiting | node tainted | once every replacement is Initialized: delete the claim |
+//! | failed | a replacement deleted or failed to launch | untaint, clear the annotation and condition |
+//!
+//! The replacements are launched before the node is tainted, and the taint waits until the
+//! host's cache shows them: the provisioner, which counts the pods of a tainted node as pending,
+//! then already sees the replacements as capacity and never launches a second set. A host killed
+//! at any point resumes from the table; a decision whose replacements were only partly created
+//! is given up (and its replacements left as ordinary capacity).
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines};
+use crate::api::labels::DISRUPTED_TAINT_KEY;
+use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
+use crate::api::shared::find_condition;
+use crate::api::{ConditionStatus, NodeClaim};
+use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::provisioner::claim_for;
+use crate::controllers::provisioner::snapshot::Snapshot;
+use crate::controllers::{Context, ControllerError};
+use crate::scheduling;
+use crate::state::View;
+
+/// `<reason>/<replacements>` from the annotation.
+fn parse(value: &str) -> Option<(&str, usize)> {
+    let (reason, count) = value.split_once('/')?;
+    Some((reason, count.parse().ok()?))
+}
+
+fn is_tainted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+}
+
+/// Tries to start disrupting `m` for `reason`: simulates moving its pods, and if they all fit,
+/// marks the claim and launches the replacements. Returns whether it started.
+pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool, ControllerError> {
+    let name = m.claim.name_any();
+    let node = m.node.name_any();
+    let mut snapshot = Snapshot::take(ctx);
+    snapshot.leave(&node, m.claim);
+    let built = snapshot.input(ctx, &ctx.instance_types).await;
+    let result = scheduling::solve(&built.input);
+    let moving: BTreeSet<(String, String)> = m
+        .pods
+        .iter()
+        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+        .collect();
+    let pod_key = |i: usize| {
+        let pod = &snapshot.pending[built.pod_index[i]];
+        (pod.namespace().unwrap_or_default(), pod.name_any())
+    };
+    let stuck: Vec<String> = result
+        .unschedulable
+        .iter()
+        .map(|(i, _)| pod_key(*i))
+        .chain(built.rejected.iter().map(|(i, _)| {
+            let pod = &snapshot.pending[*i];
+            (pod.namespace().unwrap_or_default(), pod.name_any())
+        }))
+        .filter(|k| moving.contains(k))
+        .map(|(ns, n)| format!("{ns}/{n}"))
+        .collect();
+    if !stuck.is_empty() {
+        let why = format!(
+            "Cannot disrupt NodeClaim: pods would not schedule elsewhere: {}",
+            stuck.join(", ")
+        );
+        ctx.metrics
+            .disruption_decision("blocked", &reason.to_lowercase());
+        ctx.events
+            .normal(m.claim, "DisruptionBlocked", why.clone())
+            .await;
+        ctx.events.normal(m.node, "DisruptionBlocked", why).await;
+        return Ok(false);
+    }
+    // The new claims that hold pods of this node are its replacements (the others are the
+    // provisioner's business).
+    let replacements: Vec<&scheduling::NewClaim> = result
+        .new_claims
+        .iter()
+        .filter(|c| c.pods.iter().any(|i| moving.contains(&pod_key(*i))))
+        .collect();
+    // 1. Decided.
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {
+        "annotations": {DISRUPTION_ANNOTATION: format!("{reason}/{}", replacements.len())},
+        "resourceVersion": m.claim.resource_version(),
+    }});
+    let mut claim = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    nodeclaim::set(
+        &mut claim,
+        DISRUPTION_REASON,
+        ConditionStatus::True,
+        reason,
+        &format!("replacing with {} NodeClaim(s)", replacements.len()),
+    );
+    persist_status(ctx, &mut claim).await?;
+    // 2. Launching.
+    let pools = &snapshot.pools;
+    let mut launched = Vec::new();
+    for new in &replacements {
+        let Some(pool) = pools.iter().find(|p| p.name_any() == new.node_pool) else {
+            continue;
+        };
+        let mut replacement = claim_for(new, pool, &ctx.selector.equality_labels());
+        let annotations = replacement
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default);
+        annotations.insert(REPLACES.to_owned(), name.clone());
+        let created = api.create(&PostParams::default(), &replacement).await?;
+        launched.push(created.name_any());
+    }
+    tracing::info!(nodeclaim = %name, node = %node, reason, replacements = ?launched, "disrupting");
+    ctx.metrics.disruption_decision(
+        if launched.is_empty() {
+            "delete"
+        } else {
+            "replace"
+        },
+        &reason.to_lowercase(),
+    );
+    let note = if launched.is_empty() {
+        format!("Disrupting NodeClaim ({reason}): its pods fit on other nodes")
+    } else {
+        format!(
+            "Disrupting NodeClaim ({reason}): launching {} replacement(s): {}",
+            launched.len(),
+            launched.join(", ")
+        )
+    };
+    ctx.events
+        .normal(&claim, "DisruptionLaunching", note.clone())
+        .await;
+    ctx.events.normal(m.node, "DisruptionLaunching", note).await;
+    Ok(true)
+}
+
+/// Moves every disruption under way one step (see the module's table), and removes disrupted
+/// taints no disruption stands behind.
+pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    for m in &all {
+        if m.claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(value) = m.claim.annotations().get(DISRUPTION_ANNOTATION) else {
+            if is_tainted(m.node) {
+                // A taint without a decision (the host stopped after giving one up).
+                untaint(ctx, m.node).await?;
+            }
+            continue;
+        };
+        let Some((reason, planned)) = parse(value) else {
+            give_up(ctx, m, "unreadable disruption annotation").await?;
+            continue;
+        };
+        let name = m.claim.name_any();
+        let replacements: Vec<&NodeClaim> = view
+            .claims
+            .iter()
+            .filter(|c| c.annotations().get(REPLACES) == Some(&name))
+            .map(|c| c.as_ref())
+            .collect();
+        if replacements.len() < planned {
+            if is_tainted(m.node) {
+                give_up(ctx, m, "a replacement NodeClaim is gone").await?;
+            } else if !recently_decided(m.claim) {
+                give_up(ctx, m, "its replacements were not all created").await?;
+            }
+            continue;
+        }
+        if let Some(failed) = replacements.iter().find(|r| failed(r)) {
+            let why = format!("replacement NodeClaim {} failed", failed.name_any());
+            give_up(ctx, m, &why).await?;
+            continue;
+        }
+        if !is_tainted(m.node) {
+            taint(ctx, m.node).await?;
+            continue;
+        }
+        if replacements.iter().all(|r| is_true(r, INITIALIZED)) {
+            let pool = nodeclaim::nodepool(m.claim);
+            tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
+            let note = format!("Disrupting NodeClaim ({reason}): deleting it");
+            ctx.events
+                .normal(m.claim, "DisruptionTerminating", note.clone())
+                .await;
+            ctx.events
+                .normal(m.node, "DisruptionTerminating", note)
+                .await;
+            ctx.metrics.disrupted(&pool, &reason.to_lowercase());
+            nodeclaim::delete(ctx, m.claim).await?;
+        }
+    }
+    Ok(())
+}
+
+/// A replacement that will not come up: being deleted, or its launch failed for good.
+fn failed(claim: &NodeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_some()
+        || claim
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, LAUNCHED))
+            .is_some_and(|c| c.status == ConditionStatus::False)
+}
+
+/// Whether the claim's decision is younger than a few passes (its replacements may not be in
+/// the cache yet).
+fn recently_decided(claim: &NodeClaim) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, DISRUPTION_REASON))
+        .is_some_and(|c| crate::controllers::millis_since(&c.last_transition_time) < 30_000)
+}
+
+async fn taint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
+    let mut taints: Vec<NodeTaint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default();
+    taints.push(NodeTaint {
+        key: DISRUPTED_TAINT_KEY.to_owned(),
+        value: None,
+        effect: "NoSchedule".to_owned(),
+        time_added: None,
+    });
+    patch_taints(ctx, node, taints).await
+}
+
+async fn untaint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
+    let taints: Vec<NodeTaint> = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != DISRUPTED_TAINT_KEY)
+        .collect();
+    patch_taints(ctx, node, taints).await
+}
+
+/// Writes the node's taints, guarded by its resourceVersion (a conflict retries next pass).
+async fn patch_taints(
+    ctx: &Context,
+    node: &Node,
+    taints: Vec<NodeTaint>,
+) -> Result<(), ControllerError> {
+    let patch = json!({
+        "metadata": {"resourceVersion": node.resource_version()},
+        "spec": {"taints": taints},
+    });
+    Api::<Node>::all(ctx.client.clone())
+        .patch(
+            &node.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Gives a disruption up: the node is untainted and the claim no longer marked; replacements
+/// already launched stay as ordinary capacity.
+async fn give_up(ctx: &Context, m: &Machine<'_>, why: &str) -> Result<(), ControllerError> {
+    let name = m.claim.name_any();
+    tracing::warn!(nodeclaim = %name, why, "giving up a disruption");
+    if is_tainted(m.node) {
+        untaint(ctx, m.node).await?;
+    }
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let patch = json!({"metadata": {"annotations": {DISRUPTION_ANNOTATION: null}}});
+    let mut claim = api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    if let Some(status) = claim.status.as_mut() {
+        status.conditions.retain(|c| c.type_ != DISRUPTION_REASON);
+    }
+    persist_status(ctx, &mut claim).await?;
+    ctx.metrics.disruption_decision("rolled-back", "drifted");
+    ctx.events
+        .warning(
+            &claim,
+            "DisruptionBlocked",
+            format!("Disruption given up: {why}"),
+        )
+        .await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse;
+
+    #[test]
+    fn annotations_parse() {
+        assert_eq!(parse("Drifted/2"), Some(("Drifted", 2)));
+        assert_eq!(parse("Drifted/0"), Some(("Drifted", 0)));
+        assert_eq!(parse("Drifted"), None);
+        assert_eq!(parse("Drifted/x"), None);
+    }
+}

@@ -1,0 +1,150 @@
+//! [`ClusterState`]: the caches of every kind the provisioner and disruption decide over, fed by
+//! one watch each and shared by both, so a decision reads memory instead of listing the cluster.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::apps::v1::DaemonSet;
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
+
+use super::Cache;
+use super::cache::Rejected;
+use crate::api::{NodeClaim, NodeClass, NodePool};
+
+/// Why the caches did not fill.
+#[derive(Debug, thiserror::Error)]
+#[error("waiting for the {kind} cache: {message}")]
+pub struct StateError {
+    kind: &'static str,
+    message: String,
+}
+
+/// The caches. [`ClusterState::run`] starts their watches; [`ClusterState::view`] reads them.
+#[derive(Debug, Default)]
+pub struct ClusterState {
+    pub nodes: Cache<Node>,
+    pub pods: Cache<Pod>,
+    /// Managed NodeClaims (the host's selector applies).
+    pub claims: Cache<NodeClaim>,
+    /// Managed NodePools; one that does not parse is in [`Cache::rejected`], not here.
+    pub pools: Cache<NodePool>,
+    pub classes: Cache<NodeClass>,
+    pub daemonsets: Cache<DaemonSet>,
+    pub pdbs: Cache<PodDisruptionBudget>,
+    pub namespaces: Cache<Namespace>,
+}
+
+/// One moment of the caches: every object as the caches held it when the view was taken.
+#[derive(Debug, Clone, Default)]
+pub struct View {
+    pub nodes: Vec<Arc<Node>>,
+    pub pods: Vec<Arc<Pod>>,
+    pub claims: Vec<Arc<NodeClaim>>,
+    pub pools: Vec<Arc<NodePool>>,
+    /// Managed NodePools that do not parse, by name.
+    pub rejected_pools: BTreeMap<String, Rejected>,
+    pub classes: HashMap<String, Arc<NodeClass>>,
+    pub daemonsets: Vec<Arc<DaemonSet>>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
+    /// Namespace labels, for namespace selectors.
+    pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl ClusterState {
+    /// Starts every watch (`managed` selects the claims and pools this host manages) and
+    /// returns once each cache holds its first list.
+    pub async fn run(
+        &self,
+        client: &Client,
+        managed: watcher::Config,
+    ) -> Result<Vec<tokio::task::JoinHandle<()>>, StateError> {
+        let all = watcher::Config::default;
+        let tasks = vec![
+            tokio::spawn(self.nodes.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.pods.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.claims.run(Api::all(client.clone()), managed.clone())),
+            tokio::spawn(self.pools.run_lenient(client.clone(), managed)),
+            tokio::spawn(self.classes.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.daemonsets.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.pdbs.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.namespaces.run(Api::all(client.clone()), all())),
+        ];
+        let ready = |kind: &'static str| {
+            move |err: kube::runtime::reflector::store::WriterDropped| StateError {
+                kind,
+                message: err.to_string(),
+            }
+        };
+        self.nodes
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("Node"))?;
+        self.pods
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("Pod"))?;
+        self.claims
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("NodeClaim"))?;
+        self.pools
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("NodePool"))?;
+        self.classes
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("NodeClass"))?;
+        self.daemonsets
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("DaemonSet"))?;
+        self.pdbs
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("PodDisruptionBudget"))?;
+        self.namespaces
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("Namespace"))?;
+        Ok(tasks)
+    }
+
+    /// Everything the caches hold now.
+    pub fn view(&self) -> View {
+        View {
+            nodes: self.nodes.store().state(),
+            pods: self.pods.store().state(),
+            claims: self.claims.store().state(),
+            pools: self.pools.store().state(),
+            rejected_pools: self.pools.rejected(),
+            classes: self
+                .classes
+                .store()
+                .state()
+                .into_iter()
+                .map(|c| (c.name_any(), c))
+                .collect(),
+            daemonsets: self.daemonsets.store().state(),
+            pdbs: self.pdbs.store().state(),
+            namespaces: self
+                .namespaces
+                .store()
+                .state()
+                .iter()
+                .map(|n| (n.name_any(), n.labels().clone()))
+                .collect(),
+        }
+    }
+}
