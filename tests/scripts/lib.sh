@@ -111,6 +111,13 @@ task_e2e() {
   (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*')
 }
 
+# The measurements that need a real control plane and the host binary (ignored by `make test`):
+# a 20-node rollout with budget 1 and with budget 20%.
+task_bench_disruption() {
+  log "disruption measurements (20-node rollouts)"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_rollout)
+}
+
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
 # criterion (a filter, `--test` to run each benchmark once).
 task_bench() {
