@@ -25,7 +25,7 @@ use self::actor::{Actor, DEPLOYMENT_NAME, resource};
 use crate::disruption::{App, deployment, pods as disruption_pods, running};
 use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
-use crate::provisioner_e2e::{pods, wait_running};
+use crate::provisioner_e2e::{Pods, wait_running};
 
 /// What the clusterapi provider needs, on the management cluster.
 pub const CLUSTERAPI_GRANTS: &str = r#"
@@ -209,18 +209,14 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     let ns = cp.create_namespace_unique("capi-pods").await.unwrap();
 
     // Three pods of 1 cpu in one batch: the cheapest MachineDeployment that holds them grows.
-    pods(
-        &client,
-        &names,
-        &ns,
-        "web",
-        3,
-        "1",
-        json!({"karpenter.sh/nodepool": pool}),
-        json!([{"operator": "Exists"}]),
-        "256Mi",
-    )
-    .await;
+    Pods::new(&client, &names, &ns, "web")
+        .count(3)
+        .cpu("1")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .memory("256Mi")
+        .create()
+        .await;
     let running = wait_running(&client, &host, &ns, 3, Duration::from_secs(180)).await;
     let nodes: std::collections::BTreeSet<String> = running
         .iter()
