@@ -14,13 +14,10 @@ use kube::api::{DeleteParams, DynamicObject};
 use kube::config::Kubeconfig;
 use kube::{Api, ResourceExt};
 
-use serde_json::json;
-
 use crate::fixtures::providers_dir;
-use crate::leader_election::{Replica, http_get, kwok_pool, wait_running};
+use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
 use crate::lifecycle::{Names, RUN_LABEL, cluster};
 use crate::provisioner::{claims, namespace, teardown};
-use crate::provisioner_e2e::Pods;
 
 fn chart() -> PathBuf {
     repo_root().join("charts/capstan")
@@ -408,14 +405,7 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
         .await;
     let pool = kwok_pool(&client, &names, &provider).await;
     let ns = namespace(cp, "chartpods").await;
-    Pods::new(&client, &names, &ns, "web")
-        .count(3)
-        .cpu("500m")
-        .memory("128Mi")
-        .node_selector(json!({"karpenter.sh/nodepool": pool}))
-        .tolerations(json!([{"operator": "Exists"}]))
-        .create()
-        .await;
+    nodepool_pods(&client, &names, &ns, ("web", 3), &pool).await;
     wait_running(&client, &ns, 3, &[&host]).await;
     let made = claims(&client, &names).await;
     assert!(!made.is_empty());

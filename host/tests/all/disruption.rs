@@ -152,6 +152,59 @@ fn disrupting(claims: &[NodeClaim]) -> usize {
         .count()
 }
 
+/// What [`setup`] started.
+struct Setup {
+    cp: &'static capstan_test_support::ControlPlane,
+    client: Client,
+    names: Names,
+    host: Host,
+    class: String,
+    pool: String,
+    ns: String,
+}
+
+/// The start most tests share: a host (`--batch-idle-duration` as given), a kwok NodeClass with
+/// `parameters`, a pool with these `budgets` and `expireAfter`, a namespace, and a Deployment
+/// `web` of `replicas` pods of `cpu` on the pool, all Running.
+async fn setup(
+    (prefix, idle): (&str, &str),
+    parameters: serde_json::Value,
+    (budgets, expire_after): (serde_json::Value, &str),
+    (replicas, cpu): (i32, &str),
+) -> Setup {
+    let (cp, client) = cluster().await;
+    let names = Names::new(prefix);
+    let host = Host::start(cp, &names, &["--batch-idle-duration", idle]);
+    let (class, pool_name) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", parameters).await;
+    pool(&client, &names, &pool_name, &class, budgets, expire_after).await;
+    let ns = namespace(cp, prefix).await;
+    deployment(
+        &client,
+        &names,
+        &ns,
+        App {
+            name: "web",
+            replicas,
+            cpu,
+            node_selector: json!({GROUP: pool_name}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    let n = usize::try_from(replicas).unwrap_or_default();
+    wait_running(&client, &host, &ns, n, Duration::from_secs(300)).await;
+    Setup {
+        cp,
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+    }
+}
+
 /// One test's cluster, host and namespace.
 struct Scene<'a> {
     client: &'a Client,
@@ -205,35 +258,20 @@ async fn wait_rolled(
 /// runs again; a second change in the middle of the rollout converges to the newest template.
 #[tokio::test]
 async fn a_template_change_replaces_every_node_one_at_a_time() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("drift");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "1"}]),
-        "720h",
+    let Setup {
+        client,
+        names,
+        host,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("drift", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "1"}]), "720h"),
+        (6, "600m"),
     )
     .await;
-    let ns = namespace(cp, "drift").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 6,
-            cpu: "600m",
-            node_selector: json!({GROUP: pool_name}),
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 6, Duration::from_secs(120)).await;
     let before: BTreeSet<String> = pool_nodes(&client, &pool_name, GROUP)
         .await
         .into_keys()
@@ -303,42 +341,21 @@ async fn a_template_change_replaces_every_node_one_at_a_time() {
 /// with the provider's reason, budget 100%.
 #[tokio::test]
 async fn a_node_class_change_the_provider_calls_drift_replaces_the_nodes() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("ncdrift");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(
-        &client,
-        &names,
-        &class,
-        "kwok",
+    let Setup {
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("ncdrift", "500ms"),
         json!({"maxCpu": 2, "imageID": "img-1"}),
+        (json!([{"nodes": "100%"}]), "720h"),
+        (4, "600m"),
     )
     .await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "100%"}]),
-        "720h",
-    )
-    .await;
-    let ns = namespace(cp, "ncdrift").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 4,
-            cpu: "600m",
-            node_selector: json!({GROUP: pool_name}),
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 4, Duration::from_secs(120)).await;
     let before: BTreeSet<String> = pool_nodes(&client, &pool_name, GROUP)
         .await
         .into_keys()
@@ -396,35 +413,19 @@ async fn a_node_class_change_the_provider_calls_drift_replaces_the_nodes() {
 /// provisioned for while they drain (the longest a pod waits is about one launch).
 #[tokio::test]
 async fn expired_nodes_are_replaced_and_their_pods_provisioned_ahead() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("expire");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "100%"}]),
-        "30s",
+    let Setup {
+        client,
+        names,
+        host,
+        ns,
+        ..
+    } = setup(
+        ("expire", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "100%"}]), "30s"),
+        (3, "600m"),
     )
     .await;
-    let ns = namespace(cp, "expire").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 3,
-            cpu: "600m",
-            node_selector: json!({GROUP: pool_name}),
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 3, Duration::from_secs(120)).await;
     let first: BTreeSet<String> = claims(&client, &names)
         .await
         .iter()
@@ -607,36 +608,22 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
 /// converges, no node is left tainted without a disruption under way, no claim leaks.
 #[tokio::test]
 async fn a_host_killed_mid_replacement_converges_after_restart() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("killdis");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
+    let Setup {
+        cp,
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+    } = setup(
+        ("killdis", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "1"}]), "720h"),
+        (4, "600m"),
+    )
+    .await;
     // Slow launches keep the replacement in flight long enough to kill the host during it.
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "1"}]),
-        "720h",
-    )
-    .await;
-    let ns = namespace(cp, "killdis").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 4,
-            cpu: "600m",
-            node_selector: json!({GROUP: pool_name}),
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 4, Duration::from_secs(120)).await;
     Api::<capstan::api::NodeClass>::all(client.clone())
         .patch(
             &class,
@@ -714,35 +701,20 @@ async fn a_host_killed_mid_replacement_converges_after_restart() {
 /// pod waited Pending, and the most claims disrupting at once. Run by `make bench-disruption`
 /// (ignored in `make test`: it measures, it asserts only that the rollout completes).
 async fn measure_rollout(budget: &str, nodes: usize) {
-    let (cp, client) = cluster().await;
-    let names = Names::new("rollout");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "1s"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": budget}]),
-        "720h",
+    let Setup {
+        client,
+        names,
+        host,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("rollout", "1s"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": budget}]), "720h"),
+        (i32::try_from(nodes).unwrap(), "1500m"),
     )
     .await;
-    let ns = namespace(cp, "rollout").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: i32::try_from(nodes).unwrap(),
-            cpu: "1500m",
-            node_selector: json!({GROUP: pool_name}),
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, nodes, Duration::from_secs(300)).await;
     let before = pool_nodes(&client, &pool_name, GROUP).await.len();
     patch_pool(
         &client,

@@ -360,7 +360,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
 
     // Only the leader acts.
     let pool = kwok_pool(client, &names, "kwok").await;
-    nodepool_pods(client, &names, &ns, "first", &pool).await;
+    nodepool_pods(client, &names, &ns, ("first", 2), &pool).await;
     wait_running(client, &ns, 2, &[&a, &b]).await;
     let made = claims(client, &names).await.len();
     assert!(made >= 1);
@@ -393,7 +393,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
     );
 
     // The new leader acts.
-    nodepool_pods(client, &names, &ns, "second", &pool).await;
+    nodepool_pods(client, &names, &ns, ("second", 2), &pool).await;
     wait_running(client, &ns, 4, &[&b]).await;
     b.check_alive();
 
@@ -463,10 +463,16 @@ async fn one_replica_leads_and_another_takes_over_after_kill_and_after_sigterm()
     run(cp, &client).await;
 }
 
-/// Two pods of 500m selecting `pool` (tolerating everything).
-pub async fn nodepool_pods(client: &Client, names: &Names, ns: &str, prefix: &str, pool: &str) {
+/// `count` pods of 500m selecting `pool` (tolerating everything).
+pub async fn nodepool_pods(
+    client: &Client,
+    names: &Names,
+    ns: &str,
+    (prefix, count): (&str, usize),
+    pool: &str,
+) {
     Pods::new(client, names, ns, prefix)
-        .count(2)
+        .count(count)
         .cpu("500m")
         .memory("128Mi")
         .node_selector(json!({"karpenter.sh/nodepool": pool}))
