@@ -118,6 +118,13 @@ task_bench_disruption() {
   (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_rollout)
 }
 
+# The host's API requests per minute at rest with 200 nodes and 2,000 pods (CAPSTAN_HOST_BIN runs
+# another build of the host).
+task_bench_api_load() {
+  log "API requests at rest (200 nodes, 2,000 pods)"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_api_requests)
+}
+
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
 # criterion (a filter, `--test` to run each benchmark once).
 task_bench() {
