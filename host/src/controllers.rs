@@ -8,6 +8,7 @@
 
 pub mod disruption;
 pub mod events;
+pub mod finalizer;
 pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod nodeclass_status;
