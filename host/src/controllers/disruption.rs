@@ -308,7 +308,7 @@ async fn start_disruptions(
     now: Timestamp,
 ) -> Result<(), ControllerError> {
     let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&all);
+    let counts = pool_counts(&view.claims, &all);
     let mut drifted: BTreeMap<&str, Vec<&Machine<'_>>> = BTreeMap::new();
     for m in &all {
         let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
