@@ -108,7 +108,9 @@ task_unit() {
 # Integration and e2e tests (host/tests, tests/support/tests) on the real control plane.
 task_e2e() {
   log "host integration and e2e tests"
-  (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*')
+  # Most e2e tests wait on the control plane rather than compute, and each isolates itself (its own
+  # selector, names and namespaces), so they run four at a time even on two cores.
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*' -- --test-threads "${CAPSTAN_TEST_THREADS:-4}")
 }
 
 # The measurements that need a real control plane and the host binary (ignored by `make test`):
