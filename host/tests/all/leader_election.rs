@@ -419,6 +419,12 @@ async fn run(cp: &ControlPlane, client: &Client) {
     );
 
     // The leader terminates the claims (drains and deletes the nodes) before it loses the Lease.
+    // The pods go first: pods of a node being deleted are provisioned for ahead of the drain, as
+    // Karpenter does, so claims deleted under running pods would get replacements.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    pods.delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
     let api = Api::<NodeClaim>::all(client.clone());
     for claim in claims(client, &names).await {
         api.delete(&claim.name_any(), &DeleteParams::default())
