@@ -11,12 +11,25 @@ pub enum TaintEffect {
 }
 
 impl TaintEffect {
+    /// Every effect.
+    pub const ALL: [TaintEffect; 3] = [
+        TaintEffect::NoSchedule,
+        TaintEffect::PreferNoSchedule,
+        TaintEffect::NoExecute,
+    ];
+
+    /// The Kubernetes spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             TaintEffect::NoSchedule => "NoSchedule",
             TaintEffect::PreferNoSchedule => "PreferNoSchedule",
             TaintEffect::NoExecute => "NoExecute",
         }
+    }
+
+    /// Parses the Kubernetes spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == text)
     }
 }
 
@@ -151,6 +164,14 @@ mod tests {
             Taint::new("a", "", TaintEffect::NoExecute).to_string(),
             "a:NoExecute"
         );
+    }
+
+    #[test]
+    fn effects_round_trip() {
+        for effect in TaintEffect::ALL {
+            assert_eq!(TaintEffect::parse(effect.as_str()), Some(effect));
+        }
+        assert_eq!(TaintEffect::parse("Nope"), None);
     }
 
     #[test]
