@@ -49,7 +49,7 @@ pub fn to_catalog(groups: &[NodeGroup]) -> Catalog {
             it.capacity(name, milli_value(quantity));
         }
     }
-    catalog.finish()
+    catalog.finish().into()
 }
 
 /// Why no group can take a claim.

@@ -162,7 +162,7 @@ pub fn to_catalog(entries: &[Entry]) -> Catalog {
     for entry in entries {
         entry.add_to(&mut catalog);
     }
-    catalog.finish()
+    catalog.finish().into()
 }
 
 /// The catalog for these parameters: the generated one or `instanceTypes`, filtered, with

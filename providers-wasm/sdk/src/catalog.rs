@@ -17,7 +17,7 @@
 //!         .capacity("memory", (cores << 30) * 1000)
 //!         .capacity("pods", 110 * 1000);
 //! } // each instance type is added when its builder is dropped
-//! let catalog = catalog.finish();
+//! let catalog: capstan_provider_sdk::Catalog = catalog.finish().into();
 //! assert_eq!(catalog.instance_types.len(), 2);
 //! // "kubernetes.io/arch" and "amd64" are stored once, as is the arch requirement.
 //! assert_eq!(catalog.strings.iter().filter(|s| *s == "amd64").count(), 1);
@@ -40,51 +40,99 @@ use crate::{
     Operator, Quantity, Requirement, ResourceList, Span,
 };
 
-include!("catalog/builder.rs");
+/// The builder is the shared model's (`capstan-model`): the host's tests and benchmarks run the
+/// same code natively. [`CatalogBuilder::finish`] returns the model's catalog; `.into()` makes it
+/// the WIT [`Catalog`] (the lists move, nothing is copied but the small records).
+pub use capstan_model::catalog::{
+    CatalogBuilder, CatalogOperator, InstanceTypeBuilder, milli_value,
+};
 
-/// A quantity in thousandths of its unit, as a catalog `amount` holds it (negative quantities are
-/// 0, larger than `u64::MAX` saturates).
-pub fn milli_value(quantity: &Quantity) -> u64 {
-    u64::try_from(quantity.millis().max(0)).unwrap_or(u64::MAX)
+use capstan_model::catalog as flat;
+
+impl From<Operator> for CatalogOperator {
+    fn from(operator: Operator) -> Self {
+        match operator {
+            Operator::In => CatalogOperator::In,
+            Operator::NotIn => CatalogOperator::NotIn,
+            Operator::Exists => CatalogOperator::Exists,
+            Operator::DoesNotExist => CatalogOperator::DoesNotExist,
+            Operator::Gt => CatalogOperator::Gt,
+            Operator::Lt => CatalogOperator::Lt,
+        }
+    }
 }
 
-impl InstanceTypeBuilder<'_> {
-    /// Adds a requirement given as a WIT `requirement`.
-    pub fn requirement_of(&mut self, r: &Requirement) -> &mut Self {
-        let values: Vec<&str> = r.values.iter().map(String::as_str).collect();
-        self.requirement(&r.key, r.operator, &values, r.min_values)
-    }
-
-    /// Adds every resource of `list` to the capacity.
-    pub fn capacity_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.capacity(name, milli_value(q));
+impl From<CatalogOperator> for Operator {
+    fn from(operator: CatalogOperator) -> Self {
+        match operator {
+            CatalogOperator::In => Operator::In,
+            CatalogOperator::NotIn => Operator::NotIn,
+            CatalogOperator::Exists => Operator::Exists,
+            CatalogOperator::DoesNotExist => Operator::DoesNotExist,
+            CatalogOperator::Gt => Operator::Gt,
+            CatalogOperator::Lt => Operator::Lt,
         }
-        self
     }
+}
 
-    /// Adds every resource of `list` to kube-reserved.
-    pub fn kube_reserved_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.kube_reserved(name, milli_value(q));
-        }
-        self
+fn span(s: flat::Span) -> Span {
+    Span {
+        start: s.start,
+        len: s.len,
     }
+}
 
-    /// Adds every resource of `list` to system-reserved.
-    pub fn system_reserved_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.system_reserved(name, milli_value(q));
+impl From<flat::Catalog> for Catalog {
+    fn from(c: flat::Catalog) -> Self {
+        Catalog {
+            strings: c.strings,
+            values: c.values,
+            requirements: c
+                .requirements
+                .into_iter()
+                .map(|r| CatalogRequirement {
+                    key: r.key,
+                    operator: r.operator.into(),
+                    values: span(r.values),
+                    min_values: r.min_values,
+                })
+                .collect(),
+            requirement_lists: c.requirement_lists,
+            amounts: c
+                .amounts
+                .into_iter()
+                .map(|a| Amount {
+                    name: a.name,
+                    milli_value: a.milli_value,
+                })
+                .collect(),
+            offerings: c
+                .offerings
+                .into_iter()
+                .map(|o| CatalogOffering {
+                    zone: o.zone,
+                    capacity_type: o.capacity_type,
+                    price: o.price,
+                    available: o.available,
+                    requirements: span(o.requirements),
+                })
+                .collect(),
+            instance_types: c
+                .instance_types
+                .into_iter()
+                .map(|it| CatalogInstanceType {
+                    name: it.name,
+                    requirements: span(it.requirements),
+                    offerings: span(it.offerings),
+                    capacity: span(it.capacity),
+                    overhead: CatalogOverhead {
+                        kube_reserved: span(it.overhead.kube_reserved),
+                        system_reserved: span(it.overhead.system_reserved),
+                        eviction_threshold: span(it.overhead.eviction_threshold),
+                    },
+                })
+                .collect(),
         }
-        self
-    }
-
-    /// Adds every resource of `list` to the eviction threshold.
-    pub fn eviction_threshold_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.eviction_threshold(name, milli_value(q));
-        }
-        self
     }
 }
 
@@ -240,7 +288,7 @@ mod tests {
                 .capacity("pods", 110_000)
                 .kube_reserved("cpu", 100);
         }
-        b.finish()
+        b.finish().into()
     }
 
     #[test]
@@ -294,7 +342,7 @@ mod tests {
     fn empty_lists_and_bad_indices() {
         let mut b = CatalogBuilder::new();
         drop(b.instance_type("bare"));
-        let mut c = b.finish();
+        let mut c: Catalog = b.finish().into();
         let all = expand(&c).unwrap();
         assert!(all[0].requirements.is_empty() && all[0].offerings.is_empty());
         c.instance_types[0].name = 7;
@@ -318,21 +366,6 @@ mod tests {
         let again: Vec<u32> = (0..5000).map(|i| b.string(&format!("s{i}"))).collect();
         assert_eq!(ids, again);
         assert_eq!(ids, (0..5000).collect::<Vec<u32>>());
-    }
-
-    #[test]
-    fn colliding_hashes_are_probed() {
-        let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
-        let mut dedup = Dedup::default();
-        let same = Hash::new().word(42);
-        for (id, word) in words.iter().enumerate() {
-            let found = dedup.find_or_add(same, id as u32, |i| words[..id][i as usize] == *word);
-            assert_eq!(found, None);
-        }
-        for (id, word) in words.iter().enumerate() {
-            let found = dedup.find_or_add(same, 100, |i| words[i as usize] == *word);
-            assert_eq!(found, Some(id as u32));
-        }
     }
 
     #[test]
