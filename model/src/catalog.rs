@@ -118,6 +118,113 @@ pub struct Catalog {
     pub instance_types: Vec<CatalogInstanceType>,
 }
 
+/// Implements the conversions between this flat catalog and a binding generator's types of the
+/// WIT `catalog` record, given the module that holds them under their WIT names (`Catalog`,
+/// `CatalogRequirement`, `CatalogOffering`, `CatalogInstanceType`, `CatalogOverhead`, `Amount`,
+/// `Span`, `Operator`): `From<catalog::Catalog>` for the binding's `Catalog` (the lists move, the
+/// small records are rebuilt) and `From` both ways between [`CatalogOperator`] and `Operator`.
+/// The guest SDK invokes it for wit-bindgen's types, the host for wasmtime's.
+///
+/// ```ignore
+/// capstan_model::catalog_conversions!(crate::runtime::types);
+/// ```
+#[macro_export]
+macro_rules! catalog_conversions {
+    ($($types:ident)::+) => {
+        impl ::core::convert::From<$crate::catalog::Catalog> for $($types)::+::Catalog {
+            fn from(c: $crate::catalog::Catalog) -> Self {
+                use $($types)::+ as wit;
+                let span = |s: $crate::catalog::Span| wit::Span {
+                    start: s.start,
+                    len: s.len,
+                };
+                wit::Catalog {
+                    strings: c.strings,
+                    values: c.values,
+                    requirements: c
+                        .requirements
+                        .into_iter()
+                        .map(|r| wit::CatalogRequirement {
+                            key: r.key,
+                            operator: r.operator.into(),
+                            values: span(r.values),
+                            min_values: r.min_values,
+                        })
+                        .collect(),
+                    requirement_lists: c.requirement_lists,
+                    amounts: c
+                        .amounts
+                        .into_iter()
+                        .map(|a| wit::Amount {
+                            name: a.name,
+                            milli_value: a.milli_value,
+                        })
+                        .collect(),
+                    offerings: c
+                        .offerings
+                        .into_iter()
+                        .map(|o| wit::CatalogOffering {
+                            zone: o.zone,
+                            capacity_type: o.capacity_type,
+                            price: o.price,
+                            available: o.available,
+                            requirements: span(o.requirements),
+                        })
+                        .collect(),
+                    instance_types: c
+                        .instance_types
+                        .into_iter()
+                        .map(|it| wit::CatalogInstanceType {
+                            name: it.name,
+                            requirements: span(it.requirements),
+                            offerings: span(it.offerings),
+                            capacity: span(it.capacity),
+                            overhead: wit::CatalogOverhead {
+                                kube_reserved: span(it.overhead.kube_reserved),
+                                system_reserved: span(it.overhead.system_reserved),
+                                eviction_threshold: span(it.overhead.eviction_threshold),
+                            },
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        impl ::core::convert::From<$crate::catalog::CatalogOperator> for $($types)::+::Operator {
+            fn from(operator: $crate::catalog::CatalogOperator) -> Self {
+                use $crate::catalog::CatalogOperator as C;
+                use $($types)::+::Operator as W;
+                match operator {
+                    C::In => W::In,
+                    C::NotIn => W::NotIn,
+                    C::Exists => W::Exists,
+                    C::DoesNotExist => W::DoesNotExist,
+                    C::Gt => W::Gt,
+                    C::Lt => W::Lt,
+                }
+            }
+        }
+
+        impl ::core::convert::From<$($types)::+::Operator> for $crate::catalog::CatalogOperator {
+            fn from(operator: $($types)::+::Operator) -> Self {
+                use $crate::catalog::CatalogOperator as C;
+                use $($types)::+::Operator as W;
+                match operator {
+                    W::In => C::In,
+                    W::NotIn => C::NotIn,
+                    W::Exists => C::Exists,
+                    W::DoesNotExist => C::DoesNotExist,
+                    W::Gt => C::Gt,
+                    W::Lt => C::Lt,
+                }
+            }
+        }
+    };
+}
+
+/// One resource of a resource list: its name and quantity.
+pub type Entry<'q> = (&'q str, &'q Quantity);
+
 /// A quantity in thousandths of its unit, as a catalog [`Amount`] holds it (negative quantities
 /// are 0, larger than `u64::MAX` saturates).
 pub fn milli_value(quantity: &Quantity) -> u64 {
@@ -672,45 +779,41 @@ impl InstanceTypeBuilder<'_> {
     }
 
     /// Adds every resource of `list` to the capacity.
-    pub fn capacity_list<'q>(
-        &mut self,
-        list: impl IntoIterator<Item = (&'q str, &'q Quantity)>,
-    ) -> &mut Self {
-        for (name, q) in list {
-            self.capacity(name, milli_value(q));
-        }
-        self
+    pub fn capacity_list<'q>(&mut self, list: impl IntoIterator<Item = Entry<'q>>) -> &mut Self {
+        self.amount_list(CAPACITY, list)
     }
 
     /// Adds every resource of `list` to kube-reserved.
     pub fn kube_reserved_list<'q>(
         &mut self,
-        list: impl IntoIterator<Item = (&'q str, &'q Quantity)>,
+        list: impl IntoIterator<Item = Entry<'q>>,
     ) -> &mut Self {
-        for (name, q) in list {
-            self.kube_reserved(name, milli_value(q));
-        }
-        self
+        self.amount_list(KUBE_RESERVED, list)
     }
 
     /// Adds every resource of `list` to system-reserved.
     pub fn system_reserved_list<'q>(
         &mut self,
-        list: impl IntoIterator<Item = (&'q str, &'q Quantity)>,
+        list: impl IntoIterator<Item = Entry<'q>>,
     ) -> &mut Self {
-        for (name, q) in list {
-            self.system_reserved(name, milli_value(q));
-        }
-        self
+        self.amount_list(SYSTEM_RESERVED, list)
     }
 
     /// Adds every resource of `list` to the eviction threshold.
     pub fn eviction_threshold_list<'q>(
         &mut self,
-        list: impl IntoIterator<Item = (&'q str, &'q Quantity)>,
+        list: impl IntoIterator<Item = Entry<'q>>,
+    ) -> &mut Self {
+        self.amount_list(EVICTION_THRESHOLD, list)
+    }
+
+    fn amount_list<'q>(
+        &mut self,
+        which: usize,
+        list: impl IntoIterator<Item = Entry<'q>>,
     ) -> &mut Self {
         for (name, q) in list {
-            self.eviction_threshold(name, milli_value(q));
+            self.amount(which, name, milli_value(q));
         }
         self
     }

@@ -161,6 +161,23 @@ pub fn selector_matches<S: AsRef<str>>(
     }
 }
 
+/// The one integer a `Gt`/`Lt`/`Gte`/`Lte` requirement on `key` needs.
+pub fn integer_bound(
+    key: &str,
+    operator: Operator,
+    values: &[String],
+) -> Result<i64, RequirementsError> {
+    match values {
+        [one] => one.parse::<i64>().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| RequirementsError::NotOneInteger {
+        key: key.to_owned(),
+        operator: operator.as_str(),
+        values: values.to_vec(),
+    })
+}
+
 /// One key's constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {
@@ -197,17 +214,7 @@ impl Requirement {
             Operator::DoesNotExist => ValueSet::none(),
             Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let values: Vec<String> = values.into_iter().map(Into::into).collect();
-                let bound = match values.as_slice() {
-                    [one] => one.parse::<i64>().ok(),
-                    _ => None,
-                };
-                let Some(n) = bound else {
-                    return Err(RequirementsError::NotOneInteger {
-                        key,
-                        operator: operator.as_str(),
-                        values,
-                    });
-                };
+                let n = integer_bound(&key, operator, &values)?;
                 match operator {
                     Operator::Gt => ValueSet::greater_than(n),
                     Operator::Gte => ValueSet::greater_than(n.saturating_sub(1)),

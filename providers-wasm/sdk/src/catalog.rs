@@ -35,10 +35,7 @@
 //! methods take whole [`ResourceList`]s.
 
 use crate::requirements::Requirements;
-use crate::{
-    Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-    Operator, Quantity, Requirement, ResourceList, Span,
-};
+use crate::{Catalog, Quantity, Requirement, ResourceList, Span};
 
 /// The builder is the shared model's (`capstan-model`): the host's tests and benchmarks run the
 /// same code natively. [`CatalogBuilder::finish`] returns the model's catalog; `.into()` makes it
@@ -47,94 +44,7 @@ pub use capstan_model::catalog::{
     CatalogBuilder, CatalogOperator, InstanceTypeBuilder, milli_value,
 };
 
-use capstan_model::catalog as flat;
-
-impl From<Operator> for CatalogOperator {
-    fn from(operator: Operator) -> Self {
-        match operator {
-            Operator::In => CatalogOperator::In,
-            Operator::NotIn => CatalogOperator::NotIn,
-            Operator::Exists => CatalogOperator::Exists,
-            Operator::DoesNotExist => CatalogOperator::DoesNotExist,
-            Operator::Gt => CatalogOperator::Gt,
-            Operator::Lt => CatalogOperator::Lt,
-        }
-    }
-}
-
-impl From<CatalogOperator> for Operator {
-    fn from(operator: CatalogOperator) -> Self {
-        match operator {
-            CatalogOperator::In => Operator::In,
-            CatalogOperator::NotIn => Operator::NotIn,
-            CatalogOperator::Exists => Operator::Exists,
-            CatalogOperator::DoesNotExist => Operator::DoesNotExist,
-            CatalogOperator::Gt => Operator::Gt,
-            CatalogOperator::Lt => Operator::Lt,
-        }
-    }
-}
-
-fn span(s: flat::Span) -> Span {
-    Span {
-        start: s.start,
-        len: s.len,
-    }
-}
-
-impl From<flat::Catalog> for Catalog {
-    fn from(c: flat::Catalog) -> Self {
-        Catalog {
-            strings: c.strings,
-            values: c.values,
-            requirements: c
-                .requirements
-                .into_iter()
-                .map(|r| CatalogRequirement {
-                    key: r.key,
-                    operator: r.operator.into(),
-                    values: span(r.values),
-                    min_values: r.min_values,
-                })
-                .collect(),
-            requirement_lists: c.requirement_lists,
-            amounts: c
-                .amounts
-                .into_iter()
-                .map(|a| Amount {
-                    name: a.name,
-                    milli_value: a.milli_value,
-                })
-                .collect(),
-            offerings: c
-                .offerings
-                .into_iter()
-                .map(|o| CatalogOffering {
-                    zone: o.zone,
-                    capacity_type: o.capacity_type,
-                    price: o.price,
-                    available: o.available,
-                    requirements: span(o.requirements),
-                })
-                .collect(),
-            instance_types: c
-                .instance_types
-                .into_iter()
-                .map(|it| CatalogInstanceType {
-                    name: it.name,
-                    requirements: span(it.requirements),
-                    offerings: span(it.offerings),
-                    capacity: span(it.capacity),
-                    overhead: CatalogOverhead {
-                        kube_reserved: span(it.overhead.kube_reserved),
-                        system_reserved: span(it.overhead.system_reserved),
-                        eviction_threshold: span(it.overhead.eviction_threshold),
-                    },
-                })
-                .collect(),
-        }
-    }
-}
+capstan_model::catalog_conversions!(crate::bindings::capstan::provider::types);
 
 /// A catalog index or span that points outside its list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -273,6 +183,7 @@ pub fn expand(catalog: &Catalog) -> Result<Vec<Expanded>, ExpandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Operator;
 
     fn two_types() -> Catalog {
         let mut b = CatalogBuilder::new();

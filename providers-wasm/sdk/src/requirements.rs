@@ -14,7 +14,7 @@
 
 pub use capstan_model::requirements::{
     Incompatibility, Operator as SelectorOperator, Requirements, RequirementsError, SetOperator,
-    ValueSet, selector_matches,
+    ValueSet, integer_bound, selector_matches,
 };
 
 use capstan_model::requirements::Selector;
@@ -85,15 +85,19 @@ impl Requirement {
             SelectorOperator::Exists => return Ok(Self::exists(key)),
             SelectorOperator::DoesNotExist => return Ok(Self::does_not_exist(key)),
             SelectorOperator::Gt | SelectorOperator::Lt => {
-                bound(&key, operator, &values)?;
+                integer_bound(&key, operator, &values)?;
                 if operator == SelectorOperator::Gt {
                     Operator::Gt
                 } else {
                     Operator::Lt
                 }
             }
-            SelectorOperator::Gte => return Ok(Self::gte(&key, bound(&key, operator, &values)?)),
-            SelectorOperator::Lte => return Ok(Self::lte(&key, bound(&key, operator, &values)?)),
+            SelectorOperator::Gte => {
+                return Ok(Self::gte(&key, integer_bound(&key, operator, &values)?));
+            }
+            SelectorOperator::Lte => {
+                return Ok(Self::lte(&key, integer_bound(&key, operator, &values)?));
+            }
         };
         Ok(Self::with(key, wire, values))
     }
@@ -170,24 +174,17 @@ impl Requirement {
     }
 }
 
-/// The one integer a bound operator needs.
-fn bound(
-    key: &str,
-    operator: SelectorOperator,
-    values: &[String],
-) -> Result<i64, RequirementError> {
-    match values {
-        [one] => one.parse::<i64>().ok(),
-        _ => None,
-    }
-    .ok_or_else(|| RequirementsError::NotOneInteger {
-        key: key.to_owned(),
-        operator: operator.as_str(),
-        values: values.to_vec(),
-    })
-}
-
 impl Operator {
+    /// Every operator the contract carries.
+    pub const ALL: [Operator; 6] = [
+        Operator::In,
+        Operator::NotIn,
+        Operator::Exists,
+        Operator::DoesNotExist,
+        Operator::Gt,
+        Operator::Lt,
+    ];
+
     /// The Kubernetes spelling (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`).
     pub fn as_str(self) -> &'static str {
         SelectorOperator::from(self).as_str()
@@ -196,16 +193,7 @@ impl Operator {
     /// Parses the Kubernetes spelling of an operator the contract carries (`Gte`/`Lte` are not:
     /// build those with [`Requirement::new`]).
     pub fn parse(s: &str) -> Option<Self> {
-        [
-            Operator::In,
-            Operator::NotIn,
-            Operator::Exists,
-            Operator::DoesNotExist,
-            Operator::Gt,
-            Operator::Lt,
-        ]
-        .into_iter()
-        .find(|op| op.as_str() == s)
+        Self::ALL.into_iter().find(|op| op.as_str() == s)
     }
 }
 
@@ -307,14 +295,7 @@ mod tests {
 
     #[test]
     fn operators_round_trip() {
-        for op in [
-            Operator::In,
-            Operator::NotIn,
-            Operator::Exists,
-            Operator::DoesNotExist,
-            Operator::Gt,
-            Operator::Lt,
-        ] {
+        for op in Operator::ALL {
             assert_eq!(Operator::parse(op.as_str()), Some(op));
             assert_eq!(op.as_str().parse::<SelectorOperator>(), Ok(op.into()));
         }

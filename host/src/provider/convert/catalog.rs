@@ -7,12 +7,7 @@
 //! amount above `i64::MAX`. Guest output never panics the host: after the check the accessors
 //! still read with `get`, never by indexing.
 
-use capstan_model::catalog as flat;
-
-use crate::runtime::types::{
-    Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-    Operator, Span,
-};
+use crate::runtime::types::{Amount, Catalog, CatalogOffering, CatalogRequirement, Operator, Span};
 
 /// Why a provider's catalog is refused.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -517,92 +512,10 @@ fn check(catalog: &Catalog) -> Result<(), CatalogError> {
     Ok(())
 }
 
-/// The shared model's catalog (what the guests' `CatalogBuilder` builds, see `capstan-model`) as
-/// the host's bindings of the WIT record: the lists move, the small records are rebuilt. Tests
-/// and benchmarks build catalogs with the guests' builder through this.
-impl From<flat::Catalog> for Catalog {
-    fn from(c: flat::Catalog) -> Self {
-        let span = |s: flat::Span| Span {
-            start: s.start,
-            len: s.len,
-        };
-        Catalog {
-            strings: c.strings,
-            values: c.values,
-            requirements: c
-                .requirements
-                .into_iter()
-                .map(|r| CatalogRequirement {
-                    key: r.key,
-                    operator: r.operator.into(),
-                    values: span(r.values),
-                    min_values: r.min_values,
-                })
-                .collect(),
-            requirement_lists: c.requirement_lists,
-            amounts: c
-                .amounts
-                .into_iter()
-                .map(|a| Amount {
-                    name: a.name,
-                    milli_value: a.milli_value,
-                })
-                .collect(),
-            offerings: c
-                .offerings
-                .into_iter()
-                .map(|o| CatalogOffering {
-                    zone: o.zone,
-                    capacity_type: o.capacity_type,
-                    price: o.price,
-                    available: o.available,
-                    requirements: span(o.requirements),
-                })
-                .collect(),
-            instance_types: c
-                .instance_types
-                .into_iter()
-                .map(|it| CatalogInstanceType {
-                    name: it.name,
-                    requirements: span(it.requirements),
-                    offerings: span(it.offerings),
-                    capacity: span(it.capacity),
-                    overhead: CatalogOverhead {
-                        kube_reserved: span(it.overhead.kube_reserved),
-                        system_reserved: span(it.overhead.system_reserved),
-                        eviction_threshold: span(it.overhead.eviction_threshold),
-                    },
-                })
-                .collect(),
-        }
-    }
-}
-
-impl From<flat::CatalogOperator> for Operator {
-    fn from(operator: flat::CatalogOperator) -> Self {
-        match operator {
-            flat::CatalogOperator::In => Operator::In,
-            flat::CatalogOperator::NotIn => Operator::NotIn,
-            flat::CatalogOperator::Exists => Operator::Exists,
-            flat::CatalogOperator::DoesNotExist => Operator::DoesNotExist,
-            flat::CatalogOperator::Gt => Operator::Gt,
-            flat::CatalogOperator::Lt => Operator::Lt,
-        }
-    }
-}
-
-impl From<Operator> for flat::CatalogOperator {
-    fn from(operator: Operator) -> Self {
-        match operator {
-            Operator::In => flat::CatalogOperator::In,
-            Operator::NotIn => flat::CatalogOperator::NotIn,
-            Operator::Exists => flat::CatalogOperator::Exists,
-            Operator::DoesNotExist => flat::CatalogOperator::DoesNotExist,
-            Operator::Gt => flat::CatalogOperator::Gt,
-            Operator::Lt => flat::CatalogOperator::Lt,
-        }
-    }
-}
+// The shared model's catalog (what the guests' `CatalogBuilder` builds, see `capstan-model`) as
+// the host's bindings of the WIT record, and the operator both ways: tests and benchmarks build
+// catalogs with the guests' builder through these.
+capstan_model::catalog_conversions!(crate::runtime::types);
 
 /// The guests' `CatalogBuilder` (the shared model's), to build catalogs in tests; `.into()` its
 /// `finish()` for the host's bindings.
