@@ -188,6 +188,7 @@ pub struct Requirement {
 
 impl Requirement {
     /// `key` restricted to `set`.
+    #[inline]
     pub fn with_set(key: impl Into<String>, set: ValueSet) -> Self {
         Self {
             key: key.into(),
@@ -280,6 +281,7 @@ impl Requirement {
     }
 
     /// Sets `minValues`.
+    #[inline]
     pub fn with_min_values(mut self, min_values: Option<u32>) -> Self {
         self.min_values = min_values;
         self
@@ -408,6 +410,7 @@ impl Requirements {
     }
 
     /// Adds a requirement, intersecting with any existing one on the same key.
+    #[inline]
     pub fn add(&mut self, requirement: Requirement) {
         match self.position(&requirement.key) {
             Ok(i) => self.reqs[i].narrow(&requirement),
@@ -425,6 +428,7 @@ impl Requirements {
     }
 
     /// Adds every requirement of `other`.
+    #[inline]
     pub fn merge(&mut self, other: &Requirements) {
         for r in &other.reqs {
             self.add_ref(r);
@@ -432,12 +436,14 @@ impl Requirements {
     }
 
     /// Builder form of [`Requirements::add`].
+    #[inline]
     pub fn with(mut self, requirement: Requirement) -> Self {
         self.add(requirement);
         self
     }
 
     /// Replaces the requirement on `key` with `set` (keeping `minValues`).
+    #[inline]
     pub fn set(&mut self, key: &str, set: ValueSet) {
         match self.position(key) {
             Ok(i) => self.reqs[i].set = set,
@@ -446,6 +452,7 @@ impl Requirements {
     }
 
     /// Removes the requirement on `key`.
+    #[inline]
     pub fn remove(&mut self, key: &str) -> Option<Requirement> {
         self.position(key).ok().map(|i| self.reqs.remove(i))
     }
@@ -513,7 +520,7 @@ impl Requirements {
 
     /// Karpenter's `Intersects`: every key both sides constrain must overlap, unless both allow
     /// the label to be absent. Returns the first conflict (in key order).
-    #[inline]
+    // Not `#[inline]`: the solver calls it inside small filter closures that must stay small.
     pub fn intersects<'a>(&'a self, incoming: &'a Requirements) -> Result<(), Incompatibility<'a>> {
         // Both sides are sorted: walk them together.
         let (mut i, mut j) = (0, 0);
@@ -540,7 +547,6 @@ impl Requirements {
 
     /// Karpenter's `Compatible`: [`Requirements::intersects`], and every key `incoming` requires
     /// to exist must be defined here unless `allow_undefined(key)`.
-    #[inline]
     pub fn compatible<'a>(
         &'a self,
         incoming: &'a Requirements,
@@ -559,7 +565,6 @@ impl Requirements {
 
     /// Whether a node with exactly these `labels` satisfies every requirement (Kubernetes
     /// node-selector semantics).
-    #[inline]
     pub fn matches_labels<'a>(&self, label: impl Fn(&str) -> Option<&'a str>) -> bool {
         self.reqs.iter().all(|r| match label(&r.key) {
             Some(v) => r.set.contains(v),

@@ -110,6 +110,7 @@ impl Toleration {
     }
 
     /// Kubernetes' `ToleratesTaint`.
+    #[inline]
     pub fn tolerates(&self, taint: &Taint) -> bool {
         if self.effect.is_some_and(|e| e != taint.effect) {
             return false;
@@ -128,6 +129,7 @@ impl Toleration {
 }
 
 /// The first taint (of any effect, as Karpenter checks them) that no toleration tolerates.
+#[inline]
 pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
     taints
         .iter()

@@ -45,6 +45,7 @@ impl SetOperator {
     }
 }
 
+#[inline]
 fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
     let mut v: Vec<String> = values.into_iter().map(Into::into).collect();
     v.sort_unstable();
@@ -75,6 +76,7 @@ fn empty_range(greater_than: Option<i64>, less_than: Option<i64>) -> bool {
 
 impl ValueSet {
     /// Any value; the label must exist (`Exists`).
+    #[inline]
     pub fn any() -> Self {
         Self {
             complement: true,
@@ -85,6 +87,7 @@ impl ValueSet {
     }
 
     /// No value: the label must be absent (`DoesNotExist`).
+    #[inline]
     pub fn none() -> Self {
         Self {
             complement: false,
@@ -95,6 +98,7 @@ impl ValueSet {
     }
 
     /// Exactly these values (`In`).
+    #[inline]
     pub fn in_(values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             values: sorted(values),
@@ -103,6 +107,7 @@ impl ValueSet {
     }
 
     /// One value (`In [value]`).
+    #[inline]
     pub fn single(value: impl Into<String>) -> Self {
         Self {
             values: vec![value.into()],
@@ -111,6 +116,7 @@ impl ValueSet {
     }
 
     /// Anything but these values, or no label at all (`NotIn`).
+    #[inline]
     pub fn not_in(values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             values: sorted(values),
@@ -219,6 +225,7 @@ impl ValueSet {
     }
 
     /// The values both sets allow.
+    #[inline]
     pub fn intersection(&self, other: &ValueSet) -> ValueSet {
         let greater_than = max_opt(self.greater_than, other.greater_than);
         let less_than = min_opt(self.less_than, other.less_than);
@@ -250,6 +257,7 @@ impl ValueSet {
         }
     }
 
+    #[inline]
     fn filtered(&self, keep: impl Fn(&str) -> bool) -> ValueSet {
         ValueSet {
             complement: false,
