@@ -1,7 +1,20 @@
-# Capstan: the two commands a new machine needs.
+# Capstan. The two commands a new machine needs:
 #   make demo   runs the demo on an embedded real control plane with the kwok provider
-#   make test   installs what the tests need, then runs format, lint, unit, integration and e2e tests
-.PHONY: test demo control-plane providers bench
+#   make test   installs what the tests need, then runs lint, unit and e2e (below)
+# The pieces (each installs or builds what it needs first):
+#   make fmt    format both cargo workspaces (host, providers-wasm) in place
+#   make lint   format check and clippy: host; guests natively and for wasm32-wasip2
+#   make unit   unit and property tests, no control plane (host lib, bins and docs; guests)
+#   make e2e    integration and e2e tests on the real control plane (host/tests, tests/support/tests)
+#   make bench  the criterion benchmarks in host/benches (BENCH=scheduling for one, BENCH_ARGS=--test
+#               to run each once)
+#   make bench-disruption   20-node rollouts on the real control plane (budget 1 and 20%)
+#   make bench-api-load     the host's API requests per minute at rest, 200 nodes and 2,000 pods
+#   make control-plane | providers | upstream   build or fetch one prerequisite
+.PHONY: help test demo fmt lint unit e2e bench bench-disruption bench-api-load control-plane providers upstream
+
+help:
+	@sed -n '1,13p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh
@@ -9,11 +22,5 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-control-plane:
-	bash tests/control-plane/cp build
-
-providers:
-	bash tests/scripts/env.sh providers
-
-bench:
-	bash tests/scripts/bench.sh
+fmt lint unit e2e bench bench-disruption bench-api-load control-plane providers upstream:
+	bash tests/scripts/task.sh $@

@@ -8,6 +8,7 @@
 
 pub mod disruption;
 pub mod events;
+pub mod finalizer;
 pub mod garbage_collection;
 pub mod nodeclaim;
 pub mod nodeclass_status;
@@ -157,6 +158,8 @@ pub struct Context {
     pub metrics: &'static Metrics,
     /// Offerings recently out of capacity, avoided by launch.
     pub unavailable_offerings: unavailable_offerings::UnavailableOfferings,
+    /// Drain Events published lately (one per distinct note, not one per retry).
+    pub drain_events: nodeclaim::termination::Dedupe,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -293,6 +296,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         instance_types: provisioner::instance_types::InstanceTypeCache::default(),
         metrics: metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
+        drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
     });
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");

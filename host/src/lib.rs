@@ -1,7 +1,7 @@
 //! Capstan: a Karpenter-compatible node autoprovisioner whose cloud-specific logic runs as sandboxed
 //! WebAssembly components.
 //!
-//! This crate is the host. Its parts so far:
+//! This crate is the host (the `capstan` binary is a thin CLI over it). Its parts:
 //!
 //! - [`api`]: the Kubernetes API types (`karpenter.sh/v1` NodePool and NodeClaim, `capstan.dev/v1alpha1`
 //!   NodeClass and Provider) and the CRDs generated from them.
@@ -11,8 +11,12 @@
 //! - [`capability`]: the host side of the imports a provider gets (`kube`, `host`), each checked
 //!   against the provider's [`capability::grants::Grants`].
 //! - [`conformance`]: the conformance kit behind `capstan provider test`.
-//! - [`provider`]: the registry of live providers and the API ↔ WIT conversions.
-//! - [`controllers`]: the NodeClaim lifecycle, garbage collection and status controllers.
+//! - [`provider`]: the registry of live providers, loading, ConfigMap sources, packaging and the
+//!   API ↔ WIT conversions.
+//! - [`scheduling`]: the pure scheduling simulation (requirements, instance-type filtering, bin
+//!   packing, topology) the provisioner runs.
+//! - [`controllers`]: the provisioner, the NodeClaim lifecycle, Provider loading, garbage
+//!   collection and the NodeClass and NodePool status controllers.
 //! - [`metrics`]: Prometheus counters and provider call latency.
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.

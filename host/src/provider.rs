@@ -70,11 +70,6 @@ impl Loader {
         }
     }
 
-    /// The runtime.
-    pub fn runtime(&self) -> &Arc<Runtime> {
-        &self.runtime
-    }
-
     /// Compiles (through the runtime's cache), validates and links `source`. A `previous`
     /// version of the same provider hands over its cache and counters, so a reload keeps them.
     /// Denied `kube` calls are reported to `on_denied`. CPU-heavy on a cache miss: call it off
@@ -109,6 +104,3 @@ impl Loader {
             })
     }
 }
-
-/// Shorthand for a shared provider.
-pub type SharedProvider = Arc<ProviderPre>;

@@ -63,3 +63,74 @@ build_control_plane() {
   log "building the control plane (cached under $CAPSTAN_CACHE/control-plane)"
   bash "$REPO_ROOT/tests/control-plane/cp" build
 }
+
+# Finds (or downloads into the Go module cache) the upstream Go modules whose files the tests read.
+fetch_upstream() {
+  ensure_go
+  log "upstream test data (Go modules pinned in tests/control-plane/upstream.env)"
+  bash "$REPO_ROOT/tests/control-plane/cp" upstream
+}
+
+# The pieces of `make test`; each is also a make target of the same name. They install nothing
+# but Rust components: the caller sets up what they need.
+
+# Formats both workspaces in place.
+task_fmt() {
+  log "format"
+  (cd "$REPO_ROOT" && cargo fmt --all)
+  (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all)
+}
+
+# Format check and clippy: the host workspace, the guest workspace natively and for wasm32-wasip2.
+task_lint() {
+  log "format check"
+  (cd "$REPO_ROOT" && cargo fmt --all -- --check)
+  (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all -- --check)
+  log "lint (host workspace)"
+  (cd "$REPO_ROOT" && cargo clippy --workspace --all-targets --locked -- -D warnings)
+  log "lint (guest workspace, native and wasm32-wasip2)"
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
+    cargo clippy --workspace --all-targets --locked -- -D warnings)
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
+    cargo clippy --workspace --locked --target wasm32-wasip2 -- -D warnings)
+}
+
+# Unit and property tests, no control plane: the host workspace's library, binary and doc tests,
+# and the guest workspace's tests (natively).
+task_unit() {
+  log "host unit tests"
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --lib --bins)
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --doc)
+  log "guest unit tests"
+  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" cargo test --workspace --locked)
+}
+
+# Integration and e2e tests (host/tests, tests/support/tests) on the real control plane.
+task_e2e() {
+  log "host integration and e2e tests"
+  # Most e2e tests wait on the control plane rather than compute, and each isolates itself (its own
+  # selector, names and namespaces), so they run four at a time even on two cores.
+  (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*' -- --test-threads "${CAPSTAN_TEST_THREADS:-4}")
+}
+
+# The measurements that need a real control plane and the host binary (ignored by `make test`):
+# a 20-node rollout with budget 1 and with budget 20%.
+task_bench_disruption() {
+  log "disruption measurements (20-node rollouts)"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_rollout)
+}
+
+# The host's API requests per minute at rest with 200 nodes and 2,000 pods (CAPSTAN_HOST_BIN runs
+# another build of the host).
+task_bench_api_load() {
+  log "API requests at rest (200 nodes, 2,000 pods)"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_api_requests)
+}
+
+# The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
+# criterion (a filter, `--test` to run each benchmark once).
+task_bench() {
+  log "benchmarks (host/benches${BENCH:+: $BENCH})"
+  # shellcheck disable=SC2086 # BENCH_ARGS is a list of arguments
+  (cd "$REPO_ROOT" && cargo bench -p capstan --locked ${BENCH:+--bench "$BENCH"} -- ${BENCH_ARGS:-})
+}

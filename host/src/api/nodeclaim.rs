@@ -20,6 +20,8 @@ pub mod conditions {
     pub const EMPTY: &str = "Empty";
     pub const CONSOLIDATABLE: &str = "Consolidatable";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
+    pub const DRAINED: &str = "Drained";
+    pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
 }
 

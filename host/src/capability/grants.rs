@@ -382,46 +382,6 @@ mod tests {
     }
 
     #[test]
-    fn exact_grant_allows() {
-        let g = Grants(vec![grant(
-            &[""],
-            &["nodes"],
-            &[VerbRule::One(Verb::Get)],
-            &[],
-        )]);
-        assert!(
-            g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
-                .is_ok()
-        );
-        assert!(
-            g.check(&req("", "nodes", None, Verb::Delete, Scope::Cluster))
-                .is_err()
-        );
-        assert!(
-            g.check(&req("apps", "nodes", None, Verb::Get, Scope::Cluster))
-                .is_err()
-        );
-        assert!(
-            g.check(&req("", "pods", None, Verb::Get, Scope::Cluster))
-                .is_err()
-        );
-    }
-
-    #[test]
-    fn core_alias() {
-        let g = Grants(vec![grant(
-            &["core"],
-            &["nodes"],
-            &[VerbRule::One(Verb::Get)],
-            &[],
-        )]);
-        assert!(
-            g.check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
-                .is_ok()
-        );
-    }
-
-    #[test]
     fn subresources_need_explicit_grants() {
         let plain = Grants(vec![grant(
             &["apps"],
@@ -467,98 +427,115 @@ mod tests {
         assert!(status.check(&scale).is_err());
     }
 
+    /// One row per case: the grant (groups, resources, namespaces; any verb unless `verbs` says),
+    /// the request (group, resource, verb, scope), allowed or not.
     #[test]
-    fn namespaces() {
-        let g = Grants(vec![grant(
-            &[""],
-            &["configmaps"],
-            &[VerbRule::Any],
-            &["a"],
-        )]);
-        assert!(
-            g.check(&req(
-                "",
-                "configmaps",
-                None,
-                Verb::Get,
-                Scope::Namespace("a")
-            ))
-            .is_ok()
+    fn groups_resources_verbs_and_namespaces() {
+        type Row<'a> = (
+            &'a str,
+            (&'a [&'a str], &'a [&'a str], &'a [VerbRule], &'a [&'a str]),
+            (&'a str, &'a str, Verb, Scope<'a>),
+            bool,
         );
-        assert!(
-            g.check(&req(
-                "",
-                "configmaps",
-                None,
-                Verb::Get,
-                Scope::Namespace("b")
-            ))
-            .is_err()
-        );
-        assert!(
-            g.check(&req(
-                "",
-                "configmaps",
-                None,
-                Verb::List,
-                Scope::AllNamespaces
-            ))
-            .is_err()
-        );
-        assert!(
-            g.check(&req("", "configmaps", None, Verb::Get, Scope::Cluster))
-                .is_err()
-        );
-
-        let all = Grants(vec![grant(
-            &[""],
-            &["configmaps"],
-            &[VerbRule::Any],
-            &["*"],
-        )]);
-        assert!(
-            all.check(&req(
-                "",
-                "configmaps",
-                None,
-                Verb::List,
-                Scope::AllNamespaces
-            ))
-            .is_ok()
-        );
-        assert!(
-            all.check(&req(
-                "",
-                "configmaps",
-                None,
-                Verb::Get,
-                Scope::Namespace("z")
-            ))
-            .is_ok()
-        );
-        // A namespaced grant never covers cluster-scoped resources.
-        assert!(
-            all.check(&req("", "configmaps", None, Verb::Get, Scope::Cluster))
-                .is_err()
-        );
-
-        let cluster_only = Grants(vec![grant(&[""], &["*"], &[VerbRule::Any], &[])]);
-        assert!(
-            cluster_only
-                .check(&req("", "nodes", None, Verb::Get, Scope::Cluster))
-                .is_ok()
-        );
-        assert!(
-            cluster_only
-                .check(&req(
-                    "",
-                    "secrets",
-                    None,
-                    Verb::Get,
-                    Scope::Namespace("default")
-                ))
-                .is_err()
-        );
+        let get = &[VerbRule::One(Verb::Get)][..];
+        let any = &[VerbRule::Any][..];
+        let rows: &[Row<'_>] = &[
+            (
+                "exact grant",
+                (&[""], &["nodes"], get, &[]),
+                ("", "nodes", Verb::Get, Scope::Cluster),
+                true,
+            ),
+            (
+                "other verb",
+                (&[""], &["nodes"], get, &[]),
+                ("", "nodes", Verb::Delete, Scope::Cluster),
+                false,
+            ),
+            (
+                "other group",
+                (&[""], &["nodes"], get, &[]),
+                ("apps", "nodes", Verb::Get, Scope::Cluster),
+                false,
+            ),
+            (
+                "other resource",
+                (&[""], &["nodes"], get, &[]),
+                ("", "pods", Verb::Get, Scope::Cluster),
+                false,
+            ),
+            (
+                "core is the empty group",
+                (&["core"], &["nodes"], get, &[]),
+                ("", "nodes", Verb::Get, Scope::Cluster),
+                true,
+            ),
+            (
+                "granted namespace",
+                (&[""], &["configmaps"], any, &["a"]),
+                ("", "configmaps", Verb::Get, Scope::Namespace("a")),
+                true,
+            ),
+            (
+                "other namespace",
+                (&[""], &["configmaps"], any, &["a"]),
+                ("", "configmaps", Verb::Get, Scope::Namespace("b")),
+                false,
+            ),
+            (
+                "one namespace is not all",
+                (&[""], &["configmaps"], any, &["a"]),
+                ("", "configmaps", Verb::List, Scope::AllNamespaces),
+                false,
+            ),
+            (
+                "a namespace grant is not cluster scope",
+                (&[""], &["configmaps"], any, &["a"]),
+                ("", "configmaps", Verb::Get, Scope::Cluster),
+                false,
+            ),
+            (
+                "* covers all namespaces",
+                (&[""], &["configmaps"], any, &["*"]),
+                ("", "configmaps", Verb::List, Scope::AllNamespaces),
+                true,
+            ),
+            (
+                "* covers any namespace",
+                (&[""], &["configmaps"], any, &["*"]),
+                ("", "configmaps", Verb::Get, Scope::Namespace("z")),
+                true,
+            ),
+            (
+                "* is still not cluster scope",
+                (&[""], &["configmaps"], any, &["*"]),
+                ("", "configmaps", Verb::Get, Scope::Cluster),
+                false,
+            ),
+            (
+                "no namespaces: cluster scope",
+                (&[""], &["*"], any, &[]),
+                ("", "nodes", Verb::Get, Scope::Cluster),
+                true,
+            ),
+            (
+                "no namespaces: no namespace",
+                (&[""], &["*"], any, &[]),
+                ("", "secrets", Verb::Get, Scope::Namespace("default")),
+                false,
+            ),
+        ];
+        for (
+            name,
+            (groups, resources, verbs, namespaces),
+            (group, resource, verb, scope),
+            allowed,
+        ) in rows
+        {
+            let grants = Grants(vec![grant(groups, resources, verbs, namespaces)]);
+            let result = grants.check(&req(group, resource, None, *verb, *scope));
+            assert_eq!(result.is_ok(), *allowed, "{name}: {result:?}");
+        }
     }
 
     #[test]

@@ -167,12 +167,7 @@ async fn drift_claim(
     if reason.is_none() {
         reason = provider_reason(ctx, memory, claim, view).await?;
     }
-    let current = claim
-        .status
-        .as_ref()
-        .and_then(|s| find_condition(&s.conditions, DRIFTED))
-        .filter(|c| c.is_true())
-        .and_then(|c| c.reason.clone());
+    let current = drift_reason(claim);
     if current == reason {
         return Ok(());
     }
@@ -195,6 +190,16 @@ async fn drift_claim(
             .await;
     }
     Ok(())
+}
+
+/// The reason of the claim's `Drifted` condition, when it is true.
+fn drift_reason(claim: &NodeClaim) -> Option<String> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, DRIFTED))
+        .filter(|c| c.is_true())
+        .and_then(|c| c.reason.clone())
 }
 
 fn old_enough(claim: &NodeClaim, age: Duration) -> bool {
@@ -225,12 +230,7 @@ async fn provider_reason(
     claim: &NodeClaim,
     view: &View,
 ) -> Result<Option<String>, ControllerError> {
-    let current = claim
-        .status
-        .as_ref()
-        .and_then(|s| find_condition(&s.conditions, DRIFTED))
-        .filter(|c| c.is_true())
-        .and_then(|c| c.reason.clone());
+    let current = drift_reason(claim);
     let Some(class) = view.classes.get(&claim.spec.node_class_ref.name) else {
         return Ok(current);
     };
@@ -308,7 +308,7 @@ async fn start_disruptions(
     now: Timestamp,
 ) -> Result<(), ControllerError> {
     let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&all);
+    let counts = pool_counts(&view.claims, &all);
     let mut drifted: BTreeMap<&str, Vec<&Machine<'_>>> = BTreeMap::new();
     for m in &all {
         let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {

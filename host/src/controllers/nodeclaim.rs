@@ -27,7 +27,7 @@ use crate::api::NodeClaim;
 use crate::api::labels::{NODEPOOL, TERMINATION_FINALIZER};
 use crate::api::nodeclaim::conditions::{INITIALIZED, LAUNCHED, READY, REGISTERED};
 use crate::api::shared::{ConditionStatus, find_condition, set_condition};
-use crate::controllers::{Context, ControllerError, now};
+use crate::controllers::{Context, ControllerError, finalizer, now};
 use crate::state::watch_backoff;
 
 /// What a stage tells the reconciler.
@@ -88,7 +88,12 @@ fn claims_of_node(claims: &Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeC
 fn error_policy(claim: Arc<NodeClaim>, err: &ControllerError, ctx: Arc<Context>) -> Action {
     let name = claim.name_any();
     tracing::warn!(nodeclaim = %name, error = %err, "nodeclaim reconcile failed");
-    Action::requeue(ctx.backoff(&format!("nodeclaim/{name}")))
+    Action::requeue(ctx.backoff(&backoff_key(&claim)))
+}
+
+/// The key a claim's reconcile failures are counted under.
+fn backoff_key(claim: &NodeClaim) -> String {
+    format!("nodeclaim/{}", claim.name_any())
 }
 
 /// One reconcile of one claim.
@@ -97,34 +102,16 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, ControllerError> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let finalized = claim
-        .finalizers()
-        .iter()
-        .any(|f| f == TERMINATION_FINALIZER);
+    let finalized = finalizer::has(claim.as_ref(), TERMINATION_FINALIZER);
     if claim.metadata.deletion_timestamp.is_some() {
         if !finalized {
             return Ok(Action::await_change());
         }
         return match termination::finalize(&claim, &ctx).await? {
             Step::Continue => {
-                let rest: Vec<String> = claim
-                    .finalizers()
-                    .iter()
-                    .filter(|f| *f != TERMINATION_FINALIZER)
-                    .cloned()
-                    .collect();
-                let patch = json!({"metadata": {
-                    "finalizers": rest,
-                    "resourceVersion": claim.resource_version(),
-                }});
-                api.patch(
-                    &claim.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await?;
+                finalizer::remove(&api, claim.as_ref(), TERMINATION_FINALIZER).await?;
                 ctx.metrics.terminated(&nodepool(&claim));
-                ctx.reset_backoff(&claim.name_any());
+                ctx.reset_backoff(&backoff_key(&claim));
                 ctx.events
                     .normal(claim.as_ref(), "Terminated", "instance and Node are gone")
                     .await;
@@ -134,18 +121,7 @@ pub async fn reconcile(
         };
     }
     if !finalized {
-        let mut finalizers = claim.finalizers().to_vec();
-        finalizers.push(TERMINATION_FINALIZER.to_owned());
-        let patch = json!({"metadata": {
-            "finalizers": finalizers,
-            "resourceVersion": claim.resource_version(),
-        }});
-        api.patch(
-            &claim.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+        finalizer::add(&api, claim.as_ref(), TERMINATION_FINALIZER).await?;
         return Ok(Action::await_change());
     }
     if let Some(node) = nodes_of(&ctx, &claim)
@@ -180,6 +156,7 @@ pub async fn reconcile(
             return Ok(action);
         }
     }
+    ctx.reset_backoff(&backoff_key(&claim));
     Ok(Action::requeue(RESYNC))
 }
 

@@ -15,6 +15,7 @@ use serde_json::json;
 use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::shared::set_condition;
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeClassStatus};
+use crate::controllers::finalizer;
 use crate::controllers::{Context, ControllerError, now};
 use crate::provider::convert;
 use crate::runtime::types::ProviderError;
@@ -87,29 +88,9 @@ async fn validate(ctx: &Context, class: &NodeClass) -> (ConditionStatus, &'stati
 /// The finalizer that keeps a deleted NodeClass until its NodeClaims are gone.
 pub const FINALIZER: &str = "capstan.dev/termination";
 
-/// Writes `finalizers` (guarded by the resourceVersion the decision was made on).
-async fn set_finalizers(
-    ctx: &Context,
-    class: &NodeClass,
-    finalizers: Vec<String>,
-) -> Result<(), ControllerError> {
-    let api: Api<NodeClass> = Api::all(ctx.client.clone());
-    let patch = json!({"metadata": {
-        "resourceVersion": class.resource_version(),
-        "finalizers": finalizers,
-    }});
-    api.patch(
-        &class.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
-    Ok(())
-}
-
 /// A deleted NodeClass: waits for the NodeClaims that use it, then lets it go.
 async fn finalize(class: &NodeClass, ctx: &Context) -> Result<Action, ControllerError> {
-    if !class.finalizers().iter().any(|f| f == FINALIZER) {
+    if !finalizer::has(class, FINALIZER) {
         return Ok(Action::await_change());
     }
     let name = class.name_any();
@@ -139,13 +120,7 @@ async fn finalize(class: &NodeClass, ctx: &Context) -> Result<Action, Controller
             .await;
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    let rest = class
-        .finalizers()
-        .iter()
-        .filter(|f| *f != FINALIZER)
-        .cloned()
-        .collect();
-    set_finalizers(ctx, class, rest).await?;
+    finalizer::remove(&Api::all(ctx.client.clone()), class, FINALIZER).await?;
     Ok(Action::await_change())
 }
 
@@ -157,10 +132,8 @@ pub async fn reconcile(
     if class.metadata.deletion_timestamp.is_some() {
         return finalize(&class, &ctx).await;
     }
-    if !class.finalizers().iter().any(|f| f == FINALIZER) {
-        let mut finalizers = class.finalizers().to_vec();
-        finalizers.push(FINALIZER.to_owned());
-        set_finalizers(&ctx, &class, finalizers).await?;
+    if !finalizer::has(class.as_ref(), FINALIZER) {
+        finalizer::add(&Api::all(ctx.client.clone()), class.as_ref(), FINALIZER).await?;
         // The update comes back as a watch event; validate the new version then.
         return Ok(Action::await_change());
     }

@@ -177,11 +177,7 @@ pub async fn provision(
         .iter()
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
-    nominations.expire(
-        &snapshot.claims,
-        &pending_uids,
-        k8s_openapi::jiff::Timestamp::now(),
-    );
+    nominations.expire(&snapshot.claims, &pending_uids);
     if snapshot.pending.is_empty() {
         return Ok(Outcome::default());
     }

@@ -86,8 +86,36 @@ pub async fn resolve(
         Ok(class) => class,
         Err(unresolved) => return Ok(Err(unresolved)),
     };
+    Ok(with_provider(ctx, reference, node_class))
+}
+
+/// Resolves `reference` against NodeClasses already read (the cluster state's), by name.
+pub fn resolve_in(
+    ctx: &Context,
+    reference: &NodeClassReference,
+    classes: &std::collections::HashMap<String, NodeClass>,
+) -> Result<Resolved, Unresolved> {
+    if reference.group != GROUP || reference.kind != KIND {
+        return Err(Unresolved::UnsupportedNodeClassRef {
+            group: reference.group.clone(),
+            kind: reference.kind.clone(),
+            name: reference.name.clone(),
+        });
+    }
+    let node_class = classes
+        .get(&reference.name)
+        .cloned()
+        .ok_or_else(|| Unresolved::NodeClassNotFound(reference.name.clone()))?;
+    with_provider(ctx, reference, node_class)
+}
+
+fn with_provider(
+    ctx: &Context,
+    reference: &NodeClassReference,
+    node_class: NodeClass,
+) -> Result<Resolved, Unresolved> {
     let provider_name = node_class.spec.provider.clone();
-    Ok(match ctx.registry.get(&provider_name) {
+    match ctx.registry.get(&provider_name) {
         Some(provider) => Ok(Resolved {
             node_class,
             provider_name,
@@ -97,7 +125,7 @@ pub async fn resolve(
             node_class: reference.name.clone(),
             provider: provider_name,
         }),
-    })
+    }
 }
 
 /// The provider that launched `claim`: through its NodeClass, or, when the NodeClass is gone, the

@@ -216,7 +216,7 @@ fn effect(object: &str, text: &str) -> Result<TaintEffect, ConvertError> {
     })
 }
 
-fn toleration(object: &str, t: &core::Toleration) -> Result<Toleration, ConvertError> {
+pub(crate) fn toleration(object: &str, t: &core::Toleration) -> Result<Toleration, ConvertError> {
     Ok(Toleration {
         key: t.key.clone().unwrap_or_default(),
         operator: if t.operator.as_deref() == Some("Exists") {

@@ -29,9 +29,12 @@ where
 {
     store: Store<K>,
     writer: Mutex<Option<reflector::store::Writer<K>>>,
-    subscribers: Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>,
+    subscribers: Subscribers<K>,
     rejected: Arc<Mutex<BTreeMap<String, Rejected>>>,
 }
+
+/// Who is told of changes.
+type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
 
 /// An object the API server holds but the host cannot read as its type (see
 /// [`Cache::run_lenient`]).
@@ -81,13 +84,16 @@ where
         self.store.clone()
     }
 
+    /// The writer (for the first caller only) and the subscribers, to start the watch with.
+    fn start(&self) -> (Option<reflector::store::Writer<K>>, Subscribers<K>) {
+        let writer = lock(&self.writer).take();
+        (writer, Arc::clone(&self.subscribers))
+    }
+
     /// Every object changed or deleted from now on, once the store reflects the change.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
-        self.subscribers
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(tx);
+        lock(&self.subscribers).push(tx);
         futures::stream::unfold(rx, |mut rx| async move {
             rx.recv().await.map(|object| (object, rx))
         })
@@ -100,12 +106,7 @@ where
         api: Api<K>,
         config: watcher::Config,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let subscribers = Arc::clone(&self.subscribers);
+        let (writer, subscribers) = self.start();
         async move {
             let Some(writer) = writer else {
                 return;
@@ -138,12 +139,7 @@ where
         client: Client,
         config: watcher::Config,
     ) -> impl Future<Output = ()> + Send + 'static {
-        let writer = self
-            .writer
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let subscribers = Arc::clone(&self.subscribers);
+        let (writer, subscribers) = self.start();
         let rejected = Arc::clone(&self.rejected);
         let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
@@ -236,8 +232,5 @@ where
 }
 
 fn notify<K>(subscribers: &Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>, object: Arc<K>) {
-    subscribers
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .retain(|tx| tx.send(Arc::clone(&object)).is_ok());
+    lock(subscribers).retain(|tx| tx.send(Arc::clone(&object)).is_ok());
 }

@@ -15,7 +15,7 @@ use kube::config::Kubeconfig;
 use kube::{Api, ResourceExt};
 
 use crate::fixtures::providers_dir;
-use crate::leader_election::{Replica, http_get, kwok_pool, pods, wait_running};
+use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
 use crate::lifecycle::{Names, RUN_LABEL, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 
@@ -405,7 +405,7 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
         .await;
     let pool = kwok_pool(&client, &names, &provider).await;
     let ns = namespace(cp, "chartpods").await;
-    pods(&client, &names, &ns, "web", 3, &pool).await;
+    nodepool_pods(&client, &names, &ns, ("web", 3), &pool).await;
     wait_running(&client, &ns, 3, &[&host]).await;
     let made = claims(&client, &names).await;
     assert!(!made.is_empty());

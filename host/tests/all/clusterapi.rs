@@ -13,7 +13,8 @@ use capstan::capability::kube::ClusterConnection;
 use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
-use capstan_test_support::{ControlPlane, Options, shared_upstream_dir, wait_until};
+use capstan_test_support::upstream::{self, CLUSTER_API_CRDS};
+use capstan_test_support::{ControlPlane, Options, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, Client, ResourceExt};
@@ -21,9 +22,10 @@ use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
 use self::actor::{Actor, DEPLOYMENT_NAME, resource};
+use crate::disruption::{App, deployment, pods as disruption_pods, running};
 use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
-use crate::provisioner_e2e::{pods, wait_running};
+use crate::provisioner_e2e::{Pods, wait_running};
 
 /// What the clusterapi provider needs, on the management cluster.
 pub const CLUSTERAPI_GRANTS: &str = r#"
@@ -42,7 +44,8 @@ async fn management() -> &'static ControlPlane {
             let cp = ControlPlane::start(Options::api_server_only())
                 .await
                 .expect("management API server");
-            cp.install_crds_from_dir(&shared_upstream_dir().join("cluster-api"))
+            let crds = upstream::paths(&CLUSTER_API_CRDS).unwrap_or_else(|err| panic!("{err}"));
+            cp.install_crds_from_files(&crds)
                 .await
                 .expect("Cluster API CRDs");
             cp
@@ -206,18 +209,14 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     let ns = cp.create_namespace_unique("capi-pods").await.unwrap();
 
     // Three pods of 1 cpu in one batch: the cheapest MachineDeployment that holds them grows.
-    pods(
-        &client,
-        &names,
-        &ns,
-        "web",
-        3,
-        "1",
-        json!({"karpenter.sh/nodepool": pool}),
-        json!([{"operator": "Exists"}]),
-        "256Mi",
-    )
-    .await;
+    Pods::new(&client, &names, &ns, "web")
+        .count(3)
+        .cpu("1")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .memory("256Mi")
+        .create()
+        .await;
     let running = wait_running(&client, &host, &ns, 3, Duration::from_secs(180)).await;
     let nodes: std::collections::BTreeSet<String> = running
         .iter()
@@ -280,6 +279,117 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
     let deleted = world.actor.record.lock().unwrap().machines_deleted.len();
     assert_eq!(deleted, nodes.len());
+}
+
+/// A new Machine template drifts the claims of its MachineDeployment (`MachineTemplateChanged`
+/// from the provider): disruption launches a replacement Machine, moves the pods and removes
+/// the old Machine.
+#[tokio::test]
+async fn a_machine_template_change_replaces_the_nodes() {
+    let world = World::new(
+        "capi-roll",
+        &[machine_deployment(
+            "roll",
+            capacity("2", "8Gi", "0.10", "5"),
+        )],
+    )
+    .await;
+    let (cp, client) = cluster().await;
+    let names = Names::new("capiroll");
+    let host = start_host(cp, &names).await;
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    let ns = cp.create_namespace_unique("capi-roll").await.unwrap();
+    deployment(
+        &client,
+        &names,
+        &ns,
+        App {
+            name: "web",
+            replicas: 2,
+            cpu: "500m",
+            node_selector: json!({"karpenter.sh/nodepool": pool}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    let before: std::collections::BTreeSet<String> =
+        wait_running(&client, &host, &ns, 2, Duration::from_secs(180))
+            .await
+            .iter()
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+    let machines_before: Vec<String> = world
+        .machines()
+        .await
+        .iter()
+        .map(|m| m.name_any())
+        .collect();
+
+    world
+        .deployments()
+        .patch(
+            "roll",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "TestMachineTemplate", "name": "roll-v2"}}}}})),
+        )
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    wait_until(
+        Duration::from_secs(240),
+        "the old Machines replaced",
+        || async {
+            host.check_alive();
+            let pods = disruption_pods(&client, &ns).await;
+            let nodes: std::collections::BTreeSet<String> = pods
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+                .collect();
+            let machines: Vec<String> = world
+                .machines()
+                .await
+                .iter()
+                .map(|m| m.name_any())
+                .collect();
+            Ok::<_, String>(
+                (running(&pods) == 2
+                    && nodes.is_disjoint(&before)
+                    && machines.iter().all(|m| !machines_before.contains(m)))
+                .then_some(()),
+            )
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    let drift_notes: Vec<String> =
+        Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), "default")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.reason.as_deref() == Some("Drifted"))
+            .filter_map(|e| e.note)
+            .filter(|n| n.contains("MachineTemplateChanged"))
+            .collect();
+    assert!(
+        !drift_notes.is_empty(),
+        "a claim drifted with the provider's reason"
+    );
+    println!(
+        "capi rollout: {} node(s) replaced in {:?}",
+        before.len(),
+        started.elapsed()
+    );
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    cleanup(&client, &names).await;
 }
 
 /// The provider loaded in-process with grants on the management cluster.

@@ -25,22 +25,23 @@ use crate::provisioner_e2e::pool_json;
 const GROUP: &str = "e2e.capstan.dev/group";
 const DISRUPTION_ANNOTATION: &str = "capstan.dev/disruption";
 
-/// A Deployment of `replicas` pods requesting `cpu`, selecting the nodes of pool `group`, with
-/// extra pod `annotations`.
-struct App<'a> {
-    name: &'a str,
-    replicas: i32,
-    cpu: &'a str,
-    group: &'a str,
-    annotations: serde_json::Value,
+/// A Deployment of `replicas` pods requesting `cpu`, with this `node_selector` and extra pod
+/// `annotations`.
+pub(crate) struct App<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) replicas: i32,
+    pub(crate) cpu: &'a str,
+    pub(crate) node_selector: serde_json::Value,
+    pub(crate) annotations: serde_json::Value,
 }
 
-async fn deployment(client: &Client, names: &Names, ns: &str, app: App<'_>) {
+/// Creates the Deployment `app` describes, labelled with the test's run label.
+pub(crate) async fn deployment(client: &Client, names: &Names, ns: &str, app: App<'_>) {
     let App {
         name,
         replicas,
         cpu,
-        group,
+        node_selector,
         annotations,
     } = app;
     let d: Deployment = serde_json::from_value(json!({
@@ -52,7 +53,7 @@ async fn deployment(client: &Client, names: &Names, ns: &str, app: App<'_>) {
             "template": {
                 "metadata": {"labels": {"app": name, RUN_LABEL: names.run}, "annotations": annotations},
                 "spec": {
-                    "nodeSelector": {GROUP: group},
+                    "nodeSelector": node_selector,
                     "terminationGracePeriodSeconds": 0,
                     "containers": [{"name": "app", "image": "fake",
                                     "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
@@ -92,7 +93,7 @@ async fn pool(
     node_pool(client, p).await;
 }
 
-async fn pods(client: &Client, ns: &str) -> Vec<Pod> {
+pub(crate) async fn pods(client: &Client, ns: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await
@@ -100,7 +101,7 @@ async fn pods(client: &Client, ns: &str) -> Vec<Pod> {
         .items
 }
 
-fn running(pods: &[Pod]) -> usize {
+pub(crate) fn running(pods: &[Pod]) -> usize {
     pods.iter()
         .filter(|p| {
             p.metadata.deletion_timestamp.is_none()
@@ -149,6 +150,59 @@ fn disrupting(claims: &[NodeClaim]) -> usize {
                 || c.annotations().contains_key(DISRUPTION_ANNOTATION)
         })
         .count()
+}
+
+/// What [`setup`] started.
+struct Setup {
+    cp: &'static capstan_test_support::ControlPlane,
+    client: Client,
+    names: Names,
+    host: Host,
+    class: String,
+    pool: String,
+    ns: String,
+}
+
+/// The start most tests share: a host (`--batch-idle-duration` as given), a kwok NodeClass with
+/// `parameters`, a pool with these `budgets` and `expireAfter`, a namespace, and a Deployment
+/// `web` of `replicas` pods of `cpu` on the pool, all Running.
+async fn setup(
+    (prefix, idle): (&str, &str),
+    parameters: serde_json::Value,
+    (budgets, expire_after): (serde_json::Value, &str),
+    (replicas, cpu): (i32, &str),
+) -> Setup {
+    let (cp, client) = cluster().await;
+    let names = Names::new(prefix);
+    let host = Host::start(cp, &names, &["--batch-idle-duration", idle]);
+    let (class, pool_name) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", parameters).await;
+    pool(&client, &names, &pool_name, &class, budgets, expire_after).await;
+    let ns = namespace(cp, prefix).await;
+    deployment(
+        &client,
+        &names,
+        &ns,
+        App {
+            name: "web",
+            replicas,
+            cpu,
+            node_selector: json!({GROUP: pool_name}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    let n = usize::try_from(replicas).unwrap_or_default();
+    wait_running(&client, &host, &ns, n, Duration::from_secs(300)).await;
+    Setup {
+        cp,
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+    }
 }
 
 /// One test's cluster, host and namespace.
@@ -204,35 +258,20 @@ async fn wait_rolled(
 /// runs again; a second change in the middle of the rollout converges to the newest template.
 #[tokio::test]
 async fn a_template_change_replaces_every_node_one_at_a_time() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("drift");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "1"}]),
-        "720h",
+    let Setup {
+        client,
+        names,
+        host,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("drift", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "1"}]), "720h"),
+        (6, "600m"),
     )
     .await;
-    let ns = namespace(cp, "drift").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 6,
-            cpu: "600m",
-            group: &pool_name,
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 6, Duration::from_secs(120)).await;
     let before: BTreeSet<String> = pool_nodes(&client, &pool_name, GROUP)
         .await
         .into_keys()
@@ -302,42 +341,21 @@ async fn a_template_change_replaces_every_node_one_at_a_time() {
 /// with the provider's reason, budget 100%.
 #[tokio::test]
 async fn a_node_class_change_the_provider_calls_drift_replaces_the_nodes() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("ncdrift");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(
-        &client,
-        &names,
-        &class,
-        "kwok",
+    let Setup {
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("ncdrift", "500ms"),
         json!({"maxCpu": 2, "imageID": "img-1"}),
+        (json!([{"nodes": "100%"}]), "720h"),
+        (4, "600m"),
     )
     .await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "100%"}]),
-        "720h",
-    )
-    .await;
-    let ns = namespace(cp, "ncdrift").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 4,
-            cpu: "600m",
-            group: &pool_name,
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 4, Duration::from_secs(120)).await;
     let before: BTreeSet<String> = pool_nodes(&client, &pool_name, GROUP)
         .await
         .into_keys()
@@ -395,35 +413,19 @@ async fn a_node_class_change_the_provider_calls_drift_replaces_the_nodes() {
 /// provisioned for while they drain (the longest a pod waits is about one launch).
 #[tokio::test]
 async fn expired_nodes_are_replaced_and_their_pods_provisioned_ahead() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("expire");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "100%"}]),
-        "30s",
+    let Setup {
+        client,
+        names,
+        host,
+        ns,
+        ..
+    } = setup(
+        ("expire", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "100%"}]), "30s"),
+        (3, "600m"),
     )
     .await;
-    let ns = namespace(cp, "expire").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 3,
-            cpu: "600m",
-            group: &pool_name,
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 3, Duration::from_secs(120)).await;
     let first: BTreeSet<String> = claims(&client, &names)
         .await
         .iter()
@@ -514,7 +516,7 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
             name: "held",
             replicas: 1,
             cpu: "600m",
-            group: &held_pool,
+            node_selector: json!({GROUP: held_pool}),
             annotations: json!({"karpenter.sh/do-not-disrupt": "true"}),
         },
     )
@@ -527,7 +529,7 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
             name: "closed",
             replicas: 1,
             cpu: "600m",
-            group: &closed_pool,
+            node_selector: json!({GROUP: closed_pool}),
             annotations: json!({}),
         },
     )
@@ -606,36 +608,22 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
 /// converges, no node is left tainted without a disruption under way, no claim leaks.
 #[tokio::test]
 async fn a_host_killed_mid_replacement_converges_after_restart() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("killdis");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
-    let (class, pool_name) = (names.name("nc"), names.name("pool"));
+    let Setup {
+        cp,
+        client,
+        names,
+        host,
+        class,
+        pool: pool_name,
+        ns,
+    } = setup(
+        ("killdis", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "1"}]), "720h"),
+        (4, "600m"),
+    )
+    .await;
     // Slow launches keep the replacement in flight long enough to kill the host during it.
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    pool(
-        &client,
-        &names,
-        &pool_name,
-        &class,
-        json!([{"nodes": "1"}]),
-        "720h",
-    )
-    .await;
-    let ns = namespace(cp, "killdis").await;
-    deployment(
-        &client,
-        &names,
-        &ns,
-        App {
-            name: "web",
-            replicas: 4,
-            cpu: "600m",
-            group: &pool_name,
-            annotations: json!({}),
-        },
-    )
-    .await;
-    wait_running(&client, &host, &ns, 4, Duration::from_secs(120)).await;
     Api::<capstan::api::NodeClass>::all(client.clone())
         .patch(
             &class,
@@ -706,4 +694,86 @@ async fn a_host_killed_mid_replacement_converges_after_restart() {
     );
     println!("rolled after a kill -9 in {took:?}; {} nodes", nodes.len());
     teardown(&client, &names, &ns).await;
+}
+
+/// Measures a rollout of `nodes` nodes (one pod each) after a template change with budget
+/// `budget`: how long until every node is replaced and every pod runs again, the longest any
+/// pod waited Pending, and the most claims disrupting at once. Run by `make bench-disruption`
+/// (ignored in `make test`: it measures, it asserts only that the rollout completes).
+async fn measure_rollout(budget: &str, nodes: usize) {
+    let Setup {
+        client,
+        names,
+        host,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("rollout", "1s"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": budget}]), "720h"),
+        (i32::try_from(nodes).unwrap(), "1500m"),
+    )
+    .await;
+    let before = pool_nodes(&client, &pool_name, GROUP).await.len();
+    patch_pool(
+        &client,
+        &pool_name,
+        json!({"spec": {"template": {"metadata": {"labels": {"e2e.capstan.dev/rev": "2"}}}}}),
+    )
+    .await;
+    let started = Instant::now();
+    let mut pending_since: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut longest = Duration::ZERO;
+    let mut most = 0;
+    loop {
+        host.check_alive();
+        let all = pods(&client, &ns).await;
+        for p in &all {
+            let phase = p
+                .status
+                .as_ref()
+                .and_then(|s| s.phase.clone())
+                .unwrap_or_default();
+            if phase == "Pending" && p.metadata.deletion_timestamp.is_none() {
+                let since = *pending_since
+                    .entry(p.name_any())
+                    .or_insert_with(Instant::now);
+                longest = longest.max(since.elapsed());
+            }
+        }
+        let claims = claims(&client, &names).await;
+        most = most.max(disrupting(&claims));
+        let rev = pool_nodes(&client, &pool_name, "e2e.capstan.dev/rev").await;
+        if !rev.is_empty()
+            && rev.values().all(|v| v == "2")
+            && running(&all) == nodes
+            && disrupting(&claims) == 0
+        {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(900),
+            "rollout not done\n{}",
+            host.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    println!(
+        "rollout of {before} nodes with budget {budget}: replaced in {:?}; longest Pending {longest:?}; at most {most} disrupting",
+        started.elapsed()
+    );
+    teardown(&client, &names, &ns).await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: make bench-disruption"]
+async fn measure_rollout_of_twenty_nodes_budget_one() {
+    measure_rollout("1", 20).await;
+}
+
+#[tokio::test]
+#[ignore = "a measurement: make bench-disruption"]
+async fn measure_rollout_of_twenty_nodes_budget_twenty_percent() {
+    measure_rollout("20%", 20).await;
 }

@@ -19,8 +19,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::fixtures::providers_dir;
-use crate::lifecycle::{Names, RUN_LABEL, cluster, node_class, node_pool, node_pool_json};
+use crate::lifecycle::{Names, cluster, node_class, node_pool, node_pool_json};
 use crate::provisioner::{claims, namespace, teardown};
+use crate::provisioner_e2e::Pods;
 
 /// The lease duration of these tests (renew deadline 2.67 s, retry period 0.53 s).
 pub const LEASE: Duration = Duration::from_secs(4);
@@ -285,34 +286,6 @@ async fn wait_holder(
     );
 }
 
-/// Creates `count` pods of 500m selecting `pool`.
-pub async fn pods(
-    client: &Client,
-    names: &Names,
-    ns: &str,
-    prefix: &str,
-    count: usize,
-    pool: &str,
-) {
-    let api = Api::<Pod>::namespaced(client.clone(), ns);
-    for i in 0..count {
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{prefix}-{i}"), "labels": {RUN_LABEL: names.run}},
-            "spec": {
-                "nodeSelector": {"karpenter.sh/nodepool": pool},
-                "tolerations": [{"operator": "Exists"}],
-                "containers": [{
-                    "name": "app", "image": "fake",
-                    "resources": {"requests": {"cpu": "500m", "memory": "128Mi"}},
-                }],
-            },
-        }))
-        .unwrap();
-        api.create(&PostParams::default(), &pod).await.unwrap();
-    }
-}
-
 /// Waits until `expected` pods of `ns` are Running.
 pub async fn wait_running(client: &Client, ns: &str, expected: usize, logs: &[&Replica]) {
     let api = Api::<Pod>::namespaced(client.clone(), ns);
@@ -387,7 +360,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
 
     // Only the leader acts.
     let pool = kwok_pool(client, &names, "kwok").await;
-    pods(client, &names, &ns, "first", 2, &pool).await;
+    nodepool_pods(client, &names, &ns, ("first", 2), &pool).await;
     wait_running(client, &ns, 2, &[&a, &b]).await;
     let made = claims(client, &names).await.len();
     assert!(made >= 1);
@@ -420,7 +393,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
     );
 
     // The new leader acts.
-    pods(client, &names, &ns, "second", 2, &pool).await;
+    nodepool_pods(client, &names, &ns, ("second", 2), &pool).await;
     wait_running(client, &ns, 4, &[&b]).await;
     b.check_alive();
 
@@ -488,4 +461,22 @@ async fn run(cp: &ControlPlane, client: &Client) {
 async fn one_replica_leads_and_another_takes_over_after_kill_and_after_sigterm() {
     let (cp, client) = cluster().await;
     run(cp, &client).await;
+}
+
+/// `count` pods of 500m selecting `pool` (tolerating everything).
+pub async fn nodepool_pods(
+    client: &Client,
+    names: &Names,
+    ns: &str,
+    (prefix, count): (&str, usize),
+    pool: &str,
+) {
+    Pods::new(client, names, ns, prefix)
+        .count(count)
+        .cpu("500m")
+        .memory("128Mi")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .create()
+        .await;
 }

@@ -6,6 +6,7 @@
 //! other's objects.
 
 mod disruption_budget;
+mod drain;
 mod errors;
 mod flow;
 mod gc;
@@ -93,7 +94,12 @@ impl Host {
             unique_name("host")
         ));
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_capstan"));
+        // `CAPSTAN_HOST_BIN` runs another build of the host (the measurements compare versions).
+        let bin = std::env::var_os("CAPSTAN_HOST_BIN").map_or_else(
+            || PathBuf::from(env!("CARGO_BIN_EXE_capstan")),
+            PathBuf::from,
+        );
+        let mut cmd = Command::new(bin);
         cmd.args(["--log-level", "info,capstan=debug", "run"])
             .arg("--provider")
             .arg(format!("kwok={}", providers.join("kwok.wasm").display()))

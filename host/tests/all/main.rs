@@ -6,6 +6,7 @@
 // Test code: helpers outside `#[test]` functions may unwrap too.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod api_load;
 mod api_restart;
 mod bad_input;
 mod cache;

@@ -18,7 +18,7 @@ use serde_json::json;
 use crate::lifecycle::{
     Host, Names, cleanup, cluster, events, node_class, node_pool, node_pool_json,
 };
-use crate::provisioner_e2e::pods;
+use crate::provisioner_e2e::Pods;
 
 pub(crate) async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
     Api::<NodeClaim>::all(client.clone())
@@ -50,18 +50,14 @@ async fn pending_pods_get_packed_nodes_and_run() {
     let ns = namespace(cp, "prov").await;
 
     let started = Instant::now();
-    let created = pods(
-        &client,
-        &names,
-        &ns,
-        "web",
-        10,
-        "1",
-        json!({"karpenter.sh/nodepool": pool}),
-        json!([{"operator": "Exists"}]),
-        "256Mi",
-    )
-    .await;
+    let created = Pods::new(&client, &names, &ns, "web")
+        .count(10)
+        .cpu("1")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .memory("256Mi")
+        .create()
+        .await;
     let api = Api::<Pod>::namespaced(client.clone(), &ns);
     let running = wait_until(Duration::from_secs(240), "all pods Running", || async {
         let list = api.list(&ListParams::default()).await?;
@@ -143,18 +139,14 @@ async fn a_pod_no_pool_satisfies_gets_failed_scheduling_and_no_claim() {
     node_class(&client, &names, &class, "kwok", json!({})).await;
     node_pool(&client, node_pool_json(&names, &pool, &class)).await;
     let ns = namespace(cp, "provno").await;
-    let created = pods(
-        &client,
-        &names,
-        &ns,
-        "arm",
-        1,
-        "1",
-        json!({"karpenter.sh/nodepool": pool, "kubernetes.io/arch": "s390x"}),
-        json!([{"operator": "Exists"}]),
-        "256Mi",
-    )
-    .await;
+    let created = Pods::new(&client, &names, &ns, "arm")
+        .count(1)
+        .cpu("1")
+        .node_selector(json!({"karpenter.sh/nodepool": pool, "kubernetes.io/arch": "s390x"}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .memory("256Mi")
+        .create()
+        .await;
     let event = wait_until(
         Duration::from_secs(60),
         "FailedScheduling event",
@@ -207,18 +199,14 @@ async fn a_second_batch_while_claims_are_in_flight_creates_no_duplicates() {
     .await;
     node_pool(&client, node_pool_json(&names, &pool, &class)).await;
     let ns = namespace(cp, "provdup").await;
-    let created = pods(
-        &client,
-        &names,
-        &ns,
-        "api",
-        4,
-        "1",
-        json!({"karpenter.sh/nodepool": pool}),
-        json!([{"operator": "Exists"}]),
-        "256Mi",
-    )
-    .await;
+    let created = Pods::new(&client, &names, &ns, "api")
+        .count(4)
+        .cpu("1")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .memory("256Mi")
+        .create()
+        .await;
     match wait_until(Duration::from_secs(60), "a NodeClaim", || async {
         let c = claims(&client, &names).await;
         Ok::<_, kube::Error>((!c.is_empty()).then_some(c))

@@ -147,30 +147,6 @@ impl<'a> Pods<'a> {
     }
 }
 
-/// Creates `count` pods `<prefix>-<i>` in `ns` with `cpu` and `memory` requests, the given node
-/// selector and tolerations (see [`Pods`]).
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn pods(
-    client: &Client,
-    names: &Names,
-    ns: &str,
-    prefix: &str,
-    count: usize,
-    cpu: &str,
-    node_selector: serde_json::Value,
-    tolerations: serde_json::Value,
-    memory: &str,
-) -> Vec<String> {
-    Pods::new(client, names, ns, prefix)
-        .count(count)
-        .cpu(cpu)
-        .memory(memory)
-        .node_selector(node_selector)
-        .tolerations(tolerations)
-        .create()
-        .await
-}
-
 /// Waits until `expected` pods of `ns` are Running; returns them.
 pub(crate) async fn wait_running(
     client: &Client,
@@ -337,18 +313,12 @@ async fn two_hundred_pods_over_two_pools_all_run_on_the_right_pool() {
 
     let started = Instant::now();
     for arch in ["amd64", "arm64"] {
-        pods(
-            &client,
-            &names,
-            &ns,
-            arch,
-            100,
-            "100m",
-            json!({GROUP: names.run, "kubernetes.io/arch": arch}),
-            json!([]),
-            "64Mi",
-        )
-        .await;
+        Pods::new(&client, &names, &ns, arch)
+            .count(100)
+            .cpu("100m")
+            .node_selector(json!({GROUP: names.run, "kubernetes.io/arch": arch}))
+            .create()
+            .await;
     }
     let created_in = started.elapsed();
     let running = wait_running(&client, &host, &ns, 200, Duration::from_secs(240)).await;
@@ -439,30 +409,14 @@ async fn taints_and_tolerations_route_pods_between_pools() {
     )
     .await;
     let ns = namespace(cp, "e2etaint").await;
-    pods(
-        &client,
-        &names,
-        &ns,
-        "tolerant",
-        4,
-        "500m",
-        json!({DEDICATED: names.run}),
-        json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
-        "64Mi",
-    )
+    Pods::new(&client, &names, &ns, "tolerant").count(4).cpu("500m").node_selector(json!({DEDICATED: names.run})).tolerations(json!([{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}])).create()
     .await;
-    pods(
-        &client,
-        &names,
-        &ns,
-        "plain",
-        4,
-        "500m",
-        json!({GROUP: names.run}),
-        json!([]),
-        "64Mi",
-    )
-    .await;
+    Pods::new(&client, &names, &ns, "plain")
+        .count(4)
+        .cpu("500m")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
     let running = wait_running(&client, &host, &ns, 8, Duration::from_secs(180)).await;
     host.check_alive();
     let nodes = nodes_of(&client, &running).await;
@@ -543,18 +497,12 @@ async fn a_pod_too_big_for_every_instance_type_gets_failed_scheduling_and_no_cla
     )
     .await;
     let ns = namespace(cp, "e2ebig").await;
-    let created = pods(
-        &client,
-        &names,
-        &ns,
-        "huge",
-        1,
-        "1000",
-        json!({GROUP: names.run}),
-        json!([]),
-        "64Mi",
-    )
-    .await;
+    let created = Pods::new(&client, &names, &ns, "huge")
+        .count(1)
+        .cpu("1000")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
     let note = wait_failed_scheduling(&client, &host, &ns, &created[0], |_| true).await;
     println!("FailedScheduling: {note}");
     assert!(
@@ -609,18 +557,12 @@ async fn a_nodepool_at_its_limit_launches_nothing_more() {
     )
     .await;
     let ns = namespace(cp, "e2elimit").await;
-    pods(
-        &client,
-        &names,
-        &ns,
-        "first",
-        1,
-        "7",
-        json!({GROUP: names.run}),
-        json!([]),
-        "64Mi",
-    )
-    .await;
+    Pods::new(&client, &names, &ns, "first")
+        .count(1)
+        .cpu("7")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
     wait_running(&client, &host, &ns, 1, Duration::from_secs(120)).await;
     let pools = Api::<NodePool>::all(client.clone());
     let counted = wait_until(
@@ -646,18 +588,12 @@ async fn a_nodepool_at_its_limit_launches_nothing_more() {
     }
     assert_eq!(claims(&client, &names).await.len(), 1);
 
-    let more = pods(
-        &client,
-        &names,
-        &ns,
-        "more",
-        3,
-        "1",
-        json!({GROUP: names.run}),
-        json!([]),
-        "64Mi",
-    )
-    .await;
+    let more = Pods::new(&client, &names, &ns, "more")
+        .count(3)
+        .cpu("1")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
     for pod in &more {
         let note = wait_failed_scheduling(&client, &host, &ns, pod, |n| n.contains("limit")).await;
         assert!(
@@ -716,18 +652,12 @@ async fn a_burst_over_a_nodepool_limit_never_overshoots_it() {
     )
     .await;
     let ns = namespace(cp, "e2eburst").await;
-    pods(
-        &client,
-        &names,
-        &ns,
-        "burst",
-        12,
-        "1",
-        json!({GROUP: names.run}),
-        json!([]),
-        "64Mi",
-    )
-    .await;
+    Pods::new(&client, &names, &ns, "burst")
+        .count(12)
+        .cpu("1")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
     let first = wait_until(Duration::from_secs(60), "first nodeclaims", || async {
         Ok::<_, kube::Error>((!claims(&client, &names).await.is_empty()).then_some(()))
     })

@@ -1,7 +1,7 @@
 //! Guest SDK for Capstan providers.
 //!
 //! A provider is a WebAssembly component implementing the `capstan:provider` world
-//! (`wit/provider.wit`). This crate generates the bindings once and adds what every provider needs on
+//! (`wit/since_v0.1.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
 //! top of them, so a provider crate is mostly its own logic:
 //!
 //! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
@@ -46,7 +46,7 @@ pub mod timestamp;
 pub mod bindings {
     wit_bindgen::generate!({
         world: "cloud-provider-world",
-        path: "../../wit",
+        path: "../../wit/since_v0.1.0",
         pub_export_macro: true,
         export_macro_name: "export",
         default_bindings_module: "capstan_provider_sdk::bindings",

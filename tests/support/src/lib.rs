@@ -10,14 +10,18 @@
 //! process and stops every component when it closes, and each component dies with the
 //! supervisor (`PR_SET_PDEATHSIG`). Directories left by an earlier crashed run are swept on the
 //! next start.
+//!
+//! [`upstream`] gives the tests upstream Karpenter and Cluster API files (CRDs, examples) from the
+//! pinned Go modules in the Go module cache.
 
 mod control_plane;
 mod paths;
+pub mod upstream;
 mod wait;
 mod yaml;
 
 pub use control_plane::{ControlPlane, Options};
-pub use paths::{bin_dir, repo_root, shared_upstream_dir};
+pub use paths::{bin_dir, repo_root};
 pub use wait::wait_until;
 pub use yaml::{parse_yaml, unique_name};
 
@@ -30,6 +34,10 @@ pub enum Error {
     /// `tests/control-plane/cp build` failed; the message holds the tail of its output.
     #[error("building the control plane failed: {0}")]
     Build(String),
+    /// Upstream test data (a pinned Go module or a file in it) is not available; the message
+    /// says what is missing and how to get it.
+    #[error("upstream test data: {0}")]
+    Upstream(String),
     /// The control plane did not become ready; the message holds the component logs' tails.
     #[error("control plane did not start: {0}")]
     Start(String),

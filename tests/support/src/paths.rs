@@ -1,4 +1,4 @@
-//! Where things are: the repository, the shared upstream data and the built binaries.
+//! Where things are: the repository and the built binaries.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -27,15 +27,6 @@ pub fn repo_root() -> PathBuf {
         .and_then(Path::parent)
         .map(Path::to_path_buf)
         .unwrap_or_else(|| compiled.to_path_buf())
-}
-
-/// The shared upstream reference data: `$CAPSTAN_SHARED_UPSTREAM`, or `<repo>/../shared/upstream`
-/// (CI puts a copy of `shared/` beside the clone).
-pub fn shared_upstream_dir() -> PathBuf {
-    if let Some(dir) = std::env::var_os("CAPSTAN_SHARED_UPSTREAM") {
-        return PathBuf::from(dir);
-    }
-    repo_root().join("..").join("shared").join("upstream")
 }
 
 static BIN_DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();

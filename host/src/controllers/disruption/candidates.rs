@@ -14,8 +14,9 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::api::labels::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
+use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
-use crate::controllers::nodeclaim::provider_id;
+use crate::controllers::nodeclaim::{is_true, provider_id};
 use crate::controllers::provisioner::snapshot::is_reschedulable;
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
@@ -192,25 +193,37 @@ pub fn machines<'a>(
         .collect()
 }
 
-/// Per pool: (nodes that count, nodes disrupting). A node counts once initialized; it is
-/// disrupting when its claim is marked or deleting, it is being deleted, tainted disrupted, or
-/// not Ready (an unhealthy node uses the budget up too, as in Karpenter).
-pub fn pool_counts(machines: &[Machine<'_>]) -> BTreeMap<String, (usize, usize)> {
+/// Per pool: (nodes that count, nodes disrupting). A claim counts once initialized, with or
+/// without its Node (a claim whose Node is already gone still uses the budget until it is gone,
+/// as in Karpenter); it is disrupting when it is marked or being deleted, or its Node is being
+/// deleted, tainted disrupted, or not Ready (an unhealthy node uses the budget up too).
+pub fn pool_counts(
+    claims: &[Arc<NodeClaim>],
+    machines: &[Machine<'_>],
+) -> BTreeMap<String, (usize, usize)> {
+    let node_of: HashMap<&str, &Node> = machines
+        .iter()
+        .filter_map(|m| Some((m.claim.metadata.uid.as_deref()?, m.node)))
+        .collect();
     let mut out: BTreeMap<String, (usize, usize)> = BTreeMap::new();
-    for m in machines {
-        let Some(pool) = m.claim.labels().get(NODEPOOL) else {
+    for claim in claims {
+        let Some(pool) = claim.labels().get(NODEPOOL) else {
             continue;
         };
-        if m.node.labels().get(INITIALIZED).map(String::as_str) != Some("true") {
+        if !is_true(claim, INITIALIZED_CONDITION) {
             continue;
         }
+        let node = claim
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|uid| node_of.get(uid));
         let entry = out.entry(pool.clone()).or_default();
         entry.0 += 1;
-        if disrupting(m.claim)
-            || m.node.metadata.deletion_timestamp.is_some()
-            || tainted_disrupted(m.node)
-            || !ready(m.node)
-        {
+        let node_leaving = node.is_some_and(|n| {
+            n.metadata.deletion_timestamp.is_some() || tainted_disrupted(n) || !ready(n)
+        });
+        if disrupting(claim) || node_leaving {
             entry.1 += 1;
         }
     }
@@ -272,6 +285,63 @@ mod tests {
                 "{annotations} started {started:?}"
             );
         }
+    }
+
+    fn claim(name: &str, annotations: serde_json::Value, deleting: bool) -> Arc<NodeClaim> {
+        let mut c: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "uid": name, "labels": {NODEPOOL: "p"},
+                         "annotations": annotations},
+            "spec": {"nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+                     "requirements": []},
+            "status": {"providerID": format!("kwok://{name}"), "conditions": [
+                {"type": "Initialized", "status": "True", "reason": "Initialized", "message": "",
+                 "lastTransitionTime": "2026-11-26T10:00:00Z"}]}
+        }))
+        .unwrap();
+        if deleting {
+            c.metadata.deletion_timestamp = c.metadata.creation_timestamp.clone().or(Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()),
+            ));
+        }
+        Arc::new(c)
+    }
+
+    fn node(name: &str, ready: &str, tainted: bool) -> Arc<Node> {
+        let taints = if tainted {
+            json!([{"key": DISRUPTED_TAINT_KEY, "effect": "NoSchedule"}])
+        } else {
+            json!([])
+        };
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {INITIALIZED: "true"}},
+                "spec": {"providerID": format!("kwok://{name}"), "taints": taints},
+                "status": {"conditions": [{"type": "Ready", "status": ready}]}
+            }))
+            .unwrap(),
+        )
+    }
+
+    /// A claim whose node is already gone still uses the budget while it terminates; marked
+    /// claims, tainted and NotReady nodes do too.
+    #[test]
+    fn budgets_count_every_initialized_claim_and_what_is_disrupting() {
+        let claims = vec![
+            claim("a", json!({}), false),
+            claim("b", json!({DISRUPTION_ANNOTATION: "Drifted/1"}), false),
+            claim("c", json!({}), true),
+            claim("d", json!({}), false),
+            claim("e", json!({}), false),
+        ];
+        let nodes = vec![
+            node("a", "True", false),
+            node("b", "True", true),
+            node("d", "False", false),
+            node("e", "True", true),
+        ];
+        let all = machines(&claims, &nodes, &[]);
+        assert_eq!(pool_counts(&claims, &all).get("p"), Some(&(5, 4)));
     }
 
     #[test]

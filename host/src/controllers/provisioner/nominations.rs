@@ -10,15 +10,14 @@
 //! simulation and the cluster shows up there instead of as a node launched every batch until the
 //! pool's limits stop it.
 //!
-//! A nomination holds while its claim exists and is not being deleted, and until
-//! [`Nominations::HOLD_AFTER_INITIALIZED`] after the claim was initialized (time for
-//! kube-scheduler to bind the pod). The launch and registration timeouts delete claims that
-//! never come up, which ends their nominations.
+//! A nomination holds while its claim exists, is not being deleted and is not initialized yet.
+//! Once the claim's node is initialized the simulation sees it as it is (with the pods
+//! kube-scheduler bound there, which need not be the ones nominated to it: pods alike are
+//! interchangeable), so the guard has nothing left to add. The launch and registration timeouts
+//! delete claims that never come up, which ends their nominations.
 
 use std::collections::{HashMap, HashSet};
-use std::time::Duration;
 
-use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
 use crate::api::NodeClaim;
@@ -41,9 +40,6 @@ pub enum Verdict {
 }
 
 impl Nominations {
-    /// How long a nomination outlives its claim's initialization.
-    pub const HOLD_AFTER_INITIALIZED: Duration = Duration::from_secs(30);
-
     /// Records that the pods with these UIDs were sent to `claim`.
     pub fn nominate<'a>(&mut self, pods: impl IntoIterator<Item = &'a str>, claim: &str) {
         for uid in pods {
@@ -51,12 +47,12 @@ impl Nominations {
         }
     }
 
-    /// Forgets nominations whose claim is gone, deleting, or initialized longer than
-    /// [`Self::HOLD_AFTER_INITIALIZED`] ago, and those of pods no longer pending.
-    pub fn expire(&mut self, claims: &[NodeClaim], pending: &HashSet<&str>, now: Timestamp) {
+    /// Forgets nominations whose claim is gone, deleting or initialized, and those of pods no
+    /// longer pending.
+    pub fn expire(&mut self, claims: &[NodeClaim], pending: &HashSet<&str>) {
         let waiting: HashSet<String> = claims
             .iter()
-            .filter(|c| still_coming_up(c, now))
+            .filter(|c| still_coming_up(c))
             .map(|c| c.name_any())
             .collect();
         self.by_pod
@@ -95,23 +91,13 @@ impl Nominations {
     }
 }
 
-fn still_coming_up(claim: &NodeClaim, now: Timestamp) -> bool {
-    if claim.metadata.deletion_timestamp.is_some() {
-        return false;
-    }
-    let initialized = claim
-        .status
-        .as_ref()
-        .and_then(|s| find_condition(&s.conditions, INITIALIZED))
-        .filter(|c| c.is_true());
-    match initialized {
-        None => true,
-        Some(condition) => {
-            let since = now.as_millisecond() - condition.last_transition_time.0.as_millisecond();
-            u128::try_from(since)
-                .is_ok_and(|ms| ms < Nominations::HOLD_AFTER_INITIALIZED.as_millis())
-        }
-    }
+fn still_coming_up(claim: &NodeClaim) -> bool {
+    claim.metadata.deletion_timestamp.is_none()
+        && !claim
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, INITIALIZED))
+            .is_some_and(|c| c.is_true())
 }
 
 #[cfg(test)]
@@ -120,6 +106,7 @@ mod tests {
     use crate::api::shared::{ConditionStatus, set_condition};
     use crate::api::{NodeClaim, NodeClaimSpec};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
 
     fn claim(name: &str) -> NodeClaim {
         let spec: NodeClaimSpec = serde_json::from_value(serde_json::json!({
@@ -192,15 +179,8 @@ mod tests {
                 want: Verdict::Create,
             },
             Case {
-                name: "a claim initialized a moment ago still holds its pods",
+                name: "an initialized claim releases its pods (the simulation sees its node)",
                 claims: vec![initialized(claim("a"), ts(90))],
-                pending: &["p1", "p2"],
-                batch: &["p2"],
-                want: Verdict::Waiting(vec!["a".into()]),
-            },
-            Case {
-                name: "a claim initialized long ago releases its pods",
-                claims: vec![initialized(claim("a"), ts(0))],
                 pending: &["p1", "p2"],
                 batch: &["p1", "p2"],
                 want: Verdict::Create,
@@ -210,7 +190,7 @@ mod tests {
             let mut n = Nominations::default();
             n.nominate(["p1", "p2"], "a");
             let pending: HashSet<&str> = case.pending.iter().copied().collect();
-            n.expire(&case.claims, &pending, ts(100));
+            n.expire(&case.claims, &pending);
             assert_eq!(
                 n.guard(case.batch.iter().copied()),
                 case.want,
@@ -224,7 +204,7 @@ mod tests {
     fn pods_no_longer_pending_are_forgotten() {
         let mut n = Nominations::default();
         n.nominate(["p1", "p2"], "a");
-        n.expire(&[claim("a")], &HashSet::from(["p2"]), ts(0));
+        n.expire(&[claim("a")], &HashSet::from(["p2"]));
         assert_eq!(n.len(), 1);
         assert_eq!(n.guard(["p1"]), Verdict::Create);
     }

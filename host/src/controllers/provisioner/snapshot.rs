@@ -8,9 +8,8 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
-use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::{NodeClaim, NodeClass, NodePool};
-use crate::controllers::Context;
+use crate::controllers::{Context, resolve};
 use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 
@@ -280,24 +279,12 @@ impl Snapshot {
         cache: &InstanceTypeCache,
         pool: &NodePool,
     ) -> Result<scheduling::NodePoolView, ProvisionError> {
-        let reference = &pool.spec.template.spec.node_class_ref;
-        if reference.group != GROUP || reference.kind != KIND {
-            return Err(ProvisionError::Pool(format!(
-                "nodeClassRef {}/{} is not a {GROUP} {KIND}",
-                reference.group, reference.kind
-            )));
-        }
-        let class = self.classes.get(&reference.name).ok_or_else(|| {
-            ProvisionError::Pool(format!("NodeClass {} not found", reference.name))
-        })?;
-        let provider = ctx.registry.get(&class.spec.provider).ok_or_else(|| {
-            ProvisionError::Pool(format!(
-                "NodeClass {} uses provider {}, which is not loaded",
-                reference.name, class.spec.provider
-            ))
-        })?;
+        let resolved =
+            resolve::resolve_in(ctx, &pool.spec.template.spec.node_class_ref, &self.classes)
+                .map_err(|unresolved| ProvisionError::Pool(unresolved.to_string()))?;
+        let (class, provider) = (&resolved.node_class, &resolved.provider);
         let started = std::time::Instant::now();
-        let result = cache.get(&provider, pool, class).await;
+        let result = cache.get(provider, pool, class).await;
         if let Err(ProvisionError::Call(err)) = &result {
             tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
         }

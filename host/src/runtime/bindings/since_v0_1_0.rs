@@ -11,7 +11,7 @@ use crate::capability::{grants, host as host_cap, kube as kube_cap};
 use crate::runtime::call_state::CallState;
 
 wasmtime::component::bindgen!({
-    path: "wit/since_v0.1.0",
+    path: "../wit/since_v0.1.0",
     world: "cloud-provider-world",
     imports: { default: async },
     exports: { default: async },

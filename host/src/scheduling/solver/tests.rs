@@ -503,13 +503,7 @@ fn anti_affinity_of_running_pods_repels_matching_pods() {
         existing_nodes: vec![node],
         ..SchedulingInput::default()
     };
-    let result = solve(&inp);
-    assert_eq!(
-        result.existing_placements,
-        vec![(1, Target::Node("node-1".into()))]
-    );
-    assert_eq!(result.new_claims.len(), 1);
-    assert_eq!(result.new_claims[0].pods, vec![0]);
+    second_on_node_first_on_a_new_claim(&inp);
 }
 
 #[test]
@@ -864,13 +858,7 @@ fn tainted_existing_node_is_skipped() {
         existing_nodes: vec![node],
         ..SchedulingInput::default()
     };
-    let result = solve(&inp);
-    assert_eq!(
-        result.existing_placements,
-        vec![(1, Target::Node("node-1".into()))]
-    );
-    assert_eq!(result.new_claims.len(), 1);
-    assert_eq!(result.new_claims[0].pods, vec![0]);
+    second_on_node_first_on_a_new_claim(&inp);
 }
 
 #[test]
@@ -957,4 +945,15 @@ fn pool_labels_and_nodepool_label_are_requirements() {
         claim.requirements.set_of("team"),
         Some(&ValueSet::in_(["a"]))
     );
+}
+
+/// Solves `inp` and checks that pod 1 went to the existing `node-1` and pod 0 to one new claim.
+fn second_on_node_first_on_a_new_claim(inp: &SchedulingInput) {
+    let result = solve(inp);
+    assert_eq!(
+        result.existing_placements,
+        vec![(1, Target::Node("node-1".into()))]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![0]);
 }

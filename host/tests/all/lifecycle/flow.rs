@@ -112,7 +112,6 @@ async fn claim_launches_registers_initializes_and_terminates() {
         "metadata": {"name": "app"},
         "spec": {
             "nodeName": node_name,
-            "tolerations": [{"operator": "Exists"}],
             "containers": [{"name": "app", "image": "fake"}],
         },
     }))

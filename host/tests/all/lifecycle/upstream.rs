@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use capstan::api::NodeClaim;
-use capstan_test_support::{ControlPlane, Options, repo_root, shared_upstream_dir};
+use capstan_test_support::upstream::{self, KARPENTER_NODECLAIMS_CRD, KARPENTER_NODEPOOLS_CRD};
+use capstan_test_support::{ControlPlane, Options, repo_root};
 use kube::Api;
 use kube::api::DeleteParams;
 use serde_json::json;
@@ -12,18 +13,16 @@ use super::*;
 
 #[tokio::test]
 async fn works_with_the_upstream_karpenter_crds() {
+    let mut crds = upstream::paths(&[KARPENTER_NODEPOOLS_CRD, KARPENTER_NODECLAIMS_CRD])
+        .unwrap_or_else(|err| panic!("{err}"));
+    crds.push(repo_root().join("crds/capstan.dev_nodeclasses.yaml"));
+    crds.push(repo_root().join("crds/capstan.dev_providers.yaml"));
     let cp = ControlPlane::start(Options::default())
         .await
         .expect("control plane");
-    let upstream = shared_upstream_dir().join("karpenter");
-    cp.install_crds_from_files(&[
-        upstream.join("karpenter.sh_nodepools.yaml"),
-        upstream.join("karpenter.sh_nodeclaims.yaml"),
-        repo_root().join("crds/capstan.dev_nodeclasses.yaml"),
-        repo_root().join("crds/capstan.dev_providers.yaml"),
-    ])
-    .await
-    .expect("install CRDs");
+    cp.install_crds_from_files(&crds)
+        .await
+        .expect("install CRDs");
     let client = cp.client().unwrap();
     let names = Names::new("upstream");
     let host = Host::start(&cp, &names, &[]);

@@ -1,7 +1,10 @@
-//! Compatibility on the real control plane: every upstream NodePool example is accepted by
-//! Capstan's CRDs (`crds/`), and malformed NodePools are rejected with a clear message.
+//! Compatibility with upstream's NodePool examples: each deserializes into Capstan's types and, on
+//! the real control plane, is accepted by Capstan's CRDs (`crds/`); malformed NodePools are
+//! rejected with a clear message.
 
-use capstan_test_support::{parse_yaml, shared_upstream_dir};
+use capstan::api::NodePool;
+use capstan_test_support::parse_yaml;
+use capstan_test_support::upstream::NODEPOOL_EXAMPLES;
 use kube::api::{DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Api, Client};
@@ -27,24 +30,12 @@ fn dry_run() -> PostParams {
     }
 }
 
-/// The NodePool documents of the upstream examples.
+/// The NodePool documents of the upstream examples, each with where it came from.
 fn upstream_node_pools() -> Vec<(String, DynamicObject)> {
-    let dir = shared_upstream_dir();
-    let mut files = vec![
-        dir.join("karpenter/default_nodepool.yaml"),
-        dir.join("karpenter-provider-cluster-api/default_nodepool.yaml"),
-    ];
-    let mut excerpts: Vec<_> = std::fs::read_dir(dir.join("karpenter/excerpts"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
-        .collect();
-    excerpts.sort();
-    files.extend(excerpts);
     let mut pools = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).unwrap();
-        let source = file.display().to_string();
+    for file in NODEPOOL_EXAMPLES {
+        let text = file.read().unwrap_or_else(|err| panic!("{err}"));
+        let source = file.to_string();
         for obj in parse_yaml(&source, &text).unwrap() {
             if obj.types.as_ref().is_some_and(|t| t.kind == "NodePool") {
                 pools.push((source.clone(), obj));
@@ -54,13 +45,24 @@ fn upstream_node_pools() -> Vec<(String, DynamicObject)> {
     pools
 }
 
+#[test]
+fn upstream_node_pool_examples_deserialize_into_our_types() {
+    let pools = upstream_node_pools();
+    assert_eq!(pools.len(), 3, "default, kwok README, test README");
+    for (source, pool) in pools {
+        let pool: NodePool = serde_json::from_value(serde_json::to_value(pool).unwrap())
+            .unwrap_or_else(|err| panic!("{source}: {err}"));
+        assert!(!pool.spec.template.spec.requirements.is_empty(), "{source}");
+    }
+}
+
 #[tokio::test]
 async fn upstream_node_pool_examples_are_accepted_and_malformed_ones_rejected() {
     let (_cp, client) = cluster().await;
     let api = node_pools_api(&client);
     let names = Names::new("examples");
     let pools = upstream_node_pools();
-    assert_eq!(pools.len(), 4, "default, cluster-api default, two excerpts");
+    assert_eq!(pools.len(), 3, "default, kwok README, test README");
     for (i, (source, mut pool)) in pools.into_iter().enumerate() {
         pool.metadata.name = Some(names.name(&format!("upstream-{i}")));
         let created = api.create(&dry_run(), &pool).await;

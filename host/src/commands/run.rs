@@ -1,0 +1,228 @@
+//! `capstan run`: the controllers, with providers from `Provider` resources and files.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+
+use capstan::capability::grants::Grants;
+use capstan::controllers::{self, ProvidersSetup};
+use capstan::provider::{Loader, ProviderSource, Registry};
+use capstan::runtime::Limits;
+use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
+use capstan::{leader, serve};
+
+use super::{
+    CacheArgs, block_on, client, kube_config, parse_duration, parse_short_duration, read_component,
+    read_grants,
+};
+
+/// Arguments of `capstan run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// A provider from a file: `NAME=FILE.wasm` (repeatable). Providers normally come from
+    /// `Provider` resources; a Provider of the same name takes over from a file.
+    #[arg(long = "provider")]
+    providers: Vec<String>,
+    /// A provider's grants: `NAME=FILE` (YAML or JSON; repeatable).
+    #[arg(long = "grants")]
+    grants: Vec<String>,
+    /// Kubeconfig of the workload cluster (default: in-cluster or ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig of the management cluster (Cluster API providers).
+    #[arg(long)]
+    management_kubeconfig: Option<PathBuf>,
+    /// Delete a NodeClaim not launched this long after creation.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    launch_timeout: Duration,
+    /// Delete a NodeClaim whose Node has not registered this long after launch.
+    #[arg(long, default_value = "15m", value_parser = parse_duration)]
+    registration_timeout: Duration,
+    /// How often garbage collection runs.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    gc_interval: Duration,
+    /// Leaked instances younger than this are left alone.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    gc_grace: Duration,
+    /// Manage only NodeClaims, NodePools and NodeClasses with these labels (`k=v,...`); the
+    /// provisioner then also provisions only for pods and onto nodes with them.
+    #[arg(long)]
+    selector: Option<String>,
+    /// Close a provisioning batch after this long without a new unschedulable pod.
+    #[arg(long, default_value = "1s", value_parser = parse_short_duration)]
+    batch_idle_duration: Duration,
+    /// Close a provisioning batch this long after its first pod at the latest.
+    #[arg(long, default_value = "10s", value_parser = parse_short_duration)]
+    batch_max_duration: Duration,
+    #[command(flatten)]
+    cache: CacheArgs,
+    /// Read `Provider` source ConfigMaps only in this namespace (none: any namespace; the Helm
+    /// chart sets its own, so the host needs no cluster-wide ConfigMap access).
+    #[arg(long, env = "CAPSTAN_PROVIDER_SOURCE_NAMESPACE")]
+    provider_source_namespace: Option<String>,
+    /// Do not load providers from `Provider` resources (only `--provider` files serve).
+    #[arg(long)]
+    no_provider_resources: bool,
+    /// Where `/metrics` listens (`0` turns it off).
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8080",
+        overrides_with = "metrics_bind_address"
+    )]
+    metrics_bind_address: String,
+    /// Where `/healthz` and `/readyz` listen (`0` turns them off).
+    #[arg(
+        long,
+        default_value = "0.0.0.0:8081",
+        overrides_with = "health_probe_bind_address"
+    )]
+    health_probe_bind_address: String,
+    /// Run the controllers only while holding a Lease (for several replicas).
+    #[arg(long)]
+    leader_elect: bool,
+    /// Namespace of the leader-election Lease.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// Name of the leader-election Lease.
+    #[arg(long, default_value = "capstan")]
+    leader_election_name: String,
+    /// How long a leader that stopped renewing keeps the Lease (renew deadline 2/3 of it, retry
+    /// period 2/15).
+    #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
+    leader_election_lease_duration: Duration,
+}
+
+/// Runs the controllers until they fail or the process gets SIGTERM or SIGINT.
+pub fn run(args: RunArgs) -> Result<ExitCode> {
+    block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> Result<ExitCode> {
+    // The controllers retry with their own backoff; kube-client's transparent retry of 429s
+    // would hide an eviction refused by a PodDisruptionBudget for minutes (15 retries).
+    let mut workload_config = match &args.kubeconfig {
+        Some(path) => kube_config(path).await?,
+        None => kube::Config::infer()
+            .await
+            .context("cannot find a Kubernetes configuration")?,
+    };
+    workload_config.default_retry = false;
+    let workload =
+        kube::Client::try_from(workload_config).context("cannot create the Kubernetes client")?;
+    let management = match &args.management_kubeconfig {
+        Some(path) => Some(client(path).await?),
+        None => None,
+    };
+    let mut grants_by_name = HashMap::new();
+    for flag in &args.grants {
+        let (name, path) = split_pair("grants", flag)?;
+        grants_by_name.insert(name.to_owned(), read_grants(Path::new(path))?);
+    }
+    let runtime = Arc::new(args.cache.runtime()?);
+    let registry = Arc::new(Registry::new());
+    let readiness = serve::Readiness::new();
+    serve::start(
+        &args.metrics_bind_address,
+        &args.health_probe_bind_address,
+        Arc::clone(&registry),
+        readiness.clone(),
+    )
+    .await?;
+    // One loader (and one discovery cache per cluster) for file and resource providers alike.
+    let loader = Arc::new(Loader::new(
+        Arc::clone(&runtime),
+        Some(workload.clone()),
+        management.clone(),
+    ));
+    for flag in &args.providers {
+        let (name, path) = split_pair("provider", flag)?;
+        let source = ProviderSource {
+            name: name.to_owned(),
+            bytes: read_component(Path::new(path), DEFAULT_MAX_COMPONENT_SIZE)?,
+            grants: grants_by_name.remove(name).unwrap_or_else(Grants::none),
+            limits: Limits::default(),
+        };
+        let file_loader = Arc::clone(&loader);
+        let provider = tokio::task::spawn_blocking(move || file_loader.load(source, None, None))
+            .await
+            .context("the loader task failed")??;
+        registry.insert(name, provider);
+    }
+    if let Some(name) = grants_by_name.keys().next() {
+        bail!("--grants {name}=...: no --provider {name}");
+    }
+    let lease_client = workload.clone();
+    let providers = (!args.no_provider_resources).then(|| ProvidersSetup {
+        loader,
+        settings: controllers::providers::Settings {
+            source_namespace: args.provider_source_namespace.clone(),
+            ..controllers::providers::Settings::default()
+        },
+        initial_load_timeout: Duration::from_secs(60),
+    });
+    let config = controllers::Config {
+        client: workload,
+        registry,
+        settings: controllers::Settings {
+            launch_timeout: args.launch_timeout,
+            registration_timeout: args.registration_timeout,
+            gc_interval: args.gc_interval,
+            gc_grace: args.gc_grace,
+            selector: args.selector,
+            batch: controllers::provisioner::batcher::Windows {
+                idle: args.batch_idle_duration,
+                max: args.batch_max_duration,
+            },
+            readiness: readiness.clone(),
+            ..controllers::Settings::default()
+        },
+        providers,
+    };
+    let shutdown = shutdown_signal()?;
+    if args.leader_elect {
+        let lease = leader::LeaseConfig::new(
+            args.leader_election_namespace,
+            args.leader_election_name,
+            leader::default_identity(),
+            args.leader_election_lease_duration,
+        )?;
+        let mut election = leader::LeaderElection::new(lease_client, lease);
+        let controllers = controllers::run(config);
+        match leader::lead(&mut election, &readiness, shutdown, controllers).await? {
+            leader::Outcome::Finished(result) => result?,
+            leader::Outcome::Shutdown => {}
+        }
+    } else {
+        tokio::select! {
+            result = controllers::run(config) => result?,
+            () = shutdown => {}
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `NAME=FILE` of a `--provider` or `--grants` flag.
+fn split_pair<'a>(flag: &str, value: &'a str) -> Result<(&'a str, &'a str)> {
+    value
+        .split_once('=')
+        .filter(|(name, path)| !name.is_empty() && !path.is_empty())
+        .with_context(|| format!("--{flag} {value:?}: expected NAME=FILE"))
+}
+
+/// Completes on SIGTERM or SIGINT (ctrl-c).
+fn shutdown_signal() -> Result<impl Future<Output = ()>> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot watch SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot watch SIGINT")?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+}
