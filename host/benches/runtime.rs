@@ -2,7 +2,7 @@
 //!
 //! - `fresh-instance`: a `name()` call in a fresh instance, pooling vs on-demand allocation;
 //! - `instance-types`: `get-instance-types` returning 1,000 types across the boundary vs the same
-//!   Rust code (the chaos fixture's `catalog.rs` on the SDK's `CatalogBuilder`) called natively;
+//!   Rust code (the `chaos-catalog` crate on the shared model's `CatalogBuilder`) called natively;
 //!   the guest building them without returning them; the host checking and converting them for
 //!   the scheduler;
 //! - `load`: loading a precompiled component vs compiling it.
@@ -25,16 +25,14 @@ use capstan::runtime::types::{NodeClass, NodePool};
 use capstan::runtime::{Limits, ProviderPre, Runtime};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-/// The chaos fixture's catalog and the SDK's builder it uses, compiled natively against the host's
-/// bindings of the same types.
-#[allow(dead_code, clippy::all)]
+/// The chaos fixture's catalog, built natively by the very code the guest runs (the
+/// `chaos-catalog` crate on the shared model's `CatalogBuilder`), as the host's bindings.
 mod native {
-    use capstan::runtime::types::{
-        Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-        Operator, Span,
-    };
-    include!("../../providers-wasm/sdk/src/catalog/builder.rs");
-    include!("../../providers-wasm/fixtures/chaos/src/catalog.rs");
+    use capstan::runtime::types::Catalog;
+
+    pub fn catalog(count: usize) -> Catalog {
+        chaos_catalog::catalog(count).into()
+    }
 }
 
 fn runtime(allocator: AllocatorChoice, keep_resident: usize) -> Runtime {

@@ -6,8 +6,9 @@
 //! It follows Karpenter's scheduler (`pkg/controllers/provisioning/scheduling`) behaviour for
 //! behaviour:
 //!
-//! - **Requirements algebra** ([`requirements`]): `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`,
-//!   `Lt` (and v1's `Gte`/`Lte`) per key, intersection, compatibility and `minValues`.
+//! - **Requirements algebra** ([`requirements`], from `capstan-model`, shared with the guest SDK):
+//!   `In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt` (and v1's `Gte`/`Lte`) per key,
+//!   intersection, compatibility and `minValues`.
 //! - **Instance-type filtering**: a NodePool offers the instance types compatible with its
 //!   requirements and labels that have an available offering it allows; a pod narrows them by its
 //!   node selector and required node affinity, and must tolerate the pool's taints.
@@ -54,13 +55,13 @@
 pub mod cluster;
 pub mod convert;
 pub mod pod;
-pub mod quantity;
-pub mod requirements;
+// The requirements algebra, quantities and taints are the shared model's (`capstan-model`), the
+// same code the guest SDK uses; re-exported here under their old paths.
+pub use capstan_model::{quantity, requirements, taints};
 pub mod resources;
 pub mod result;
 pub mod selector;
 mod solver;
-pub mod taints;
 #[cfg(test)]
 mod validate_tests;
 

@@ -1,29 +1,21 @@
-//! Well-known label, annotation, taint and finalizer keys, as Karpenter spells them.
+//! Well-known label, annotation, taint and finalizer keys, as Karpenter spells them. The label and
+//! taint keys providers share are the model's (`capstan_model::labels`), re-exported here.
 
-pub const NODEPOOL: &str = "karpenter.sh/nodepool";
-pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
-pub const REGISTERED: &str = "karpenter.sh/registered";
-pub const INITIALIZED: &str = "karpenter.sh/initialized";
+pub use capstan_model::labels::{
+    ARCH, CAPACITY_TYPE, CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT,
+    HOSTNAME, INITIALIZED, INSTANCE_TYPE, OS, REGION, REGISTERED, ZONE,
+};
+
+pub const NODEPOOL: &str = capstan_model::labels::NODE_POOL;
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 
-pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
-pub const ZONE: &str = "topology.kubernetes.io/zone";
-pub const REGION: &str = "topology.kubernetes.io/region";
-pub const ARCH: &str = "kubernetes.io/arch";
-pub const OS: &str = "kubernetes.io/os";
-pub const HOSTNAME: &str = "kubernetes.io/hostname";
-
-pub const CAPACITY_TYPE_SPOT: &str = "spot";
-pub const CAPACITY_TYPE_ON_DEMAND: &str = "on-demand";
-pub const CAPACITY_TYPE_RESERVED: &str = "reserved";
-
 /// Taint every new node carries until the host has registered it.
-pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
+pub const UNREGISTERED_TAINT_KEY: &str = capstan_model::labels::UNREGISTERED_TAINT;
 /// Taint set while a node is being disrupted.
-pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
+pub const DISRUPTED_TAINT_KEY: &str = capstan_model::labels::DISRUPTED_TAINT;
 
 /// Finalizer on NodeClaims and Nodes: the instance is deleted before the object goes.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";

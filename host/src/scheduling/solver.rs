@@ -37,21 +37,9 @@ use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
 use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
 use super::taints::{Taint, first_untolerated};
-use crate::api::labels::{
-    ARCH, CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, OS, REGION, ZONE,
-};
-
-/// Labels every node carries whether or not a pool constrains them.
-const WELL_KNOWN: &[&str] = &[
-    NODEPOOL,
-    ZONE,
-    REGION,
-    INSTANCE_TYPE,
-    ARCH,
-    OS,
-    CAPACITY_TYPE,
-    "node.kubernetes.io/windows-build",
-];
+use crate::api::labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, ZONE};
+// Labels every node carries whether or not a pool constrains them (Karpenter's `WellKnownLabels`).
+use capstan_model::labels::WELL_KNOWN;
 
 pub(super) fn solve(input: &SchedulingInput) -> SchedulingResult {
     Solver::new(input).run()

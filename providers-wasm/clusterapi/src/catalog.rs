@@ -12,7 +12,6 @@
 use std::cmp::Ordering;
 
 use capstan_provider_sdk::catalog::milli_value;
-use capstan_provider_sdk::requirements::ValueSet;
 use capstan_provider_sdk::{Catalog, CatalogBuilder, NodePool, Requirements, ResourceList};
 
 use crate::node_group::NodeGroup;
@@ -50,7 +49,7 @@ pub fn to_catalog(groups: &[NodeGroup]) -> Catalog {
             it.capacity(name, milli_value(quantity));
         }
     }
-    catalog.finish()
+    catalog.finish().into()
 }
 
 /// Why no group can take a claim.
@@ -105,11 +104,7 @@ pub fn cheapest<'a>(
 
 /// A group's node labels as `In` requirements.
 fn group_requirements(group: &NodeGroup) -> Requirements {
-    let mut requirements = Requirements::new();
-    for (key, value) in &group.labels {
-        requirements.add_set(key, ValueSet::of([value.as_str()]), None);
-    }
-    requirements
+    Requirements::from_labels(group.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 fn order(a: &NodeGroup, b: &NodeGroup) -> Ordering {

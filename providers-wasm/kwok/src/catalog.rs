@@ -6,7 +6,7 @@ mod generate;
 
 use std::collections::BTreeMap;
 
-use capstan_provider_sdk::requirements::ValueSet;
+use capstan_provider_sdk::model;
 use capstan_provider_sdk::{
     Catalog, CatalogBuilder, ProviderError, Quantity, Requirement, Requirements, ResourceList,
     labels,
@@ -129,16 +129,15 @@ impl Entry {
         let mut reqs = Requirements::new();
         for (k, v) in self.node_labels() {
             if k != labels::OS {
-                reqs.add_set(&k, ValueSet::of([v]), None);
+                reqs.add(model::Requirement::in_(k, [v]));
             }
         }
-        reqs.add_set(labels::OS, ValueSet::of(self.os.iter().cloned()), None);
-        reqs.add_set(labels::ZONE, ValueSet::of([offer.zone.clone()]), None);
-        reqs.add_set(
+        reqs.add(model::Requirement::in_(labels::OS, self.os.iter().cloned()));
+        reqs.add(model::Requirement::in_(labels::ZONE, [offer.zone.as_str()]));
+        reqs.add(model::Requirement::in_(
             labels::CAPACITY_TYPE,
-            ValueSet::of([offer.capacity_type.clone()]),
-            None,
-        );
+            [offer.capacity_type.as_str()],
+        ));
         reqs
     }
 
@@ -163,7 +162,7 @@ pub fn to_catalog(entries: &[Entry]) -> Catalog {
     for entry in entries {
         entry.add_to(&mut catalog);
     }
-    catalog.finish()
+    catalog.finish().into()
 }
 
 /// The catalog for these parameters: the generated one or `instanceTypes`, filtered, with

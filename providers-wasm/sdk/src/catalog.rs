@@ -17,7 +17,7 @@
 //!         .capacity("memory", (cores << 30) * 1000)
 //!         .capacity("pods", 110 * 1000);
 //! } // each instance type is added when its builder is dropped
-//! let catalog = catalog.finish();
+//! let catalog: capstan_provider_sdk::Catalog = catalog.finish().into();
 //! assert_eq!(catalog.instance_types.len(), 2);
 //! // "kubernetes.io/arch" and "amd64" are stored once, as is the arch requirement.
 //! assert_eq!(catalog.strings.iter().filter(|s| *s == "amd64").count(), 1);
@@ -35,58 +35,16 @@
 //! methods take whole [`ResourceList`]s.
 
 use crate::requirements::Requirements;
-use crate::{
-    Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-    Operator, Quantity, Requirement, ResourceList, Span,
+use crate::{Catalog, Quantity, Requirement, ResourceList, Span};
+
+/// The builder is the shared model's (`capstan-model`): the host's tests and benchmarks run the
+/// same code natively. [`CatalogBuilder::finish`] returns the model's catalog; `.into()` makes it
+/// the WIT [`Catalog`] (the lists move, nothing is copied but the small records).
+pub use capstan_model::catalog::{
+    CatalogBuilder, CatalogOperator, InstanceTypeBuilder, milli_value,
 };
 
-include!("catalog/builder.rs");
-
-/// A quantity in thousandths of its unit, as a catalog `amount` holds it (negative quantities are
-/// 0, larger than `u64::MAX` saturates).
-pub fn milli_value(quantity: &Quantity) -> u64 {
-    u64::try_from(quantity.millis().max(0)).unwrap_or(u64::MAX)
-}
-
-impl InstanceTypeBuilder<'_> {
-    /// Adds a requirement given as a WIT `requirement`.
-    pub fn requirement_of(&mut self, r: &Requirement) -> &mut Self {
-        let values: Vec<&str> = r.values.iter().map(String::as_str).collect();
-        self.requirement(&r.key, r.operator, &values, r.min_values)
-    }
-
-    /// Adds every resource of `list` to the capacity.
-    pub fn capacity_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.capacity(name, milli_value(q));
-        }
-        self
-    }
-
-    /// Adds every resource of `list` to kube-reserved.
-    pub fn kube_reserved_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.kube_reserved(name, milli_value(q));
-        }
-        self
-    }
-
-    /// Adds every resource of `list` to system-reserved.
-    pub fn system_reserved_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.system_reserved(name, milli_value(q));
-        }
-        self
-    }
-
-    /// Adds every resource of `list` to the eviction threshold.
-    pub fn eviction_threshold_list(&mut self, list: &ResourceList) -> &mut Self {
-        for (name, q) in list.iter() {
-            self.eviction_threshold(name, milli_value(q));
-        }
-        self
-    }
-}
+capstan_model::catalog_conversions!(crate::bindings::capstan::provider::types);
 
 /// A catalog index or span that points outside its list.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -225,6 +183,7 @@ pub fn expand(catalog: &Catalog) -> Result<Vec<Expanded>, ExpandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Operator;
 
     fn two_types() -> Catalog {
         let mut b = CatalogBuilder::new();
@@ -240,7 +199,7 @@ mod tests {
                 .capacity("pods", 110_000)
                 .kube_reserved("cpu", 100);
         }
-        b.finish()
+        b.finish().into()
     }
 
     #[test]
@@ -294,7 +253,7 @@ mod tests {
     fn empty_lists_and_bad_indices() {
         let mut b = CatalogBuilder::new();
         drop(b.instance_type("bare"));
-        let mut c = b.finish();
+        let mut c: Catalog = b.finish().into();
         let all = expand(&c).unwrap();
         assert!(all[0].requirements.is_empty() && all[0].offerings.is_empty());
         c.instance_types[0].name = 7;
@@ -318,21 +277,6 @@ mod tests {
         let again: Vec<u32> = (0..5000).map(|i| b.string(&format!("s{i}"))).collect();
         assert_eq!(ids, again);
         assert_eq!(ids, (0..5000).collect::<Vec<u32>>());
-    }
-
-    #[test]
-    fn colliding_hashes_are_probed() {
-        let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
-        let mut dedup = Dedup::default();
-        let same = Hash::new().word(42);
-        for (id, word) in words.iter().enumerate() {
-            let found = dedup.find_or_add(same, id as u32, |i| words[..id][i as usize] == *word);
-            assert_eq!(found, None);
-        }
-        for (id, word) in words.iter().enumerate() {
-            let found = dedup.find_or_add(same, 100, |i| words[i as usize] == *word);
-            assert_eq!(found, Some(id as u32));
-        }
     }
 
     #[test]

@@ -9,8 +9,11 @@
 //! - [`catalog`]: [`CatalogBuilder`] fills the flat instance-type `catalog` `get-instance-types`
 //!   returns, interning strings and lists; [`catalog::expand`] reads one back.
 //! - [`export_provider!`]: registers the type implementing [`Guest`] as the component's export.
-//! - [`requirements`]: constructors (`Requirement::in_("key", ["a"])`) and Karpenter's matching rules.
+//! - [`requirements`]: constructors (`Requirement::in_("key", ["a"])`, `Requirement::gte`) and
+//!   Karpenter's matching rules.
 //! - [`quantity`]: Kubernetes quantities (`"500m"`, `"16Gi"`, `"2e3"`) as exact integers.
+//! - [`model`]: the shared model behind [`requirements`], [`quantity`] and [`labels`]
+//!   (`capstan-model`): the same code the host's scheduler runs, so the two agree.
 //! - [`resources`]: resource lists (`capacity`, `requests`) as quantities, with fit checks.
 //! - [`labels`]: well-known label, taint and value constants.
 //! - [`kube`]: typed access to the host's `kube` import (serde in, serde out).
@@ -32,10 +35,8 @@ pub mod cache;
 pub mod catalog;
 pub mod clock;
 pub mod kube;
-pub mod labels;
 pub mod log;
 pub mod params;
-pub mod quantity;
 pub mod requirements;
 pub mod resources;
 pub mod timestamp;
@@ -100,6 +101,12 @@ pub fn ready_repair_policies(toleration_seconds: u64) -> Vec<RepairPolicy> {
         })
         .collect()
 }
+/// The shared model of requirements, quantities, labels and taints (`capstan-model`).
+pub use capstan_model as model;
+/// Well-known Kubernetes and Karpenter label keys, taint keys and values.
+pub use capstan_model::labels;
+/// Kubernetes quantities (`"500m"`, `"16Gi"`, `"2e3"`) as exact integers.
+pub use capstan_model::quantity;
 pub use quantity::Quantity;
 pub use requirements::Requirements;
 pub use resources::ResourceList;
@@ -139,24 +146,45 @@ impl Taint {
     }
 }
 
+impl From<TaintEffect> for model::TaintEffect {
+    fn from(effect: TaintEffect) -> Self {
+        match effect {
+            TaintEffect::NoSchedule => model::TaintEffect::NoSchedule,
+            TaintEffect::PreferNoSchedule => model::TaintEffect::PreferNoSchedule,
+            TaintEffect::NoExecute => model::TaintEffect::NoExecute,
+        }
+    }
+}
+
+impl From<model::TaintEffect> for TaintEffect {
+    fn from(effect: model::TaintEffect) -> Self {
+        match effect {
+            model::TaintEffect::NoSchedule => TaintEffect::NoSchedule,
+            model::TaintEffect::PreferNoSchedule => TaintEffect::PreferNoSchedule,
+            model::TaintEffect::NoExecute => TaintEffect::NoExecute,
+        }
+    }
+}
+
+impl From<&Taint> for model::Taint {
+    fn from(taint: &Taint) -> Self {
+        model::Taint::new(
+            taint.key.clone(),
+            taint.value.clone().unwrap_or_default(),
+            taint.effect.into(),
+        )
+    }
+}
+
 impl TaintEffect {
     /// The Kubernetes spelling (`NoSchedule`, `PreferNoSchedule`, `NoExecute`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            TaintEffect::NoSchedule => "NoSchedule",
-            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-            TaintEffect::NoExecute => "NoExecute",
-        }
+        model::TaintEffect::from(self).as_str()
     }
 
     /// Parses the Kubernetes spelling.
     pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "NoSchedule" => Some(TaintEffect::NoSchedule),
-            "PreferNoSchedule" => Some(TaintEffect::PreferNoSchedule),
-            "NoExecute" => Some(TaintEffect::NoExecute),
-            _ => None,
-        }
+        model::TaintEffect::parse(s).map(Into::into)
     }
 }
 

@@ -1,44 +1,59 @@
-//! Node-selector requirements: constructors, operator names, and Karpenter's matching rules.
+//! Node-selector requirements: constructors for the WIT `requirement`, and Karpenter's rules
+//! through the shared model (`capstan-model`, the same code the host's scheduler runs).
 //!
 //! - [`Requirement::in_`], [`Requirement::not_in`], [`Requirement::exists`],
-//!   [`Requirement::does_not_exist`], [`Requirement::gt`], [`Requirement::lt`] build requirements.
+//!   [`Requirement::does_not_exist`], [`Requirement::gt`], [`Requirement::lt`],
+//!   [`Requirement::gte`], [`Requirement::lte`] and [`Requirement::new`] build requirements. The
+//!   contract's `operator` has no `Gte`/`Lte`: Karpenter v1's inclusive bounds become `Gt`/`Lt` one
+//!   further out (`Gte 4` is `Gt 3`), as the host does when it calls the provider.
 //! - [`labels_satisfy`] checks a concrete label set against requirements (Kubernetes node-selector
 //!   semantics, every requirement on its own).
 //! - [`Requirements`] merges requirements per key into [`ValueSet`]s and answers whether two sets of
 //!   requirements can be met by one node ([`Requirements::intersects`], [`Requirements::compatible`]),
-//!   as Karpenter's scheduler does.
+//!   as Karpenter's scheduler does; [`to_requirements`] writes a merged set back.
 
-mod set;
-mod value_set;
+pub use capstan_model::requirements::{
+    Incompatibility, Operator as SelectorOperator, Requirements, RequirementsError, SetOperator,
+    ValueSet, integer_bound, selector_matches,
+};
 
-pub use set::{Incompatibility, Requirements};
-pub use value_set::ValueSet;
+use capstan_model::requirements::Selector;
 
 use crate::{KeyValue, Operator, Requirement};
 
-/// A requirement that cannot be evaluated.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RequirementError {
-    /// `Gt`/`Lt` need exactly one value.
-    #[error("requirement on {key:?}: operator {operator} needs exactly one value, got {count}")]
-    Arity {
-        /// The requirement's key.
-        key: String,
-        /// The operator's Kubernetes name.
-        operator: &'static str,
-        /// How many values it had.
-        count: usize,
-    },
-    /// `Gt`/`Lt` need an integer value.
-    #[error("requirement on {key:?}: operator {operator} needs an integer, got {value:?}")]
-    NotInteger {
-        /// The requirement's key.
-        key: String,
-        /// The operator's Kubernetes name.
-        operator: &'static str,
-        /// The value given.
-        value: String,
-    },
+/// A requirement that cannot be evaluated (a `Gt`/`Lt`/`Gte`/`Lte` without exactly one integer,
+/// an unknown operator name).
+pub type RequirementError = RequirementsError;
+
+impl Selector for Requirement {
+    fn key(&self) -> &str {
+        &self.key
+    }
+
+    fn operator(&self) -> SelectorOperator {
+        self.operator.into()
+    }
+
+    fn values(&self) -> &[String] {
+        &self.values
+    }
+
+    fn min_values(&self) -> Option<u32> {
+        self.min_values
+    }
+}
+
+impl From<Operator> for SelectorOperator {
+    fn from(operator: Operator) -> Self {
+        match operator {
+            Operator::In => SelectorOperator::In,
+            Operator::NotIn => SelectorOperator::NotIn,
+            Operator::Exists => SelectorOperator::Exists,
+            Operator::DoesNotExist => SelectorOperator::DoesNotExist,
+            Operator::Gt => SelectorOperator::Gt,
+            Operator::Lt => SelectorOperator::Lt,
+        }
+    }
 }
 
 impl Requirement {
@@ -49,6 +64,42 @@ impl Requirement {
             values,
             min_values: None,
         }
+    }
+
+    /// A requirement from any node-selector operator, Karpenter's `Gte`/`Lte` included (as
+    /// `Gt`/`Lt` one further out); fails when a bound is not exactly one integer.
+    pub fn new<I, S>(
+        key: impl Into<String>,
+        operator: SelectorOperator,
+        values: I,
+    ) -> Result<Self, RequirementError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let key = key.into();
+        let values: Vec<String> = values.into_iter().map(Into::into).collect();
+        let wire = match operator {
+            SelectorOperator::In => Operator::In,
+            SelectorOperator::NotIn => Operator::NotIn,
+            SelectorOperator::Exists => return Ok(Self::exists(key)),
+            SelectorOperator::DoesNotExist => return Ok(Self::does_not_exist(key)),
+            SelectorOperator::Gt | SelectorOperator::Lt => {
+                integer_bound(&key, operator, &values)?;
+                if operator == SelectorOperator::Gt {
+                    Operator::Gt
+                } else {
+                    Operator::Lt
+                }
+            }
+            SelectorOperator::Gte => {
+                return Ok(Self::gte(&key, integer_bound(&key, operator, &values)?));
+            }
+            SelectorOperator::Lte => {
+                return Ok(Self::lte(&key, integer_bound(&key, operator, &values)?));
+            }
+        };
+        Ok(Self::with(key, wire, values))
     }
 
     /// `key In [values]`: the label must be set to one of `values`.
@@ -97,6 +148,18 @@ impl Requirement {
         Self::with(key, Operator::Lt, vec![n.to_string()])
     }
 
+    /// `key Gte n` (Karpenter v1): the label must be an integer of at least `n`; sent as
+    /// `Gt n-1`.
+    pub fn gte(key: impl Into<String>, n: i64) -> Self {
+        Self::gt(key, n.saturating_sub(1))
+    }
+
+    /// `key Lte n` (Karpenter v1): the label must be an integer of at most `n`; sent as
+    /// `Lt n+1`.
+    pub fn lte(key: impl Into<String>, n: i64) -> Self {
+        Self::lt(key, n.saturating_add(1))
+    }
+
     /// Sets `min-values`.
     pub fn with_min_values(mut self, min_values: u32) -> Self {
         self.min_values = Some(min_values);
@@ -107,50 +170,30 @@ impl Requirement {
     ///
     /// `Gt`/`Lt` with a malformed value match nothing.
     pub fn matches<'a>(&self, mut label: impl FnMut(&str) -> Option<&'a str>) -> bool {
-        let value = label(&self.key);
-        match self.operator {
-            Operator::In => value.is_some_and(|v| self.values.iter().any(|x| x == v)),
-            Operator::NotIn => value.is_none_or(|v| self.values.iter().all(|x| x != v)),
-            Operator::Exists => value.is_some(),
-            Operator::DoesNotExist => value.is_none(),
-            Operator::Gt | Operator::Lt => {
-                let (Some(value), [bound]) = (value, self.values.as_slice()) else {
-                    return false;
-                };
-                match (value.parse::<i64>(), bound.parse::<i64>()) {
-                    (Ok(v), Ok(b)) if self.operator == Operator::Gt => v > b,
-                    (Ok(v), Ok(b)) => v < b,
-                    _ => false,
-                }
-            }
-        }
+        selector_matches(self.operator.into(), &self.values, label(&self.key))
     }
 }
 
 impl Operator {
+    /// Every operator the contract carries.
+    pub const ALL: [Operator; 6] = [
+        Operator::In,
+        Operator::NotIn,
+        Operator::Exists,
+        Operator::DoesNotExist,
+        Operator::Gt,
+        Operator::Lt,
+    ];
+
     /// The Kubernetes spelling (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`, `Lt`).
     pub fn as_str(self) -> &'static str {
-        match self {
-            Operator::In => "In",
-            Operator::NotIn => "NotIn",
-            Operator::Exists => "Exists",
-            Operator::DoesNotExist => "DoesNotExist",
-            Operator::Gt => "Gt",
-            Operator::Lt => "Lt",
-        }
+        SelectorOperator::from(self).as_str()
     }
 
-    /// Parses the Kubernetes spelling.
+    /// Parses the Kubernetes spelling of an operator the contract carries (`Gte`/`Lte` are not:
+    /// build those with [`Requirement::new`]).
     pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "In" => Operator::In,
-            "NotIn" => Operator::NotIn,
-            "Exists" => Operator::Exists,
-            "DoesNotExist" => Operator::DoesNotExist,
-            "Gt" => Operator::Gt,
-            "Lt" => Operator::Lt,
-            _ => return None,
-        })
+        Self::ALL.into_iter().find(|op| op.as_str() == s)
     }
 }
 
@@ -161,12 +204,55 @@ pub fn labels_satisfy(labels: &[KeyValue], requirements: &[Requirement]) -> bool
         .all(|r| r.matches(|key| crate::lookup(labels, key)))
 }
 
+/// A merged set written back as WIT requirements: one per key, except that a complement with
+/// exclusions and bounds becomes `NotIn` plus `Gt`/`Lt`.
+pub fn to_requirements(requirements: &Requirements) -> Vec<Requirement> {
+    let mut out = Vec::with_capacity(requirements.len());
+    for r in requirements.iter() {
+        let set = r.set();
+        let listed = || set.values().to_vec();
+        let mut push = |operator, values| {
+            out.push(Requirement {
+                key: r.key().to_owned(),
+                operator,
+                values,
+                min_values: r.min_values(),
+            });
+        };
+        match set.operator() {
+            SetOperator::In => push(Operator::In, listed()),
+            SetOperator::DoesNotExist => push(Operator::DoesNotExist, Vec::new()),
+            SetOperator::Exists | SetOperator::NotIn => {
+                let (gt, lt) = set.bounds();
+                if !set.values().is_empty() {
+                    push(Operator::NotIn, listed());
+                }
+                if let Some(gt) = gt {
+                    push(Operator::Gt, vec![gt.to_string()]);
+                }
+                if let Some(lt) = lt {
+                    push(Operator::Lt, vec![lt.to_string()]);
+                }
+                if set.is_any() {
+                    push(Operator::Exists, Vec::new());
+                }
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::labels;
 
     fn labels(pairs: &[(&str, &str)]) -> Vec<KeyValue> {
         pairs.iter().map(|(k, v)| KeyValue::new(*k, *v)).collect()
+    }
+
+    fn reqs(list: &[Requirement]) -> Requirements {
+        Requirements::from_slice(list).unwrap()
     }
 
     #[test]
@@ -180,17 +266,41 @@ mod tests {
     }
 
     #[test]
+    fn inclusive_bounds_go_out_as_strict_ones() {
+        assert_eq!(Requirement::gte("k", 4), Requirement::gt("k", 3));
+        assert_eq!(Requirement::lte("k", 4), Requirement::lt("k", 5));
+        assert_eq!(
+            Requirement::new("k", SelectorOperator::Gte, ["4"]),
+            Ok(Requirement::gt("k", 3))
+        );
+        assert_eq!(
+            Requirement::new("k", SelectorOperator::Lte, ["4"]),
+            Ok(Requirement::lt("k", 5))
+        );
+        assert_eq!(
+            Requirement::new("k", SelectorOperator::In, ["a"]),
+            Ok(Requirement::in_("k", ["a"]))
+        );
+        assert!(Requirement::new("k", SelectorOperator::Gte, ["x"]).is_err());
+        assert!(Requirement::new("k", SelectorOperator::Lt, ["1", "2"]).is_err());
+        let l = labels(&[("cpu", "4")]);
+        assert!(labels_satisfy(&l, &[Requirement::gte("cpu", 4)]));
+        assert!(!labels_satisfy(&l, &[Requirement::gte("cpu", 5)]));
+        assert!(labels_satisfy(&l, &[Requirement::lte("cpu", 4)]));
+        assert!(!labels_satisfy(&l, &[Requirement::lte("cpu", 3)]));
+        let merged = reqs(&[Requirement::gte("cpu", 4), Requirement::lte("cpu", 4)]);
+        assert!(merged.matches_labels(|_| Some("4")));
+        assert!(!merged.matches_labels(|_| Some("5")));
+    }
+
+    #[test]
     fn operators_round_trip() {
-        for op in [
-            Operator::In,
-            Operator::NotIn,
-            Operator::Exists,
-            Operator::DoesNotExist,
-            Operator::Gt,
-            Operator::Lt,
-        ] {
+        for op in Operator::ALL {
             assert_eq!(Operator::parse(op.as_str()), Some(op));
+            assert_eq!(op.as_str().parse::<SelectorOperator>(), Ok(op.into()));
         }
+        assert_eq!(Operator::parse("Gte"), None);
+        assert_eq!("Gte".parse::<SelectorOperator>(), Ok(SelectorOperator::Gte));
     }
 
     #[test]
@@ -219,5 +329,51 @@ mod tests {
             &l,
             &[Requirement::exists("zone"), Requirement::exists("missing")]
         ));
+    }
+
+    #[test]
+    fn same_key_requirements_are_intersected() {
+        let r = reqs(&[
+            Requirement::in_("zone", ["a", "b", "c"]),
+            Requirement::not_in("zone", ["b"]),
+            Requirement::in_("zone", ["a", "c", "d"]).with_min_values(2),
+        ]);
+        assert_eq!(r.set_of("zone"), Some(&ValueSet::in_(["a", "c"])));
+        assert_eq!(r.min_values("zone"), Some(2));
+    }
+
+    #[test]
+    fn compatible_rejects_unknown_custom_labels() {
+        let it = reqs(&[Requirement::in_(labels::ARCH, ["amd64"])]);
+        let arm = reqs(&[Requirement::in_(labels::ARCH, ["arm64"])]);
+        let pod = reqs(&[Requirement::in_("team", ["a"])]);
+        assert!(it.compatible(&pod, labels::is_well_known).is_err());
+        assert!(it.compatible(&pod, |_| true).is_ok());
+        let zone = reqs(&[Requirement::in_(labels::ZONE, ["a"])]);
+        assert!(it.compatible(&zone, labels::is_well_known).is_ok());
+        let not_gpu = reqs(&[Requirement::does_not_exist("gpu")]);
+        assert!(it.compatible(&not_gpu, labels::is_well_known).is_ok());
+        let err = it.intersects(&arm).unwrap_err();
+        assert_eq!(err.key(), labels::ARCH);
+        assert_eq!(
+            err.to_string(),
+            "requirement kubernetes.io/arch In [arm64] vs [amd64]"
+        );
+    }
+
+    #[test]
+    fn written_back_requirements_mean_the_same() {
+        let original = reqs(&[
+            Requirement::in_("zone", ["a", "b"]),
+            Requirement::not_in("zone", ["b"]),
+            Requirement::not_in("gpu", ["t4"]),
+            Requirement::gt("cpu", 2),
+            Requirement::lt("cpu", 9),
+            Requirement::exists("team"),
+            Requirement::does_not_exist("spot"),
+            Requirement::gte("gen", 3).with_min_values(2),
+        ]);
+        let again = reqs(&to_requirements(&original));
+        assert_eq!(original, again);
     }
 }

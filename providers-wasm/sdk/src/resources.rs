@@ -135,6 +135,22 @@ impl FromIterator<(String, Quantity)> for ResourceList {
     }
 }
 
+/// The entries, in name order (what the catalog builder's `*_list` methods take).
+impl<'a> IntoIterator for &'a ResourceList {
+    type Item = (&'a str, &'a Quantity);
+    type IntoIter = std::iter::Map<
+        std::collections::btree_map::Iter<'a, String, Quantity>,
+        fn((&'a String, &'a Quantity)) -> (&'a str, &'a Quantity),
+    >;
+
+    fn into_iter(self) -> Self::IntoIter {
+        fn entry<'a>((k, v): (&'a String, &'a Quantity)) -> (&'a str, &'a Quantity) {
+            (k.as_str(), v)
+        }
+        self.0.iter().map(entry as fn(_) -> _)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -208,7 +208,7 @@ mod tests {
                 .system_reserved("cpu", 100)
                 .eviction_threshold("memory", (100 << 20) * 1000);
         }
-        b.finish()
+        b.finish().into()
     }
 
     #[test]

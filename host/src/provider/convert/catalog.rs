@@ -512,15 +512,16 @@ fn check(catalog: &Catalog) -> Result<(), CatalogError> {
     Ok(())
 }
 
-/// The SDK's `CatalogBuilder`, compiled over the host's bindings, to build catalogs in tests.
+// The shared model's catalog (what the guests' `CatalogBuilder` builds, see `capstan-model`) as
+// the host's bindings of the WIT record, and the operator both ways: tests and benchmarks build
+// catalogs with the guests' builder through these.
+capstan_model::catalog_conversions!(crate::runtime::types);
+
+/// The guests' `CatalogBuilder` (the shared model's), to build catalogs in tests; `.into()` its
+/// `finish()` for the host's bindings.
 #[cfg(test)]
-#[allow(dead_code, clippy::all)]
 pub(crate) mod builder {
-    use crate::runtime::types::{
-        Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-        Operator, Span,
-    };
-    include!("../../../../providers-wasm/sdk/src/catalog/builder.rs");
+    pub(crate) use capstan_model::catalog::CatalogBuilder;
 }
 
 #[cfg(test)]

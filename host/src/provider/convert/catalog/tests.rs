@@ -18,7 +18,7 @@ fn catalog() -> Catalog {
             .kube_reserved("cpu", 100)
             .eviction_threshold("memory", 1000);
     }
-    b.finish()
+    b.finish().into()
 }
 
 fn err(c: &Catalog) -> CatalogError {

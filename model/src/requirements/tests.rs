@@ -162,3 +162,88 @@ fn from_labels_and_display() {
         _ => None,
     }));
 }
+
+/// A requirement in its Kubernetes form, for [`Requirements::from_slice`].
+struct Raw(&'static str, Operator, Vec<String>, Option<u32>);
+
+impl Selector for Raw {
+    fn key(&self) -> &str {
+        self.0
+    }
+    fn operator(&self) -> Operator {
+        self.1
+    }
+    fn values(&self) -> &[String] {
+        &self.2
+    }
+    fn min_values(&self) -> Option<u32> {
+        self.3
+    }
+}
+
+#[test]
+fn operators_round_trip() {
+    for op in Operator::ALL {
+        assert_eq!(op.as_str().parse::<Operator>(), Ok(op));
+        assert_eq!(op.to_string(), op.as_str());
+    }
+    assert!("Bogus".parse::<Operator>().is_err());
+}
+
+#[test]
+fn inclusive_bounds_are_strict_bounds_one_further_out() {
+    assert_eq!(Requirement::gte("k", 3), Requirement::gt("k", 2));
+    assert_eq!(Requirement::lte("k", 3), Requirement::lt("k", 4));
+    assert_eq!(
+        Requirement::new("k", Operator::Gte, ["3"]).unwrap(),
+        Requirement::gte("k", 3)
+    );
+}
+
+#[test]
+fn selectors_merge_per_key() {
+    let merged = Requirements::from_slice(&[
+        Raw("zone", Operator::In, vec!["a".into(), "b".into()], None),
+        Raw("zone", Operator::NotIn, vec!["b".into()], Some(1)),
+        Raw("cpu", Operator::Gte, vec!["4".into()], None),
+    ])
+    .unwrap();
+    assert_eq!(merged.set_of("zone"), Some(&ValueSet::in_(["a"])));
+    assert_eq!(merged.min_values("zone"), Some(1));
+    assert!(merged.set_of("cpu").unwrap().contains("4"));
+    assert!(!merged.set_of("cpu").unwrap().contains("3"));
+    assert_eq!(
+        merged.single_values().collect::<Vec<_>>(),
+        vec![("zone", "a")]
+    );
+    assert_eq!(merged.keys().collect::<Vec<_>>(), vec!["cpu", "zone"]);
+    let bad = Requirements::from_slice(&[Raw("cpu", Operator::Lte, vec!["x".into()], None)]);
+    assert!(matches!(bad, Err(RequirementsError::NotOneInteger { .. })));
+}
+
+fn operator() -> impl Strategy<Value = Operator> {
+    proptest::sample::select(Operator::ALL.to_vec())
+}
+
+proptest! {
+    /// One requirement checked in its Kubernetes form means what its value set means.
+    #[test]
+    fn selector_matching_agrees_with_value_sets(
+        op in operator(),
+        values in subset(),
+        label in proptest::option::of(probe()),
+    ) {
+        let values = match op {
+            Operator::Exists | Operator::DoesNotExist => Vec::new(),
+            _ => values,
+        };
+        // Kubernetes refuses `In`/`NotIn` without values (as a set, `NotIn []` reads as `Exists`).
+        prop_assume!(!(matches!(op, Operator::In | Operator::NotIn) && values.is_empty()));
+        let expected = match Requirement::new("k", op, values.clone()) {
+            Ok(r) => Requirements::new().with(r).matches_labels(|_| label.as_deref()),
+            // Malformed bounds match nothing.
+            Err(_) => false,
+        };
+        prop_assert_eq!(selector_matches(op, &values, label.as_deref()), expected);
+    }
+}

@@ -1,4 +1,4 @@
-//! Well-known Kubernetes and Karpenter label keys, taint keys and values.
+//! Well-known Kubernetes and Karpenter label keys, taint keys and values, as Karpenter spells them.
 
 /// The instance type a node runs as (`node.kubernetes.io/instance-type`).
 pub const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
@@ -12,6 +12,8 @@ pub const ARCH: &str = "kubernetes.io/arch";
 pub const OS: &str = "kubernetes.io/os";
 /// The node's hostname.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
+/// The Windows build a Windows node runs (`node.kubernetes.io/windows-build`).
+pub const WINDOWS_BUILD: &str = "node.kubernetes.io/windows-build";
 /// How the capacity was bought: [`CAPACITY_TYPE_SPOT`], [`CAPACITY_TYPE_ON_DEMAND`] or
 /// [`CAPACITY_TYPE_RESERVED`].
 pub const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
@@ -24,6 +26,8 @@ pub const INITIALIZED: &str = "karpenter.sh/initialized";
 
 /// Taint key Karpenter puts on a node at launch and removes when it registers (effect `NoExecute`).
 pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
+/// Taint key Karpenter puts on a node while it is being disrupted (effect `NoSchedule`).
+pub const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
 
 /// Spot capacity.
 pub const CAPACITY_TYPE_SPOT: &str = "spot";
@@ -56,20 +60,33 @@ pub const RESOURCE_PODS: &str = "pods";
 /// Resource name for local ephemeral storage.
 pub const RESOURCE_EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 
-/// Label keys Karpenter treats as well known: a requirement on one of these that an instance type does
-/// not define does not make the type incompatible.
+/// Label keys Karpenter treats as well known (its `WellKnownLabels`): every node carries them
+/// whether or not a pool constrains them, so a requirement on one of these that an instance type
+/// does not define does not make the type incompatible. The hostname is not one of them: it is
+/// unique per node, not a property of an instance type.
 pub const WELL_KNOWN: [&str; 8] = [
-    INSTANCE_TYPE,
+    NODE_POOL,
     ZONE,
     REGION,
+    INSTANCE_TYPE,
     ARCH,
     OS,
-    HOSTNAME,
     CAPACITY_TYPE,
-    NODE_POOL,
+    WINDOWS_BUILD,
 ];
 
 /// Whether `key` is one of [`WELL_KNOWN`].
 pub fn is_well_known(key: &str) -> bool {
     WELL_KNOWN.contains(&key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostname_is_not_well_known() {
+        assert!(is_well_known(ZONE) && is_well_known(NODE_POOL) && is_well_known(WINDOWS_BUILD));
+        assert!(!is_well_known(HOSTNAME) && !is_well_known("example.com/team"));
+    }
 }

@@ -1,12 +1,235 @@
-// `CatalogBuilder`: fills the flat WIT `catalog` record, interning every string, requirement and
-// list so each is stored once.
-//
-// This file is compiled twice: by the SDK (against wit-bindgen's types) and by the host's runtime
-// benchmark, which `include!`s it next to wasmtime-bindgen's types of the same names to time the
-// same code natively and across the wasm boundary. So it names the WIT types only by their bindgen
-// names (`Catalog`, `CatalogRequirement`, `CatalogOffering`, `CatalogOverhead`,
-// `CatalogInstanceType`, `Span`, `Amount`, `Operator`), has no `use` statements and no inner doc
-// comments, and takes everything else by its full `std::` path.
+//! The flat instance-type catalog a provider's `get-instance-types` returns, and
+//! [`CatalogBuilder`], which fills it, interning every string, requirement and list so each is
+//! stored once.
+//!
+//! The types mirror the WIT `catalog` record (`wit/provider.wit`) field for field; the guest SDK
+//! and the host convert them to and from their generated bindings by moving the lists. Building
+//! here, outside either binding, lets the host's benchmarks and tests run the very builder the
+//! guests use.
+
+use crate::quantity::Quantity;
+use crate::requirements::{Operator, Selector};
+
+/// A range of one of the catalog's lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Span {
+    /// First index.
+    pub start: u32,
+    /// Number of entries.
+    pub len: u32,
+}
+
+/// The operators the contract carries: Kubernetes' six. Karpenter v1's `Gte`/`Lte` travel as
+/// `Gt`/`Lt` one further out ([`InstanceTypeBuilder::requirement_of`] converts them).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CatalogOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+    Gt,
+    Lt,
+}
+
+impl From<CatalogOperator> for Operator {
+    fn from(operator: CatalogOperator) -> Self {
+        match operator {
+            CatalogOperator::In => Operator::In,
+            CatalogOperator::NotIn => Operator::NotIn,
+            CatalogOperator::Exists => Operator::Exists,
+            CatalogOperator::DoesNotExist => Operator::DoesNotExist,
+            CatalogOperator::Gt => Operator::Gt,
+            CatalogOperator::Lt => Operator::Lt,
+        }
+    }
+}
+
+/// A requirement: `key`, `values` (a span of [`Catalog::values`]) and `min_values`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogRequirement {
+    /// The key, an index into [`Catalog::strings`].
+    pub key: u32,
+    /// The operator.
+    pub operator: CatalogOperator,
+    /// The values, a span of [`Catalog::values`] (string indices).
+    pub values: Span,
+    /// `minValues`.
+    pub min_values: Option<u32>,
+}
+
+/// A resource amount in thousandths of its unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Amount {
+    /// The resource name, an index into [`Catalog::strings`].
+    pub name: u32,
+    /// Thousandths of the unit (`MilliValue()`).
+    pub milli_value: u64,
+}
+
+/// An offering: where and how an instance type can be bought, at what price.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogOffering {
+    /// The zone, a string index.
+    pub zone: u32,
+    /// The capacity type, a string index.
+    pub capacity_type: u32,
+    /// Price per hour.
+    pub price: f64,
+    /// Whether it can be launched now.
+    pub available: bool,
+    /// Further requirements, a span of [`Catalog::requirement_lists`].
+    pub requirements: Span,
+}
+
+/// What a node of the type reserves (spans of [`Catalog::amounts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CatalogOverhead {
+    pub kube_reserved: Span,
+    pub system_reserved: Span,
+    pub eviction_threshold: Span,
+}
+
+/// An instance type.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CatalogInstanceType {
+    /// The name, a string index.
+    pub name: u32,
+    /// Requirements every node of the type meets, a span of [`Catalog::requirement_lists`].
+    pub requirements: Span,
+    /// Offerings, a span of [`Catalog::offerings`].
+    pub offerings: Span,
+    /// Capacity, a span of [`Catalog::amounts`].
+    pub capacity: Span,
+    /// Overhead.
+    pub overhead: CatalogOverhead,
+}
+
+/// Instance types as flat tables: every string, requirement and list stored once.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Catalog {
+    pub strings: Vec<String>,
+    /// String indices, spanned by requirements.
+    pub values: Vec<u32>,
+    pub requirements: Vec<CatalogRequirement>,
+    /// Requirement indices, spanned by instance types and offerings.
+    pub requirement_lists: Vec<u32>,
+    pub amounts: Vec<Amount>,
+    pub offerings: Vec<CatalogOffering>,
+    pub instance_types: Vec<CatalogInstanceType>,
+}
+
+/// Implements the conversions between this flat catalog and a binding generator's types of the
+/// WIT `catalog` record, given the module that holds them under their WIT names (`Catalog`,
+/// `CatalogRequirement`, `CatalogOffering`, `CatalogInstanceType`, `CatalogOverhead`, `Amount`,
+/// `Span`, `Operator`): `From<catalog::Catalog>` for the binding's `Catalog` (the lists move, the
+/// small records are rebuilt) and `From` both ways between [`CatalogOperator`] and `Operator`.
+/// The guest SDK invokes it for wit-bindgen's types, the host for wasmtime's.
+///
+/// ```ignore
+/// capstan_model::catalog_conversions!(crate::runtime::types);
+/// ```
+#[macro_export]
+macro_rules! catalog_conversions {
+    ($($types:ident)::+) => {
+        impl ::core::convert::From<$crate::catalog::Catalog> for $($types)::+::Catalog {
+            fn from(c: $crate::catalog::Catalog) -> Self {
+                use $($types)::+ as wit;
+                let span = |s: $crate::catalog::Span| wit::Span {
+                    start: s.start,
+                    len: s.len,
+                };
+                wit::Catalog {
+                    strings: c.strings,
+                    values: c.values,
+                    requirements: c
+                        .requirements
+                        .into_iter()
+                        .map(|r| wit::CatalogRequirement {
+                            key: r.key,
+                            operator: r.operator.into(),
+                            values: span(r.values),
+                            min_values: r.min_values,
+                        })
+                        .collect(),
+                    requirement_lists: c.requirement_lists,
+                    amounts: c
+                        .amounts
+                        .into_iter()
+                        .map(|a| wit::Amount {
+                            name: a.name,
+                            milli_value: a.milli_value,
+                        })
+                        .collect(),
+                    offerings: c
+                        .offerings
+                        .into_iter()
+                        .map(|o| wit::CatalogOffering {
+                            zone: o.zone,
+                            capacity_type: o.capacity_type,
+                            price: o.price,
+                            available: o.available,
+                            requirements: span(o.requirements),
+                        })
+                        .collect(),
+                    instance_types: c
+                        .instance_types
+                        .into_iter()
+                        .map(|it| wit::CatalogInstanceType {
+                            name: it.name,
+                            requirements: span(it.requirements),
+                            offerings: span(it.offerings),
+                            capacity: span(it.capacity),
+                            overhead: wit::CatalogOverhead {
+                                kube_reserved: span(it.overhead.kube_reserved),
+                                system_reserved: span(it.overhead.system_reserved),
+                                eviction_threshold: span(it.overhead.eviction_threshold),
+                            },
+                        })
+                        .collect(),
+                }
+            }
+        }
+
+        impl ::core::convert::From<$crate::catalog::CatalogOperator> for $($types)::+::Operator {
+            fn from(operator: $crate::catalog::CatalogOperator) -> Self {
+                use $crate::catalog::CatalogOperator as C;
+                use $($types)::+::Operator as W;
+                match operator {
+                    C::In => W::In,
+                    C::NotIn => W::NotIn,
+                    C::Exists => W::Exists,
+                    C::DoesNotExist => W::DoesNotExist,
+                    C::Gt => W::Gt,
+                    C::Lt => W::Lt,
+                }
+            }
+        }
+
+        impl ::core::convert::From<$($types)::+::Operator> for $crate::catalog::CatalogOperator {
+            fn from(operator: $($types)::+::Operator) -> Self {
+                use $crate::catalog::CatalogOperator as C;
+                use $($types)::+::Operator as W;
+                match operator {
+                    W::In => C::In,
+                    W::NotIn => C::NotIn,
+                    W::Exists => C::Exists,
+                    W::DoesNotExist => C::DoesNotExist,
+                    W::Gt => C::Gt,
+                    W::Lt => C::Lt,
+                }
+            }
+        }
+    };
+}
+
+/// One resource of a resource list: its name and quantity.
+pub type Entry<'q> = (&'q str, &'q Quantity);
+
+/// A quantity in thousandths of its unit, as a catalog [`Amount`] holds it (negative quantities
+/// are 0, larger than `u64::MAX` saturates).
+pub fn milli_value(quantity: &Quantity) -> u64 {
+    u64::try_from(quantity.millis().max(0)).unwrap_or(u64::MAX)
+}
 
 /// A 64-bit multiplicative hash over words (FxHash's step), finished with a mixer so the high bits
 /// the table uses are well spread. Collisions are resolved by comparing entries.
@@ -36,8 +259,7 @@ impl Hash {
         for (t, b) in tail.iter_mut().zip(rest) {
             *t = *b;
         }
-        self.word(u64::from_le_bytes(tail))
-            .word(bytes.len() as u64)
+        self.word(u64::from_le_bytes(tail)).word(bytes.len() as u64)
     }
 
     fn finish(self) -> u32 {
@@ -82,7 +304,12 @@ impl Dedup {
 
     /// The id of an existing entry with this hash that `same` accepts, or `None` after registering
     /// `new_id` (which must be the next dense id) under the hash.
-    fn find_or_add(&mut self, hash: Hash, new_id: u32, mut same: impl FnMut(u32) -> bool) -> Option<u32> {
+    fn find_or_add(
+        &mut self,
+        hash: Hash,
+        new_id: u32,
+        mut same: impl FnMut(u32) -> bool,
+    ) -> Option<u32> {
         if (self.hashes.len() + 1) * 2 > self.slots.len() {
             self.resize((self.slots.len() * 2).max(16));
         }
@@ -123,20 +350,19 @@ fn slice_of<'a, T>(list: &'a [T], s: &Span) -> &'a [T] {
 
 fn same_amounts(a: &[Amount], b: &[Amount]) -> bool {
     a.len() == b.len()
-        && a
-            .iter()
+        && a.iter()
             .zip(b)
             .all(|(x, y)| x.name == y.name && x.milli_value == y.milli_value)
 }
 
-fn operator_code(operator: &Operator) -> u64 {
+fn operator_code(operator: &CatalogOperator) -> u64 {
     match operator {
-        Operator::In => 0,
-        Operator::NotIn => 1,
-        Operator::Exists => 2,
-        Operator::DoesNotExist => 3,
-        Operator::Gt => 4,
-        Operator::Lt => 5,
+        CatalogOperator::In => 0,
+        CatalogOperator::NotIn => 1,
+        CatalogOperator::Exists => 2,
+        CatalogOperator::DoesNotExist => 3,
+        CatalogOperator::Gt => 4,
+        CatalogOperator::Lt => 5,
     }
 }
 
@@ -201,10 +427,9 @@ impl CatalogBuilder {
         let hash = Hash::new().bytes(text.as_bytes());
         let strings = &self.catalog.strings;
         let id = strings.len() as u32;
-        match self
-            .strings
-            .find_or_add(hash, id, |i| strings.get(i as usize).is_some_and(|s| s == text))
-        {
+        match self.strings.find_or_add(hash, id, |i| {
+            strings.get(i as usize).is_some_and(|s| s == text)
+        }) {
             Some(existing) => existing,
             None => {
                 self.catalog.strings.push(String::from(text));
@@ -218,10 +443,11 @@ impl CatalogBuilder {
     pub fn requirement(
         &mut self,
         key: &str,
-        operator: Operator,
+        operator: impl Into<CatalogOperator>,
         values: &[&str],
         min_values: Option<u32>,
     ) -> u32 {
+        let operator = operator.into();
         let key = self.string(key);
         let mut scratch = std::mem::take(&mut self.scratch_values);
         scratch.clear();
@@ -238,10 +464,11 @@ impl CatalogBuilder {
     pub fn requirement_of_indices(
         &mut self,
         key: u32,
-        operator: Operator,
+        operator: impl Into<CatalogOperator>,
         values: &[u32],
         min_values: Option<u32>,
     ) -> u32 {
+        let operator = operator.into();
         let mut hash = Hash::new()
             .word(u64::from(key))
             .word(operator_code(&operator))
@@ -393,7 +620,7 @@ impl InstanceTypeBuilder<'_> {
     pub fn requirement(
         &mut self,
         key: &str,
-        operator: Operator,
+        operator: impl Into<CatalogOperator>,
         values: &[&str],
         min_values: Option<u32>,
     ) -> &mut Self {
@@ -404,7 +631,7 @@ impl InstanceTypeBuilder<'_> {
 
     /// Adds `key In [values]`.
     pub fn requirement_in(&mut self, key: &str, values: &[&str]) -> &mut Self {
-        self.requirement(key, Operator::In, values, Option::None)
+        self.requirement(key, CatalogOperator::In, values, None)
     }
 
     /// Adds a requirement from the catalog's table (an index [`CatalogBuilder::requirement`]
@@ -474,7 +701,7 @@ impl InstanceTypeBuilder<'_> {
     pub fn offering_requirement(
         &mut self,
         key: &str,
-        operator: Operator,
+        operator: impl Into<CatalogOperator>,
         values: &[&str],
         min_values: Option<u32>,
     ) -> &mut Self {
@@ -522,6 +749,74 @@ impl InstanceTypeBuilder<'_> {
     pub fn eviction_threshold(&mut self, name: &str, milli_value: u64) -> &mut Self {
         self.amount(EVICTION_THRESHOLD, name, milli_value)
     }
+
+    /// Adds a requirement given in its Kubernetes form (the WIT `requirement` in the guest SDK).
+    /// `Gte n`/`Lte n` become `Gt n-1`/`Lt n+1`, the form the contract carries (a bound that is
+    /// not one integer stays as written, under `Gt`/`Lt`, for the host to refuse).
+    pub fn requirement_of(&mut self, r: &impl Selector) -> &mut Self {
+        let (operator, shifted) = match r.operator() {
+            Operator::In => (CatalogOperator::In, None),
+            Operator::NotIn => (CatalogOperator::NotIn, None),
+            Operator::Exists => (CatalogOperator::Exists, None),
+            Operator::DoesNotExist => (CatalogOperator::DoesNotExist, None),
+            Operator::Gt => (CatalogOperator::Gt, None),
+            Operator::Lt => (CatalogOperator::Lt, None),
+            Operator::Gte => (CatalogOperator::Gt, Some(-1)),
+            Operator::Lte => (CatalogOperator::Lt, Some(1)),
+        };
+        let bound = match (shifted, r.values()) {
+            (Some(delta), [one]) => one
+                .parse::<i64>()
+                .ok()
+                .map(|n| n.saturating_add(delta).to_string()),
+            _ => None,
+        };
+        let values: Vec<&str> = match &bound {
+            Some(b) => vec![b.as_str()],
+            None => r.values().iter().map(String::as_str).collect(),
+        };
+        self.requirement(r.key(), operator, &values, r.min_values())
+    }
+
+    /// Adds every resource of `list` to the capacity.
+    pub fn capacity_list<'q>(&mut self, list: impl IntoIterator<Item = Entry<'q>>) -> &mut Self {
+        self.amount_list(CAPACITY, list)
+    }
+
+    /// Adds every resource of `list` to kube-reserved.
+    pub fn kube_reserved_list<'q>(
+        &mut self,
+        list: impl IntoIterator<Item = Entry<'q>>,
+    ) -> &mut Self {
+        self.amount_list(KUBE_RESERVED, list)
+    }
+
+    /// Adds every resource of `list` to system-reserved.
+    pub fn system_reserved_list<'q>(
+        &mut self,
+        list: impl IntoIterator<Item = Entry<'q>>,
+    ) -> &mut Self {
+        self.amount_list(SYSTEM_RESERVED, list)
+    }
+
+    /// Adds every resource of `list` to the eviction threshold.
+    pub fn eviction_threshold_list<'q>(
+        &mut self,
+        list: impl IntoIterator<Item = Entry<'q>>,
+    ) -> &mut Self {
+        self.amount_list(EVICTION_THRESHOLD, list)
+    }
+
+    fn amount_list<'q>(
+        &mut self,
+        which: usize,
+        list: impl IntoIterator<Item = Entry<'q>>,
+    ) -> &mut Self {
+        for (name, q) in list {
+            self.amount(which, name, milli_value(q));
+        }
+        self
+    }
 }
 
 impl Drop for InstanceTypeBuilder<'_> {
@@ -553,5 +848,80 @@ impl Drop for InstanceTypeBuilder<'_> {
                 eviction_threshold,
             },
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn colliding_hashes_are_probed() {
+        let words: Vec<String> = (0..100).map(|i| format!("w{i}")).collect();
+        let mut dedup = Dedup::default();
+        let same = Hash::new().word(42);
+        for (id, word) in words.iter().enumerate() {
+            let found = dedup.find_or_add(same, id as u32, |i| words[..id][i as usize] == *word);
+            assert_eq!(found, None);
+        }
+        for (id, word) in words.iter().enumerate() {
+            let found = dedup.find_or_add(same, 100, |i| words[i as usize] == *word);
+            assert_eq!(found, Some(id as u32));
+        }
+    }
+
+    /// What a guest writes as a WIT requirement, for [`InstanceTypeBuilder::requirement_of`].
+    struct Raw(Operator, Vec<String>);
+
+    impl Selector for Raw {
+        fn key(&self) -> &str {
+            "k"
+        }
+        fn operator(&self) -> Operator {
+            self.0
+        }
+        fn values(&self) -> &[String] {
+            &self.1
+        }
+        fn min_values(&self) -> Option<u32> {
+            None
+        }
+    }
+
+    #[test]
+    fn inclusive_bounds_are_stored_as_the_contract_carries_them() {
+        let mut b = CatalogBuilder::new();
+        b.instance_type("t")
+            .requirement_of(&Raw(Operator::Gte, vec!["4".into()]))
+            .requirement_of(&Raw(Operator::Lte, vec!["8".into()]))
+            .requirement_of(&Raw(Operator::In, vec!["a".into(), "b".into()]));
+        let c = b.finish();
+        let stored: Vec<(CatalogOperator, Vec<&str>)> = c
+            .requirements
+            .iter()
+            .map(|r| {
+                let start = r.values.start as usize;
+                let values = c.values[start..start + r.values.len as usize]
+                    .iter()
+                    .map(|&v| c.strings[v as usize].as_str())
+                    .collect();
+                (r.operator, values)
+            })
+            .collect();
+        assert_eq!(
+            stored,
+            vec![
+                (CatalogOperator::Gt, vec!["3"]),
+                (CatalogOperator::Lt, vec!["9"]),
+                (CatalogOperator::In, vec!["a", "b"]),
+            ]
+        );
+    }
+
+    #[test]
+    fn milli_values_saturate() {
+        assert_eq!(milli_value(&Quantity::from_millis(-5)), 0);
+        assert_eq!(milli_value(&Quantity::from_units(2)), 2000);
+        assert_eq!(milli_value(&Quantity::from_millis(i128::MAX)), u64::MAX);
     }
 }

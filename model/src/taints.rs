@@ -11,12 +11,25 @@ pub enum TaintEffect {
 }
 
 impl TaintEffect {
+    /// Every effect.
+    pub const ALL: [TaintEffect; 3] = [
+        TaintEffect::NoSchedule,
+        TaintEffect::PreferNoSchedule,
+        TaintEffect::NoExecute,
+    ];
+
+    /// The Kubernetes spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             TaintEffect::NoSchedule => "NoSchedule",
             TaintEffect::PreferNoSchedule => "PreferNoSchedule",
             TaintEffect::NoExecute => "NoExecute",
         }
+    }
+
+    /// Parses the Kubernetes spelling.
+    pub fn parse(text: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|e| e.as_str() == text)
     }
 }
 
@@ -97,6 +110,7 @@ impl Toleration {
     }
 
     /// Kubernetes' `ToleratesTaint`.
+    #[inline]
     pub fn tolerates(&self, taint: &Taint) -> bool {
         if self.effect.is_some_and(|e| e != taint.effect) {
             return false;
@@ -115,6 +129,7 @@ impl Toleration {
 }
 
 /// The first taint (of any effect, as Karpenter checks them) that no toleration tolerates.
+#[inline]
 pub fn first_untolerated<'a>(taints: &'a [Taint], tolerations: &[Toleration]) -> Option<&'a Taint> {
     taints
         .iter()
@@ -151,6 +166,14 @@ mod tests {
             Taint::new("a", "", TaintEffect::NoExecute).to_string(),
             "a:NoExecute"
         );
+    }
+
+    #[test]
+    fn effects_round_trip() {
+        for effect in TaintEffect::ALL {
+            assert_eq!(TaintEffect::parse(effect.as_str()), Some(effect));
+        }
+        assert_eq!(TaintEffect::parse("Nope"), None);
     }
 
     #[test]

@@ -5,6 +5,16 @@
 //! anything finer than a milli-unit up, as Kubernetes' `MilliValue` does. Formatting produces the
 //! canonical Kubernetes spelling in the notation the quantity was written in (binary suffixes stay
 //! binary, `"1.5"` becomes `"1500m"`, `"2000"` becomes `"2k"`).
+//!
+//! The scheduler works in 64-bit fixed point: [`parse_millis`] (CPU in millicores) and
+//! [`parse_units`] (bytes, pods, devices, rounded up like Kubernetes' `Value()`) give the value as
+//! an `i64`; [`format_millis`] and [`format_bytes`] write such values for people. The syntax:
+//!
+//! ```text
+//! quantity ::= [+|-] number [suffix]
+//! number   ::= digits | digits "." | digits "." digits | "." digits
+//! suffix   ::= Ki|Mi|Gi|Ti|Pi|Ei | n|u|m|k|M|G|T|P|E | (e|E) [+|-] digits
+//! ```
 
 mod format;
 mod parse;
@@ -24,15 +34,54 @@ pub enum Format {
     DecimalExponent,
 }
 
-/// A quantity that does not parse.
+/// A quantity that does not parse or does not fit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum QuantityError {
     /// Not Kubernetes quantity syntax.
-    #[error("{0:?} is not a quantity (expected e.g. \"500m\", \"2\", \"16Gi\", \"1e3\")")]
+    #[error(
+        "{0:?} is not a Kubernetes quantity (expected e.g. \"500m\", \"2\", \"16Gi\", \"1e3\")"
+    )]
     Syntax(String),
-    /// Outside what an `i128` of milli-units holds.
-    #[error("{0:?} is out of range")]
+    /// Outside what an `i128` of milli-units (or, for the `i64` functions, an `i64`) holds.
+    #[error("quantity {0:?} is out of range")]
     Overflow(String),
+}
+
+/// The value of `text` in milli-units (`"1"` is 1000, `"100m"` is 100), rounded up.
+pub fn parse_millis(text: &str) -> Result<i64, QuantityError> {
+    let millis = Quantity::parse(text)?.millis();
+    i64::try_from(millis).map_err(|_| QuantityError::Overflow(text.to_owned()))
+}
+
+/// The value of `text` in whole units (`"16Gi"` is 17179869184, `"1.5"` is 2), rounded up (away
+/// from zero) like Kubernetes' `Value()`.
+pub fn parse_units(text: &str) -> Result<i64, QuantityError> {
+    let units = Quantity::parse(text)?.value();
+    i64::try_from(units).map_err(|_| QuantityError::Overflow(text.to_owned()))
+}
+
+/// Formats whole bytes the way people read them: the largest binary suffix that divides exactly
+/// (`1Ti`, `1536Mi`), else decimal bytes.
+pub fn format_bytes(bytes: i64) -> String {
+    const SUFFIXES: [&str; 6] = ["Ei", "Pi", "Ti", "Gi", "Mi", "Ki"];
+    if bytes != 0 {
+        for (i, suffix) in SUFFIXES.iter().enumerate() {
+            let unit = 1i64 << (10 * (6 - i));
+            if bytes % unit == 0 {
+                return format!("{}{suffix}", bytes / unit);
+            }
+        }
+    }
+    bytes.to_string()
+}
+
+/// Formats millicores as Kubernetes would: whole cores when exact (`4`), else `1500m`.
+pub fn format_millis(millis: i64) -> String {
+    if millis % 1000 == 0 {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
 }
 
 /// A Kubernetes quantity, exact to the milli-unit. Equality and order compare values only.
@@ -158,12 +207,14 @@ impl fmt::Display for Quantity {
     }
 }
 
+#[cfg(feature = "serde")]
 impl serde::Serialize for Quantity {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.collect_str(self)
     }
 }
 
+#[cfg(feature = "serde")]
 impl<'de> serde::Deserialize<'de> for Quantity {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         struct Visitor;
@@ -275,6 +326,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "serde")]
     #[test]
     fn serde_accepts_strings_and_numbers() {
         let v: Vec<Quantity> = serde_json::from_str(r#"["16Gi", 4, 1.5]"#).unwrap();
@@ -282,6 +334,44 @@ mod tests {
         assert_eq!(v[1].millis(), 4000);
         assert_eq!(v[2].millis(), 1500);
         assert_eq!(serde_json::to_string(&v[0]).unwrap(), "\"16Gi\"");
+    }
+
+    #[test]
+    fn fixed_point_values() {
+        assert_eq!(parse_millis("500m").unwrap(), 500);
+        assert_eq!(parse_millis("1.5").unwrap(), 1500);
+        assert_eq!(parse_millis("1Ki").unwrap(), 1_024_000);
+        assert_eq!(parse_millis("100n").unwrap(), 1, "rounds up below a milli");
+        assert_eq!(parse_millis("1e-400").unwrap(), 1);
+        assert_eq!(parse_millis("-2").unwrap(), -2000);
+        assert_eq!(parse_units("16Gi").unwrap(), 16 << 30);
+        assert_eq!(parse_units("0.5Gi").unwrap(), 1 << 29);
+        assert_eq!(parse_units("1.001").unwrap(), 2);
+        assert_eq!(parse_units("-1.001").unwrap(), -2);
+        assert_eq!(parse_units("1Ei").unwrap(), 1 << 60);
+        assert!(matches!(
+            parse_millis("1e100"),
+            Err(QuantityError::Overflow(_))
+        ));
+        assert!(matches!(
+            parse_millis("1Ei"),
+            Err(QuantityError::Overflow(_))
+        ));
+        assert!(matches!(
+            parse_units("10Ei"),
+            Err(QuantityError::Overflow(_))
+        ));
+        assert!(matches!(parse_units("1Q"), Err(QuantityError::Syntax(_))));
+    }
+
+    #[test]
+    fn formats_for_people() {
+        assert_eq!(format_bytes(1 << 40), "1Ti");
+        assert_eq!(format_bytes(1536 << 20), "1536Mi");
+        assert_eq!(format_bytes(1000), "1000");
+        assert_eq!(format_bytes(0), "0");
+        assert_eq!(format_millis(64_000), "64");
+        assert_eq!(format_millis(1500), "1500m");
     }
 
     #[test]
@@ -352,6 +442,14 @@ mod tests {
             #[test]
             fn parse_never_panics(s in "\\PC{0,24}") {
                 let _ = Quantity::parse(&s);
+            }
+
+            #[test]
+            fn fixed_point_agrees_with_quantities(millis in -(1i128 << 70)..(1i128 << 70), format in formats()) {
+                let text = Quantity::with_format(millis, format).to_string();
+                prop_assert_eq!(parse_millis(&text).ok().map(i128::from), i64::try_from(millis).ok().map(i128::from));
+                let units = Quantity::with_format(millis, format).value();
+                prop_assert_eq!(parse_units(&text).ok().map(i128::from), i64::try_from(units).ok().map(i128::from));
             }
         }
     }

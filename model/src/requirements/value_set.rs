@@ -29,6 +29,7 @@ pub enum SetOperator {
 
 impl SetOperator {
     /// `NotIn` and `DoesNotExist` allow a node without the label.
+    #[inline]
     pub fn allows_absent(self) -> bool {
         matches!(self, SetOperator::NotIn | SetOperator::DoesNotExist)
     }
@@ -44,6 +45,7 @@ impl SetOperator {
     }
 }
 
+#[inline]
 fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
     let mut v: Vec<String> = values.into_iter().map(Into::into).collect();
     v.sort_unstable();
@@ -52,6 +54,7 @@ fn sorted(values: impl IntoIterator<Item = impl Into<String>>) -> Vec<String> {
 }
 
 /// Whether `value` parses as an integer strictly between the bounds (always true unbounded).
+#[inline]
 fn within(value: &str, greater_than: Option<i64>, less_than: Option<i64>) -> bool {
     if greater_than.is_none() && less_than.is_none() {
         return true;
@@ -63,6 +66,7 @@ fn within(value: &str, greater_than: Option<i64>, less_than: Option<i64>) -> boo
 }
 
 /// Whether no integer lies strictly between the bounds.
+#[inline]
 fn empty_range(greater_than: Option<i64>, less_than: Option<i64>) -> bool {
     match (greater_than, less_than) {
         (Some(gt), Some(lt)) => i128::from(lt) - i128::from(gt) <= 1,
@@ -72,6 +76,7 @@ fn empty_range(greater_than: Option<i64>, less_than: Option<i64>) -> bool {
 
 impl ValueSet {
     /// Any value; the label must exist (`Exists`).
+    #[inline]
     pub fn any() -> Self {
         Self {
             complement: true,
@@ -82,6 +87,7 @@ impl ValueSet {
     }
 
     /// No value: the label must be absent (`DoesNotExist`).
+    #[inline]
     pub fn none() -> Self {
         Self {
             complement: false,
@@ -92,6 +98,7 @@ impl ValueSet {
     }
 
     /// Exactly these values (`In`).
+    #[inline]
     pub fn in_(values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             values: sorted(values),
@@ -100,6 +107,7 @@ impl ValueSet {
     }
 
     /// One value (`In [value]`).
+    #[inline]
     pub fn single(value: impl Into<String>) -> Self {
         Self {
             values: vec![value.into()],
@@ -108,6 +116,7 @@ impl ValueSet {
     }
 
     /// Anything but these values, or no label at all (`NotIn`).
+    #[inline]
     pub fn not_in(values: impl IntoIterator<Item = impl Into<String>>) -> Self {
         Self {
             values: sorted(values),
@@ -132,26 +141,43 @@ impl ValueSet {
     }
 
     /// Whether this is an "everything but" set.
+    #[inline]
     pub fn is_complement(&self) -> bool {
         self.complement
     }
 
     /// The listed values: the members of a finite set, the exclusions of a complement.
+    #[inline]
     pub fn values(&self) -> &[String] {
         &self.values
     }
 
     /// The `Gt` bound.
+    #[inline]
     pub fn greater_than_bound(&self) -> Option<i64> {
         self.greater_than
     }
 
     /// The `Lt` bound.
+    #[inline]
     pub fn less_than_bound(&self) -> Option<i64> {
         self.less_than
     }
 
+    /// Both bounds: (`Gt`, `Lt`).
+    #[inline]
+    pub fn bounds(&self) -> (Option<i64>, Option<i64>) {
+        (self.greater_than, self.less_than)
+    }
+
+    /// Whether a node without the label satisfies the set (`NotIn`, `DoesNotExist`).
+    #[inline]
+    pub fn allows_absent(&self) -> bool {
+        self.operator().allows_absent()
+    }
+
     /// The operator this set reads as.
+    #[inline]
     pub fn operator(&self) -> SetOperator {
         match (self.complement, self.values.is_empty()) {
             (true, true) => SetOperator::Exists,
@@ -163,6 +189,7 @@ impl ValueSet {
 
     /// How many values the set holds; `None` when unbounded (complements are infinite: with
     /// integer bounds, `"02"` and `"2"` are different label values of the same integer).
+    #[inline]
     pub fn len(&self) -> Option<usize> {
         if self.complement {
             if empty_range(self.greater_than, self.less_than) {
@@ -177,11 +204,13 @@ impl ValueSet {
 
     /// Whether no label value satisfies the set (a node may still satisfy it by lacking the label,
     /// see [`SetOperator::allows_absent`]).
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.len() == Some(0)
     }
 
     /// Whether a node labelled `value` satisfies the set.
+    #[inline]
     pub fn contains(&self, value: &str) -> bool {
         if self.complement {
             self.values
@@ -196,6 +225,7 @@ impl ValueSet {
     }
 
     /// The values both sets allow.
+    #[inline]
     pub fn intersection(&self, other: &ValueSet) -> ValueSet {
         let greater_than = max_opt(self.greater_than, other.greater_than);
         let less_than = min_opt(self.less_than, other.less_than);
@@ -227,6 +257,7 @@ impl ValueSet {
         }
     }
 
+    #[inline]
     fn filtered(&self, keep: impl Fn(&str) -> bool) -> ValueSet {
         ValueSet {
             complement: false,
@@ -237,6 +268,7 @@ impl ValueSet {
     }
 
     /// Whether [`ValueSet::intersection`] would be non-empty, without building it.
+    #[inline]
     pub fn overlaps(&self, other: &ValueSet) -> bool {
         let greater_than = max_opt(self.greater_than, other.greater_than);
         let less_than = min_opt(self.less_than, other.less_than);
@@ -258,12 +290,14 @@ impl ValueSet {
 
     /// Karpenter's per-key compatibility: the sets overlap, or both allow the label to be absent
     /// (`NotIn`/`DoesNotExist` on both sides).
+    #[inline]
     pub fn compatible_with(&self, other: &ValueSet) -> bool {
         self.overlaps(other)
             || (self.operator().allows_absent() && other.operator().allows_absent())
     }
 
     /// Whether the set is exactly one value, and which.
+    #[inline]
     pub fn single_value(&self) -> Option<&str> {
         match (self.complement, self.values.as_slice()) {
             (false, [only]) => Some(only),
@@ -272,6 +306,7 @@ impl ValueSet {
     }
 
     /// Whether the set is `Exists` without bounds (allows every value).
+    #[inline]
     pub fn is_any(&self) -> bool {
         self.complement
             && self.values.is_empty()
@@ -280,6 +315,7 @@ impl ValueSet {
     }
 }
 
+#[inline]
 fn max_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.max(b)),
@@ -287,6 +323,7 @@ fn max_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     }
 }
 
+#[inline]
 fn min_opt(a: Option<i64>, b: Option<i64>) -> Option<i64> {
     match (a, b) {
         (Some(a), Some(b)) => Some(a.min(b)),

@@ -1,6 +1,8 @@
 //! The requirements algebra: what label values a node may carry, per key, and whether two sets of
 //! requirements can be met by one node. Karpenter's `scheduling.Requirements`, in Rust.
 //!
+//! - An [`Operator`] is a node-selector operator: Kubernetes' six and Karpenter v1's inclusive
+//!   `Gte`/`Lte` (which become `Gt`/`Lt` bounds one further out).
 //! - A [`Requirement`] is one key's [`ValueSet`] plus an optional `minValues` (how many distinct
 //!   values of the key the instance types a claim may launch must still span).
 //! - [`Requirements`] holds at most one requirement per key; adding a requirement for a key that
@@ -10,6 +12,9 @@
 //! - [`Requirements::compatible`] is Karpenter's `Compatible`: additionally, a key the incoming side
 //!   requires (`In`, `Exists`, `Gt`, `Lt`) must be known to this side, unless the caller allows it
 //!   to be undefined (well-known labels such as zone or instance type, which every node has).
+//! - [`Selector`] is a requirement as Kubernetes writes it (key, operator name or value, values,
+//!   `minValues`); [`Requirements::from_selectors`] merges a list of them and
+//!   [`selector_matches`] checks one against a label without building a set.
 
 mod value_set;
 
@@ -49,6 +54,7 @@ pub enum Operator {
 
 impl Operator {
     /// The Kubernetes spelling.
+    #[inline]
     pub fn as_str(self) -> &'static str {
         match self {
             Operator::In => "In",
@@ -62,7 +68,19 @@ impl Operator {
         }
     }
 
-    /// Parses the Kubernetes spelling.
+    /// Every operator, Kubernetes' six then Karpenter's two.
+    pub const ALL: [Operator; 8] = [
+        Operator::In,
+        Operator::NotIn,
+        Operator::Exists,
+        Operator::DoesNotExist,
+        Operator::Gt,
+        Operator::Lt,
+        Operator::Gte,
+        Operator::Lte,
+    ];
+
+    /// Parses the Kubernetes spelling (`key` only names the requirement in the error).
     pub fn parse(key: &str, text: &str) -> Result<Self, RequirementsError> {
         Ok(match text {
             "In" => Operator::In,
@@ -83,6 +101,83 @@ impl Operator {
     }
 }
 
+impl fmt::Display for Operator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Operator {
+    type Err = RequirementsError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Operator::parse("", s)
+    }
+}
+
+/// A requirement as Kubernetes writes it (`NodeSelectorRequirementWithMinValues`): a key, an
+/// operator, values and `minValues`. Implemented by each side's wire types (the WIT `requirement`
+/// in the guest SDK) so they merge into [`Requirements`] through one code path.
+pub trait Selector {
+    /// The label key.
+    fn key(&self) -> &str;
+    /// The operator.
+    fn operator(&self) -> Operator;
+    /// The values, as written.
+    fn values(&self) -> &[String];
+    /// `minValues`, if any.
+    fn min_values(&self) -> Option<u32>;
+}
+
+/// Whether a node whose label `key` is `label` (`None`: absent) meets one requirement
+/// `key <operator> values`, with Kubernetes' node-selector semantics, without building a set.
+/// `Gt`/`Lt`/`Gte`/`Lte` need a label and exactly one bound, both integers; otherwise they match
+/// nothing.
+pub fn selector_matches<S: AsRef<str>>(
+    operator: Operator,
+    values: &[S],
+    label: Option<&str>,
+) -> bool {
+    let listed = |v: &str| values.iter().any(|x| x.as_ref() == v);
+    match operator {
+        Operator::In => label.is_some_and(listed),
+        Operator::NotIn => label.is_none_or(|v| !listed(v)),
+        Operator::Exists => label.is_some(),
+        Operator::DoesNotExist => label.is_none(),
+        Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
+            let (Some(label), [bound]) = (label, values) else {
+                return false;
+            };
+            let (Ok(v), Ok(b)) = (label.parse::<i64>(), bound.as_ref().parse::<i64>()) else {
+                return false;
+            };
+            match operator {
+                Operator::Gt => v > b,
+                Operator::Lt => v < b,
+                Operator::Gte => v >= b,
+                _ => v <= b,
+            }
+        }
+    }
+}
+
+/// The one integer a `Gt`/`Lt`/`Gte`/`Lte` requirement on `key` needs.
+pub fn integer_bound(
+    key: &str,
+    operator: Operator,
+    values: &[String],
+) -> Result<i64, RequirementsError> {
+    match values {
+        [one] => one.parse::<i64>().ok(),
+        _ => None,
+    }
+    .ok_or_else(|| RequirementsError::NotOneInteger {
+        key: key.to_owned(),
+        operator: operator.as_str(),
+        values: values.to_vec(),
+    })
+}
+
 /// One key's constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Requirement {
@@ -93,6 +188,7 @@ pub struct Requirement {
 
 impl Requirement {
     /// `key` restricted to `set`.
+    #[inline]
     pub fn with_set(key: impl Into<String>, set: ValueSet) -> Self {
         Self {
             key: key.into(),
@@ -119,17 +215,7 @@ impl Requirement {
             Operator::DoesNotExist => ValueSet::none(),
             Operator::Gt | Operator::Lt | Operator::Gte | Operator::Lte => {
                 let values: Vec<String> = values.into_iter().map(Into::into).collect();
-                let bound = match values.as_slice() {
-                    [one] => one.parse::<i64>().ok(),
-                    _ => None,
-                };
-                let Some(n) = bound else {
-                    return Err(RequirementsError::NotOneInteger {
-                        key,
-                        operator: operator.as_str(),
-                        values,
-                    });
-                };
+                let n = integer_bound(&key, operator, &values)?;
                 match operator {
                     Operator::Gt => ValueSet::greater_than(n),
                     Operator::Gte => ValueSet::greater_than(n.saturating_sub(1)),
@@ -139,6 +225,13 @@ impl Requirement {
             }
         };
         Ok(Self::with_set(key, set))
+    }
+
+    /// Builds a requirement from its Kubernetes form.
+    pub fn from_selector(selector: &impl Selector) -> Result<Self, RequirementsError> {
+        let values = selector.values().iter().map(String::as_str);
+        Ok(Self::new(selector.key(), selector.operator(), values)?
+            .with_min_values(selector.min_values()))
     }
 
     /// `key In [values]`.
@@ -177,25 +270,40 @@ impl Requirement {
         Self::with_set(key, ValueSet::less_than(n))
     }
 
+    /// `key Gte n` (Karpenter v1): integers of at least `n`, i.e. `Gt n-1`.
+    pub fn gte(key: impl Into<String>, n: i64) -> Self {
+        Self::with_set(key, ValueSet::greater_than(n.saturating_sub(1)))
+    }
+
+    /// `key Lte n` (Karpenter v1): integers of at most `n`, i.e. `Lt n+1`.
+    pub fn lte(key: impl Into<String>, n: i64) -> Self {
+        Self::with_set(key, ValueSet::less_than(n.saturating_add(1)))
+    }
+
     /// Sets `minValues`.
+    #[inline]
     pub fn with_min_values(mut self, min_values: Option<u32>) -> Self {
         self.min_values = min_values;
         self
     }
 
+    #[inline]
     pub fn key(&self) -> &str {
         &self.key
     }
 
+    #[inline]
     pub fn set(&self) -> &ValueSet {
         &self.set
     }
 
+    #[inline]
     pub fn min_values(&self) -> Option<u32> {
         self.min_values
     }
 
     /// Intersects `other` (same key) into `self`; `minValues` becomes the larger of the two.
+    #[inline]
     fn narrow(&mut self, other: &Requirement) {
         self.set = self.set.intersection(&other.set);
         self.min_values = self.min_values.max(other.min_values);
@@ -246,6 +354,8 @@ impl Incompatibility<'_> {
     }
 }
 
+impl std::error::Error for Incompatibility<'_> {}
+
 impl fmt::Display for Incompatibility<'_> {
     /// `requirement kubernetes.io/arch In [arm64] vs [amd64]`,
     /// `label example.com/team does not have known values (requirement In [a])`.
@@ -290,7 +400,17 @@ impl Requirements {
         out
     }
 
+    /// Merges requirements in their Kubernetes form; fails on a malformed `Gt`/`Lt`/`Gte`/`Lte`.
+    pub fn from_slice<S: Selector>(selectors: &[S]) -> Result<Self, RequirementsError> {
+        let mut out = Self::new();
+        for s in selectors {
+            out.add(Requirement::from_selector(s)?);
+        }
+        Ok(out)
+    }
+
     /// Adds a requirement, intersecting with any existing one on the same key.
+    #[inline]
     pub fn add(&mut self, requirement: Requirement) {
         match self.position(&requirement.key) {
             Ok(i) => self.reqs[i].narrow(&requirement),
@@ -299,6 +419,7 @@ impl Requirements {
     }
 
     /// Adds a borrowed requirement (clones only when the key is new).
+    #[inline]
     pub fn add_ref(&mut self, requirement: &Requirement) {
         match self.position(&requirement.key) {
             Ok(i) => self.reqs[i].narrow(requirement),
@@ -307,6 +428,7 @@ impl Requirements {
     }
 
     /// Adds every requirement of `other`.
+    #[inline]
     pub fn merge(&mut self, other: &Requirements) {
         for r in &other.reqs {
             self.add_ref(r);
@@ -314,12 +436,14 @@ impl Requirements {
     }
 
     /// Builder form of [`Requirements::add`].
+    #[inline]
     pub fn with(mut self, requirement: Requirement) -> Self {
         self.add(requirement);
         self
     }
 
     /// Replaces the requirement on `key` with `set` (keeping `minValues`).
+    #[inline]
     pub fn set(&mut self, key: &str, set: ValueSet) {
         match self.position(key) {
             Ok(i) => self.reqs[i].set = set,
@@ -328,10 +452,12 @@ impl Requirements {
     }
 
     /// Removes the requirement on `key`.
+    #[inline]
     pub fn remove(&mut self, key: &str) -> Option<Requirement> {
         self.position(key).ok().map(|i| self.reqs.remove(i))
     }
 
+    #[inline]
     fn position(&self, key: &str) -> Result<usize, usize> {
         self.reqs.binary_search_by(|r| r.key.as_str().cmp(key))
     }
@@ -348,29 +474,53 @@ impl Requirements {
         self.get(key).map(|r| &r.set)
     }
 
+    #[inline]
     pub fn has(&self, key: &str) -> bool {
         self.position(key).is_ok()
     }
 
+    #[inline]
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &Requirement> {
         self.reqs.iter()
     }
 
+    #[inline]
     pub fn len(&self) -> usize {
         self.reqs.len()
     }
 
+    #[inline]
     pub fn is_empty(&self) -> bool {
         self.reqs.is_empty()
     }
 
+    /// The `minValues` asked for `key`.
+    #[inline]
+    pub fn min_values(&self, key: &str) -> Option<u32> {
+        self.get(key).and_then(Requirement::min_values)
+    }
+
+    /// The constrained keys, in order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.reqs.iter().map(|r| r.key.as_str())
+    }
+
+    /// Keys pinned to exactly one value (`In [v]`): labels every node meeting the set carries.
+    pub fn single_values(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.reqs
+            .iter()
+            .filter_map(|r| r.set.single_value().map(|v| (r.key.as_str(), v)))
+    }
+
     /// Whether any requirement carries `minValues`.
+    #[inline]
     pub fn has_min_values(&self) -> bool {
         self.reqs.iter().any(|r| r.min_values.is_some())
     }
 
     /// Karpenter's `Intersects`: every key both sides constrain must overlap, unless both allow
     /// the label to be absent. Returns the first conflict (in key order).
+    // Not `#[inline]`: the solver calls it inside small filter closures that must stay small.
     pub fn intersects<'a>(&'a self, incoming: &'a Requirements) -> Result<(), Incompatibility<'a>> {
         // Both sides are sorted: walk them together.
         let (mut i, mut j) = (0, 0);
@@ -446,5 +596,5 @@ impl FromIterator<Requirement> for Requirements {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(target_arch = "wasm32")))]
 mod tests;
