@@ -162,6 +162,17 @@ pub enum TaintEffect {
     NoExecute,
 }
 
+impl TaintEffect {
+    /// The effect as Kubernetes spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaintEffect::NoSchedule => "NoSchedule",
+            TaintEffect::PreferNoSchedule => "PreferNoSchedule",
+            TaintEffect::NoExecute => "NoExecute",
+        }
+    }
+}
+
 /// A node taint, as in `core/v1`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -174,6 +185,14 @@ pub struct Taint {
     pub effect: TaintEffect,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_added: Option<Time>,
+}
+
+impl Taint {
+    /// Whether the Node taint `node` is this taint (same key and effect, as Kubernetes matches
+    /// them).
+    pub fn matches(&self, node: &k8s_openapi::api::core::v1::Taint) -> bool {
+        node.key == self.key && node.effect == self.effect.as_str()
+    }
 }
 
 /// The object that holds provider-specific configuration for the nodes of a pool.

@@ -490,7 +490,7 @@ pub fn node(
     {
         if !initialized
             && (EPHEMERAL_TAINTS.contains(&t.key.as_str())
-                || startup_taints.iter().any(|s| same_taint(t, s)))
+                || startup_taints.iter().any(|s| s.matches(t)))
         {
             continue;
         }
@@ -513,19 +513,6 @@ pub fn node(
         initialized,
         name,
     })
-}
-
-/// Whether a Node taint is a claim's taint (same key and effect, as Kubernetes matches them).
-fn same_taint(node: &core::Taint, claim: &api::Taint) -> bool {
-    node.key == claim.key && api_effect(claim.effect) == node.effect
-}
-
-fn api_effect(effect: api::TaintEffect) -> &'static str {
-    match effect {
-        api::TaintEffect::NoSchedule => "NoSchedule",
-        api::TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-        api::TaintEffect::NoExecute => "NoExecute",
-    }
 }
 
 /// What a launched claim says its node will have.

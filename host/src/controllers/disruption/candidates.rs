@@ -13,11 +13,12 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::labels::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
+use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{is_true, provider_id};
 use crate::controllers::provisioner::snapshot::is_reschedulable;
+pub use crate::controllers::provisioner::snapshot::tainted_disrupted;
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
 
@@ -136,13 +137,6 @@ pub fn held(
     None
 }
 
-fn tainted_disrupted(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
-}
-
 fn ready(node: &Node) -> bool {
     node.status
         .as_ref()
@@ -243,6 +237,7 @@ pub fn eligible(machine: &Machine<'_>, pool: &NodePool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::labels::DISRUPTED_TAINT_KEY;
     use serde_json::json;
 
     fn pod(annotations: serde_json::Value, started: Option<&str>) -> Pod {

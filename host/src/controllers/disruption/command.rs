@@ -20,7 +20,7 @@ use kube::api::{Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines};
+use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines, tainted_disrupted};
 use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
 use crate::api::shared::find_condition;
@@ -36,13 +36,6 @@ use crate::state::View;
 fn parse(value: &str) -> Option<(&str, usize)> {
     let (reason, count) = value.split_once('/')?;
     Some((reason, count.parse().ok()?))
-}
-
-fn is_tainted(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
 }
 
 /// Tries to start disrupting `m` for `reason`: simulates moving its pods, and if they all fit,
@@ -161,7 +154,7 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             continue;
         }
         let Some(value) = m.claim.annotations().get(DISRUPTION_ANNOTATION) else {
-            if is_tainted(m.node) {
+            if tainted_disrupted(m.node) {
                 // A taint without a decision (the host stopped after giving one up).
                 untaint(ctx, m.node).await?;
             }
@@ -179,7 +172,7 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             .map(|c| c.as_ref())
             .collect();
         if replacements.len() < planned {
-            if is_tainted(m.node) {
+            if tainted_disrupted(m.node) {
                 give_up(ctx, m, "a replacement NodeClaim is gone").await?;
             } else if !recently_decided(m.claim) {
                 give_up(ctx, m, "its replacements were not all created").await?;
@@ -191,7 +184,7 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             give_up(ctx, m, &why).await?;
             continue;
         }
-        if !is_tainted(m.node) {
+        if !tainted_disrupted(m.node) {
             taint(ctx, m.node).await?;
             continue;
         }
@@ -284,7 +277,7 @@ async fn patch_taints(
 async fn give_up(ctx: &Context, m: &Machine<'_>, why: &str) -> Result<(), ControllerError> {
     let name = m.claim.name_any();
     tracing::warn!(nodeclaim = %name, why, "giving up a disruption");
-    if is_tainted(m.node) {
+    if tainted_disrupted(m.node) {
         untaint(ctx, m.node).await?;
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());

@@ -15,7 +15,7 @@ use crate::api::labels::{
     REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
 };
 use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
-use crate::api::{ConditionStatus, NodeClaim, Taint, TaintEffect};
+use crate::api::{ConditionStatus, NodeClaim, Taint};
 use crate::controllers::nodepool_status;
 use crate::controllers::{Context, ControllerError};
 
@@ -80,25 +80,12 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     Ok(Step::Continue)
 }
 
-fn same_taint(a: &NodeTaint, b: &Taint) -> bool {
-    a.key == b.key && a.effect == effect(b.effect)
-}
-
-fn effect(effect: TaintEffect) -> String {
-    match effect {
-        TaintEffect::NoSchedule => "NoSchedule",
-        TaintEffect::PreferNoSchedule => "PreferNoSchedule",
-        TaintEffect::NoExecute => "NoExecute",
-    }
-    .to_owned()
-}
-
 /// The Node taint of a claim taint.
 pub fn node_taint(t: &Taint) -> NodeTaint {
     NodeTaint {
         key: t.key.clone(),
         value: t.value.clone(),
-        effect: effect(t.effect),
+        effect: t.effect.as_str().to_owned(),
         time_added: None,
     }
 }
@@ -108,7 +95,7 @@ pub fn has_taint(node: &Node, taint: &Taint) -> bool {
     node.spec
         .as_ref()
         .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| same_taint(t, taint)))
+        .is_some_and(|ts| ts.iter().any(|t| taint.matches(t)))
 }
 
 async fn sync_node(ctx: &Context, claim: &NodeClaim, name: &str) -> Result<(), ControllerError> {
@@ -137,7 +124,7 @@ async fn sync_node(ctx: &Context, claim: &NodeClaim, name: &str) -> Result<(), C
         let taints = spec.taints.get_or_insert_with(Vec::new);
         if first_time {
             for t in claim.spec.taints.iter().chain(&claim.spec.startup_taints) {
-                if !taints.iter().any(|nt| same_taint(nt, t)) {
+                if !taints.iter().any(|nt| t.matches(nt)) {
                     taints.push(node_taint(t));
                 }
             }

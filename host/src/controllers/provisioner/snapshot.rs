@@ -78,13 +78,19 @@ pub fn leaving_nodes(
                     .as_ref()
                     .and_then(|s| s.provider_id.as_deref())
                     .is_some_and(|id| deleting_claims.contains(id))
-                || n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
+                || tainted_disrupted(n)
         })
         .map(|n| n.name_any())
         .collect()
+}
+
+/// Whether the node carries `karpenter.sh/disrupted` (a disruption or a termination is under
+/// way).
+pub fn tainted_disrupted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
 }
 
 /// Whether a pod bound to a leaving node needs a place elsewhere: active, not a DaemonSet's
