@@ -85,6 +85,8 @@ pub struct Settings {
     pub batch: provisioner::batcher::Windows,
     /// Told when the controllers' caches have synced (for `/readyz`).
     pub readiness: crate::serve::Readiness,
+    /// Consolidation's knobs.
+    pub consolidation: disruption::consolidation::Settings,
 }
 
 impl Default for Settings {
@@ -98,6 +100,7 @@ impl Default for Settings {
             reporter: "capstan".to_owned(),
             batch: provisioner::batcher::Windows::default(),
             readiness: crate::serve::Readiness::default(),
+            consolidation: disruption::consolidation::Settings::default(),
         }
     }
 }

@@ -25,6 +25,7 @@
 pub mod api;
 pub mod capability;
 pub mod conformance;
+pub mod consolidation;
 pub mod controllers;
 pub mod leader;
 pub mod metrics;

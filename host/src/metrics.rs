@@ -35,9 +35,15 @@ pub struct Metrics {
     garbage_collected: Family<Labels, Counter>,
     disrupted: Family<Labels, Counter>,
     disruption_decisions: Family<Labels, Counter>,
+    consolidation_savings: Family<Labels, Histogram, fn() -> Histogram>,
     provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
     provider_loads: Family<Labels, Counter>,
     provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
+}
+
+fn savings_histogram() -> Histogram {
+    // $0.001/h .. ~$65/h.
+    Histogram::new(exponential_buckets(0.001, 2.0, 17))
 }
 
 fn latency_histogram() -> Histogram {
@@ -63,6 +69,8 @@ impl Metrics {
         let garbage_collected = Family::<Labels, Counter>::default();
         let disrupted = Family::<Labels, Counter>::default();
         let disruption_decisions = Family::<Labels, Counter>::default();
+        let consolidation_savings =
+            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(savings_histogram);
         let provider_calls =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
         let provider_loads = Family::<Labels, Counter>::default();
@@ -109,6 +117,11 @@ impl Metrics {
             disruption_decisions.clone(),
         );
         registry.register(
+            "consolidation_savings_dollars_per_hour",
+            "What each consolidation decision saves, in the providers' price unit per hour, by reason",
+            consolidation_savings.clone(),
+        );
+        registry.register(
             "provider_call_duration_seconds",
             "Latency of provider calls, by provider, function and outcome",
             provider_calls.clone(),
@@ -133,6 +146,7 @@ impl Metrics {
             garbage_collected,
             disrupted,
             disruption_decisions,
+            consolidation_savings,
             provider_calls,
             provider_loads,
             provider_load_duration,
@@ -191,6 +205,14 @@ impl Metrics {
             ("reason".to_owned(), reason.to_owned()),
         ];
         self.disruption_decisions.get_or_create(&labels).inc();
+    }
+
+    /// A consolidation decision for `reason` saves `per_hour`.
+    pub fn consolidation_savings(&self, reason: &str, per_hour: f64) {
+        let labels = vec![("reason".to_owned(), reason.to_owned())];
+        self.consolidation_savings
+            .get_or_create(&labels)
+            .observe(per_hour);
     }
 
     /// A provider call took `elapsed`; `outcome` is `ok` or the error kind.

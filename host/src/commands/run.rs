@@ -95,6 +95,42 @@ pub struct RunArgs {
     /// period 2/15).
     #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
     leader_election_lease_duration: Duration,
+    /// Feature gates, as Karpenter spells them: `SpotToSpotConsolidation=true` (default false)
+    /// lets consolidation replace a spot node with a cheaper spot node.
+    #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
+    feature_gates: FeatureGates,
+    /// How long a consolidation decision waits before it is re-checked against the cluster and
+    /// carried out (Karpenter: 15 s).
+    #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
+    consolidation_validation_delay: Duration,
+}
+
+/// The feature gates `capstan run` knows.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+struct FeatureGates {
+    spot_to_spot_consolidation: bool,
+}
+
+fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
+    let mut gates = FeatureGates::default();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, value) = item
+            .split_once('=')
+            .ok_or_else(|| format!("feature gate {item:?} is not NAME=true|false"))?;
+        let value: bool = value
+            .trim()
+            .parse()
+            .map_err(|_| format!("feature gate {name}: {value:?} is not true or false"))?;
+        match name.trim() {
+            "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = value,
+            other => {
+                return Err(format!(
+                    "unknown feature gate {other:?} (known: SpotToSpotConsolidation)"
+                ));
+            }
+        }
+    }
+    Ok(gates)
 }
 
 /// Runs the controllers until they fail or the process gets SIGTERM or SIGINT.
@@ -179,6 +215,14 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
                 max: args.batch_max_duration,
             },
             readiness: readiness.clone(),
+            consolidation: controllers::disruption::consolidation::Settings {
+                options: capstan::consolidation::Options {
+                    spot_to_spot: args.feature_gates.spot_to_spot_consolidation,
+                    ..capstan::consolidation::Options::default()
+                },
+                validation_delay: args.consolidation_validation_delay,
+                ..controllers::disruption::consolidation::Settings::default()
+            },
             ..controllers::Settings::default()
         },
         providers,

@@ -24,6 +24,7 @@
 pub mod budgets;
 pub mod candidates;
 pub mod command;
+pub mod consolidation;
 pub mod drift;
 
 use std::collections::{BTreeMap, HashMap};
@@ -64,6 +65,7 @@ pub const INSTANCE_TYPE_CHECK_AGE: Duration = Duration::from_secs(10 * 60);
 struct Memory {
     /// Claim UID → (when `is-drifted` was asked, NodeClass generation then).
     asked: HashMap<String, (Instant, Option<i64>)>,
+    consolidation: consolidation::Memory,
 }
 
 /// Runs passes until the host stops.
@@ -106,7 +108,11 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
         .asked
         .retain(|uid, _| view.claims.iter().any(|c| c.uid().as_deref() == Some(uid)));
     command::progress(ctx, &view).await?;
-    start_disruptions(ctx, &view, &pools, now).await
+    if start_disruptions(ctx, &view, &pools, now).await? {
+        // The budgets just changed under this view; consolidation waits a pass.
+        return Ok(());
+    }
+    consolidation::pass(ctx, &mut memory.consolidation, &view, &pools, now).await
 }
 
 /// Writes each pool's template hash onto it when it is not there yet.
@@ -300,13 +306,14 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
     nodeclaim::delete(ctx, claim).await
 }
 
-/// Starts at most one disruption per pool, within its budget.
+/// Starts at most one disruption per pool, within its budget. Returns whether it started any.
 async fn start_disruptions(
     ctx: &Context,
     view: &View,
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
-) -> Result<(), ControllerError> {
+) -> Result<bool, ControllerError> {
+    let mut started = false;
     let all = machines(&view.claims, &view.nodes, &view.pods);
     let counts = pool_counts(&view.claims, &all);
     let mut drifted: BTreeMap<&str, Vec<&Machine<'_>>> = BTreeMap::new();
@@ -384,11 +391,12 @@ async fn start_disruptions(
                 continue;
             }
             if command::start(ctx, m, "Drifted").await? {
+                started = true;
                 break;
             }
         }
     }
-    Ok(())
+    Ok(started)
 }
 
 #[cfg(test)]

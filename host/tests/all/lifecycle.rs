@@ -197,7 +197,9 @@ pub fn node_pool_json(names: &Names, name: &str, class: &str) -> serde_json::Val
         "spec": {"template": {"spec": {
             "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": class},
             "requirements": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}],
-        }}},
+        }},
+        // Consolidation would remove nodes these tests count; its own tests turn it on.
+        "disruption": {"consolidateAfter": "Never"}},
     })
 }
 

@@ -52,6 +52,8 @@ pub(crate) fn pool_json(
     if let Some(limits) = limits {
         pool["spec"]["limits"] = limits;
     }
+    // Consolidation would remove nodes these tests count; its own tests turn it on.
+    pool["spec"]["disruption"] = json!({"consolidateAfter": "Never"});
     pool
 }
 

@@ -41,7 +41,6 @@ fn parse(value: &str) -> Option<(&str, usize)> {
 /// Tries to start disrupting `m` for `reason`: simulates moving its pods, and if they all fit,
 /// marks the claim and launches the replacements. Returns whether it started.
 pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool, ControllerError> {
-    let name = m.claim.name_any();
     let node = m.node.name_any();
     let mut snapshot = Snapshot::take(ctx);
     snapshot.leave(&node, m.claim);
@@ -87,27 +86,55 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
         .iter()
         .filter(|c| c.pods.iter().any(|i| moving.contains(&pod_key(*i))))
         .collect();
-    // 1. Decided.
+    let note = if replacements.is_empty() {
+        "its pods fit on other nodes".to_owned()
+    } else {
+        format!("launching {} replacement(s)", replacements.len())
+    };
+    launch(ctx, &[m], reason, &replacements, &note).await?;
+    Ok(true)
+}
+
+/// Starts one decided disruption of `machines` for `reason`: marks each claim (the "decided"
+/// row of the table) and creates the `replacements`, each annotated with every claim it
+/// replaces. `note` says why, for the Events.
+pub async fn launch(
+    ctx: &Context,
+    machines: &[&Machine<'_>],
+    reason: &str,
+    replacements: &[&scheduling::NewClaim],
+    note: &str,
+) -> Result<(), ControllerError> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let patch = json!({"metadata": {
-        "annotations": {DISRUPTION_ANNOTATION: format!("{reason}/{}", replacements.len())},
-        "resourceVersion": m.claim.resource_version(),
-    }});
-    let mut claim = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    nodeclaim::set(
-        &mut claim,
-        DISRUPTION_REASON,
-        ConditionStatus::True,
-        reason,
-        &format!("replacing with {} NodeClaim(s)", replacements.len()),
-    );
-    persist_status(ctx, &mut claim).await?;
+    let names: Vec<String> = machines.iter().map(|m| m.claim.name_any()).collect();
+    // 1. Decided.
+    let mut marked = Vec::with_capacity(machines.len());
+    for m in machines {
+        let patch = json!({"metadata": {
+            "annotations": {DISRUPTION_ANNOTATION: format!("{reason}/{}", replacements.len())},
+            "resourceVersion": m.claim.resource_version(),
+        }});
+        let mut claim = api
+            .patch(
+                &m.claim.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await?;
+        nodeclaim::set(
+            &mut claim,
+            DISRUPTION_REASON,
+            ConditionStatus::True,
+            reason,
+            &format!("replacing with {} NodeClaim(s)", replacements.len()),
+        );
+        persist_status(ctx, &mut claim).await?;
+        marked.push(claim);
+    }
     // 2. Launching.
-    let pools = &snapshot.pools;
+    let pools = ctx.state.view().pools;
     let mut launched = Vec::new();
-    for new in &replacements {
+    for new in replacements {
         let Some(pool) = pools.iter().find(|p| p.name_any() == new.node_pool) else {
             continue;
         };
@@ -116,11 +143,11 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
             .metadata
             .annotations
             .get_or_insert_with(Default::default);
-        annotations.insert(REPLACES.to_owned(), name.clone());
+        annotations.insert(REPLACES.to_owned(), names.join(","));
         let created = api.create(&PostParams::default(), &replacement).await?;
         launched.push(created.name_any());
     }
-    tracing::info!(nodeclaim = %name, node = %node, reason, replacements = ?launched, "disrupting");
+    tracing::info!(nodeclaims = ?names, reason, replacements = ?launched, note, "disrupting");
     ctx.metrics.disruption_decision(
         if launched.is_empty() {
             "delete"
@@ -130,19 +157,30 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
         &reason.to_lowercase(),
     );
     let note = if launched.is_empty() {
-        format!("Disrupting NodeClaim ({reason}): its pods fit on other nodes")
+        format!("Disrupting NodeClaim ({reason}): {note}")
     } else {
         format!(
-            "Disrupting NodeClaim ({reason}): launching {} replacement(s): {}",
-            launched.len(),
+            "Disrupting NodeClaim ({reason}): {note}; launching {}",
             launched.join(", ")
         )
     };
-    ctx.events
-        .normal(&claim, "DisruptionLaunching", note.clone())
-        .await;
-    ctx.events.normal(m.node, "DisruptionLaunching", note).await;
-    Ok(true)
+    for (claim, m) in marked.iter().zip(machines) {
+        ctx.events
+            .normal(claim, "DisruptionLaunching", note.clone())
+            .await;
+        ctx.events
+            .normal(m.node, "DisruptionLaunching", note.clone())
+            .await;
+    }
+    Ok(())
+}
+
+/// Whether `claim` is a replacement for the claim named `name`.
+pub fn replaces(claim: &NodeClaim, name: &str) -> bool {
+    claim
+        .annotations()
+        .get(REPLACES)
+        .is_some_and(|v| v.split(',').any(|n| n == name))
 }
 
 /// Moves every disruption under way one step (see the module's table), and removes disrupted
@@ -168,7 +206,7 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
         let replacements: Vec<&NodeClaim> = view
             .claims
             .iter()
-            .filter(|c| c.annotations().get(REPLACES) == Some(&name))
+            .filter(|c| replaces(c, &name))
             .map(|c| c.as_ref())
             .collect();
         if replacements.len() < planned {
@@ -289,7 +327,13 @@ async fn give_up(ctx: &Context, m: &Machine<'_>, why: &str) -> Result<(), Contro
         status.conditions.retain(|c| c.type_ != DISRUPTION_REASON);
     }
     persist_status(ctx, &mut claim).await?;
-    ctx.metrics.disruption_decision("rolled-back", "drifted");
+    let reason = m
+        .claim
+        .annotations()
+        .get(DISRUPTION_ANNOTATION)
+        .and_then(|v| parse(v))
+        .map_or_else(|| "unknown".to_owned(), |(r, _)| r.to_lowercase());
+    ctx.metrics.disruption_decision("rolled-back", &reason);
     ctx.events
         .warning(
             &claim,

@@ -1,0 +1,649 @@
+//! Consolidation in the disruption loop: keeps each claim's `status.lastPodEventTime` and
+//! `Consolidatable` condition, builds the [`crate::consolidation::Cluster`] from the host's
+//! caches, searches (emptiness, then multi-node, then single-node, off the async runtime), holds
+//! a decision for [`Settings::validation_delay`] and re-checks it against the cluster as it is
+//! then, and hands it to [`super::command`] to carry out.
+//!
+//! While a decision waits for validation the other disruption work (drift, expiration,
+//! disruptions under way) goes on; Karpenter blocks its whole loop for those 15 s.
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::budgets;
+use super::candidates::{Machine, eligible, held, machines, pool_counts};
+use super::command;
+use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
+use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED, LAUNCHED};
+use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
+use crate::api::shared::find_condition;
+use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
+use crate::consolidation::{
+    self, Candidate, Cluster, Command, Policy, PoolTotals, Reason, cost, price,
+};
+use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::provisioner::snapshot::Snapshot;
+use crate::controllers::{Context, ControllerError};
+use crate::scheduling::convert;
+use crate::state::View;
+
+/// Consolidation's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// The engine's knobs (spot-to-spot, multi-node size, Balanced's k).
+    pub options: consolidation::Options,
+    /// How long a decision waits before it is re-checked and carried out (Karpenter: 15 s).
+    pub validation_delay: Duration,
+    /// How long one search may run.
+    pub search_timeout: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            options: consolidation::Options::default(),
+            validation_delay: Duration::from_secs(15),
+            search_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// A search that found nothing is not repeated until the cluster changes, or this long.
+const CONSOLIDATED_FOR: Duration = Duration::from_secs(5 * 60);
+
+/// What consolidation remembers between passes (rate limits and a decision waiting for
+/// validation; nothing that a restart must keep).
+#[derive(Debug, Default)]
+pub struct Memory {
+    /// Node → fingerprint of its pods, for `lastPodEventTime`.
+    pods_seen: HashMap<String, u64>,
+    /// A decision waiting to be validated.
+    pending: Option<Pending>,
+    /// The cluster's fingerprint when a search last found nothing, and when.
+    consolidated: Option<(u64, Instant)>,
+    /// Claim → the last `Unconsolidatable` reason published for it.
+    refusals: HashMap<String, String>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    reason: Reason,
+    /// Claim names.
+    claims: Vec<String>,
+    replaces: bool,
+    due: Instant,
+}
+
+/// One consolidation step of a disruption pass.
+pub async fn pass(
+    ctx: &Context,
+    memory: &mut Memory,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+) -> Result<(), ControllerError> {
+    let touched = pod_events(ctx, memory, view).await;
+    let names: std::collections::HashSet<String> =
+        view.claims.iter().map(|c| c.name_any()).collect();
+    memory.refusals.retain(|claim, _| names.contains(claim));
+    mark_consolidatable(ctx, view, pools, now, &touched).await;
+    if let Some(pending) = &memory.pending {
+        if Instant::now() < pending.due {
+            return Ok(());
+        }
+        let Some(pending) = memory.pending.take() else {
+            return Ok(());
+        };
+        return validate_and_start(ctx, view, pools, now, pending).await;
+    }
+    let Some((mut cluster, fingerprint)) = build(ctx, view, pools, now).await else {
+        return Ok(());
+    };
+    if let Some((seen, at)) = memory.consolidated
+        && seen == fingerprint
+        && at.elapsed() < CONSOLIDATED_FOR
+    {
+        return Ok(());
+    }
+    let allowance = allowances(ctx, view, pools, now).await;
+    let timeout = ctx.settings.consolidation.search_timeout;
+    let started = Instant::now();
+    let search = tokio::task::spawn_blocking(move || {
+        let (found, refused) = search(&mut cluster, &allowance, Instant::now() + timeout);
+        (cluster, found, refused)
+    })
+    .await;
+    let Ok((cluster, found, refused)) = search else {
+        tracing::warn!("consolidation search did not finish");
+        return Ok(());
+    };
+    tracing::debug!(elapsed = ?started.elapsed(), candidates = cluster.candidates.len(), found = found.is_some(), "consolidation search");
+    for (i, why) in refused {
+        let c = &cluster.candidates[i];
+        unconsolidatable(ctx, memory, view, &c.claim, &why.to_string()).await;
+    }
+    let Some(cmd) = found else {
+        memory.consolidated = Some((fingerprint, Instant::now()));
+        return Ok(());
+    };
+    memory.consolidated = None;
+    let claims: Vec<String> = cmd
+        .candidates
+        .iter()
+        .map(|&i| cluster.candidates[i].claim.clone())
+        .collect();
+    tracing::info!(
+        reason = cmd.reason.as_str(),
+        decision = cmd.decision(),
+        nodeclaims = ?claims,
+        price_before = cmd.price_before,
+        price_after = cmd.price_after,
+        "consolidation decided; validating"
+    );
+    memory.pending = Some(Pending {
+        reason: cmd.reason,
+        claims,
+        replaces: cmd.replacement.is_some(),
+        due: Instant::now() + ctx.settings.consolidation.validation_delay,
+    });
+    Ok(())
+}
+
+/// One search, in Karpenter's order: every empty node the budgets allow; else the largest
+/// multi-node move; else the first single node that can go. Returns the decision and the
+/// candidates single-node consolidation refused, with why.
+pub fn search(
+    cluster: &mut Cluster,
+    allowance: &Allowances,
+    deadline: Instant,
+) -> (Option<Command>, Vec<(usize, consolidation::Refusal)>) {
+    let found = cluster
+        .empty(&allowance.empty)
+        .or_else(|| cluster.multi_node(&allowance.underutilized, deadline));
+    if found.is_some() {
+        return (found, Vec::new());
+    }
+    let single = cluster.single_node(&allowance.underutilized, deadline);
+    (single.command, single.refused)
+}
+
+/// Re-checks a decision against the cluster now; carries it out if it still holds.
+async fn validate_and_start(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    pending: Pending,
+) -> Result<(), ControllerError> {
+    let reason = pending.reason;
+    let label = reason.as_str().to_lowercase();
+    let Some((mut cluster, _)) = build(ctx, view, pools, now).await else {
+        return Ok(());
+    };
+    let allowances = allowances(ctx, view, pools, now).await;
+    let allowance = match reason {
+        Reason::Empty => allowances.empty,
+        Reason::Underutilized => allowances.underutilized,
+    };
+    let mut chosen = Vec::new();
+    let mut per_pool: BTreeMap<&str, usize> = BTreeMap::new();
+    for claim in &pending.claims {
+        let Some(i) = cluster.candidates.iter().position(|c| &c.claim == claim) else {
+            return reject(ctx, &label, claim, "it is no longer a candidate").await;
+        };
+        *per_pool
+            .entry(cluster.candidates[i].node_pool.as_str())
+            .or_default() += 1;
+        chosen.push(i);
+    }
+    for (pool, n) in &per_pool {
+        if allowance.get(*pool).copied().unwrap_or_default() < *n {
+            let first = &pending.claims[0];
+            return reject(
+                ctx,
+                &label,
+                first,
+                &format!("the budget of NodePool {pool} closed"),
+            )
+            .await;
+        }
+    }
+    let checked = match reason {
+        Reason::Empty => {
+            if let Some(&i) = chosen
+                .iter()
+                .find(|&&i| !cluster.candidates[i].pods.is_empty())
+            {
+                let claim = cluster.candidates[i].claim.clone();
+                return reject(ctx, &label, &claim, "pods arrived on it").await;
+            }
+            let price_before = chosen.iter().map(|&i| cluster.candidates[i].price).sum();
+            Ok(Command {
+                reason,
+                candidates: chosen.clone(),
+                replacement: None,
+                price_before,
+                price_after: 0.0,
+            })
+        }
+        Reason::Underutilized => {
+            let set = chosen.clone();
+            let search = tokio::task::spawn_blocking(move || {
+                let found = cluster.check(&set);
+                (cluster, found)
+            })
+            .await;
+            let Ok((c, found)) = search else {
+                return Ok(());
+            };
+            cluster = c;
+            found
+        }
+    };
+    let cmd = match checked {
+        Ok(cmd) if cmd.replacement.is_some() == pending.replaces => cmd,
+        Ok(_) => {
+            let first = &pending.claims[0];
+            return reject(ctx, &label, first, "the decision changed").await;
+        }
+        Err(why) => {
+            let first = &pending.claims[0];
+            return reject(ctx, &label, first, &why.to_string()).await;
+        }
+    };
+    start(ctx, view, &cluster, &cmd).await
+}
+
+async fn reject(
+    ctx: &Context,
+    reason: &str,
+    claim: &str,
+    why: &str,
+) -> Result<(), ControllerError> {
+    tracing::info!(
+        nodeclaim = claim,
+        why,
+        "consolidation decision dropped at validation"
+    );
+    ctx.metrics.disruption_decision("rejected", reason);
+    Ok(())
+}
+
+/// Carries a validated decision out through [`command::launch`].
+async fn start(
+    ctx: &Context,
+    view: &View,
+    cluster: &Cluster,
+    cmd: &Command,
+) -> Result<(), ControllerError> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let chosen: Vec<&Machine<'_>> = cmd
+        .candidates
+        .iter()
+        .filter_map(|&i| {
+            let claim = &cluster.candidates[i].claim;
+            all.iter().find(|m| &m.claim.name_any() == claim)
+        })
+        .collect();
+    if chosen.len() != cmd.candidates.len() {
+        return Ok(());
+    }
+    let reason = cmd.reason.as_str();
+    let replacements: Vec<&crate::scheduling::NewClaim> = cmd.replacement.iter().collect();
+    let note = format!(
+        "{}/{}: ${:.4}/h → ${:.4}/h (saves ${:.4}/h)",
+        reason,
+        cmd.decision(),
+        cmd.price_before,
+        cmd.price_after,
+        cmd.savings()
+    );
+    ctx.metrics.consolidation_savings(reason, cmd.savings());
+    command::launch(ctx, &chosen, reason, &replacements, &note).await
+}
+
+/// Writes `status.lastPodEventTime` on the claims whose node's pods changed since the last pass
+/// (a pod bound, or gone or finished). Returns those claims.
+async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<String> {
+    let mut by_node: HashMap<&str, Vec<&str>> = HashMap::new();
+    for pod in &view.pods {
+        let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
+            continue;
+        };
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if finished {
+            continue;
+        }
+        by_node
+            .entry(node)
+            .or_default()
+            .push(pod.metadata.uid.as_deref().unwrap_or_default());
+    }
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let mut seen = HashMap::with_capacity(all.len());
+    let mut touched = Vec::new();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    for m in &all {
+        let node = m.node.name_any();
+        let mut uids = by_node.remove(node.as_str()).unwrap_or_default();
+        uids.sort_unstable();
+        let mut hasher = DefaultHasher::new();
+        uids.hash(&mut hasher);
+        let fingerprint = hasher.finish();
+        let changed = memory
+            .pods_seen
+            .get(&node)
+            .is_some_and(|before| *before != fingerprint);
+        seen.insert(node, fingerprint);
+        if !changed || m.claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let patch = json!({"status": {"lastPodEventTime": Time(Timestamp::now())}});
+        let name = m.claim.name_any();
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => touched.push(name),
+            Err(err) => {
+                tracing::debug!(nodeclaim = %name, error = %err, "cannot write lastPodEventTime")
+            }
+        }
+    }
+    memory.pods_seen = seen;
+    touched
+}
+
+/// When the claim may be consolidated: `consolidateAfter` past the later of its initialization
+/// and its last pod event. `None` when never (`Never`, or not initialized).
+fn consolidatable_since(pool: &NodePool, claim: &NodeClaim) -> Option<Timestamp> {
+    let after = duration::parse_nillable(&pool.spec.disruption.consolidate_after).ok()??;
+    let status = claim.status.as_ref()?;
+    let initialized = find_condition(&status.conditions, INITIALIZED).filter(|c| c.is_true())?;
+    let mut since = initialized.last_transition_time.0;
+    if let Some(t) = &status.last_pod_event_time
+        && t.0 > since
+    {
+        since = t.0;
+    }
+    since
+        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(after).ok()?)
+        .ok()
+}
+
+/// Keeps each launched claim's `Consolidatable` condition true to [`consolidatable_since`].
+async fn mark_consolidatable(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    touched: &[String],
+) {
+    for claim in &view.claims {
+        if claim.metadata.deletion_timestamp.is_some() || !is_true(claim, LAUNCHED) {
+            continue;
+        }
+        let name = claim.name_any();
+        if touched.contains(&name) {
+            continue;
+        }
+        let Some(pool) = claim.labels().get(NODEPOOL).and_then(|p| pools.get(p)) else {
+            continue;
+        };
+        let want = consolidatable_since(pool, claim).is_some_and(|t| t <= now);
+        if want == is_true(claim, CONSOLIDATABLE) {
+            continue;
+        }
+        let mut claim = claim.as_ref().clone();
+        if want {
+            nodeclaim::set(
+                &mut claim,
+                CONSOLIDATABLE,
+                ConditionStatus::True,
+                "Consolidatable",
+                "",
+            );
+        } else if let Some(status) = claim.status.as_mut() {
+            status.conditions.retain(|c| c.type_ != CONSOLIDATABLE);
+        }
+        if let Err(err) = persist_status(ctx, &mut claim).await {
+            tracing::debug!(nodeclaim = %name, error = %err, "cannot write Consolidatable");
+        }
+    }
+}
+
+/// Per pool: how many more nodes may go now, as `Empty` and as `Underutilized`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Allowances {
+    pub empty: consolidation::Allowance,
+    pub underutilized: consolidation::Allowance,
+}
+
+/// The pools' allowances from their budgets and the claims disrupting now; a pool whose budget
+/// does not parse is left out, with the error.
+pub fn allowances_in(
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+) -> (Allowances, Vec<(String, budgets::BudgetError)>) {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let counts = pool_counts(&view.claims, &all);
+    let mut out = Allowances::default();
+    let mut errors = Vec::new();
+    for (name, pool) in pools {
+        let (total, disrupting) = counts.get(name).copied().unwrap_or_default();
+        for (reason, into) in [
+            (DisruptionReason::Empty, &mut out.empty),
+            (DisruptionReason::Underutilized, &mut out.underutilized),
+        ] {
+            match budgets::allowed(
+                &pool.spec.disruption.budgets,
+                reason,
+                total,
+                disrupting,
+                now,
+            ) {
+                Ok(n) => {
+                    into.insert(name.clone(), n);
+                }
+                Err(err) => errors.push((name.clone(), err)),
+            }
+        }
+    }
+    (out, errors)
+}
+
+async fn allowances(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+) -> Allowances {
+    let (allowances, errors) = allowances_in(view, pools, now);
+    for (name, err) in errors {
+        if let Some(pool) = pools.get(&name) {
+            ctx.events
+                .warning(*pool, "DisruptionBlocked", format!("invalid budget: {err}"))
+                .await;
+        }
+    }
+    allowances
+}
+
+fn policy(pool: &NodePool) -> Policy {
+    match pool.spec.disruption.consolidation_policy {
+        ConsolidationPolicy::WhenEmpty => Policy::WhenEmpty,
+        ConsolidationPolicy::WhenEmptyOrUnderutilized => Policy::WhenEmptyOrUnderutilized,
+        ConsolidationPolicy::Balanced => Policy::Balanced,
+    }
+}
+
+/// The cluster as consolidation sees it now, from the host's caches.
+async fn build(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+) -> Option<(Cluster, u64)> {
+    let snapshot = Snapshot::take(ctx);
+    let built = snapshot.input(ctx, &ctx.instance_types).await;
+    cluster_from(
+        view,
+        &snapshot,
+        built.input,
+        pools,
+        now,
+        ctx.settings.consolidation.options.clone(),
+    )
+}
+
+/// The cluster as consolidation sees it — the scheduling `input` built from `snapshot`, and the
+/// candidates: consolidatable, eligible, unheld machines of `view` whose price is known — and
+/// its fingerprint (what a search depends on). `None` when there is no candidate.
+pub fn cluster_from(
+    view: &View,
+    snapshot: &Snapshot,
+    input: crate::scheduling::SchedulingInput,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    options: consolidation::Options,
+) -> Option<(Cluster, u64)> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let consolidatable: Vec<&Machine<'_>> = all
+        .iter()
+        .filter(|m| {
+            is_true(m.claim, CONSOLIDATABLE)
+                && is_true(m.claim, INITIALIZED)
+                && m.claim
+                    .labels()
+                    .get(NODEPOOL)
+                    .and_then(|p| pools.get(p))
+                    .is_some_and(|p| eligible(m, p))
+                && held(m, &view.pdbs, now).is_none()
+        })
+        .collect();
+    if consolidatable.is_empty() {
+        return None;
+    }
+    let types_of = |pool: &str| {
+        input
+            .node_pools
+            .iter()
+            .find(|p| p.name == pool)
+            .map(|p| p.instance_types.clone())
+    };
+    let mut totals: BTreeMap<String, PoolTotals> = BTreeMap::new();
+    let mut priced: HashMap<String, f64> = HashMap::new();
+    for m in &all {
+        let Some(pool) = m.claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        let Some(price) = types_of(pool).and_then(|types| machine_price(m, &types)) else {
+            continue;
+        };
+        let entry = totals.entry(pool.clone()).or_default();
+        entry.cost += price;
+        entry.disruption_cost += cost::reschedule_cost(m.pods.iter().copied());
+        priced.insert(m.claim.name_any(), price);
+    }
+    let mut candidates = Vec::new();
+    let mut hasher = DefaultHasher::new();
+    for m in consolidatable {
+        let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        let Some(pool) = pools.get(pool_name) else {
+            continue;
+        };
+        let Some(&price) = priced.get(&m.claim.name_any()) else {
+            continue;
+        };
+        let Ok(pods) = m
+            .pods
+            .iter()
+            .map(|p| convert::pod(p, &snapshot.namespaces))
+            .collect::<Result<Vec<_>, _>>()
+        else {
+            continue;
+        };
+        let label = |key: &str| m.node.labels().get(key).cloned().unwrap_or_default();
+        let expire = duration::parse_nillable(&m.claim.spec.expire_after)
+            .ok()
+            .flatten()
+            .map(|d| d.as_millis());
+        let created = m.claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        let lifetime = cost::lifetime_remaining(created, expire, now);
+        let node = m.node.name_any();
+        (node.as_str(), m.pods.len()).hash(&mut hasher);
+        candidates.push(Candidate {
+            node,
+            claim: m.claim.name_any(),
+            node_pool: pool_name.clone(),
+            policy: policy(pool),
+            instance_type: label(INSTANCE_TYPE),
+            zone: label(ZONE),
+            capacity_type: label(CAPACITY_TYPE),
+            price,
+            pods,
+            disruption_cost: cost::disruption_cost(m.pods.iter().copied(), lifetime),
+            reschedule_cost: cost::reschedule_cost(m.pods.iter().copied()),
+        });
+    }
+    for n in &input.existing_nodes {
+        (
+            n.name.as_str(),
+            n.used.cpu_millis,
+            n.used.memory,
+            n.used.pods,
+        )
+            .hash(&mut hasher);
+    }
+    input.pods.len().hash(&mut hasher);
+    input.inflight_claims.len().hash(&mut hasher);
+    let cluster = Cluster::new(input, candidates, totals, options);
+    Some((cluster, hasher.finish()))
+}
+
+/// What a machine costs per hour, from its node's instance type, zone and capacity type.
+fn machine_price(m: &Machine<'_>, types: &[crate::scheduling::InstanceType]) -> Option<f64> {
+    let labels = m.node.labels();
+    let it = types
+        .iter()
+        .find(|t| Some(&t.name) == labels.get(INSTANCE_TYPE))?;
+    price::node_price(it, labels.get(ZONE)?, labels.get(CAPACITY_TYPE)?)
+}
+
+/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it.
+async fn unconsolidatable(ctx: &Context, memory: &mut Memory, view: &View, claim: &str, why: &str) {
+    if memory.refusals.get(claim).map(String::as_str) == Some(why) {
+        return;
+    }
+    memory.refusals.insert(claim.to_owned(), why.to_owned());
+    let Some(object) = view.claims.iter().find(|c| c.name_any() == claim) else {
+        return;
+    };
+    ctx.events
+        .normal(object.as_ref(), "Unconsolidatable", why)
+        .await;
+    let node = object
+        .status
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .and_then(|n| view.nodes.iter().find(|node| node.name_any() == n));
+    if let Some(node) = node {
+        ctx.events
+            .normal(node.as_ref(), "Unconsolidatable", why)
+            .await;
+    }
+}
