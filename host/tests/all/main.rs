@@ -14,6 +14,7 @@ mod chart;
 mod cli;
 mod clusterapi;
 mod conformance;
+mod consolidation;
 mod crd_validation;
 mod disruption;
 mod fixtures;
