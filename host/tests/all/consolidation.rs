@@ -504,9 +504,7 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
         .patch(
             &class,
             &PatchParams::default(),
-            &Patch::Merge(
-                &json!({"spec": {"parameters": types(&[("cheap-1", 0.99), ("cheap-2", 0.60)])}}),
-            ),
+            &Patch::Merge(&json!({"spec": {"parameters": parameters(true)}})),
         )
         .await
         .unwrap();
