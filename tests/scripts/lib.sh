@@ -57,6 +57,36 @@ build_providers() {
   CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" bash "$REPO_ROOT/providers-wasm/build.sh" "$CAPSTAN_WASM_DIR"
 }
 
+# The daemonless image tools, from Debian packages: umoci (writes the OCI image), runc (the image
+# test runs the image with it), and dpkg-deb/apt-get (the image's base comes from .deb files).
+ensure_image_tools() {
+  local missing=()
+  command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} from Debian packages"
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+}
+
+# Builds the host's OCI image (image/build.sh) from a release build of the host, under
+# $CAPSTAN_CACHE/image/<key> (keyed on the binary and the base's packages; cached).
+build_image() {
+  ensure_rust
+  ensure_image_tools
+  log "release build of the host"
+  (cd "$REPO_ROOT" && cargo build --release --locked -p capstan)
+  log "the host's OCI image (cached under $CAPSTAN_CACHE/image)"
+  bash "$REPO_ROOT/image/build.sh" "$CARGO_TARGET_DIR/release/capstan" >&2
+}
+
+# Packages the chart with the built image's reference and digest (needs helm, from the control plane
+# build), next to the image.
+package_chart() {
+  log "the chart, packaged for the image"
+  bash "$REPO_ROOT/image/chart.sh" "$(bash "$REPO_ROOT/tests/control-plane/cp" build)/helm" >/dev/null
+}
+
 # Builds (or finds cached) control-plane binaries.
 build_control_plane() {
   ensure_go
