@@ -63,10 +63,31 @@ ensure_image_tools() {
   local missing=()
   command -v umoci >/dev/null 2>&1 || missing+=(umoci)
   command -v runc >/dev/null 2>&1 || missing+=(runc)
+  # The image's base packages are apt's candidates: apt's lists must be there.
+  if [ ${#missing[@]} -gt 0 ] || ! apt-cache policy libc6 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+    log "apt-get update"
+    apt-get update -qq
+  fi
   if [ ${#missing[@]} -gt 0 ]; then
     log "installing ${missing[*]} from Debian packages"
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  ensure_seccomp_profile
+}
+
+# The seccomp profile CRI-O applies for `seccompProfile: RuntimeDefault` (containers/common's
+# seccomp.json, from Debian's golang-github-containers-common: unpacked, not installed) at
+# $CAPSTAN_CACHE/image/seccomp.json; the image test runs the host under it, as the chart asks.
+ensure_seccomp_profile() {
+  local out="$CAPSTAN_CACHE/image/seccomp.json" tmp
+  [ -f "$out" ] && return 0
+  log "the RuntimeDefault seccomp profile (golang-github-containers-common)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -q golang-github-containers-common 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+  dpkg-deb -x "$tmp"/golang-github-containers-common_*.deb "$tmp/x"
+  mkdir -p "$(dirname "$out")"
+  cp "$tmp/x/usr/share/containers/seccomp.json" "$out.tmp" && mv "$out.tmp" "$out"
+  rm -rf "$tmp"
 }
 
 # Builds the host's OCI image (image/build.sh) from a release build of the host, under

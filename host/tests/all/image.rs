@@ -2,7 +2,7 @@
 //! (the same user, entrypoint and environment, the base from `image/rootfs.sh`) and nothing else,
 //! and, run with `runc` as the chart's Deployment runs it (read back from the API server after
 //! `helm install` of the packaged chart: its arguments, environment, user, read-only root, dropped
-//! capabilities, volumes and memory limit; a ServiceAccount token from the TokenRequest API and the
+//! capabilities, RuntimeDefault seccomp profile, volumes and memory limit; a ServiceAccount token from the TokenRequest API and the
 //! cluster CA where the kubelet mounts them; `KUBERNETES_SERVICE_HOST`/`PORT` at the loopback API
 //! server, so the in-cluster configuration is what it uses), it takes the Lease, loads the kwok
 //! Provider from its ConfigMap, provisions pods to Running, answers `/healthz` and `/readyz`, and
@@ -47,20 +47,23 @@ pub struct BuiltImage {
     pub digest: String,
 }
 
+/// `$CAPSTAN_CACHE/image` (`CAPSTAN_CACHE` defaults to `~/.cache/capstan`, as in
+/// tests/scripts/lib.sh).
+fn image_cache() -> PathBuf {
+    std::env::var_os("CAPSTAN_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache/capstan")
+        })
+        .join("image")
+}
+
 impl BuiltImage {
-    /// `$CAPSTAN_IMAGE_DIR`, else `$CAPSTAN_CACHE/image/current` (`CAPSTAN_CACHE` defaults to
-    /// `~/.cache/capstan`, as in tests/scripts/lib.sh).
+    /// `$CAPSTAN_IMAGE_DIR`, else `$CAPSTAN_CACHE/image/current`.
     pub fn current() -> Self {
         let dir = std::env::var_os("CAPSTAN_IMAGE_DIR")
             .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let cache = std::env::var_os("CAPSTAN_CACHE")
-                    .map(PathBuf::from)
-                    .unwrap_or_else(|| {
-                        Path::new(&std::env::var_os("HOME").expect("HOME")).join(".cache/capstan")
-                    });
-                cache.join("image/current")
-            });
+            .unwrap_or_else(|| image_cache().join("current"));
         let json = dir.join("image.json");
         let text = std::fs::read_to_string(&json).unwrap_or_else(|err| {
             panic!(
@@ -410,6 +413,84 @@ fn cpu_shares(quantity: &str) -> u64 {
     (milli * 1024 / 1000).max(2)
 }
 
+/// The seccomp filter for `seccompProfile: RuntimeDefault` as CRI-O builds it: containers/common's
+/// profile (`tests/scripts/lib.sh` unpacks it from Debian's golang-github-containers-common),
+/// its rules kept or dropped by architecture and by the container's `capabilities`, in the
+/// runtime spec's form.
+fn runtime_default_seccomp(capabilities: &[String]) -> Value {
+    let path = image_cache().join("seccomp.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|err| {
+        panic!(
+            "{}: {err} (tests/scripts/lib.sh ensure_seccomp_profile; `make e2e` runs it)",
+            path.display()
+        )
+    });
+    let profile: Value = serde_json::from_str(&text).unwrap();
+    let (arch, scmp_arch) = match std::env::consts::ARCH {
+        "x86_64" => ("amd64", "SCMP_ARCH_X86_64"),
+        "aarch64" => ("arm64", "SCMP_ARCH_AARCH64"),
+        other => panic!("no seccomp architecture for {other}"),
+    };
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| s.as_str().unwrap().to_owned())
+            .collect()
+    };
+    let architectures: Vec<String> = profile["archMap"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["architecture"] == scmp_arch)
+        .flat_map(|a| {
+            std::iter::once(a["architecture"].as_str().unwrap().to_owned())
+                .chain(strings(&a["subArchitectures"]))
+        })
+        .collect();
+    let has = |cap: &String| capabilities.contains(cap);
+    let mut syscalls = Vec::new();
+    for rule in profile["syscalls"].as_array().unwrap() {
+        let (includes, excludes) = (&rule["includes"], &rule["excludes"]);
+        let arches = strings(&includes["arches"]);
+        if !arches.is_empty() && !arches.iter().any(|a| a == arch) {
+            continue;
+        }
+        if !strings(&includes["caps"]).iter().all(has) {
+            continue;
+        }
+        if strings(&excludes["arches"]).iter().any(|a| a == arch)
+            || strings(&excludes["caps"]).iter().any(has)
+        {
+            continue;
+        }
+        assert!(
+            includes["minKernel"].is_null() || includes["minKernel"] == "",
+            "minKernel rules are not handled: {rule}"
+        );
+        let mut syscall = json!({"names": rule["names"], "action": rule["action"]});
+        if let Some(errno) = rule.get("errnoRet") {
+            syscall["errnoRet"] = errno.clone();
+        }
+        let args: Vec<Value> = rule["args"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|a| json!({"index": a["index"], "value": a["value"], "valueTwo": a["valueTwo"], "op": a["op"]}))
+            .collect();
+        if !args.is_empty() {
+            syscall["args"] = json!(args);
+        }
+        syscalls.push(syscall);
+    }
+    json!({
+        "defaultAction": profile["defaultAction"],
+        "defaultErrnoRet": profile["defaultErrnoRet"],
+        "architectures": architectures,
+        "syscalls": syscalls,
+    })
+}
+
 /// Turns umoci's runtime configuration for the image (`umoci unpack`) into the one a kubelet
 /// would hand runc for `pod`'s only container, with the host's network. `volumes` maps each of
 /// the pod's volume names to a host directory; the ServiceAccount directory is mounted read-only.
@@ -487,6 +568,17 @@ fn runtime_config(
         };
         kept.extend(add.iter().cloned());
         process["capabilities"][set] = json!(kept);
+    }
+    let bounding: Vec<String> =
+        serde_json::from_value(process["capabilities"]["bounding"].clone()).unwrap();
+    let seccomp = security
+        .seccomp_profile
+        .clone()
+        .or(pod_security.seccomp_profile.clone());
+    match seccomp.as_ref().map(|p| p.type_.as_str()) {
+        Some("RuntimeDefault") => config["linux"]["seccomp"] = runtime_default_seccomp(&bounding),
+        None | Some("Unconfined") => {}
+        Some(other) => panic!("seccompProfile {other} is not run here"),
     }
 
     config["root"]["readonly"] = json!(security.read_only_root_filesystem.unwrap_or(false));
@@ -838,6 +930,7 @@ async fn the_image_runs_under_runc_as_the_chart_runs_it_and_provisions_nodes() {
     assert_eq!(proc_status(pid, "CapEff"), "0000000000000000");
     assert_eq!(proc_status(pid, "CapBnd"), "0000000000000000");
     assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
+    assert_eq!(proc_status(pid, "Seccomp"), "2", "a seccomp filter");
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     let root = mountinfo
         .lines()
