@@ -37,7 +37,10 @@ policy=$(apt-cache policy "${packages[@]}")
 pinned=()
 for pkg in "${packages[@]}"; do
   v=$(awk -v p="$pkg:" '$0 == p {found = 1; next} found && $1 == "Candidate:" {print $2; exit}' <<<"$policy")
-  [ -n "$v" ] && [ "$v" != "(none)" ] || { echo "build.sh: apt has no candidate for $pkg (run apt-get update)" >&2; exit 1; }
+  if [ -z "$v" ] || [ "$v" = "(none)" ]; then
+    echo "build.sh: apt has no candidate for $pkg (run apt-get update)" >&2
+    exit 1
+  fi
   pinned+=("$pkg=$v")
 done
 
@@ -54,6 +57,7 @@ if [ -f "$dir/image.json" ]; then
 else
   mkdir -p "$out_root"
   tmp=$(mktemp -d "$out_root/.tmp.XXXXXX")
+  chmod 0755 "$tmp"
   trap 'rm -rf "$tmp"' EXIT
 
   # The packages, kept under OUT_ROOT/debs (apt-get download fetches only what is missing there).
@@ -66,7 +70,8 @@ else
     compgen -G "$debs/${name}_${v/:/%3a}_*.deb" >/dev/null || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
-    (cd "$debs" && apt-get download -q "${missing[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+    # (Without apt's note that root downloads unsandboxed.)
+    (cd "$debs" && apt-get download -q "${missing[@]}") 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; } >&2
   fi
   sel="$tmp/debs"
   mkdir -p "$sel"
@@ -88,7 +93,7 @@ else
   fi
 
   # One layer: everything root's, but the nonroot user's home (a second archive, appended).
-  tar_flags=(--sort=name --format=posix --pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime
+  tar_flags=(--sort=name --format=posix "--pax-option=exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime"
     --mtime="@$epoch" --numeric-owner)
   tar -C "$tmp/rootfs" "${tar_flags[@]}" --owner=0 --group=0 --exclude=./home/nonroot -cf "$tmp/layer.tar" .
   tar -C "$tmp/rootfs" "${tar_flags[@]}" --owner=65532 --group=65532 --no-recursion -cf "$tmp/home.tar" ./home/nonroot

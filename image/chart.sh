@@ -16,7 +16,10 @@ json="$dir/image.json"
 [ -f "$json" ] || { echo "chart.sh: no $json (run make image)" >&2; exit 1; }
 field() { sed -n "s/^ *\"$1\": \"\(.*\)\",\{0,1\}$/\1/p" "$json"; }
 repository=$(field repository) tag=$(field tag) digest=$(field digest)
-[ -n "$repository" ] && [ -n "$tag" ] && [ -n "$digest" ] || { echo "chart.sh: $json lacks repository, tag or digest" >&2; exit 1; }
+if [ -z "$repository" ] || [ -z "$tag" ] || [ -z "$digest" ]; then
+  echo "chart.sh: $json lacks repository, tag or digest" >&2
+  exit 1
+fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

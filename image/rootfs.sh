@@ -21,7 +21,7 @@ debs=${3:-}
 if [ -z "$debs" ]; then
   debs="$work/debs"
   mkdir -p "$debs"
-  (cd "$debs" && apt-get download -q "${packages[@]}" 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+  (cd "$debs" && apt-get download -q "${packages[@]}") 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; } >&2
 fi
 
 rm -rf "$out"

@@ -83,7 +83,7 @@ ensure_seccomp_profile() {
   [ -f "$out" ] && return 0
   log "the RuntimeDefault seccomp profile (golang-github-containers-common)"
   tmp=$(mktemp -d)
-  (cd "$tmp" && apt-get download -q golang-github-containers-common 2>&1 | grep -v '^W: Download is performed unsandboxed' >&2 || true)
+  (cd "$tmp" && apt-get download -q golang-github-containers-common) 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; } >&2
   dpkg-deb -x "$tmp"/golang-github-containers-common_*.deb "$tmp/x"
   mkdir -p "$(dirname "$out")"
   cp "$tmp/x/usr/share/containers/seccomp.json" "$out.tmp" && mv "$out.tmp" "$out"

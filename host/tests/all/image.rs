@@ -200,8 +200,8 @@ fn dockerfile() -> (String, DockerfileStage) {
     let arg = |instruction: &str| -> Option<String> {
         stage
             .iter()
-            .filter_map(|l| l.strip_prefix(&format!("{instruction} ")))
-            .last()
+            .rev()
+            .find_map(|l| l.strip_prefix(&format!("{instruction} ")))
             .map(|v| v.trim().to_owned())
     };
     let env = stage
@@ -758,6 +758,23 @@ fn proc_status(pid: u32, key: &str) -> String {
         .join(" ")
 }
 
+/// The memory cgroup in a `/proc/<pid>/cgroup` file: cgroup v1's memory hierarchy, else v2's.
+fn memory_cgroup(file: &str) -> String {
+    let text = std::fs::read_to_string(file).unwrap();
+    let path = |controllers: &str| {
+        text.lines().find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, names, path) = (parts.next()?, parts.next()?, parts.next()?);
+            (names.split(',').any(|n| n == controllers)
+                || (controllers.is_empty() && names.is_empty()))
+            .then(|| path.to_owned())
+        })
+    };
+    path("memory")
+        .or_else(|| path(""))
+        .expect("a memory cgroup")
+}
+
 /// A token for the ServiceAccount, from the TokenRequest API (as the kubelet gets one).
 async fn service_account_token(client: &Client, namespace: &str, name: &str) -> String {
     let request = TokenRequest {
@@ -931,6 +948,31 @@ async fn the_image_runs_under_runc_as_the_chart_runs_it_and_provisions_nodes() {
     assert_eq!(proc_status(pid, "CapBnd"), "0000000000000000");
     assert_eq!(proc_status(pid, "NoNewPrivs"), "1");
     assert_eq!(proc_status(pid, "Seccomp"), "2", "a seccomp filter");
+    // Its cgroup is below the test's own, with the chart's memory limit.
+    let (own, theirs) = (
+        memory_cgroup("/proc/self/cgroup"),
+        memory_cgroup(&format!("/proc/{pid}/cgroup")),
+    );
+    let name = format!("capstan-test-{release}");
+    assert_eq!(
+        theirs,
+        Path::new(&own).join(&name).to_str().unwrap(),
+        "the container's memory cgroup"
+    );
+    let limit = ["memory/", "unified/", ""]
+        .iter()
+        .map(|root| {
+            let dir = format!("/sys/fs/cgroup/{root}{}", theirs.trim_start_matches('/'));
+            std::fs::read_to_string(format!("{dir}/memory.limit_in_bytes"))
+                .or_else(|_| std::fs::read_to_string(format!("{dir}/memory.max")))
+        })
+        .find_map(Result::ok)
+        .expect("the container's memory limit file");
+    assert_eq!(
+        limit.trim(),
+        (1i64 << 30).to_string(),
+        "the chart's 1Gi limit"
+    );
     let mountinfo = std::fs::read_to_string(format!("/proc/{pid}/mountinfo")).unwrap();
     let root = mountinfo
         .lines()
