@@ -64,7 +64,9 @@ ensure_image_tools() {
   command -v umoci >/dev/null 2>&1 || missing+=(umoci)
   command -v runc >/dev/null 2>&1 || missing+=(runc)
   # The image's base packages are apt's candidates: apt's lists must be there.
-  if [ ${#missing[@]} -gt 0 ] || ! apt-cache policy libc6 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+  local policy
+  policy=$(apt-cache policy libc6 2>/dev/null || true)
+  if [ ${#missing[@]} -gt 0 ] || ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
     log "apt-get update"
     apt-get update -qq
   fi
