@@ -476,7 +476,14 @@ fn runtime_default_seccomp(capabilities: &[String]) -> Value {
             .as_array()
             .into_iter()
             .flatten()
-            .map(|a| json!({"index": a["index"], "value": a["value"], "valueTwo": a["valueTwo"], "op": a["op"]}))
+            .map(|a| {
+                json!({
+                    "index": a["index"],
+                    "value": a["value"],
+                    "valueTwo": a["valueTwo"],
+                    "op": a["op"],
+                })
+            })
             .collect();
         if !args.is_empty() {
             syscall["args"] = json!(args);
