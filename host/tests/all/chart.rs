@@ -13,7 +13,7 @@ use capstan::api::NodeClaim;
 use capstan_test_support::{ControlPlane, bin_dir, parse_yaml, repo_root, unique_name, wait_until};
 use kube::api::{DeleteParams, DynamicObject};
 use kube::config::Kubeconfig;
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use crate::fixtures::providers_dir;
 use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
@@ -397,6 +397,36 @@ pub(crate) fn install_package(
     provider
 }
 
+/// Deletes `made` and waits until the host has terminated every claim of `names`' run (drained,
+/// the Node and the instance deleted, the finalizer dropped).
+pub(crate) async fn terminate(
+    client: &Client,
+    names: &Names,
+    made: &[NodeClaim],
+) -> capstan_test_support::Result<()> {
+    let api = Api::<NodeClaim>::all(client.clone());
+    for claim in made {
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "NodeClaims terminated",
+        || async { Ok::<_, kube::Error>(claims(client, names).await.is_empty().then_some(())) },
+    )
+    .await
+}
+
+/// Panics, with `tail()`, if the host's log shows the API server refused it anything.
+pub(crate) fn assert_nothing_forbidden(log: &str, tail: impl FnOnce() -> String) {
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        tail()
+    );
+}
+
 /// `helm uninstall`.
 pub(crate) fn uninstall(cp: &ControlPlane, release: &str, release_ns: &str) {
     let mut uninstall = helm(Some(cp.kubeconfig_path()));
@@ -470,33 +500,12 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     assert!(!made.is_empty());
     let (status, report) = http_get(&host.probe_address().unwrap(), "/readyz").await;
     assert_eq!(status, 200, "{report}");
-    let log = host.log();
-    assert!(
-        !log.to_lowercase().contains("forbidden"),
-        "the chart's RBAC refused something:\n{}",
-        host.log_tail()
-    );
+    assert_nothing_forbidden(&host.log(), || host.log_tail());
     // Termination too: drain (evictions), delete the Node, delete the instance, drop the
     // finalizer.
-    let api = Api::<NodeClaim>::all(client.clone());
-    for claim in &made {
-        api.delete(&claim.name_any(), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    let gone = wait_until(
-        Duration::from_secs(120),
-        "NodeClaims terminated",
-        || async { Ok::<_, kube::Error>(claims(&client, &names).await.is_empty().then_some(())) },
-    )
-    .await;
+    let gone = terminate(&client, &names, &made).await;
     assert!(gone.is_ok(), "{gone:?}\n{}", host.log_tail());
-    let log = host.log();
-    assert!(
-        !log.to_lowercase().contains("forbidden"),
-        "the chart's RBAC refused something:\n{}",
-        host.log_tail()
-    );
+    assert_nothing_forbidden(&host.log(), || host.log_tail());
     println!(
         "chart RBAC: kwok loaded from the chart's Provider; {} NodeClaim(s) for 3 pods, then \
          terminated, with the ServiceAccount of \

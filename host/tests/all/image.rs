@@ -19,17 +19,16 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use capstan::api::NodeClaim;
 use capstan_test_support::{ControlPlane, repo_root, unique_name, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, ServiceAccount};
-use kube::api::{DeleteParams, ListParams, PostParams};
+use kube::api::{ListParams, PostParams};
 use kube::config::Kubeconfig;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client};
 use serde_json::{Value, json};
 
-use crate::chart::{install_package, uninstall};
+use crate::chart::{assert_nothing_forbidden, install_package, terminate, uninstall};
 use crate::leader_election::{holder, http_get, kwok_pool, nodepool_pods};
 use crate::lifecycle::{Names, cluster};
 use crate::provisioner::{claims, namespace, teardown};
@@ -1030,26 +1029,10 @@ async fn the_image_runs_under_runc_as_the_chart_runs_it_and_provisions_nodes() {
 
     // Termination too (drain, delete the Node and the instance), then the rest of the test's
     // objects while the host still runs.
-    let api = Api::<NodeClaim>::all(client.clone());
-    for claim in &made {
-        api.delete(&claim.name_any(), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    let gone = wait_until(
-        Duration::from_secs(120),
-        "NodeClaims terminated",
-        || async { Ok::<_, kube::Error>(claims(&client, &names).await.is_empty().then_some(())) },
-    )
-    .await;
+    let gone = terminate(&client, &names, &made).await;
     assert!(gone.is_ok(), "{gone:?}\n{}", container.log_tail());
     teardown(&client, &names, &ns).await;
-    let log = container.log();
-    assert!(
-        !log.to_lowercase().contains("forbidden"),
-        "the chart's RBAC refused something:\n{}",
-        container.log_tail()
-    );
+    assert_nothing_forbidden(&container.log(), || container.log_tail());
 
     // SIGTERM, what the kubelet sends first: the host, PID 1 of its PID namespace, releases the
     // Lease and exits 0.
