@@ -19,6 +19,7 @@ mod crd_validation;
 mod disruption;
 mod fixtures;
 mod grants;
+mod image;
 mod leader_election;
 mod lifecycle;
 mod providers;
