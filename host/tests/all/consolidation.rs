@@ -249,7 +249,8 @@ async fn empty_nodes_go_after_consolidate_after_and_never_keeps_them() {
 }
 
 /// Two half-empty nodes become one (delete), then a node with little left on it is replaced
-/// by a cheaper type (replace).
+/// by a cheaper type (replace). `consolidateAfter` outlasts the moment a resized pod's node is
+/// empty (`Recreate`), so the node is not taken as empty in between.
 #[tokio::test]
 async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
     let (cp, client) = cluster().await;
@@ -274,7 +275,7 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
         &names,
         (&p, &class),
         on_demand(),
-        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "15s",
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
@@ -369,7 +370,7 @@ async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_
         &names,
         (&p, &class),
         json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]),
-        json!({"consolidateAfter": "5s", "budgets": [{"nodes": "100%"}]}),
+        json!({"consolidateAfter": "20s", "budgets": [{"nodes": "100%"}]}),
     )
     .await;
     let ns = namespace(cp, "spot").await;
@@ -465,7 +466,7 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
         &names,
         (&p, &class),
         on_demand(),
-        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "5s",
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "20s",
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
