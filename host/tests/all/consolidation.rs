@@ -20,12 +20,41 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::disruption::{GROUP, pods, pool_nodes, running, wait_running};
-use crate::lifecycle::{Host, Names, RUN_LABEL, cluster, events, node_class, node_pool};
+use crate::disruption::{App, GROUP, deployment, pods, pool_nodes, running, wait_running};
+use crate::lifecycle::{self, Host, Names, cluster, events, node_class, node_pool};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::pool_json;
 
 const VALIDATION: [&str; 2] = ["--consolidation-validation-delay", "2s"];
+
+/// What [`scene`] started: a host, a kwok NodeClass and a namespace.
+struct Scene {
+    cp: &'static capstan_test_support::ControlPlane,
+    client: Client,
+    names: Names,
+    host: Host,
+    class: String,
+    ns: String,
+}
+
+/// A host with `flags` (and the short validation delay), a kwok NodeClass with `parameters` and
+/// a namespace, all named after `prefix`.
+async fn scene(prefix: &str, flags: &[&str], parameters: serde_json::Value) -> Scene {
+    let (cp, client) = cluster().await;
+    let names = Names::new(prefix);
+    let host = Host::start(cp, &names, &[flags, &VALIDATION[..]].concat());
+    let class = names.name("nc");
+    node_class(&client, &names, &class, "kwok", parameters).await;
+    let ns = namespace(cp, prefix).await;
+    Scene {
+        cp,
+        client,
+        names,
+        host,
+        class,
+        ns,
+    }
+}
 
 /// A pool of class `class` labelled `GROUP: name`, with these extra requirements and
 /// `disruption`.
@@ -66,27 +95,22 @@ async fn app(
     replicas: i32,
     cpu: &str,
 ) {
-    let d: Deployment = serde_json::from_value(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "labels": {RUN_LABEL: names.run}},
-        "spec": {
-            "replicas": replicas,
-            "strategy": {"type": "Recreate"},
-            "selector": {"matchLabels": {"app": name}},
-            "template": {
-                "metadata": {"labels": {"app": name, RUN_LABEL: names.run}},
-                "spec": {
-                    "nodeSelector": {GROUP: pool},
-                    "terminationGracePeriodSeconds": 0,
-                    "containers": [{"name": "app", "image": "fake",
-                                    "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
-                },
-            },
-        },
-    }))
-    .unwrap();
+    let app = App {
+        name,
+        replicas,
+        cpu,
+        node_selector: json!({GROUP: pool}),
+        annotations: json!({}),
+    };
+    deployment(client, names, ns, app).await;
     Api::<Deployment>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &d)
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                &json!({"spec": {"strategy": {"type": "Recreate", "rollingUpdate": null}}}),
+            ),
+        )
         .await
         .unwrap();
 }
@@ -132,14 +156,9 @@ async fn wait_nodes(
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()))
 }
 
+/// The status of the claim's condition `type_`.
 fn condition(claim: &NodeClaim, type_: &str) -> Option<String> {
-    claim
-        .status
-        .as_ref()?
-        .conditions
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| format!("{:?}", c.status))
+    lifecycle::condition(claim, type_).map(|(status, _)| status)
 }
 
 async fn claim_of_pool<'a>(claims: &'a [NodeClaim], pool: &str) -> Vec<&'a NodeClaim> {
@@ -153,15 +172,19 @@ async fn claim_of_pool<'a>(claims: &'a [NodeClaim], pool: &str) -> Vec<&'a NodeC
 /// `Never` keeps its empty node, and a node annotated do-not-disrupt stays.
 #[tokio::test]
 async fn empty_nodes_go_after_consolidate_after_and_never_keeps_them() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("empty");
-    let host = Host::start(
-        cp,
-        &names,
-        &[&["--batch-idle-duration", "500ms"][..], &VALIDATION].concat(),
-    );
-    let class = names.name("nc");
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
+    let Scene {
+        client,
+        names,
+        host,
+        class,
+        ns,
+        ..
+    } = scene(
+        "empty",
+        &["--batch-idle-duration", "500ms"],
+        json!({"maxCpu": 2}),
+    )
+    .await;
     let (a, b) = (names.name("when-empty"), names.name("never"));
     let budget = json!([{"nodes": "100%"}]);
     pool(
@@ -180,7 +203,6 @@ async fn empty_nodes_go_after_consolidate_after_and_never_keeps_them() {
         json!({"consolidateAfter": "Never", "budgets": budget}),
     )
     .await;
-    let ns = namespace(cp, "empty").await;
     app(&client, &names, &ns, ("a", &a), 3, "1500m").await;
     app(&client, &names, &ns, ("b", &b), 1, "1500m").await;
     wait_running(&client, &host, &ns, 4, Duration::from_secs(300)).await;
@@ -253,19 +275,16 @@ async fn empty_nodes_go_after_consolidate_after_and_never_keeps_them() {
 /// empty (`Recreate`), so the node is not taken as empty in between.
 #[tokio::test]
 async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("underused");
-    let host = Host::start(
-        cp,
-        &names,
-        &[&["--batch-idle-duration", "500ms"][..], &VALIDATION].concat(),
-    );
-    let class = names.name("nc");
-    node_class(
-        &client,
-        &names,
-        &class,
-        "kwok",
+    let Scene {
+        client,
+        names,
+        host,
+        class,
+        ns,
+        ..
+    } = scene(
+        "underused",
+        &["--batch-idle-duration", "500ms"],
         json!({"families": ["c"], "maxCpu": 8}),
     )
     .await;
@@ -279,7 +298,6 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
-    let ns = namespace(cp, "underused").await;
     app(&client, &names, &ns, ("first", &p), 2, "1500m").await;
     wait_running(&client, &host, &ns, 2, Duration::from_secs(300)).await;
     app(&client, &names, &ns, ("second", &p), 2, "1500m").await;
@@ -348,19 +366,16 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
 /// than 15 cheaper spot types could hold its pods.
 #[tokio::test]
 async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_types() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("spot");
-    let host = Host::start(
+    let Scene {
         cp,
-        &names,
-        &[&["--batch-idle-duration", "500ms"][..], &VALIDATION].concat(),
-    );
-    let class = names.name("nc");
-    node_class(
-        &client,
-        &names,
-        &class,
-        "kwok",
+        client,
+        names,
+        host,
+        class,
+        ns,
+    } = scene(
+        "spot",
+        &["--batch-idle-duration", "500ms"],
         json!({"families": ["c"], "maxCpu": 8}),
     )
     .await;
@@ -373,7 +388,6 @@ async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_
         json!({"consolidateAfter": "20s", "budgets": [{"nodes": "100%"}]}),
     )
     .await;
-    let ns = namespace(cp, "spot").await;
     app(&client, &names, &ns, ("app", &p), 1, "3").await;
     wait_running(&client, &host, &ns, 1, Duration::from_secs(300)).await;
     resize(&client, &ns, "app", "500m").await;
@@ -429,14 +443,6 @@ async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_
 /// cheaper is offered, it is made.
 #[tokio::test]
 async fn balanced_replaces_for_forty_percent_not_for_one() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("balanced");
-    let host = Host::start(
-        cp,
-        &names,
-        &[&["--batch-idle-duration", "500ms"][..], &VALIDATION].concat(),
-    );
-    let class = names.name("nc");
     // cheap-2 is unavailable at first; making it available later changes no node-shaping
     // parameter (no drift), only what consolidation may buy.
     let parameters = |cheap_2_available: bool| {
@@ -459,7 +465,19 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
             "unavailableOfferings": unavailable,
         })
     };
-    node_class(&client, &names, &class, "kwok", parameters(false)).await;
+    let Scene {
+        client,
+        names,
+        host,
+        class,
+        ns,
+        ..
+    } = scene(
+        "balanced",
+        &["--batch-idle-duration", "500ms"],
+        parameters(false),
+    )
+    .await;
     let p = names.name("pool");
     pool(
         &client,
@@ -470,7 +488,6 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
-    let ns = namespace(cp, "balanced").await;
     app(&client, &names, &ns, ("busy", &p), 5, "700m").await;
     wait_running(&client, &host, &ns, 5, Duration::from_secs(300)).await;
     app(&client, &names, &ns, ("light", &p), 1, "3").await;
@@ -584,15 +601,19 @@ async fn a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_do
         ("l", "1"),
         ("xl", "2"),
     ];
-    let (cp, client) = cluster().await;
-    let names = Names::new("scaledown");
-    let host = Host::start(
-        cp,
-        &names,
-        &[&["--batch-idle-duration", "1s"][..], &VALIDATION].concat(),
-    );
-    let class = names.name("nc");
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 32})).await;
+    let Scene {
+        client,
+        names,
+        host,
+        class,
+        ns,
+        ..
+    } = scene(
+        "scaledown",
+        &["--batch-idle-duration", "1s"],
+        json!({"maxCpu": 32}),
+    )
+    .await;
     let (a, fresh) = (names.name("pool"), names.name("fresh"));
     pool(
         &client,
@@ -603,7 +624,6 @@ async fn a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_do
                "budgets": [{"nodes": "10%"}]}),
     )
     .await;
-    let ns = namespace(cp, "scaledown").await;
     for (name, cpu) in SIZES {
         app(&client, &names, &ns, (name, &a), 200, cpu).await;
     }
