@@ -1,0 +1,408 @@
+//! `capstan simulate` on dumps of the real control plane (made with its `kubectl`), checked
+//! against what `capstan run` then does on the same cluster: the NodeClaims it creates for
+//! pending pods, and the node consolidation removes.
+//!
+//! As elsewhere, the test's pods carry its run label and select its pool, and both the host and
+//! the simulation run with the test's `--selector`, so concurrent tests do not interfere.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use capstan::api::{NodeClaim, NodePool};
+use capstan::controllers::provisioner::PRICE_ANNOTATION;
+use capstan_test_support::{ControlPlane, wait_until};
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::fixtures::providers_dir;
+use crate::lifecycle::{Host, Names, cluster, node_class, node_pool, node_pool_json};
+use crate::provisioner::{claims, namespace, teardown};
+use crate::provisioner_e2e::{Pods, wait_running};
+
+const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
+
+/// A claim as compared: pool, $/h, instance types and pod names, sorted.
+type Planned = (String, String, Vec<String>, Vec<String>);
+
+/// Dumps the cluster as the docs say: the List of workload kinds as JSON, and the NodeClasses and
+/// namespaces as YAML in a second file. Returns the files.
+fn dump(cp: &ControlPlane, names: &Names, tag: &str) -> Vec<PathBuf> {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut files = Vec::new();
+    for (i, (kinds, format, ext)) in [
+        (
+            "nodes,pods,nodepools,nodeclaims,daemonsets,pdb",
+            "json",
+            "json",
+        ),
+        ("nodeclasses,namespaces", "yaml", "yaml"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let out = cp
+            .kubectl()
+            .args(["get", kinds, "-A", "-o", format])
+            .output()
+            .expect("run kubectl");
+        assert!(
+            out.status.success(),
+            "kubectl get {kinds}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = dir.join(format!("{}-{tag}-{i}.{ext}", names.run));
+        std::fs::write(&path, &out.stdout).unwrap();
+        files.push(path);
+    }
+    files
+}
+
+/// Runs `capstan simulate` with kwok on `files` (JSON output); also checks the table renders.
+fn simulate(names: &Names, files: &[PathBuf]) -> serde_json::Value {
+    let run = |output: &str| {
+        let started = Instant::now();
+        let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .arg("simulate")
+            .arg("--provider")
+            .arg(format!(
+                "kwok={}",
+                providers_dir().join("kwok.wasm").display()
+            ))
+            .arg("--selector")
+            .arg(names.selector())
+            .arg("--cache-dir")
+            .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("components"))
+            .args(["--output", output])
+            .args(files)
+            .output()
+            .expect("run capstan simulate");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "capstan simulate failed: {stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        println!("capstan simulate -o {output} took {:?}", started.elapsed());
+        stdout
+    };
+    let table = run("table");
+    println!("{table}");
+    assert!(table.contains("Provisioning: "), "{table}");
+    assert!(table.contains("after consolidation"), "{table}");
+    serde_json::from_str(&run("json")).unwrap()
+}
+
+fn price(value: &serde_json::Value) -> String {
+    format!("{}", value.as_f64().unwrap())
+}
+
+/// The claim's instance types (its `In` requirement), sorted.
+fn instance_types(claim: &NodeClaim) -> Vec<String> {
+    let mut types: Vec<String> = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == INSTANCE_TYPE)
+        .map(|r| r.values.clone())
+        .unwrap_or_default();
+    types.sort();
+    types
+}
+
+/// Pending pods of two sizes, simulated with the host stopped; the host then creates the same
+/// NodeClaims: as many, of the same pool, with the same instance types and price.
+#[tokio::test]
+async fn simulate_predicts_the_claims_the_host_creates() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("simprov");
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 8})).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    let ns = namespace(cp, "simprov").await;
+    let selector = json!({"karpenter.sh/nodepool": pool});
+    Pods::new(&client, &names, &ns, "small")
+        .count(5)
+        .cpu("1")
+        .memory("512Mi")
+        .node_selector(selector.clone())
+        .create()
+        .await;
+    Pods::new(&client, &names, &ns, "big")
+        .count(3)
+        .cpu("3")
+        .memory("2Gi")
+        .node_selector(selector)
+        .create()
+        .await;
+    // kube-scheduler marks them unschedulable: no node of the pool exists.
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    wait_until(Duration::from_secs(60), "8 pods unschedulable", || async {
+        let list = pods.list(&ListParams::default()).await?;
+        let n = list
+            .items
+            .iter()
+            .filter(|p| capstan::controllers::provisioner::is_provisionable(p))
+            .count();
+        Ok::<_, kube::Error>((n == 8).then_some(()))
+    })
+    .await
+    .unwrap();
+
+    let files = dump(cp, &names, "prov");
+    let report = simulate(&names, &files);
+    assert_eq!(report["schema"], "capstan.dev/simulate/v1");
+    assert_eq!(report["provisioning"]["pendingPods"], 8, "{report:#}");
+    let planned = report["provisioning"]["nodeClaims"].as_array().unwrap();
+    assert!(!planned.is_empty(), "{report:#}");
+    let pods_planned: u64 = planned
+        .iter()
+        .map(|c| c["pods"].as_array().unwrap().len() as u64)
+        .sum();
+    assert_eq!(pods_planned, 8, "{report:#}");
+    // (pool, $/h, instance types, pods) of each claim, sorted.
+    let mut predicted: Vec<Planned> = planned
+        .iter()
+        .map(|c| {
+            let strings = |v: &serde_json::Value, strip: bool| {
+                let mut out: Vec<String> = v
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| {
+                        let t = t.as_str().unwrap();
+                        let t = if strip {
+                            t.rsplit('/').next().unwrap()
+                        } else {
+                            t
+                        };
+                        t.to_owned()
+                    })
+                    .collect();
+                out.sort();
+                out
+            };
+            (
+                c["nodePool"].as_str().unwrap().to_owned(),
+                price(&c["pricePerHour"]),
+                strings(&c["instanceTypes"], false),
+                strings(&c["pods"], true),
+            )
+        })
+        .collect();
+    predicted.sort();
+    // Nothing was written: no claim exists yet.
+    assert!(claims(&client, &names).await.is_empty());
+
+    // The host's first batch: the claims its pods were first nominated to. (kube-scheduler then
+    // binds the pods its own way, which may leave a pod for a later batch: that is not "now".)
+    let host = Host::start(cp, &names, &["--batch-idle-duration", "1s"]);
+    let first_nominations = wait_until(
+        Duration::from_secs(120),
+        "every pod nominated to a claim",
+        || async {
+            host.check_alive();
+            let mut first: BTreeMap<String, (Option<Timestamp>, String)> = BTreeMap::new();
+            for e in Api::<Event>::namespaced(client.clone(), &ns)
+                .list(&ListParams::default())
+                .await?
+                .items
+            {
+                let (Some(pod), Some(claim)) = (
+                    e.regarding.as_ref().and_then(|r| r.name.clone()),
+                    e.note
+                        .as_deref()
+                        .and_then(|n| n.strip_prefix("Pod should schedule on: nodeclaim/")),
+                ) else {
+                    continue;
+                };
+                let at = e
+                    .event_time
+                    .map(|t| t.0)
+                    .or(e.metadata.creation_timestamp.map(|t| t.0));
+                let entry = first.entry(pod).or_insert((at, claim.to_owned()));
+                if at < entry.0 {
+                    *entry = (at, claim.to_owned());
+                }
+            }
+            Ok::<_, kube::Error>((first.len() == 8).then_some(first))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    let mut pods_of: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (pod, (_, claim)) in first_nominations {
+        pods_of.entry(claim).or_default().push(pod);
+    }
+    let all = claims(&client, &names).await;
+    let mut created: Vec<Planned> = pods_of
+        .into_iter()
+        .map(|(name, pods)| {
+            let c = all
+                .iter()
+                .find(|c| c.name_any() == name)
+                .unwrap_or_else(|| panic!("no claim {name}"));
+            (
+                c.labels()
+                    .get("karpenter.sh/nodepool")
+                    .cloned()
+                    .unwrap_or_default(),
+                c.annotations()
+                    .get(PRICE_ANNOTATION)
+                    .cloned()
+                    .unwrap_or_default(),
+                instance_types(c),
+                pods,
+            )
+        })
+        .collect();
+    created.sort();
+    assert_eq!(
+        created,
+        predicted,
+        "the host created other claims than simulate predicted\n{}",
+        host.log_tail()
+    );
+    let running = wait_running(&client, &host, &ns, 8, Duration::from_secs(180)).await;
+    println!(
+        "{} pods running on {} claims (simulate predicted {} for the first batch)",
+        running.len(),
+        claims(&client, &names).await.len(),
+        predicted.len()
+    );
+    // And the simulation now sees nothing to provision.
+    let report = simulate(&names, &dump(cp, &names, "after"));
+    assert_eq!(report["provisioning"]["pendingPods"], 0, "{report:#}");
+    assert_eq!(
+        report["totals"]["now"]["nodes"].as_u64().unwrap() as usize,
+        claims(&client, &names).await.len(),
+        "{report:#}"
+    );
+    host.kill();
+    teardown(&client, &names, &ns).await;
+}
+
+/// Two nodes, one left empty while the host is stopped: simulate decides to delete that one
+/// (Empty), and the host, started again, deletes that node and keeps the other.
+#[tokio::test]
+async fn simulate_predicts_the_node_consolidation_removes() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("simcons");
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    // 2-cpu types at most: each 1500m pod needs a node of its own.
+    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    let ns = namespace(cp, "simcons").await;
+    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
+    for group in ["keep", "leave"] {
+        Pods::new(&client, &names, &ns, group)
+            .cpu("1500m")
+            .node_selector(json!({"karpenter.sh/nodepool": pool}))
+            .create()
+            .await;
+    }
+    let running = wait_running(&client, &host, &ns, 2, Duration::from_secs(180)).await;
+    let node_of: BTreeMap<String, String> = running
+        .iter()
+        .map(|p| {
+            (
+                p.name_any(),
+                p.spec.as_ref().unwrap().node_name.clone().unwrap(),
+            )
+        })
+        .collect();
+    let (kept, emptied) = (node_of["keep-0"].clone(), node_of["leave-0"].clone());
+    assert_ne!(kept, emptied);
+    host.kill();
+
+    // With the host stopped: the pool consolidates after 1 s, and one node loses its pod.
+    Api::<NodePool>::all(client.clone())
+        .patch(
+            &pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {
+                "consolidateAfter": "1s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
+                "budgets": [{"nodes": "100%"}]}}})),
+        )
+        .await
+        .unwrap();
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .delete("leave-0", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(60), "the pod gone", || async {
+        let gone = Api::<Pod>::namespaced(client.clone(), &ns)
+            .get_opt("leave-0")
+            .await?
+            .is_none();
+        Ok::<_, kube::Error>(gone.then_some(()))
+    })
+    .await
+    .unwrap();
+
+    let report = simulate(&names, &dump(cp, &names, "cons"));
+    let decision = &report["consolidation"]["decision"];
+    assert_eq!(decision["reason"], "Empty", "{report:#}");
+    assert_eq!(decision["action"], "delete", "{report:#}");
+    let nodes: Vec<&str> = decision["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, [emptied.as_str()], "{report:#}");
+    let all = claims(&client, &names).await;
+    let claim_of = |node: &str| {
+        all.iter()
+            .find(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node))
+            .unwrap()
+            .clone()
+    };
+    let emptied_claim = claim_of(&emptied);
+    assert_eq!(
+        decision["nodes"][0]["nodeClaim"].as_str(),
+        Some(emptied_claim.name_any().as_str())
+    );
+    assert_eq!(
+        price(&decision["priceBefore"]),
+        emptied_claim.annotations()[PRICE_ANNOTATION],
+        "{report:#}"
+    );
+    assert_eq!(report["totals"]["now"]["nodes"], 2, "{report:#}");
+    assert_eq!(
+        report["totals"]["afterConsolidation"]["nodes"], 1,
+        "{report:#}"
+    );
+    // Nothing was written: both claims are still there.
+    assert_eq!(claims(&client, &names).await.len(), 2);
+
+    let host = Host::start(cp, &names, &["--consolidation-validation-delay", "1s"]);
+    let kept_claim = claim_of(&kept).name_any();
+    wait_until(
+        Duration::from_secs(120),
+        "the emptied node's claim gone",
+        || async {
+            host.check_alive();
+            let left: Vec<String> = claims(&client, &names)
+                .await
+                .iter()
+                .filter(|c| c.metadata.deletion_timestamp.is_none())
+                .map(|c| c.name_any())
+                .collect();
+            Ok::<_, kube::Error>((!left.contains(&emptied_claim.name_any())).then_some(left))
+        },
+    )
+    .await
+    .map(|left| assert_eq!(left, [kept_claim], "{}", host.log_tail()))
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    // The pod that stayed still runs on its node.
+    wait_running(&client, &host, &ns, 1, Duration::from_secs(30)).await;
+    host.kill();
+    teardown(&client, &names, &ns).await;
+}
