@@ -6,7 +6,8 @@
 //! types from the component through [`FromRegistry`]), [`scheduling::solve`] for the NodeClaims
 //! it would launch, and disruption's [`consolidation::cluster_from`], [`consolidation::allowances_in`]
 //! and [`consolidation::search`] for the consolidation decision the next disruption pass would
-//! take. [`run`] returns a [`Report`] (serialized as the documented JSON, or rendered by
+//! take once the provisioner's claims exist (in flight, their pods nominated to them). [`run`]
+//! returns a [`Report`] (serialized as the documented JSON, or rendered by
 //! [`table`]).
 //!
 //! One difference from the host, on purpose: the host considers a node for consolidation only
@@ -37,7 +38,7 @@ use crate::controllers::disruption::consolidation;
 use crate::controllers::nodeclaim::{self, is_true, provider_id};
 use crate::controllers::provisioner::instance_types::{InstanceTypeCache, InstanceTypeSource};
 use crate::controllers::provisioner::snapshot::Snapshot;
-use crate::controllers::provisioner::{PRICE_ANNOTATION, ProvisionError, resource_list};
+use crate::controllers::provisioner::{PRICE_ANNOTATION, ProvisionError, claim_for, resource_list};
 use crate::controllers::{Selector, resolve};
 use crate::provider::Registry;
 use crate::scheduling::{self, InstanceType, NewClaim, NodePoolView, Target};
@@ -510,7 +511,16 @@ pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Se
         totals.after_provisioning.add(Some(claim.price_per_hour));
     }
 
-    let consolidation = consolidate(&view, &snapshot, built.input, settings, &prices).await;
+    // The next consolidation pass runs once the provisioner created its claims: they are in
+    // flight then, with the pending pods nominated to them.
+    let consolidation = if result.new_claims.is_empty() {
+        consolidate(&view, &snapshot, built.input, settings, &prices).await
+    } else {
+        let after = with_planned_claims(&view, &snapshot, &result.new_claims, &settings.selector);
+        let snapshot = Snapshot::from_view(&after, &settings.selector);
+        let built = snapshot.input_from(source).await;
+        consolidate(&after, &snapshot, built.input, settings, &prices).await
+    };
     totals.after_consolidation = totals.after_provisioning;
     if let Some(decision) = &consolidation.decision {
         for node in &decision.nodes {
@@ -532,6 +542,32 @@ pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Se
         consolidation,
         totals,
     }
+}
+
+/// `view` with the NodeClaims the provisioner would create for `new_claims` (named
+/// `<pool>-planned-<n>`, not launched yet).
+fn with_planned_claims(
+    view: &View,
+    snapshot: &Snapshot,
+    new_claims: &[NewClaim],
+    selector: &Selector,
+) -> View {
+    let mut after = view.clone();
+    let labels = selector.equality_labels();
+    for (i, new) in new_claims.iter().enumerate() {
+        let Some(pool) = snapshot
+            .pools
+            .iter()
+            .find(|p| p.name_any() == new.node_pool)
+        else {
+            continue;
+        };
+        let mut claim = claim_for(new, pool, &labels);
+        claim.metadata.generate_name = None;
+        claim.metadata.name = Some(format!("{}-planned-{}", new.node_pool, i + 1));
+        after.claims.push(Arc::new(claim));
+    }
+    after
 }
 
 fn key(pod: &scheduling::Pod) -> String {

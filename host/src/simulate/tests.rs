@@ -268,6 +268,87 @@ async fn a_node_held_by_do_not_disrupt_says_why() {
     assert!(notes[0].reason.contains("do-not-disrupt"), "{notes:?}");
 }
 
+/// Consolidation runs once the provisioner's claims exist: the pending pods are on the planned
+/// claim (in flight, sized for them), so a replacement carries only the moving pods.
+#[tokio::test]
+async fn consolidation_sees_the_planned_claims_in_flight() {
+    let mut items = vec![class(), pool("default", "c", "0s")];
+    let [claim, mut node] = machine("n1", "default");
+    node["metadata"]["labels"][INSTANCE_TYPE] = json!("large");
+    items.extend([claim, node]);
+    items.push(pod("x", "500m", Some("n1")));
+    for p in ["a", "b", "c"] {
+        items.push(pod(p, "2", None));
+    }
+    let report = run(view(items), &Fake, &settings()).await;
+    assert_eq!(report.provisioning.node_claims.len(), 1);
+    assert_eq!(report.provisioning.node_claims[0].pods.len(), 3);
+    let d = report.consolidation.decision.expect("a decision");
+    assert_eq!(
+        (d.reason.as_str(), d.action.as_str()),
+        ("Underutilized", "replace")
+    );
+    assert_eq!(d.nodes[0].node, "n1");
+    let replacement = d.replacement.expect("a replacement");
+    assert_eq!(replacement.pods, ["app/x"]);
+    assert_eq!(replacement.cheapest.instance_type, "small");
+    let t = &report.totals;
+    assert_eq!(
+        (
+            t.now.nodes,
+            t.after_provisioning.nodes,
+            t.after_consolidation.nodes
+        ),
+        (1, 2, 2)
+    );
+    assert!(
+        (t.after_consolidation.price_per_hour - 0.40).abs() < 1e-9,
+        "{t:?}"
+    );
+}
+
+#[test]
+fn planned_claims_join_the_view_as_the_provisioner_would_create_them() {
+    let v = view(vec![
+        class(),
+        pool("default", "c", "Never"),
+        pod("a", "1", None),
+    ]);
+    let snapshot = Snapshot::from_view(&v, &Selector::default());
+    let new = NewClaim {
+        node_pool: "default".into(),
+        requirements: Requirements::new().with(Requirement::in_(INSTANCE_TYPE, ["small"])),
+        requests: Resources::new(1000, GIB, 1),
+        instance_type_options: vec!["small".into()],
+        cheapest_price: 0.1,
+        cheapest_offering: scheduling::ChosenOffering {
+            instance_type: "small".into(),
+            zone: "zone-a".into(),
+            capacity_type: "on-demand".into(),
+            price: 0.1,
+        },
+        pods: vec![0],
+    };
+    let selector = Selector::parse("run=x").unwrap();
+    let after = with_planned_claims(&v, &snapshot, &[new], &selector);
+    assert_eq!(after.claims.len(), 1);
+    let claim = &after.claims[0];
+    assert_eq!(claim.name_any(), "default-planned-1");
+    assert_eq!(
+        claim.labels().get(NODEPOOL).map(String::as_str),
+        Some("default")
+    );
+    assert_eq!(claim.labels().get("run").map(String::as_str), Some("x"));
+    assert_eq!(
+        claim
+            .annotations()
+            .get(PRICE_ANNOTATION)
+            .map(String::as_str),
+        Some("0.1")
+    );
+    assert!(provider_id(claim).is_none());
+}
+
 #[test]
 fn assume_consolidatable_follows_consolidate_after() {
     let mut items = vec![
