@@ -250,16 +250,6 @@ impl Dump {
         }
     }
 
-    /// The NodeClasses the dump holds, by name.
-    pub fn classes(&self) -> &BTreeMap<String, NodeClass> {
-        &self.classes
-    }
-
-    /// The NodePools the dump holds, by name.
-    pub fn pools(&self) -> &BTreeMap<String, NodePool> {
-        &self.pools
-    }
-
     /// Adds a NodeClass that stands in for the non-Capstan node classes pools refer to (see
     /// [`Dump::map_node_classes`]). A dumped NodeClass of the same name is an error.
     pub fn add_stand_in(&mut self, file: &str, class: NodeClass) -> Result<(), DumpError> {

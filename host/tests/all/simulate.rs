@@ -116,6 +116,107 @@ fn instance_types(claim: &NodeClaim) -> Vec<String> {
     types
 }
 
+/// The documented example (docs/simulate.md), through the binary with a bare `--provider FILE`:
+/// no cluster needed, the decision the docs show, and a bad dump named in the error.
+#[test]
+fn simulate_the_documented_example_without_a_cluster() {
+    let examples = capstan_test_support::repo_root().join("docs/examples/simulate");
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .arg("simulate")
+            .arg("--provider")
+            .arg(providers_dir().join("kwok.wasm"))
+            .arg("--cache-dir")
+            .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("components"))
+            .args(["--now", "2026-11-26T12:00:00Z"])
+            .args(args)
+            .current_dir(&examples)
+            .output()
+            .expect("run capstan simulate")
+    };
+    let example = [
+        "cluster.json",
+        "classes.yaml",
+        "--node-class",
+        "default=ec2-default.yaml",
+    ];
+    let out = run(&[&example[..], &["-o", "json"]].concat());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let claims = report["provisioning"]["nodeClaims"].as_array().unwrap();
+    assert_eq!(claims.len(), 1, "{report:#}");
+    assert_eq!(claims[0]["nodePool"], "batch");
+    assert_eq!(claims[0]["cheapest"]["instanceType"], "m-16x-amd64-linux");
+    assert_eq!(claims[0]["pods"].as_array().unwrap().len(), 6);
+    assert_eq!(
+        report["input"]["standIns"][0]["nodeClass"],
+        "stand-in-default"
+    );
+    let decision = &report["consolidation"]["decision"];
+    assert_eq!(decision["reason"], "Underutilized", "{report:#}");
+    assert_eq!(decision["action"], "delete");
+    let nodes: Vec<&str> = decision["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes, ["general-q9d4m", "general-w2b8n"]);
+    assert_eq!(report["totals"]["afterConsolidation"]["nodes"], 2);
+
+    // The table, as docs/simulate.md shows it.
+    let out = run(&example);
+    let table = String::from_utf8_lossy(&out.stdout);
+    let docs = std::fs::read_to_string(capstan_test_support::repo_root().join("docs/simulate.md"))
+        .unwrap();
+    for line in table
+        .lines()
+        .filter(|l| !l.starts_with("Provider kwok:") && !l.trim().is_empty())
+    {
+        assert!(
+            docs.lines().any(|d| d == line),
+            "docs/simulate.md lacks the line {line:?} of:\n{table}"
+        );
+    }
+
+    // Without the stand-in, the Karpenter pool is left out, with why.
+    let out = run(&["cluster.json", "classes.yaml", "-o", "json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let skipped = &report["provisioning"]["skippedNodePools"][0];
+    assert_eq!(skipped["nodePool"], "batch", "{report:#}");
+    assert!(
+        skipped["reason"]
+            .as_str()
+            .unwrap()
+            .contains("karpenter.k8s.aws/EC2NodeClass default is not a capstan.dev NodeClass"),
+        "{report:#}"
+    );
+
+    // A dump that does not parse: the file and the object are named.
+    let bad = Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate-bad.json");
+    std::fs::write(
+        &bad,
+        json!({"apiVersion": "v1", "kind": "List", "items": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+            {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "broken"},
+             "spec": {"template": {"spec": {"requirements": []}}}},
+        ]})
+        .to_string(),
+    )
+    .unwrap();
+    let out = run(&[bad.to_str().unwrap()]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "{}: items[1] (NodePool broken): missing field `nodeClassRef`",
+            bad.display()
+        )),
+        "{stderr}"
+    );
+}
+
 /// Pending pods of two sizes, simulated with the host stopped; the host then creates the same
 /// NodeClaims: as many, of the same pool, with the same instance types and price.
 #[tokio::test]
