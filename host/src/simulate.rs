@@ -247,6 +247,29 @@ pub struct PlannedClaim {
     pub requests: BTreeMap<String, String>,
 }
 
+impl PlannedClaim {
+    /// The solver's new claim, its pods named by `pod_name` (from their index in the input).
+    fn new(claim: &NewClaim, pod_name: impl Fn(usize) -> String) -> Self {
+        let offering = &claim.cheapest_offering;
+        Self {
+            node_pool: claim.node_pool.clone(),
+            instance_types: claim.instance_type_options.clone(),
+            cheapest: Offering {
+                instance_type: offering.instance_type.clone(),
+                zone: offering.zone.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                price_per_hour: offering.price,
+            },
+            price_per_hour: claim.cheapest_price,
+            pods: claim.pods.iter().map(|&i| pod_name(i)).collect(),
+            requests: resource_list(&claim.requests)
+                .into_iter()
+                .map(|(k, v)| (k, v.0))
+                .collect(),
+        }
+    }
+}
+
 /// An offering: instance type, zone, capacity type and price.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -407,28 +430,12 @@ pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Se
     let built = snapshot.input_from(source).await;
     let result = scheduling::solve(&built.input);
     let pod_name = |i: usize| key(&built.input.pods[i]);
-    let planned = |c: &NewClaim, name: &dyn Fn(usize) -> String| PlannedClaim {
-        node_pool: c.node_pool.clone(),
-        instance_types: c.instance_type_options.clone(),
-        cheapest: Offering {
-            instance_type: c.cheapest_offering.instance_type.clone(),
-            zone: c.cheapest_offering.zone.clone(),
-            capacity_type: c.cheapest_offering.capacity_type.clone(),
-            price_per_hour: c.cheapest_offering.price,
-        },
-        price_per_hour: c.cheapest_price,
-        pods: c.pods.iter().map(|&i| name(i)).collect(),
-        requests: resource_list(&c.requests)
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect(),
-    };
     let mut provisioning = Provisioning {
         pending_pods: snapshot.pending.len(),
         node_claims: result
             .new_claims
             .iter()
-            .map(|c| planned(c, &pod_name))
+            .map(|c| PlannedClaim::new(c, pod_name))
             .collect(),
         on_existing_capacity: result
             .existing_placements
@@ -726,22 +733,7 @@ fn decision(cluster: &Cluster, cmd: &engine::Command) -> Decision {
         names.extend(cluster.candidates[i].pods.iter().map(key));
     }
     let name = |i: usize| names.get(i).cloned().unwrap_or_else(|| format!("#{i}"));
-    let replacement = cmd.replacement.as_ref().map(|c| PlannedClaim {
-        node_pool: c.node_pool.clone(),
-        instance_types: c.instance_type_options.clone(),
-        cheapest: Offering {
-            instance_type: c.cheapest_offering.instance_type.clone(),
-            zone: c.cheapest_offering.zone.clone(),
-            capacity_type: c.cheapest_offering.capacity_type.clone(),
-            price_per_hour: c.cheapest_offering.price,
-        },
-        price_per_hour: c.cheapest_price,
-        pods: c.pods.iter().map(|&i| name(i)).collect(),
-        requests: resource_list(&c.requests)
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect(),
-    });
+    let replacement = cmd.replacement.as_ref().map(|c| PlannedClaim::new(c, name));
     Decision {
         reason: cmd.reason.as_str().to_owned(),
         action: cmd.decision().to_owned(),

@@ -99,6 +99,42 @@ fn simulate(names: &Names, files: &[PathBuf]) -> serde_json::Value {
     serde_json::from_str(&run("json")).unwrap()
 }
 
+/// One test's cluster: a kwok NodeClass with types of at most `max_cpu` vCPUs, a pool on it
+/// (`consolidateAfter: Never`) and a namespace.
+struct Scene {
+    cp: &'static ControlPlane,
+    client: kube::Client,
+    names: Names,
+    pool: String,
+    ns: String,
+}
+
+async fn scene(prefix: &str, max_cpu: i64) -> Scene {
+    let (cp, client) = cluster().await;
+    let names = Names::new(prefix);
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", json!({"maxCpu": max_cpu})).await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+    let ns = namespace(cp, prefix).await;
+    Scene {
+        cp,
+        client,
+        names,
+        pool,
+        ns,
+    }
+}
+
+/// The nodes of the report's consolidation decision.
+fn decision_nodes(report: &serde_json::Value) -> Vec<String> {
+    report["consolidation"]["decision"]["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["node"].as_str().unwrap().to_owned())
+        .collect()
+}
+
 fn price(value: &serde_json::Value) -> String {
     format!("{}", value.as_f64().unwrap())
 }
@@ -156,12 +192,7 @@ fn simulate_the_documented_example_without_a_cluster() {
     let decision = &report["consolidation"]["decision"];
     assert_eq!(decision["reason"], "Underutilized", "{report:#}");
     assert_eq!(decision["action"], "delete");
-    let nodes: Vec<&str> = decision["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["node"].as_str().unwrap())
-        .collect();
+    let nodes = decision_nodes(&report);
     assert_eq!(nodes, ["general-q9d4m", "general-w2b8n"]);
     assert_eq!(report["totals"]["afterConsolidation"]["nodes"], 2);
 
@@ -221,12 +252,13 @@ fn simulate_the_documented_example_without_a_cluster() {
 /// NodeClaims: as many, of the same pool, with the same instance types and price.
 #[tokio::test]
 async fn simulate_predicts_the_claims_the_host_creates() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("simprov");
-    let (class, pool) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 8})).await;
-    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
-    let ns = namespace(cp, "simprov").await;
+    let Scene {
+        cp,
+        client,
+        names,
+        pool,
+        ns,
+    } = scene("simprov", 8).await;
     let selector = json!({"karpenter.sh/nodepool": pool});
     Pods::new(&client, &names, &ns, "small")
         .count(5)
@@ -393,13 +425,14 @@ async fn simulate_predicts_the_claims_the_host_creates() {
 /// (Empty), and the host, started again, deletes that node and keeps the other.
 #[tokio::test]
 async fn simulate_predicts_the_node_consolidation_removes() {
-    let (cp, client) = cluster().await;
-    let names = Names::new("simcons");
-    let (class, pool) = (names.name("nc"), names.name("pool"));
     // 2-cpu types at most: each 1500m pod needs a node of its own.
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
-    let ns = namespace(cp, "simcons").await;
+    let Scene {
+        cp,
+        client,
+        names,
+        pool,
+        ns,
+    } = scene("simcons", 2).await;
     let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
     for group in ["keep", "leave"] {
         Pods::new(&client, &names, &ns, group)
@@ -451,13 +484,8 @@ async fn simulate_predicts_the_node_consolidation_removes() {
     let decision = &report["consolidation"]["decision"];
     assert_eq!(decision["reason"], "Empty", "{report:#}");
     assert_eq!(decision["action"], "delete", "{report:#}");
-    let nodes: Vec<&str> = decision["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|n| n["node"].as_str().unwrap())
-        .collect();
-    assert_eq!(nodes, [emptied.as_str()], "{report:#}");
+    let nodes = decision_nodes(&report);
+    assert_eq!(nodes, std::slice::from_ref(&emptied), "{report:#}");
     let all = claims(&client, &names).await;
     let claim_of = |node: &str| {
         all.iter()
