@@ -9,19 +9,25 @@
 //! Underutilized: each node (4 vCPU) runs 10 pods of 100m. Packed: 10 pods of 380m (nothing
 //! fits elsewhere, no cheaper type holds them).
 
+#![allow(clippy::expect_used)] // a benchmark: a broken fixture should stop it
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, price};
+// The shared Karpenter inputs take their scheduling types from here.
+#[allow(unused_imports)]
 use capstan::scheduling::{
-    ExistingNode, InstanceType, NodePoolView, Offering, Pod, Requirement, Requirements, Resources,
-    SchedulingInput,
+    ExistingNode, InstanceType, LabelSelector, Namespaces, NodePoolView, Offering, Pod,
+    PodAffinityTerm, Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
+    TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group};
 
 #[path = "support/karpenter_inputs.rs"]
+#[allow(dead_code)] // only the instance types are used here
 mod karpenter_inputs;
 use karpenter_inputs::{MI, ZONES, instance_types};
 

@@ -26,6 +26,7 @@
 
 pub mod cost;
 mod decide;
+mod headroom;
 pub mod price;
 mod search;
 #[cfg(test)]
@@ -162,6 +163,7 @@ pub struct Cluster {
     /// Per pool: its nodes' total price and disruption cost (for `Balanced`).
     pub totals: BTreeMap<String, PoolTotals>,
     pub options: Options,
+    headroom: headroom::Headroom,
 }
 
 /// What one simulation of removing some candidates found.
@@ -188,11 +190,13 @@ impl Cluster {
                 .total_cmp(&b.disruption_cost)
                 .then_with(|| a.node.cmp(&b.node))
         });
+        let headroom = headroom::Headroom::new(&input.existing_nodes, &input.node_pools);
         Self {
             input,
             candidates,
             totals,
             options,
+            headroom,
         }
     }
 

@@ -13,6 +13,8 @@ use crate::scheduling::{InstanceType, NewClaim, ValueSet};
 pub enum Refusal {
     #[error("pods would not schedule elsewhere: {}", .0.join("; "))]
     Stranded(Vec<String>),
+    #[error("its pods fit neither on the other nodes nor on a cheaper node")]
+    NoRoom,
     #[error("Can't remove without creating {0} nodes")]
     TooManyNodes(usize),
     #[error("{0}")]

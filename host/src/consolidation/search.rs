@@ -98,6 +98,10 @@ impl Cluster {
             if !c.policy.underutilized() || allowance.get(&c.node_pool).is_none_or(|n| *n == 0) {
                 continue;
             }
+            if self.headroom.hopeless(c) {
+                out.refused.push((i, Refusal::NoRoom));
+                continue;
+            }
             if Instant::now() >= deadline {
                 out.timed_out = true;
                 break;

@@ -260,10 +260,7 @@ fn nothing_cheaper_means_no_replacement() {
         .build();
     let found = cluster.single_node(&all(1), later());
     assert!(found.command.is_none());
-    assert_eq!(
-        found.refused[0].1.to_string(),
-        "Can't replace with a cheaper node"
-    );
+    assert_eq!(found.refused[0].1, Refusal::NoRoom);
 }
 
 #[test]
@@ -430,12 +427,63 @@ fn min_values_survive_narrowing() {
 
 #[test]
 fn stranded_pods_are_named() {
+    let mut picky = pod("picky", 100);
+    picky.node_selector.insert("disk".into(), "ssd".into());
     let mut cluster = Builder::new(catalog())
-        .node("a", "large", "on-demand", vec![pod("huge", 64_000)])
+        .node("a", "large", "on-demand", vec![picky])
+        .node_with("b", "large", "on-demand", vec![], false, true)
         .build();
     let found = cluster.single_node(&all(1), later());
     let why = found.refused[0].1.to_string();
-    assert!(why.contains("default/huge"), "{why}");
+    assert!(why.contains("default/picky"), "{why}");
+}
+
+#[test]
+fn a_packed_node_is_refused_without_a_simulation() {
+    let full = |n: &str| {
+        (0..4)
+            .map(|i| pod(&format!("{n}{i}"), 1000))
+            .collect::<Vec<_>>()
+    };
+    let mut b = Builder::new(catalog());
+    b.pool.requirements = Requirements::new().with(Requirement::in_(CAPACITY_TYPE, ["on-demand"]));
+    let mut cluster = b
+        .node("a", "medium", "on-demand", full("a"))
+        .node("b", "medium", "on-demand", full("b"))
+        .build();
+    let found = cluster.single_node(&all(2), later());
+    assert!(found.command.is_none());
+    assert_eq!(found.refused.len(), 2);
+    assert!(found.refused.iter().all(|(_, r)| *r == Refusal::NoRoom));
+}
+
+proptest::proptest! {
+    /// The quick test never refuses what a simulation would allow.
+    #[test]
+    fn the_quick_test_only_refuses_what_simulation_refuses(
+        nodes in proptest::collection::vec(
+            (0usize..3, proptest::collection::vec(1i64..20, 0..6)), 1..5),
+    ) {
+        let names = ["small", "medium", "large"];
+        let mut b = Builder::new(catalog());
+        b.pool.requirements =
+            Requirements::new().with(Requirement::in_(CAPACITY_TYPE, ["on-demand"]));
+        for (n, (t, pods)) in nodes.iter().enumerate() {
+            let pods = pods
+                .iter()
+                .enumerate()
+                .map(|(p, m)| pod(&format!("n{n}p{p}"), m * 100))
+                .collect();
+            b = b.node(&format!("n{n}"), names[*t], "on-demand", pods);
+        }
+        let mut cluster = b.build();
+        for i in 0..cluster.candidates.len() {
+            if cluster.headroom.hopeless(&cluster.candidates[i]) {
+                let checked = cluster.check(&[i]);
+                proptest::prop_assert!(checked.is_err(), "{:?}", checked);
+            }
+        }
+    }
 }
 
 #[test]
