@@ -520,14 +520,13 @@ pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Se
 
     // The next consolidation pass runs once the provisioner created its claims: they are in
     // flight then, with the pending pods nominated to them.
-    let consolidation = if result.new_claims.is_empty() {
-        consolidate(&view, &snapshot, built.input, settings, &prices).await
-    } else {
-        let after = with_planned_claims(&view, &snapshot, &result.new_claims, &settings.selector);
-        let snapshot = Snapshot::from_view(&after, &settings.selector);
-        let built = snapshot.input_from(source).await;
-        consolidate(&after, &snapshot, built.input, settings, &prices).await
-    };
+    // As the host's pass does, consolidation takes its own snapshot, with the pods kube-scheduler
+    // has not judged yet as pending too.
+    let after = with_planned_claims(&view, &snapshot, &result.new_claims, &settings.selector);
+    let mut snapshot = Snapshot::from_view(&after, &settings.selector);
+    consolidation::add_unbound(&mut snapshot, &after, &settings.selector);
+    let built = snapshot.input_from(source).await;
+    let consolidation = consolidate(&after, &snapshot, built.input, settings, &prices).await;
     totals.after_consolidation = totals.after_provisioning;
     if let Some(decision) = &consolidation.decision {
         for node in &decision.nodes {
@@ -683,8 +682,16 @@ async fn consolidate(
             },
         );
     }
-    let found =
-        consolidation::cluster_from(view, snapshot, input, &pools, now, settings.options.clone());
+    let found = consolidation::cluster_from(
+        view,
+        snapshot,
+        input,
+        // A dump has no memory of recent pod changes: the Consolidatable condition (assumed or
+        // dumped) decides alone.
+        (&pools, &HashSet::new()),
+        now,
+        settings.options.clone(),
+    );
     let candidates: HashSet<String> = found
         .as_ref()
         .map(|(c, _)| c.candidates.iter().map(|c| c.claim.clone()).collect())

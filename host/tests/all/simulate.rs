@@ -21,7 +21,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::fixtures::providers_dir;
-use crate::lifecycle::{Host, Names, cluster, node_class, node_pool, node_pool_json};
+use crate::lifecycle::{Host, Names, cluster, condition, node_class, node_pool, node_pool_json};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{Pods, wait_running};
 
@@ -65,7 +65,7 @@ fn dump(cp: &ControlPlane, names: &Names, tag: &str) -> Vec<PathBuf> {
 }
 
 /// Runs `capstan simulate` with kwok on `files` (JSON output); also checks the table renders.
-fn simulate(names: &Names, files: &[PathBuf]) -> serde_json::Value {
+fn simulate(names: &Names, files: &[PathBuf], extra: &[&str]) -> serde_json::Value {
     let run = |output: &str| {
         let started = Instant::now();
         let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -80,6 +80,7 @@ fn simulate(names: &Names, files: &[PathBuf]) -> serde_json::Value {
             .arg("--cache-dir")
             .arg(Path::new(env!("CARGO_TARGET_TMPDIR")).join("components"))
             .args(["--output", output])
+            .args(extra)
             .args(files)
             .output()
             .expect("run capstan simulate");
@@ -289,7 +290,7 @@ async fn simulate_predicts_the_claims_the_host_creates() {
     .unwrap();
 
     let files = dump(cp, &names, "prov");
-    let report = simulate(&names, &files);
+    let report = simulate(&names, &files, &[]);
     assert_eq!(report["schema"], "capstan.dev/simulate/v1");
     assert_eq!(report["provisioning"]["pendingPods"], 8, "{report:#}");
     let planned = report["provisioning"]["nodeClaims"].as_array().unwrap();
@@ -410,7 +411,7 @@ async fn simulate_predicts_the_claims_the_host_creates() {
         predicted.len()
     );
     // And the simulation now sees nothing to provision.
-    let report = simulate(&names, &dump(cp, &names, "after"));
+    let report = simulate(&names, &dump(cp, &names, "after"), &[]);
     assert_eq!(report["provisioning"]["pendingPods"], 0, "{report:#}");
     assert_eq!(
         report["totals"]["now"]["nodes"].as_u64().unwrap() as usize,
@@ -421,8 +422,9 @@ async fn simulate_predicts_the_claims_the_host_creates() {
     teardown(&client, &names, &ns).await;
 }
 
-/// Two nodes, one left empty while the host is stopped: simulate decides to delete that one
-/// (Empty), and the host, started again, deletes that node and keeps the other.
+/// Two nodes the host marked Consolidatable, one left empty while the host is stopped: simulate
+/// decides to delete that one (Empty, before any underutilized move), and the host, started
+/// again, deletes that node and keeps the other.
 #[tokio::test]
 async fn simulate_predicts_the_node_consolidation_removes() {
     // 2-cpu types at most: each 1500m pod needs a node of its own.
@@ -433,6 +435,19 @@ async fn simulate_predicts_the_node_consolidation_removes() {
         pool,
         ns,
     } = scene("simcons", 2).await;
+    let disruption = |policy: &str| {
+        json!({"spec": {"disruption": {
+            "consolidateAfter": "10s", "consolidationPolicy": policy,
+            "budgets": [{"nodes": "100%"}]}}})
+    };
+    let pools = Api::<NodePool>::all(client.clone());
+    let patch = PatchParams::default();
+    // While the pods come up, only an empty node could go (none is, once they run); the host marks
+    // both claims Consolidatable 10 s after their last pod event.
+    pools
+        .patch(&pool, &patch, &Patch::Merge(disruption("WhenEmpty")))
+        .await
+        .unwrap();
     let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
     for group in ["keep", "leave"] {
         Pods::new(&client, &names, &ns, group)
@@ -453,16 +468,30 @@ async fn simulate_predicts_the_node_consolidation_removes() {
         .collect();
     let (kept, emptied) = (node_of["keep-0"].clone(), node_of["leave-0"].clone());
     assert_ne!(kept, emptied);
+    wait_until(
+        Duration::from_secs(90),
+        "both claims Consolidatable",
+        || async {
+            host.check_alive();
+            let all = claims(&client, &names).await;
+            let marked = all
+                .iter()
+                .filter(|c| condition(c, "Consolidatable").is_some_and(|(s, _)| s == "True"))
+                .count();
+            Ok::<_, kube::Error>((marked == 2).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
     host.kill();
 
-    // With the host stopped: the pool consolidates after 1 s, and one node loses its pod.
-    Api::<NodePool>::all(client.clone())
+    // With the host stopped: the pool may consolidate underutilized nodes too, and one node loses
+    // its pod.
+    pools
         .patch(
             &pool,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"disruption": {
-                "consolidateAfter": "1s", "consolidationPolicy": "WhenEmptyOrUnderutilized",
-                "budgets": [{"nodes": "100%"}]}}})),
+            &patch,
+            &Patch::Merge(disruption("WhenEmptyOrUnderutilized")),
         )
         .await
         .unwrap();
@@ -480,7 +509,15 @@ async fn simulate_predicts_the_node_consolidation_removes() {
     .await
     .unwrap();
 
-    let report = simulate(&names, &dump(cp, &names, "cons"));
+    let files = dump(cp, &names, "cons");
+    // The dumped conditions (the host marked both claims) and the assumed ones agree here.
+    let from_dump = simulate(&names, &files, &["--consolidatable-from-dump"]);
+    assert_eq!(
+        decision_nodes(&from_dump),
+        std::slice::from_ref(&emptied),
+        "{from_dump:#}"
+    );
+    let report = simulate(&names, &files, &[]);
     let decision = &report["consolidation"]["decision"];
     assert_eq!(decision["reason"], "Empty", "{report:#}");
     assert_eq!(decision["action"], "delete", "{report:#}");
