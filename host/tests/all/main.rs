@@ -26,5 +26,6 @@ mod providers;
 mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;
+mod simulate;
 mod startup_taints;
 mod unparseable_pool;
