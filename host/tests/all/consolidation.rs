@@ -126,16 +126,6 @@ async fn scale(client: &Client, ns: &str, name: &str, replicas: i32) {
         .unwrap();
 }
 
-async fn resize(client: &Client, ns: &str, name: &str, cpu: &str) {
-    let patch = json!({"spec": {"template": {"spec": {"containers": [
-        {"name": "app", "image": "fake", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
-    ]}}}});
-    Api::<Deployment>::namespaced(client.clone(), ns)
-        .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
-        .await
-        .unwrap();
-}
-
 /// Waits until `pool` has exactly `n` live nodes and `pods_total` pods run; returns its nodes
 /// (name → instance type).
 async fn wait_nodes(
@@ -270,9 +260,57 @@ async fn empty_nodes_go_after_consolidate_after_and_never_keeps_them() {
     teardown(&client, &names, &ns).await;
 }
 
-/// Two half-empty nodes become one (delete), then a node with little left on it is replaced
-/// by a cheaper type (replace). `consolidateAfter` outlasts the moment a resized pod's node is
-/// empty (`Recreate`), so the node is not taken as empty in between.
+/// kwok NodeClass parameters: the `c` family up to 4 vCPUs, with the 1- and 2-vCPU types
+/// unavailable unless `small`. Availability is no node-shaping parameter: changing it drifts
+/// nothing, it only changes what consolidation may buy.
+fn c_family(small: bool) -> serde_json::Value {
+    let hidden = if small {
+        json!([])
+    } else {
+        json!([{"instanceType": "c-1x-amd64-linux"}, {"instanceType": "c-2x-amd64-linux"}])
+    };
+    json!({"families": ["c"], "maxCpu": 4, "unavailableOfferings": hidden})
+}
+
+async fn set_parameters(client: &Client, class: &str, parameters: serde_json::Value) {
+    Api::<capstan::api::NodeClass>::all(client.clone())
+        .patch(
+            class,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"parameters": parameters}})),
+        )
+        .await
+        .unwrap();
+}
+
+/// A bare pod `name` of `cpu` on pool `pool` (deleted later to leave its node underused).
+async fn filler(client: &Client, names: &Names, ns: &str, (name, pool): (&str, &str), cpu: &str) {
+    let pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {crate::lifecycle::RUN_LABEL: names.run}},
+        "spec": {
+            "nodeSelector": {GROUP: pool},
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "app", "image": "fake",
+                            "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}],
+        },
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .unwrap();
+}
+
+async fn delete_pod(client: &Client, ns: &str, name: &str) {
+    Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+        .delete(name, &Default::default())
+        .await
+        .unwrap();
+}
+
+/// Two half-used nodes become one (delete); then, once smaller types can be bought, the node
+/// left with one pod is replaced by a cheaper one (replace). Only 4-vCPU nodes can be bought
+/// at first, so the starting layout does not depend on how pods are batched.
 #[tokio::test]
 async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
     let Scene {
@@ -285,7 +323,7 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
     } = scene(
         "underused",
         &["--batch-idle-duration", "500ms"],
-        json!({"families": ["c"], "maxCpu": 8}),
+        c_family(false),
     )
     .await;
     let p = names.name("pool");
@@ -294,7 +332,7 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
         &names,
         (&p, &class),
         on_demand(),
-        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "15s",
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "10s",
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
@@ -318,9 +356,9 @@ async fn underutilized_nodes_are_deleted_then_replaced_by_a_cheaper_node() {
         "a node was deleted, not replaced: {one:?}"
     );
 
-    // One 500m pod left on a 4-cpu node: a smaller type is cheaper.
+    // One 1500m pod left on a 4-vCPU node; a 2-vCPU type becomes available and is cheaper.
     scale(&client, &ns, "second", 0).await;
-    resize(&client, &ns, "first", "500m").await;
+    set_parameters(&client, &class, c_family(true)).await;
     let started = Instant::now();
     let replaced = wait_until(Duration::from_secs(360), "a cheaper node", || async {
         host.check_alive();
@@ -373,26 +411,22 @@ async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_
         host,
         class,
         ns,
-    } = scene(
-        "spot",
-        &["--batch-idle-duration", "500ms"],
-        json!({"families": ["c"], "maxCpu": 8}),
-    )
-    .await;
+    } = scene("spot", &["--batch-idle-duration", "500ms"], c_family(false)).await;
     let p = names.name("pool");
     pool(
         &client,
         &names,
         (&p, &class),
         json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]),
-        json!({"consolidateAfter": "20s", "budgets": [{"nodes": "100%"}]}),
+        json!({"consolidateAfter": "10s", "budgets": [{"nodes": "100%"}]}),
     )
     .await;
-    app(&client, &names, &ns, ("app", &p), 1, "3").await;
-    wait_running(&client, &host, &ns, 1, Duration::from_secs(300)).await;
-    resize(&client, &ns, "app", "500m").await;
-    let node = wait_nodes(&client, &host, (&p, 1), (&ns, 1), Duration::from_secs(300)).await;
+    app(&client, &names, &ns, ("app", &p), 1, "500m").await;
+    filler(&client, &names, &ns, ("filler", &p), "3").await;
+    let node = wait_nodes(&client, &host, (&p, 1), (&ns, 2), Duration::from_secs(300)).await;
     let node_name = node.keys().next().unwrap().clone();
+    delete_pod(&client, &ns, "filler").await;
+    set_parameters(&client, &class, c_family(true)).await;
     let wait_reason = |text: &'static str| {
         let (client, node_name) = (client.clone(), node_name.clone());
         async move {
@@ -440,29 +474,29 @@ async fn spot_is_replaced_by_spot_only_behind_the_gate_and_with_fifteen_cheaper_
 }
 
 /// `Balanced`: a replacement saving 1% of a lightly loaded node is refused; once a type 40%
-/// cheaper is offered, it is made.
+/// cheaper is offered, it is made. Only the 4-vCPU type can be bought at first.
 #[tokio::test]
 async fn balanced_replaces_for_forty_percent_not_for_one() {
-    // cheap-2 is unavailable at first; making it available later changes no node-shaping
-    // parameter (no drift), only what consolidation may buy.
-    let parameters = |cheap_2_available: bool| {
+    let parameters = |cheap_1: bool, cheap_2: bool| {
         let offer = |price: f64| json!([{"zone": "test-zone-a", "capacityType": "on-demand", "price": price}]);
         let small = |name: &str, price: f64| {
-            json!({"name": name,
-            "resources": {"cpu": "2", "memory": "8Gi", "pods": "110"}, "offerings": offer(price)})
+            json!({"name": name, "resources": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+                   "offerings": offer(price)})
         };
-        let unavailable = if cheap_2_available {
-            json!([])
-        } else {
-            json!([{"instanceType": "cheap-2"}])
-        };
+        let mut hidden = Vec::new();
+        for (name, available) in [("cheap-1", cheap_1), ("cheap-2", cheap_2)] {
+            if !available {
+                hidden.push(json!({"instanceType": name}));
+            }
+        }
         json!({
             "instanceTypes": [
-                {"name": "big", "resources": {"cpu": "4", "memory": "16Gi", "pods": "110"}, "offerings": offer(1.0)},
+                {"name": "big", "resources": {"cpu": "4", "memory": "16Gi", "pods": "110"},
+                 "offerings": offer(1.0)},
                 small("cheap-1", 0.99),
                 small("cheap-2", 0.60),
             ],
-            "unavailableOfferings": unavailable,
+            "unavailableOfferings": hidden,
         })
     };
     let Scene {
@@ -475,7 +509,7 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
     } = scene(
         "balanced",
         &["--batch-idle-duration", "500ms"],
-        parameters(false),
+        parameters(false, false),
     )
     .await;
     let p = names.name("pool");
@@ -484,26 +518,24 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
         &names,
         (&p, &class),
         on_demand(),
-        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "20s",
+        json!({"consolidationPolicy": "Balanced", "consolidateAfter": "10s",
                "budgets": [{"nodes": "100%"}]}),
     )
     .await;
     app(&client, &names, &ns, ("busy", &p), 5, "700m").await;
     wait_running(&client, &host, &ns, 5, Duration::from_secs(300)).await;
-    app(&client, &names, &ns, ("light", &p), 1, "3").await;
-    wait_running(&client, &host, &ns, 6, Duration::from_secs(300)).await;
-    resize(&client, &ns, "light", "1500m").await;
-    let before = wait_nodes(&client, &host, (&p, 2), (&ns, 6), Duration::from_secs(300)).await;
+    app(&client, &names, &ns, ("light", &p), 1, "1500m").await;
+    filler(&client, &names, &ns, ("filler", &p), "2").await;
+    let before = wait_nodes(&client, &host, (&p, 2), (&ns, 7), Duration::from_secs(300)).await;
     assert!(before.values().all(|t| t == "big"), "{before:?}");
     let light_node = pods(&client, &ns)
         .await
         .into_iter()
-        .find(|p| {
-            p.labels().get("app").map(String::as_str) == Some("light")
-                && p.metadata.deletion_timestamp.is_none()
-        })
+        .find(|p| p.labels().get("app").map(String::as_str) == Some("light"))
         .and_then(|p| p.spec?.node_name)
         .unwrap();
+    delete_pod(&client, &ns, "filler").await;
+    set_parameters(&client, &class, parameters(true, false)).await;
     wait_until(Duration::from_secs(240), "Balanced refuses 1%", || async {
         let found = events(&client, "default", &light_node, "Unconsolidatable")
             .await
@@ -518,14 +550,7 @@ async fn balanced_replaces_for_forty_percent_not_for_one() {
         before
     );
 
-    Api::<capstan::api::NodeClass>::all(client.clone())
-        .patch(
-            &class,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"parameters": parameters(true)}})),
-        )
-        .await
-        .unwrap();
+    set_parameters(&client, &class, parameters(true, true)).await;
     let after = wait_until(
         Duration::from_secs(360),
         "light replaced by cheap-2",
