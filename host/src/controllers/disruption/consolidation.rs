@@ -147,7 +147,7 @@ pub async fn pass(
     tracing::debug!(elapsed = ?started.elapsed(), candidates = cluster.candidates.len(), found = found.is_some(), "consolidation search");
     for (i, why) in refused {
         let c = &cluster.candidates[i];
-        unconsolidatable(ctx, memory, view, &c.claim, &why.to_string()).await;
+        unconsolidatable(ctx, memory, view, &c.claim, &why).await;
     }
     let Some(cmd) = found else {
         memory.consolidated = Some((fingerprint, Instant::now()));
@@ -705,17 +705,27 @@ fn machine_price(m: &Machine<'_>, types: &[crate::scheduling::InstanceType]) -> 
     price::node_price(it, labels.get(ZONE)?, labels.get(CAPACITY_TYPE)?)
 }
 
-/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it.
-async fn unconsolidatable(ctx: &Context, memory: &mut Memory, view: &View, claim: &str, why: &str) {
-    if memory.refusals.get(claim).map(String::as_str) == Some(why) {
+/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it (the
+/// kind of refusal is the Event's action, so a new kind is a new Event, not a repeat of the
+/// first one's series).
+async fn unconsolidatable(
+    ctx: &Context,
+    memory: &mut Memory,
+    view: &View,
+    claim: &str,
+    refusal: &consolidation::Refusal,
+) {
+    let why = refusal.to_string();
+    if memory.refusals.get(claim) == Some(&why) {
         return;
     }
-    memory.refusals.insert(claim.to_owned(), why.to_owned());
+    memory.refusals.insert(claim.to_owned(), why.clone());
+    let action = refusal.kind();
     let Some(object) = view.claims.iter().find(|c| c.name_any() == claim) else {
         return;
     };
     ctx.events
-        .normal(object.as_ref(), "Unconsolidatable", why)
+        .normal_with_action(object.as_ref(), "Unconsolidatable", action, why.clone())
         .await;
     let node = object
         .status
@@ -724,7 +734,7 @@ async fn unconsolidatable(ctx: &Context, memory: &mut Memory, view: &View, claim
         .and_then(|n| view.nodes.iter().find(|node| node.name_any() == n));
     if let Some(node) = node {
         ctx.events
-            .normal(node.as_ref(), "Unconsolidatable", why)
+            .normal_with_action(node.as_ref(), "Unconsolidatable", action, why)
             .await;
     }
 }
