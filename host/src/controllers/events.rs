@@ -49,20 +49,6 @@ impl Events {
             .await;
     }
 
-    /// A `Normal` Event about `object` with its own `action` (see [`Events::warning_with_action`]).
-    pub async fn normal_with_action<K>(
-        &self,
-        object: &K,
-        reason: &str,
-        action: &str,
-        note: impl Into<String>,
-    ) where
-        K: Resource<DynamicType = ()>,
-    {
-        self.publish_action(object, EventType::Normal, reason, action, note.into())
-            .await;
-    }
-
     /// A `Warning` Event about `object` with its own `action`. Events with the same reason and
     /// action aggregate into one series (the first note kept); a distinct action keeps them apart.
     pub async fn warning_with_action<K>(
@@ -104,7 +90,9 @@ impl Events {
             .await;
     }
 
-    async fn publish_action<K>(
+    /// An Event of `type_` about `object` with its own `action` (see
+    /// [`Events::warning_with_action`]).
+    pub async fn publish_action<K>(
         &self,
         object: &K,
         type_: EventType,

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType::Normal;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -725,7 +726,13 @@ async fn unconsolidatable(
         return;
     };
     ctx.events
-        .normal_with_action(object.as_ref(), "Unconsolidatable", action, why.clone())
+        .publish_action(
+            object.as_ref(),
+            Normal,
+            "Unconsolidatable",
+            action,
+            why.clone(),
+        )
         .await;
     let node = object
         .status
@@ -734,7 +741,7 @@ async fn unconsolidatable(
         .and_then(|n| view.nodes.iter().find(|node| node.name_any() == n));
     if let Some(node) = node {
         ctx.events
-            .normal_with_action(node.as_ref(), "Unconsolidatable", action, why)
+            .publish_action(node.as_ref(), Normal, "Unconsolidatable", action, why)
             .await;
     }
 }
