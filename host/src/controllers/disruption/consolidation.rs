@@ -124,16 +124,27 @@ pub async fn pass(
         }
         return validate_and_start(ctx, view, pools, now, pending, &recent).await;
     }
-    let Some((mut cluster, fingerprint)) = build(ctx, view, pools, now, &recent).await else {
+    let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, &recent).await
+    else {
         return Ok(());
     };
+    let allowance = allowances(ctx, view, pools, now).await;
+    // What the budgets allow is part of what a search depends on: a node that finishes leaving
+    // opens the budget without changing the nodes the search sees.
+    let mut hasher = DefaultHasher::new();
+    (
+        cluster_fingerprint,
+        &allowance.empty,
+        &allowance.underutilized,
+    )
+        .hash(&mut hasher);
+    let fingerprint = hasher.finish();
     if let Some((seen, at)) = memory.consolidated
         && seen == fingerprint
         && at.elapsed() < CONSOLIDATED_FOR
     {
         return Ok(());
     }
-    let allowance = allowances(ctx, view, pools, now).await;
     let timeout = ctx.settings.consolidation.search_timeout;
     let started = Instant::now();
     let search = tokio::task::spawn_blocking(move || {
