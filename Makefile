@@ -13,11 +13,13 @@
 #               to run each once)
 #   make bench-disruption   20-node rollouts on the real control plane (budget 1 and 20%)
 #   make bench-api-load     the host's API requests per minute at rest, 200 nodes and 2,000 pods
+#   make bench-e2e          Capstan beside Karpenter's kwok controller: 1,000 pods, scaled to 500,
+#                           deleted; nodes, $/h, CPU and memory side by side
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e image chart bench bench-disruption bench-api-load control-plane providers upstream
+.PHONY: help test demo fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream
 
 help:
-	@sed -n '1,16p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,18p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh
@@ -25,5 +27,5 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-fmt lint unit e2e image chart bench bench-disruption bench-api-load control-plane providers upstream:
+fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream:
 	bash tests/scripts/task.sh $@

@@ -139,6 +139,11 @@ impl Host {
         }
     }
 
+    /// The process id, while it runs (the measurements read its CPU time and memory in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.lock().unwrap().as_ref().map(Child::id)
+    }
+
     /// Kills the host (SIGKILL) and waits for it.
     pub fn kill(&self) {
         if let Some(mut child) = self.child.lock().unwrap().take() {

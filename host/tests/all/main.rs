@@ -9,6 +9,7 @@
 mod api_load;
 mod api_restart;
 mod bad_input;
+mod bench_e2e;
 mod cache;
 mod chart;
 mod cli;

@@ -45,6 +45,11 @@ type options struct {
 	noKwok       bool
 	watchStdin   bool
 	startTimeout time.Duration
+	// kubeAPIQPS and kubeAPIBurst, when > 0, raise the client rate limits of
+	// kube-controller-manager and kube-scheduler (their defaults, 20/30 and 50/100,
+	// make them the floor of a large scale-up; kwokctl's --disable-qps-limits does the same).
+	kubeAPIQPS   int
+	kubeAPIBurst int
 	// simulateBusyPort makes the first start attempt find the API server's port taken
 	// (exercises the retry path in tests).
 	simulateBusyPort bool
@@ -60,12 +65,20 @@ func parseOptions(name string, args []string) (*options, error) {
 	fs.BoolVar(&o.noKwok, "no-kwok", false, "do not run kwok")
 	fs.BoolVar(&o.watchStdin, "watch-stdin", false, "stop everything when standard input closes (the parent died)")
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long to wait for everything to become ready")
+	fs.IntVar(&o.kubeAPIQPS, "kube-api-qps", 0, "client QPS of kube-controller-manager and kube-scheduler (0: their defaults)")
+	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "client burst of kube-controller-manager and kube-scheduler (0: their defaults, or twice --kube-api-qps)")
 	fs.BoolVar(&o.simulateBusyPort, "simulate-busy-port", false, "testing: occupy the API server's port during the first start attempt")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	if o.dir == "" {
 		return nil, errors.New("--dir is required")
+	}
+	if o.kubeAPIQPS < 0 || o.kubeAPIBurst < 0 {
+		return nil, errors.New("--kube-api-qps and --kube-api-burst must not be negative")
+	}
+	if o.kubeAPIBurst == 0 {
+		o.kubeAPIBurst = 2 * o.kubeAPIQPS
 	}
 	abs, err := filepath.Abs(o.dir)
 	if err != nil {
@@ -80,6 +93,21 @@ func parseOptions(name string, args []string) (*options, error) {
 		o.kwokBin = filepath.Join(filepath.Dir(self), "kwok")
 	}
 	return o, nil
+}
+
+// rateLimitArgs are the client rate-limit flags of kube-controller-manager and kube-scheduler.
+func (o *options) rateLimitArgs() []string {
+	if o.kubeAPIQPS == 0 && o.kubeAPIBurst == 0 {
+		return nil
+	}
+	var args []string
+	if o.kubeAPIQPS > 0 {
+		args = append(args, "--kube-api-qps", strconv.Itoa(o.kubeAPIQPS))
+	}
+	if o.kubeAPIBurst > 0 {
+		args = append(args, "--kube-api-burst", strconv.Itoa(o.kubeAPIBurst))
+	}
+	return args
 }
 
 func logf(format string, args ...any) {
@@ -385,7 +413,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 	var probes []probe
 	if !c.o.noCM {
 		kc := c.path("controller-manager.kubeconfig")
-		cm, err := c.start("kube-controller-manager", c.self, []string{"kube-controller-manager",
+		cm, err := c.start("kube-controller-manager", c.self, append([]string{"kube-controller-manager",
 			"--kubeconfig", kc,
 			"--authentication-kubeconfig", kc,
 			"--authorization-kubeconfig", kc,
@@ -401,7 +429,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 			"--leader-elect=false",
 			"--profiling=false",
 			"--v", "1",
-		}, nil)
+		}, c.o.rateLimitArgs()...), nil)
 		if err != nil {
 			return err
 		}
@@ -409,7 +437,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 	}
 	if !c.o.noScheduler {
 		kc := c.path("scheduler.kubeconfig")
-		s, err := c.start("kube-scheduler", c.self, []string{"kube-scheduler",
+		s, err := c.start("kube-scheduler", c.self, append([]string{"kube-scheduler",
 			"--kubeconfig", kc,
 			"--authentication-kubeconfig", kc,
 			"--authorization-kubeconfig", kc,
@@ -419,7 +447,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 			"--leader-elect=false",
 			"--profiling=false",
 			"--v", "1",
-		}, nil)
+		}, c.o.rateLimitArgs()...), nil)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,12 @@ func (o *options) superviseArgs() []string {
 	if o.noKwok {
 		args = append(args, "--no-kwok")
 	}
+	if o.kubeAPIQPS > 0 {
+		args = append(args, "--kube-api-qps", strconv.Itoa(o.kubeAPIQPS))
+	}
+	if o.kubeAPIBurst > 0 {
+		args = append(args, "--kube-api-burst", strconv.Itoa(o.kubeAPIBurst))
+	}
 	if o.simulateBusyPort {
 		args = append(args, "--simulate-busy-port")
 	}
