@@ -5,7 +5,10 @@
 #   make fmt    format both cargo workspaces (host, providers-wasm) in place
 #   make lint   format check and clippy: host; guests natively and for wasm32-wasip2
 #   make unit   unit and property tests, no control plane (host lib, bins and docs; guests)
-#   make e2e    integration and e2e tests on the real control plane (host/tests, tests/support/tests)
+#   make e2e    integration and e2e tests on the real control plane (host/tests, tests/support/tests),
+#               the image run with runc among them
+#   make image  the host's OCI image, without Docker (image/build.sh; under ~/.cache/capstan/image)
+#   make chart  the Helm chart packaged with that image's reference and digest (image/chart.sh)
 #   make bench  the criterion benchmarks in host/benches (BENCH=scheduling for one, BENCH_ARGS=--test
 #               to run each once)
 #   make bench-disruption   20-node rollouts on the real control plane (budget 1 and 20%)
@@ -13,10 +16,10 @@
 #   make bench-e2e          Capstan beside Karpenter's kwok controller: 1,000 pods, scaled to 500,
 #                           deleted; nodes, $/h, CPU and memory side by side
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e bench bench-disruption bench-api-load bench-e2e control-plane providers upstream
+.PHONY: help test demo fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream
 
 help:
-	@sed -n '1,15p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,18p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh
@@ -24,5 +27,5 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-fmt lint unit e2e bench bench-disruption bench-api-load bench-e2e control-plane providers upstream:
+fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream:
 	bash tests/scripts/task.sh $@

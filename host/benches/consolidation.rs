@@ -9,6 +9,8 @@
 //! Underutilized: each node (4 vCPU) runs 10 pods of 100m. Packed: 10 pods of 380m (nothing
 //! fits elsewhere, no cheaper type holds them).
 
+#![allow(clippy::expect_used)] // a benchmark: a broken fixture should stop it
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;

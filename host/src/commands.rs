@@ -3,6 +3,7 @@
 
 pub mod provider;
 pub mod run;
+pub mod simulate;
 
 use std::fs;
 use std::io::Read;

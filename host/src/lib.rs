@@ -21,6 +21,7 @@
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
 //! - [`state`]: the watches of the cluster, their caches and their retry policy.
+//! - [`simulate`]: `capstan simulate`, the provisioner and consolidation over a dump of a cluster.
 
 pub mod api;
 pub mod capability;
@@ -33,4 +34,5 @@ pub mod provider;
 pub mod runtime;
 pub mod scheduling;
 pub mod serve;
+pub mod simulate;
 pub mod state;

@@ -5,6 +5,7 @@
 //! - `capstan provider inspect FILE`: what a component is and whether this host can run it.
 //! - `capstan provider test FILE`: the conformance kit.
 //! - `capstan provider package FILE --name NAME`: a ConfigMap and a Provider that ship it.
+//! - `capstan simulate --provider FILE DUMP...`: what Capstan would do now on a dumped cluster.
 
 mod commands;
 
@@ -15,6 +16,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 use self::commands::provider::ProviderCommand;
 use self::commands::run::RunArgs;
+use self::commands::simulate::SimulateArgs;
 
 /// Capstan: a Karpenter-compatible node autoprovisioner with providers in WebAssembly.
 #[derive(Debug, Parser)]
@@ -43,6 +45,9 @@ enum Command {
     Provider(ProviderCommand),
     /// Run the controllers (provisioning, NodeClaim lifecycle, garbage collection, status).
     Run(RunArgs),
+    /// Print what Capstan would do now on a dumped cluster (NodeClaims to launch, consolidation,
+    /// $/h), writing nothing anywhere.
+    Simulate(SimulateArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +59,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Provider(command) => commands::provider::run(command),
         Command::Run(args) => commands::run::run(args),
+        Command::Simulate(args) => commands::simulate::run(args),
     };
     result.unwrap_or_else(|err| {
         eprintln!("error: {err:#}");

@@ -57,6 +57,59 @@ build_providers() {
   CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" bash "$REPO_ROOT/providers-wasm/build.sh" "$CAPSTAN_WASM_DIR"
 }
 
+# The daemonless image tools, from Debian packages: umoci (writes the OCI image), runc (the image
+# test runs the image with it), and dpkg-deb/apt-get (the image's base comes from .deb files).
+ensure_image_tools() {
+  local missing=()
+  command -v umoci >/dev/null 2>&1 || missing+=(umoci)
+  command -v runc >/dev/null 2>&1 || missing+=(runc)
+  # The image's base packages are apt's candidates: apt's lists must be there.
+  local policy
+  policy=$(apt-cache policy libc6 2>/dev/null || true)
+  if [ ${#missing[@]} -gt 0 ] || ! grep -q 'Candidate: [0-9]' <<<"$policy"; then
+    log "apt-get update"
+    apt-get update -qq
+  fi
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing ${missing[*]} from Debian packages"
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  fi
+  ensure_seccomp_profile
+}
+
+# The seccomp profile CRI-O applies for `seccompProfile: RuntimeDefault` (containers/common's
+# seccomp.json, from Debian's golang-github-containers-common: unpacked, not installed) at
+# $CAPSTAN_CACHE/image/seccomp.json; the image test runs the host under it, as the chart asks.
+ensure_seccomp_profile() {
+  local out="$CAPSTAN_CACHE/image/seccomp.json" tmp
+  [ -f "$out" ] && return 0
+  log "the RuntimeDefault seccomp profile (golang-github-containers-common)"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download -q golang-github-containers-common) 2>&1 | { grep -v '^W: Download is performed unsandboxed' || true; } >&2
+  dpkg-deb -x "$tmp"/golang-github-containers-common_*.deb "$tmp/x"
+  mkdir -p "$(dirname "$out")"
+  cp "$tmp/x/usr/share/containers/seccomp.json" "$out.tmp" && mv "$out.tmp" "$out"
+  rm -rf "$tmp"
+}
+
+# Builds the host's OCI image (image/build.sh) from a release build of the host, under
+# $CAPSTAN_CACHE/image/<key> (keyed on the binary and the base's packages; cached).
+build_image() {
+  ensure_rust
+  ensure_image_tools
+  log "release build of the host"
+  (cd "$REPO_ROOT" && cargo build --release --locked -p capstan)
+  log "the host's OCI image (cached under $CAPSTAN_CACHE/image)"
+  bash "$REPO_ROOT/image/build.sh" "$CARGO_TARGET_DIR/release/capstan" >&2
+}
+
+# Packages the chart with the built image's reference and digest (needs helm, from the control plane
+# build), next to the image.
+package_chart() {
+  log "the chart, packaged for the image"
+  bash "$REPO_ROOT/image/chart.sh" "$(bash "$REPO_ROOT/tests/control-plane/cp" build)/helm" >/dev/null
+}
+
 # Builds (or finds cached) control-plane binaries.
 build_control_plane() {
   ensure_go
@@ -111,6 +164,10 @@ task_e2e() {
   # Most e2e tests wait on the control plane rather than compute, and each isolates itself (its own
   # selector, names and namespaces), so they run four at a time even on two cores.
   (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*' -- --test-threads "${CAPSTAN_TEST_THREADS:-4}")
+  # The heavy ones run alone afterwards (1,000 pods would slow the timing checks of the others).
+  log "heavy e2e tests, one at a time"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
+    consolidation::a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_does)
 }
 
 # The measurements that need a real control plane and the host binary (ignored by `make test`):

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # One piece of the build or of `make test`, with the setup it needs (each is a make target):
-#   task.sh fmt | lint | unit | e2e | bench | bench-disruption | bench-api-load | bench-e2e | providers | control-plane | upstream
+#   task.sh fmt | lint | unit | e2e | bench | bench-disruption | bench-api-load | bench-e2e | image | chart | providers | control-plane | upstream
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 case "${1:-}" in
   fmt) ensure_rust; task_fmt ;;
   lint) ensure_rust; task_lint ;;
   unit) ensure_rust; task_unit ;;
-  e2e) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_e2e ;;
+  e2e) ensure_rust; build_control_plane; build_providers; fetch_upstream; build_image; package_chart; task_e2e ;;
   bench) ensure_rust; build_control_plane; build_providers; task_bench ;;
   bench-disruption) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_disruption ;;
   bench-api-load) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_api_load ;;
   bench-e2e) ensure_rust; build_control_plane; build_providers; task_bench_e2e ;;
+  image) build_image ;;
+  chart) build_image; build_control_plane; package_chart ;;
   providers) build_providers ;;
   control-plane) build_control_plane ;;
   upstream) fetch_upstream ;;
-  *) echo "usage: $0 fmt|lint|unit|e2e|bench|bench-disruption|bench-api-load|bench-e2e|providers|control-plane|upstream" >&2; exit 2 ;;
+  *) echo "usage: $0 fmt|lint|unit|e2e|bench|bench-disruption|bench-api-load|bench-e2e|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
 esac

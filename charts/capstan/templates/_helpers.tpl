@@ -44,8 +44,10 @@ app.kubernetes.io/part-of: capstan
 {{- end }}
 {{- end }}
 
+{{/* repository:tag, and @digest when image.digest is set (the runtime then pulls by digest). */}}
 {{- define "capstan.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* The chart-installed provider's ConfigMap. */}}

@@ -175,10 +175,13 @@ pub fn default_expire_after() -> String {
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum ConsolidationPolicy {
+    /// Only empty nodes are consolidated.
     WhenEmpty,
+    /// Empty nodes, and nodes whose pods fit elsewhere or on a cheaper node.
     #[default]
     WhenEmptyOrUnderutilized,
-    /// Karpenter's cost-versus-disruption policy (accepted; Capstan does not consolidate yet).
+    /// As `WhenEmptyOrUnderutilized`, when the savings outweigh the disruption (see
+    /// `docs/disruption.md`).
     Balanced,
 }
 

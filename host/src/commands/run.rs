@@ -105,13 +105,13 @@ pub struct RunArgs {
     consolidation_validation_delay: Duration,
 }
 
-/// The feature gates `capstan run` knows.
+/// The feature gates `capstan run` (and `capstan simulate`) know.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct FeatureGates {
-    spot_to_spot_consolidation: bool,
+pub(crate) struct FeatureGates {
+    pub(crate) spot_to_spot_consolidation: bool,
 }
 
-fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
+pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
     let mut gates = FeatureGates::default();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, value) = item

@@ -38,6 +38,23 @@ pub enum Refusal {
     },
 }
 
+impl Refusal {
+    /// A short name of the kind of refusal (an Event's action: refusals of one kind aggregate,
+    /// refusals of different kinds stay apart).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Refusal::NoRoom => "NoRoom",
+            Refusal::Stranded(_) => "PodsWouldNotSchedule",
+            Refusal::TooManyNodes(_) => "TooManyReplacements",
+            Refusal::Price(_) => "NoCheaperReplacement",
+            Refusal::SpotToSpotDisabled => "SpotToSpotDisabled",
+            Refusal::SpotToSpotFlexibility(_) => "SpotToSpotFlexibility",
+            Refusal::UnknownPool(_) => "UnknownNodePool",
+            Refusal::NotWorthIt { .. } => "BalancedBelowThreshold",
+        }
+    }
+}
+
 const SPOT: &str = "spot";
 const ON_DEMAND: &str = "on-demand";
 

@@ -90,7 +90,9 @@ impl Events {
             .await;
     }
 
-    async fn publish_action<K>(
+    /// An Event of `type_` about `object` with its own `action` (see
+    /// [`Events::warning_with_action`]).
+    pub async fn publish_action<K>(
         &self,
         object: &K,
         type_: EventType,

@@ -7,6 +7,7 @@ use kube::Api;
 use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::{NodeClass, NodeClassReference};
 use crate::controllers::Context;
+use crate::provider::Registry;
 use crate::runtime::ProviderPre;
 
 /// Why a reference leads to no provider. Each has a condition reason.
@@ -86,12 +87,21 @@ pub async fn resolve(
         Ok(class) => class,
         Err(unresolved) => return Ok(Err(unresolved)),
     };
-    Ok(with_provider(ctx, reference, node_class))
+    Ok(with_provider(&ctx.registry, reference, node_class))
 }
 
 /// Resolves `reference` against NodeClasses already read (the cluster state's), by name.
 pub fn resolve_in(
     ctx: &Context,
+    reference: &NodeClassReference,
+    classes: &std::collections::HashMap<String, NodeClass>,
+) -> Result<Resolved, Unresolved> {
+    resolve_with(&ctx.registry, reference, classes)
+}
+
+/// [`resolve_in`] with the providers of `registry` (`capstan simulate` has no [`Context`]).
+pub fn resolve_with(
+    registry: &Registry,
     reference: &NodeClassReference,
     classes: &std::collections::HashMap<String, NodeClass>,
 ) -> Result<Resolved, Unresolved> {
@@ -106,16 +116,16 @@ pub fn resolve_in(
         .get(&reference.name)
         .cloned()
         .ok_or_else(|| Unresolved::NodeClassNotFound(reference.name.clone()))?;
-    with_provider(ctx, reference, node_class)
+    with_provider(registry, reference, node_class)
 }
 
 fn with_provider(
-    ctx: &Context,
+    registry: &Registry,
     reference: &NodeClassReference,
     node_class: NodeClass,
 ) -> Result<Resolved, Unresolved> {
     let provider_name = node_class.spec.provider.clone();
-    match ctx.registry.get(&provider_name) {
+    match registry.get(&provider_name) {
         Some(provider) => Ok(Resolved {
             node_class,
             provider_name,

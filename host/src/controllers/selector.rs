@@ -74,6 +74,24 @@ impl Selector {
     }
 }
 
+impl std::fmt::Display for Selector {
+    /// The selector as [`Selector::parse`] reads it (`a=b,c!=d,e,!f`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, term) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            match term {
+                Term::Equals(k, v) => write!(f, "{k}={v}")?,
+                Term::NotEquals(k, v) => write!(f, "{k}!={v}")?,
+                Term::Exists(k) => write!(f, "{k}")?,
+                Term::NotExists(k) => write!(f, "!{k}")?,
+            }
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +107,13 @@ mod tests {
         assert!(Selector::parse("!c").unwrap().matches(&labels));
         assert!(!Selector::parse("c").unwrap().matches(&labels));
         assert!(Selector::parse("=x").is_err());
+    }
+
+    #[test]
+    fn displays_as_it_parses() {
+        let text = "a=1,b!=2,c,!d";
+        assert_eq!(Selector::parse(text).unwrap().to_string(), text);
+        assert_eq!(Selector::parse(" a == 1 ").unwrap().to_string(), "a=1");
+        assert_eq!(Selector::default().to_string(), "");
     }
 }

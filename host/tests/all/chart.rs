@@ -1,7 +1,8 @@
 //! The Helm chart (`charts/capstan`): `helm lint --strict`, rendering, the values schema, and,
-//! installed into the real API server with the kwok provider (ConfigMap plus Provider), a real host
-//! running with nothing but the chart's ServiceAccount and RBAC loads that provider and provisions
-//! and terminates nodes for pending pods. (The unit test `capstan::api::crds` keeps the chart's
+//! installed into the real API server from the package `make chart` writes (the built image's
+//! reference and digest in its values) with the kwok provider (ConfigMap plus Provider), a real
+//! host running with nothing but the chart's ServiceAccount and RBAC loads that provider and
+//! provisions and terminates nodes for pending pods. (`image.rs` runs the image itself.) (The unit test `capstan::api::crds` keeps the chart's
 //! `crds/` equal to the generated CRDs.)
 
 use std::path::{Path, PathBuf};
@@ -12,7 +13,7 @@ use capstan::api::NodeClaim;
 use capstan_test_support::{ControlPlane, bin_dir, parse_yaml, repo_root, unique_name, wait_until};
 use kube::api::{DeleteParams, DynamicObject};
 use kube::config::Kubeconfig;
-use kube::{Api, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use crate::fixtures::providers_dir;
 use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
@@ -137,6 +138,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
     assert_eq!(security["readOnlyRootFilesystem"], true);
     assert_eq!(security["allowPrivilegeEscalation"], false);
     assert_eq!(security["capabilities"]["drop"][0], "ALL");
+    assert_eq!(container["image"], "capstan:0.1.0", "appVersion as the tag");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(container["resources"]["requests"]["cpu"].is_string());
@@ -209,6 +211,22 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
 }
 
 #[test]
+fn an_image_digest_pins_the_image() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let objects = template(&[
+        "--set",
+        "image.repository=registry.example/capstan",
+        "--set",
+        &format!("image.digest={digest}"),
+    ]);
+    let deployment = &find(&objects, "Deployment", "rel-capstan").data;
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"],
+        format!("registry.example/capstan:0.1.0@{digest}").as_str()
+    );
+}
+
+#[test]
 fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rbac() {
     let objects = template(&[
         "--set",
@@ -277,6 +295,7 @@ fn the_schema_rejects_bad_values_naming_them() {
             "/leaderElection/leaseDuration",
         ),
         ("image.pullPolicy=Sometimes", "/image/pullPolicy"),
+        ("image.digest=latest", "/image/digest"),
         ("provider.enabled=true", "/provider/wasmBase64"),
         ("provider.sha256=abc", "/provider/sha256"),
         (
@@ -314,6 +333,108 @@ fn token_kubeconfig(cp: &ControlPlane, token: &str, path: &Path) {
     std::fs::write(path, serde_json::to_string(&config).unwrap()).unwrap();
 }
 
+/// `helm install`s the chart `make chart` packaged for the built image (its reference and digest in
+/// the values) as `release` into `release_ns`, with the kwok provider (its grants, the test run's
+/// label so only this test's host loads it) and `values` (more top-level YAML keys). Checks the
+/// Deployment names the image by digest; returns the Provider's name.
+pub(crate) fn install_package(
+    cp: &ControlPlane,
+    names: &Names,
+    release: &str,
+    release_ns: &str,
+    values: &str,
+) -> String {
+    let image = crate::image::BuiltImage::current();
+    let package = image.chart_package();
+    // The kwok provider ships with the chart: base64 for --set-file, its grants in a values file.
+    let provider = names.name("kwok");
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let wasm = std::fs::read(providers_dir().join("kwok.wasm")).unwrap();
+    let encoded = serde_json::to_value(k8s_openapi::ByteString(wasm)).unwrap();
+    let wasm_b64 = tmp.join(format!("{release}-kwok.wasm.b64"));
+    std::fs::write(&wasm_b64, encoded.as_str().unwrap()).unwrap();
+    let values_file = tmp.join(format!("{release}-values.yaml"));
+    let grants = crate::conformance::KWOK_GRANTS.replace('\n', "\n    ");
+    std::fs::write(
+        &values_file,
+        format!(
+            "replicas: 0\nprovider:\n  enabled: true\n  name: {provider}\n  labels:\n    \
+             {RUN_LABEL}: {}\n  grants:\n    {grants}\n{values}",
+            names.run
+        ),
+    )
+    .unwrap();
+    let mut install = helm(Some(cp.kubeconfig_path()));
+    install
+        .args(["install", release])
+        .arg(&package)
+        .args(["--namespace", release_ns, "--values"])
+        .arg(&values_file)
+        .arg("--set-file")
+        .arg(format!("provider.wasmBase64={}", wasm_b64.display()));
+    let (ok, out, err) = run(install);
+    assert!(ok, "helm install {}:\n{out}\n{err}", package.display());
+    assert!(
+        out.contains(&format!("kubectl get provider {provider}")),
+        "NOTES.txt: {out}"
+    );
+    let mut get = cp.kubectl();
+    get.args([
+        "get",
+        "deployment",
+        &format!("{release}-capstan"),
+        "--namespace",
+        release_ns,
+        "-o",
+        "jsonpath={.spec.template.spec.containers[0].image}",
+    ]);
+    let got = get.output().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&got.stdout),
+        image.reference(),
+        "the packaged chart's image"
+    );
+    provider
+}
+
+/// Deletes `made` and waits until the host has terminated every claim of `names`' run (drained,
+/// the Node and the instance deleted, the finalizer dropped).
+pub(crate) async fn terminate(
+    client: &Client,
+    names: &Names,
+    made: &[NodeClaim],
+) -> capstan_test_support::Result<()> {
+    let api = Api::<NodeClaim>::all(client.clone());
+    for claim in made {
+        api.delete(&claim.name_any(), &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "NodeClaims terminated",
+        || async { Ok::<_, kube::Error>(claims(client, names).await.is_empty().then_some(())) },
+    )
+    .await
+}
+
+/// Panics, with `tail()`, if the host's log shows the API server refused it anything.
+pub(crate) fn assert_nothing_forbidden(log: &str, tail: impl FnOnce() -> String) {
+    assert!(
+        !log.to_lowercase().contains("forbidden"),
+        "the chart's RBAC refused something:\n{}",
+        tail()
+    );
+}
+
+/// `helm uninstall`.
+pub(crate) fn uninstall(cp: &ControlPlane, release: &str, release_ns: &str) {
+    let mut uninstall = helm(Some(cp.kubeconfig_path()));
+    uninstall.args(["uninstall", release, "--namespace", release_ns]);
+    let (ok, _, err) = run(uninstall);
+    assert!(ok, "helm uninstall: {err}");
+}
+
 #[tokio::test]
 async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     let (cp, client) = cluster().await;
@@ -321,39 +442,7 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     let release_ns = namespace(cp, "capstan").await;
     let release = unique_name("chart");
     let fullname = format!("{release}-capstan");
-    // The kwok provider ships with the chart: base64 for --set-file, its grants in a values file,
-    // and the test's run label so that only this test's host loads it.
-    let provider = names.name("kwok");
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let wasm = std::fs::read(providers_dir().join("kwok.wasm")).unwrap();
-    let encoded = serde_json::to_value(k8s_openapi::ByteString(wasm)).unwrap();
-    let wasm_b64 = tmp.join(format!("{release}-kwok.wasm.b64"));
-    std::fs::write(&wasm_b64, encoded.as_str().unwrap()).unwrap();
-    let values = tmp.join(format!("{release}-values.yaml"));
-    let grants = crate::conformance::KWOK_GRANTS.replace('\n', "\n    ");
-    std::fs::write(
-        &values,
-        format!(
-            "replicas: 0\nprovider:\n  enabled: true\n  name: {provider}\n  labels:\n    \
-             {RUN_LABEL}: {}\n  grants:\n    {grants}\n",
-            names.run
-        ),
-    )
-    .unwrap();
-    let mut install = helm(Some(cp.kubeconfig_path()));
-    install
-        .args(["install", &release])
-        .arg(chart())
-        .args(["--namespace", &release_ns, "--values"])
-        .arg(&values)
-        .arg("--set-file")
-        .arg(format!("provider.wasmBase64={}", wasm_b64.display()));
-    let (ok, out, err) = run(install);
-    assert!(ok, "helm install:\n{out}\n{err}");
-    assert!(
-        out.contains(&format!("kubectl get provider {provider}")),
-        "NOTES.txt: {out}"
-    );
+    let provider = install_package(cp, &names, &release, &release_ns, "");
 
     let mut token = cp.kubectl();
     token.args([
@@ -411,33 +500,12 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     assert!(!made.is_empty());
     let (status, report) = http_get(&host.probe_address().unwrap(), "/readyz").await;
     assert_eq!(status, 200, "{report}");
-    let log = host.log();
-    assert!(
-        !log.to_lowercase().contains("forbidden"),
-        "the chart's RBAC refused something:\n{}",
-        host.log_tail()
-    );
+    assert_nothing_forbidden(&host.log(), || host.log_tail());
     // Termination too: drain (evictions), delete the Node, delete the instance, drop the
     // finalizer.
-    let api = Api::<NodeClaim>::all(client.clone());
-    for claim in &made {
-        api.delete(&claim.name_any(), &DeleteParams::default())
-            .await
-            .unwrap();
-    }
-    let gone = wait_until(
-        Duration::from_secs(120),
-        "NodeClaims terminated",
-        || async { Ok::<_, kube::Error>(claims(&client, &names).await.is_empty().then_some(())) },
-    )
-    .await;
+    let gone = terminate(&client, &names, &made).await;
     assert!(gone.is_ok(), "{gone:?}\n{}", host.log_tail());
-    let log = host.log();
-    assert!(
-        !log.to_lowercase().contains("forbidden"),
-        "the chart's RBAC refused something:\n{}",
-        host.log_tail()
-    );
+    assert_nothing_forbidden(&host.log(), || host.log_tail());
     println!(
         "chart RBAC: kwok loaded from the chart's Provider; {} NodeClaim(s) for 3 pods, then \
          terminated, with the ServiceAccount of \
@@ -446,8 +514,5 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     );
     teardown(&client, &names, &ns).await;
     drop(host);
-    let mut uninstall = helm(Some(cp.kubeconfig_path()));
-    uninstall.args(["uninstall", &release, "--namespace", &release_ns]);
-    let (ok, _, err) = run(uninstall);
-    assert!(ok, "helm uninstall: {err}");
+    uninstall(cp, &release, &release_ns);
 }

@@ -168,9 +168,7 @@ impl World {
 }
 
 fn grants_file() -> std::path::PathBuf {
-    let path = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("clusterapi-grants.yaml");
-    std::fs::write(&path, CLUSTERAPI_GRANTS).unwrap();
-    path
+    crate::lifecycle::write_once("clusterapi-grants.yaml", CLUSTERAPI_GRANTS)
 }
 
 /// `capstan run` with the clusterapi provider (from its file) and the management cluster.

@@ -22,7 +22,7 @@ use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::pool_json;
 
 /// The label the tests' pools put on their nodes and their pods select.
-const GROUP: &str = "e2e.capstan.dev/group";
+pub(crate) const GROUP: &str = "e2e.capstan.dev/group";
 const DISRUPTION_ANNOTATION: &str = "capstan.dev/disruption";
 
 /// A Deployment of `replicas` pods requesting `cpu`, with this `node_selector` and extra pod
@@ -110,7 +110,13 @@ pub(crate) fn running(pods: &[Pod]) -> usize {
         .count()
 }
 
-async fn wait_running(client: &Client, host: &Host, ns: &str, n: usize, timeout: Duration) {
+pub(crate) async fn wait_running(
+    client: &Client,
+    host: &Host,
+    ns: &str,
+    n: usize,
+    timeout: Duration,
+) {
     wait_until(timeout, &format!("{n} pods Running"), || async {
         host.check_alive();
         Ok::<_, kube::Error>((running(&pods(client, ns).await) == n).then_some(()))
@@ -119,7 +125,7 @@ async fn wait_running(client: &Client, host: &Host, ns: &str, n: usize, timeout:
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
 }
 
-async fn patch_pool(client: &Client, name: &str, patch: serde_json::Value) {
+pub(crate) async fn patch_pool(client: &Client, name: &str, patch: serde_json::Value) {
     Api::<capstan::api::NodePool>::all(client.clone())
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -127,7 +133,7 @@ async fn patch_pool(client: &Client, name: &str, patch: serde_json::Value) {
 }
 
 /// The nodes of the pool, by name, with their label `key`.
-async fn pool_nodes(client: &Client, pool: &str, key: &str) -> BTreeMap<String, String> {
+pub(crate) async fn pool_nodes(client: &Client, pool: &str, key: &str) -> BTreeMap<String, String> {
     Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("karpenter.sh/nodepool={pool}")))
         .await

@@ -79,8 +79,18 @@ pub struct Host {
 }
 
 fn grants_file() -> PathBuf {
-    let path = Path::new(env!("CARGO_TARGET_TMPDIR")).join("kwok-grants.yaml");
-    std::fs::write(&path, KWOK_GRANTS).unwrap();
+    write_once("kwok-grants.yaml", KWOK_GRANTS)
+}
+
+/// Writes `contents` to `name` in the tests' temporary directory without a moment where another
+/// reader (a host starting in a concurrent test or test process) could see it half written: a
+/// unique file renamed over it. A truncating write there once gave a host empty grants.
+pub fn write_once(name: &str, contents: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let path = dir.join(name);
+    let staged = dir.join(format!("{name}.{}", unique_name("staged")));
+    std::fs::write(&staged, contents).unwrap();
+    std::fs::rename(&staged, &path).unwrap();
     path
 }
 

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
+use kube::runtime::events::EventType::Normal;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -71,11 +72,16 @@ pub struct Memory {
     consolidated: Option<(u64, Instant)>,
     /// Claim → the last `Unconsolidatable` reason published for it.
     refusals: HashMap<String, String>,
+    /// Claim → when this host last saw its node's pods change. The cache may not show the
+    /// `lastPodEventTime` written for it yet; a claim changed since its pool's
+    /// `consolidateAfter` is no candidate whatever its cached condition says.
+    changed_at: HashMap<String, Instant>,
 }
 
 #[derive(Debug)]
 struct Pending {
     reason: Reason,
+    decided: Instant,
     /// Claim names.
     claims: Vec<String>,
     replaces: bool,
@@ -94,6 +100,11 @@ pub async fn pass(
     let names: std::collections::HashSet<String> =
         view.claims.iter().map(|c| c.name_any()).collect();
     memory.refusals.retain(|claim, _| names.contains(claim));
+    for claim in &touched {
+        memory.changed_at.insert(claim.clone(), Instant::now());
+    }
+    memory.changed_at.retain(|claim, _| names.contains(claim));
+    let recent = recently_changed(&memory.changed_at, view, pools);
     mark_consolidatable(ctx, view, pools, now, &touched).await;
     if let Some(pending) = &memory.pending {
         if Instant::now() < pending.due {
@@ -102,18 +113,38 @@ pub async fn pass(
         let Some(pending) = memory.pending.take() else {
             return Ok(());
         };
-        return validate_and_start(ctx, view, pools, now, pending).await;
+        if let Some(claim) = pending.claims.iter().find(|c| {
+            memory
+                .changed_at
+                .get(*c)
+                .is_some_and(|at| *at > pending.decided)
+        }) {
+            let label = pending.reason.as_str().to_lowercase();
+            return reject(ctx, &label, claim, "its pods changed").await;
+        }
+        return validate_and_start(ctx, view, pools, now, pending, &recent).await;
     }
-    let Some((mut cluster, fingerprint)) = build(ctx, view, pools, now).await else {
+    let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, &recent).await
+    else {
         return Ok(());
     };
+    let allowance = allowances(ctx, view, pools, now).await;
+    // What the budgets allow is part of what a search depends on: a node that finishes leaving
+    // opens the budget without changing the nodes the search sees.
+    let mut hasher = DefaultHasher::new();
+    (
+        cluster_fingerprint,
+        &allowance.empty,
+        &allowance.underutilized,
+    )
+        .hash(&mut hasher);
+    let fingerprint = hasher.finish();
     if let Some((seen, at)) = memory.consolidated
         && seen == fingerprint
         && at.elapsed() < CONSOLIDATED_FOR
     {
         return Ok(());
     }
-    let allowance = allowances(ctx, view, pools, now).await;
     let timeout = ctx.settings.consolidation.search_timeout;
     let started = Instant::now();
     let search = tokio::task::spawn_blocking(move || {
@@ -128,7 +159,7 @@ pub async fn pass(
     tracing::debug!(elapsed = ?started.elapsed(), candidates = cluster.candidates.len(), found = found.is_some(), "consolidation search");
     for (i, why) in refused {
         let c = &cluster.candidates[i];
-        unconsolidatable(ctx, memory, view, &c.claim, &why.to_string()).await;
+        unconsolidatable(ctx, memory, view, &c.claim, &why).await;
     }
     let Some(cmd) = found else {
         memory.consolidated = Some((fingerprint, Instant::now()));
@@ -152,6 +183,7 @@ pub async fn pass(
         reason: cmd.reason,
         claims,
         replaces: cmd.replacement.is_some(),
+        decided: Instant::now(),
         due: Instant::now() + ctx.settings.consolidation.validation_delay,
     });
     Ok(())
@@ -182,10 +214,11 @@ async fn validate_and_start(
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     pending: Pending,
+    recent: &std::collections::HashSet<String>,
 ) -> Result<(), ControllerError> {
     let reason = pending.reason;
     let label = reason.as_str().to_lowercase();
-    let Some((mut cluster, _)) = build(ctx, view, pools, now).await else {
+    let Some((mut cluster, _)) = build(ctx, view, pools, now, recent).await else {
         return Ok(());
     };
     let allowances = allowances(ctx, view, pools, now).await;
@@ -495,27 +528,86 @@ async fn build(
     view: &View,
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
+    recent: &std::collections::HashSet<String>,
 ) -> Option<(Cluster, u64)> {
-    let snapshot = Snapshot::take(ctx);
+    let mut snapshot = Snapshot::take(ctx);
+    add_unbound(&mut snapshot, view, &ctx.selector);
     let built = snapshot.input(ctx, &ctx.instance_types).await;
     cluster_from(
         view,
         &snapshot,
         built.input,
-        pools,
+        (pools, recent),
         now,
         ctx.settings.consolidation.options.clone(),
     )
 }
 
+/// The claims whose pods this host saw change within their pool's `consolidateAfter`.
+fn recently_changed(
+    changed_at: &HashMap<String, Instant>,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+) -> std::collections::HashSet<String> {
+    view.claims
+        .iter()
+        .filter_map(|c| {
+            let at = changed_at.get(&c.name_any())?;
+            let pool = pools.get(c.labels().get(NODEPOOL)?)?;
+            let after = duration::parse_nillable(&pool.spec.disruption.consolidate_after)
+                .ok()
+                .flatten()?;
+            (at.elapsed() < after).then(|| c.name_any())
+        })
+        .collect()
+}
+
+/// Adds to the snapshot's pending pods every pod not bound yet that kube-scheduler has not
+/// judged (the provisioner waits for its verdict; consolidation may not): a pod evicted by a
+/// disruption a moment ago comes back as such a pod, and the room it needs is not free.
+pub fn add_unbound(
+    snapshot: &mut Snapshot,
+    view: &View,
+    selector: &crate::controllers::selector::Selector,
+) {
+    let known: std::collections::HashSet<(Option<String>, String)> = snapshot
+        .pending
+        .iter()
+        .map(|p| (p.namespace(), p.name_any()))
+        .collect();
+    for pod in &view.pods {
+        let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if unbound
+            && !finished
+            && pod.metadata.deletion_timestamp.is_none()
+            && crate::controllers::provisioner::snapshot::is_reschedulable(pod)
+            && selector.matches(pod.labels())
+            && !known.contains(&(pod.namespace(), pod.name_any()))
+        {
+            snapshot.pending.push(pod.as_ref().clone());
+        }
+    }
+    snapshot
+        .pending
+        .sort_by_key(|p| (p.namespace(), p.name_any()));
+}
+
 /// The cluster as consolidation sees it — the scheduling `input` built from `snapshot`, and the
-/// candidates: consolidatable, eligible, unheld machines of `view` whose price is known — and
-/// its fingerprint (what a search depends on). `None` when there is no candidate.
+/// candidates: consolidatable, eligible, unheld machines of `view` whose price is known, but for
+/// the claims in `recent` — and its fingerprint (what a search depends on). `None` when there is
+/// no candidate.
 pub fn cluster_from(
     view: &View,
     snapshot: &Snapshot,
     input: crate::scheduling::SchedulingInput,
-    pools: &BTreeMap<String, &NodePool>,
+    (pools, recent): (
+        &BTreeMap<String, &NodePool>,
+        &std::collections::HashSet<String>,
+    ),
     now: Timestamp,
     options: consolidation::Options,
 ) -> Option<(Cluster, u64)> {
@@ -525,6 +617,7 @@ pub fn cluster_from(
         .filter(|m| {
             is_true(m.claim, CONSOLIDATABLE)
                 && is_true(m.claim, INITIALIZED)
+                && !recent.contains(&m.claim.name_any())
                 && m.claim
                     .labels()
                     .get(NODEPOOL)
@@ -624,17 +717,33 @@ fn machine_price(m: &Machine<'_>, types: &[crate::scheduling::InstanceType]) -> 
     price::node_price(it, labels.get(ZONE)?, labels.get(CAPACITY_TYPE)?)
 }
 
-/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it.
-async fn unconsolidatable(ctx: &Context, memory: &mut Memory, view: &View, claim: &str, why: &str) {
-    if memory.refusals.get(claim).map(String::as_str) == Some(why) {
+/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it (the
+/// kind of refusal is the Event's action, so a new kind is a new Event, not a repeat of the
+/// first one's series).
+async fn unconsolidatable(
+    ctx: &Context,
+    memory: &mut Memory,
+    view: &View,
+    claim: &str,
+    refusal: &consolidation::Refusal,
+) {
+    let why = refusal.to_string();
+    if memory.refusals.get(claim) == Some(&why) {
         return;
     }
-    memory.refusals.insert(claim.to_owned(), why.to_owned());
+    memory.refusals.insert(claim.to_owned(), why.clone());
+    let action = refusal.kind();
     let Some(object) = view.claims.iter().find(|c| c.name_any() == claim) else {
         return;
     };
     ctx.events
-        .normal(object.as_ref(), "Unconsolidatable", why)
+        .publish_action(
+            object.as_ref(),
+            Normal,
+            "Unconsolidatable",
+            action,
+            why.clone(),
+        )
         .await;
     let node = object
         .status
@@ -643,7 +752,7 @@ async fn unconsolidatable(ctx: &Context, memory: &mut Memory, view: &View, claim
         .and_then(|n| view.nodes.iter().find(|node| node.name_any() == n));
     if let Some(node) = node {
         ctx.events
-            .normal(node.as_ref(), "Unconsolidatable", why)
+            .publish_action(node.as_ref(), Normal, "Unconsolidatable", action, why)
             .await;
     }
 }

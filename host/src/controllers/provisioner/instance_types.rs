@@ -7,7 +7,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use kube::ResourceExt;
+
 use crate::api::{NodeClass, NodePool};
+use crate::controllers::{Context, resolve};
 use crate::provider::convert::catalog::{AmountView, CatalogView, RequirementView};
 use crate::provider::convert::{node_class_to_wit, node_pool_to_wit};
 use crate::runtime::ProviderPre;
@@ -30,6 +33,58 @@ struct Key {
 }
 
 type Entries = HashMap<Key, (Instant, Arc<[InstanceType]>)>;
+
+/// Where [`super::snapshot::Snapshot::input_from`] gets each pool's instance types: the host's
+/// providers ([`FromProviders`]) or, in `capstan simulate`, a component loaded from a file.
+pub trait InstanceTypeSource {
+    /// The instance types `pool` may launch, its `nodeClassRef` resolved against `classes` (the
+    /// snapshot's NodeClasses), offerings that cannot launch now marked unavailable.
+    fn instance_types(
+        &self,
+        pool: &NodePool,
+        classes: &HashMap<String, NodeClass>,
+    ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send;
+}
+
+/// The host's source: the NodeClass's live provider from the registry, through the cache, with
+/// the offerings recently out of capacity ([`Context::unavailable_offerings`]) marked unavailable.
+#[derive(Debug, Clone, Copy)]
+pub struct FromProviders<'a> {
+    pub ctx: &'a Context,
+    pub cache: &'a InstanceTypeCache,
+}
+
+impl InstanceTypeSource for FromProviders<'_> {
+    async fn instance_types(
+        &self,
+        pool: &NodePool,
+        classes: &HashMap<String, NodeClass>,
+    ) -> Result<Arc<[InstanceType]>, ProvisionError> {
+        let ctx = self.ctx;
+        let resolved = resolve::resolve_in(ctx, &pool.spec.template.spec.node_class_ref, classes)
+            .map_err(|unresolved| ProvisionError::Pool(unresolved.to_string()))?;
+        let (class, provider) = (&resolved.node_class, &resolved.provider);
+        let started = Instant::now();
+        let result = self.cache.get(provider, pool, class).await;
+        if let Err(ProvisionError::Call(err)) = &result {
+            tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
+        }
+        tracing::debug!(nodepool = %pool.name_any(), elapsed = ?started.elapsed(), "instance types");
+        let mut types = result?;
+        // Offerings that recently ran out of capacity are simulated as unavailable.
+        if !ctx
+            .unavailable_offerings
+            .entries(&class.spec.provider)
+            .is_empty()
+        {
+            let mut marked = types.to_vec();
+            ctx.unavailable_offerings
+                .mark(&class.spec.provider, &mut marked);
+            types = marked.into();
+        }
+        Ok(types)
+    }
+}
 
 /// The cache.
 #[derive(Debug)]

@@ -1,6 +1,10 @@
 //! One consistent view of the cluster for a provisioning run: everything is read from the host's
 //! caches ([`crate::state::ClusterState`]) at the start of the run, then turned into the
 //! scheduler's input. Nothing read during the simulation changes under it.
+//!
+//! The same code runs without a host: [`Snapshot::from_view`] takes any [`View`] (`capstan
+//! simulate` builds one from a dump) and [`Snapshot::input_from`] any
+//! [`InstanceTypeSource`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -9,11 +13,12 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
 use crate::api::{NodeClaim, NodeClass, NodePool};
-use crate::controllers::{Context, resolve};
+use crate::controllers::{Context, Selector};
 use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
+use crate::state::View;
 
-use super::instance_types::InstanceTypeCache;
+use super::instance_types::{FromProviders, InstanceTypeCache, InstanceTypeSource};
 use super::limits;
 use super::{ProvisionError, is_provisionable};
 use crate::api::labels::DISRUPTED_TAINT_KEY;
@@ -114,7 +119,12 @@ impl Snapshot {
     /// nodes as gone, so their replacements are provisioned before the pods are evicted
     /// (Karpenter's provisioning for deleting nodes).
     pub fn take(ctx: &Context) -> Self {
-        let view = ctx.state.view();
+        Self::from_view(&ctx.state.view(), &ctx.selector)
+    }
+
+    /// [`Snapshot::take`] over a [`View`] (the host's caches, or a dump in `capstan simulate`):
+    /// pods and nodes that `selector` does not match are left out.
+    pub fn from_view(view: &View, selector: &Selector) -> Self {
         let leaving = leaving_nodes(&view.nodes, &view.claims);
         let mut pending = Vec::new();
         let mut bound = Vec::new();
@@ -122,13 +132,13 @@ impl Snapshot {
             let node = pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
             match node {
                 Some(node) if leaving.contains(node) => {
-                    if is_reschedulable(pod) && ctx.selector.matches(pod.labels()) {
+                    if is_reschedulable(pod) && selector.matches(pod.labels()) {
                         pending.push(pod.as_ref().clone());
                     }
                 }
                 Some(_) => bound.push(pod.as_ref().clone()),
                 None => {
-                    if is_provisionable(pod) && ctx.selector.matches(pod.labels()) {
+                    if is_provisionable(pod) && selector.matches(pod.labels()) {
                         pending.push(pod.as_ref().clone());
                     }
                 }
@@ -138,9 +148,7 @@ impl Snapshot {
         let nodes = view
             .nodes
             .iter()
-            .filter(|n| {
-                !leaving.contains(n.name_any().as_str()) && ctx.selector.matches(n.labels())
-            })
+            .filter(|n| !leaving.contains(n.name_any().as_str()) && selector.matches(n.labels()))
             .map(|n| n.as_ref().clone())
             .collect();
         Self {
@@ -160,7 +168,7 @@ impl Snapshot {
                 .map(|(name, c)| (name.clone(), c.as_ref().clone()))
                 .collect(),
             daemonsets: view.daemonsets.iter().map(|d| d.as_ref().clone()).collect(),
-            namespaces: view.namespaces,
+            namespaces: view.namespaces.clone(),
             leaving: view
                 .nodes
                 .iter()
@@ -189,6 +197,11 @@ impl Snapshot {
     /// The simulation input: pending pods, pools with their instance types and remaining limits,
     /// existing nodes with their pods, in-flight claims and DaemonSet templates.
     pub async fn input(&self, ctx: &Context, cache: &InstanceTypeCache) -> Built {
+        self.input_from(&FromProviders { ctx, cache }).await
+    }
+
+    /// [`Snapshot::input`] with instance types from `source`.
+    pub async fn input_from(&self, source: &impl InstanceTypeSource) -> Built {
         let mut built = Built::default();
         for (i, pod) in self.pending.iter().enumerate() {
             match convert::pod(pod, &self.namespaces) {
@@ -201,7 +214,7 @@ impl Snapshot {
         }
         for pool in &self.pools {
             let name = pool.name_any();
-            match self.pool_view(ctx, cache, pool).await {
+            match self.pool_view(source, pool).await {
                 Ok(view) => built.input.node_pools.push(view),
                 Err(err) => {
                     tracing::warn!(nodepool = %name, error = %err, "nodepool left out of provisioning");
@@ -281,32 +294,10 @@ impl Snapshot {
 
     async fn pool_view(
         &self,
-        ctx: &Context,
-        cache: &InstanceTypeCache,
+        source: &impl InstanceTypeSource,
         pool: &NodePool,
     ) -> Result<scheduling::NodePoolView, ProvisionError> {
-        let resolved =
-            resolve::resolve_in(ctx, &pool.spec.template.spec.node_class_ref, &self.classes)
-                .map_err(|unresolved| ProvisionError::Pool(unresolved.to_string()))?;
-        let (class, provider) = (&resolved.node_class, &resolved.provider);
-        let started = std::time::Instant::now();
-        let result = cache.get(provider, pool, class).await;
-        if let Err(ProvisionError::Call(err)) = &result {
-            tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
-        }
-        tracing::debug!(nodepool = %pool.name_any(), elapsed = ?started.elapsed(), "instance types");
-        let mut types = result?;
-        // Offerings that recently ran out of capacity are simulated as unavailable.
-        if !ctx
-            .unavailable_offerings
-            .entries(&class.spec.provider)
-            .is_empty()
-        {
-            let mut marked = types.to_vec();
-            ctx.unavailable_offerings
-                .mark(&class.spec.provider, &mut marked);
-            types = marked.into();
-        }
+        let types = source.instance_types(pool, &self.classes).await?;
         let mut view = convert::node_pool(pool, types)?;
         // Every claim of the pool counts against its limits, not only what its status shows.
         let usage = limits::claim_usage(&pool.name_any(), &self.claims, &view.instance_types);
