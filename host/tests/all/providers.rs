@@ -221,6 +221,34 @@ impl Setup {
         .expect("serving")
     }
 
+    /// Waits until Provider `name` reports `Ready=True (Loaded)` for the module with `digest`. A
+    /// reload swaps the registry before the status is written, so an earlier version's `Loaded`
+    /// can still be on record for a moment.
+    pub async fn wait_loaded(&self, name: &str, digest: &str) -> Provider {
+        let api: Api<Provider> = Api::all(self.client.clone());
+        capstan_test_support::wait_until(
+            Duration::from_secs(60),
+            &format!("Provider {name} Loaded with {digest}"),
+            || {
+                let api = api.clone();
+                async move {
+                    let provider = api.get(name).await.map_err(|e| e.to_string())?;
+                    let loaded = provider.status.as_ref().is_some_and(|s| {
+                        s.digest.as_deref() == Some(digest)
+                            && s.conditions.iter().any(|c| {
+                                c.type_ == "Ready"
+                                    && format!("{:?}", c.status) == "True"
+                                    && c.reason.as_deref() == Some("Loaded")
+                            })
+                    });
+                    Ok::<_, String>(loaded.then_some(provider))
+                }
+            },
+        )
+        .await
+        .expect("loaded")
+    }
+
     /// Waits until condition `type_` of Provider `name` has `status` and `reason`.
     pub async fn wait_condition(
         &self,
