@@ -420,9 +420,7 @@ pub(crate) async fn terminate(
         "the NodeClaims drained and terminated",
         || async {
             let left = claims(client, names).await;
-            Ok::<_, kube::Error>(
-                (!left.iter().any(|c| made.contains(&c.name_any()))).then_some(()),
-            )
+            Ok::<_, kube::Error>((!left.iter().any(|c| made.contains(&c.name_any()))).then_some(()))
         },
     )
     .await?;
@@ -431,7 +429,9 @@ pub(crate) async fn terminate(
         .await
         .unwrap();
     for claim in claims(client, names).await {
-        let _ = api.delete(&claim.name_any(), &DeleteParams::default()).await;
+        let _ = api
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await;
     }
     wait_until(
         Duration::from_secs(120),
