@@ -72,8 +72,9 @@ pub enum ProvisionError {
 }
 
 /// Whether kube-scheduler gave up on `pod` and Capstan should provision for it: not bound, not
-/// terminating or finished, `PodScheduled=False` with reason `Unschedulable`, and not owned by
-/// a DaemonSet or a Node (static pods).
+/// terminating or finished, not nominated to a node by preemption (`status.nominatedNodeName`:
+/// it runs there once its victims are gone), `PodScheduled=False` with reason `Unschedulable`,
+/// and not owned by a DaemonSet or a Node (static pods).
 pub fn is_provisionable(pod: &Pod) -> bool {
     if pod.spec.as_ref().is_none_or(|s| s.node_name.is_some())
         || pod.metadata.deletion_timestamp.is_some()
@@ -81,6 +82,12 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         return false;
     }
     let status = pod.status.as_ref();
+    if status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+    {
+        return false;
+    }
     if matches!(
         status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")

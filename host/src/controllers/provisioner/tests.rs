@@ -68,6 +68,15 @@ fn filters_provisionable_pods() {
     let mut failed = pending_pod();
     failed.status.as_mut().unwrap().phase = Some("Failed".into());
     assert!(!is_provisionable(&failed));
+
+    let mut preempting = pending_pod();
+    preempting.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
+    assert!(
+        !is_provisionable(&preempting),
+        "nominated by preemption: it waits for its victims"
+    );
+    preempting.status.as_mut().unwrap().nominated_node_name = Some(String::new());
+    assert!(is_provisionable(&preempting), "an empty nomination is none");
 }
 
 /// Bounds below zero (a pool's `Gte 0`, a pod's `Gt -5` or `Lt -1`) become ones the NodeClaim CRD

@@ -2,7 +2,7 @@
 //! groups it owns or is counted in, and preference relaxation (Karpenter's `Preferences.Relax`).
 
 use super::topology::{GroupId, GroupKind, GroupSpec, NamespaceSet, Topology};
-use crate::scheduling::pod::{Pod, PodAffinityTerm, WhenUnsatisfiable};
+use crate::scheduling::pod::{NodeInclusionPolicy, Pod, PodAffinityTerm, WhenUnsatisfiable};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::taints::{Taint, TaintEffect, Toleration};
@@ -52,8 +52,12 @@ pub(super) fn node_requirements(pod: &Pod, term: usize, preferred: Option<usize>
 }
 
 /// The nodes a spread constraint of `pod` counts: its node selector combined with each required
-/// node-affinity term (ORed); empty when unconstrained.
-fn spread_node_filter(pod: &Pod) -> Vec<Requirements> {
+/// node-affinity term (ORed); empty when unconstrained or when the constraint ignores node
+/// affinity (`nodeAffinityPolicy: Ignore`).
+fn spread_node_filter(pod: &Pod, policy: NodeInclusionPolicy) -> Vec<Requirements> {
+    if policy == NodeInclusionPolicy::Ignore {
+        return Vec::new();
+    }
     let selector = node_requirements(pod, usize::MAX, None);
     if pod.required_node_affinity.is_empty() {
         return if selector.is_empty() {
@@ -81,6 +85,7 @@ fn affinity_spec(pod: &Pod, kind: GroupKind, term: &PodAffinityTerm, inverse: bo
         max_skew: i32::MAX,
         min_domains: None,
         node_filter: Vec::new(),
+        tolerations: None,
         inverse,
     }
 }
@@ -139,11 +144,6 @@ impl PodState {
     }
 
     fn owned_specs<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = GroupSpec> + 'a {
-        let filter = if self.spreads.is_empty() {
-            Vec::new()
-        } else {
-            spread_node_filter(pod)
-        };
         let spreads = self.spreads.iter().map(move |&i| {
             let c = &pod.topology_spread[i];
             GroupSpec {
@@ -153,7 +153,9 @@ impl PodState {
                 selector: c.label_selector.clone(),
                 max_skew: c.max_skew,
                 min_domains: c.min_domains,
-                node_filter: filter.clone(),
+                node_filter: spread_node_filter(pod, c.node_affinity_policy),
+                tolerations: (c.node_taints_policy == NodeInclusionPolicy::Honor)
+                    .then(|| pod.tolerations.clone()),
                 inverse: false,
             }
         });
