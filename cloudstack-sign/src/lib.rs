@@ -112,7 +112,7 @@ fn java_order(a: &str, b: &str) -> std::cmp::Ordering {
 
 /// The parameters the server signs: the first value of each name, `signature` (any case)
 /// left out, sorted by name in Java's order.
-fn signed_params<'a>(params: &'a [(String, String)]) -> Vec<(&'a str, &'a str)> {
+fn signed_params(params: &[(String, String)]) -> Vec<(&str, &str)> {
     let mut out: Vec<(&str, &str)> = Vec::with_capacity(params.len());
     for (name, value) in params {
         if name.eq_ignore_ascii_case(SIGNATURE) || out.iter().any(|(n, _)| *n == name.as_str()) {
