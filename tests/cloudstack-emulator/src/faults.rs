@@ -71,7 +71,7 @@ impl FaultRule {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct JobLatency {
-    /// `queryAsyncJobResult` calls answered pending first.
+    /// `queryAsyncJobResult` calls answered pending first (0: no poll needed).
     pub polls: u32,
     /// Time since the job started, in milliseconds.
     pub millis: u64,

@@ -187,7 +187,8 @@ pub(crate) fn start(
 }
 
 fn is_due(state: &State, job: &Job, now: Instant) -> bool {
-    if job.queries < job.latency.polls
+    // `polls` pending answers first (when set), and `millis` since the start.
+    if (job.latency.polls > 0 && job.queries <= job.latency.polls)
         || now.duration_since(job.started) < Duration::from_millis(job.latency.millis)
     {
         return false;

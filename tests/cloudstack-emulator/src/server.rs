@@ -161,7 +161,32 @@ async fn api_request(shared: &Shared, request: Request<Incoming>) -> Response<Bo
         .iter()
         .find(|(n, _)| n == "command")
         .map(|(_, v)| v.clone());
-    let fault = shared.state().faults.take_http(command.as_deref());
+    let recorded: Vec<(String, String)> = pairs
+        .iter()
+        .filter(|(n, _)| !n.eq_ignore_ascii_case(cloudstack_sign::SIGNATURE))
+        .cloned()
+        .collect();
+    let record = |status: u16, signature_version: Option<String>| RequestRecord {
+        method: method.to_string(),
+        command: command.clone(),
+        params: recorded.clone(),
+        signature_version,
+        status,
+    };
+    let fault = {
+        let mut state = shared.state();
+        let fault = state.faults.take_http(command.as_deref());
+        let status = match &fault {
+            Some(HttpFault::MalformedJson | HttpFault::Huge { .. }) => Some(200),
+            Some(HttpFault::HtmlError { status }) => Some(*status),
+            Some(HttpFault::Redirect { .. }) => Some(302),
+            Some(HttpFault::Slow { .. }) | None => None,
+        };
+        if let Some(status) = status {
+            state.requests.push(record(status, None));
+        }
+        fault
+    };
     let response_name = command
         .as_deref()
         .map(api::response_name)
@@ -177,7 +202,8 @@ async fn api_request(shared: &Shared, request: Request<Incoming>) -> Response<Bo
         }
         Some(HttpFault::HtmlError { status }) => return html_page(status),
         Some(HttpFault::Huge { bytes }) => {
-            let padding = "x".repeat(bytes.saturating_sub(response_name.len() + 32));
+            let overhead = format!(r#"{{"{response_name}":{{"count":0,"padding":""}}}}"#).len();
+            let padding = "x".repeat(bytes.saturating_sub(overhead));
             return json_response(
                 200,
                 &serde_json::json!({ response_name: { "count": 0, "padding": padding } }),
@@ -195,19 +221,10 @@ async fn api_request(shared: &Shared, request: Request<Incoming>) -> Response<Bo
     let is_get = method == Method::GET;
     let answer = {
         let mut state = shared.state();
-        let recorded: Vec<(String, String)> = pairs
-            .iter()
-            .filter(|(n, _)| !n.eq_ignore_ascii_case(cloudstack_sign::SIGNATURE))
-            .cloned()
-            .collect();
         let answer = api::handle(&mut state, is_get, pairs);
-        state.requests.push(RequestRecord {
-            method: method.to_string(),
-            command,
-            params: recorded,
-            signature_version: answer.signature_version.clone(),
-            status: answer.status,
-        });
+        state
+            .requests
+            .push(record(answer.status, answer.signature_version.clone()));
         answer
     };
     shared.send_nodes(answer.node_actions);
