@@ -12,6 +12,7 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
+use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
 use crate::scheduling::convert::{self, NamespaceLabels};
@@ -214,6 +215,10 @@ impl Snapshot {
         }
         for pool in &self.pools {
             let name = pool.name_any();
+            if let Some(why) = not_for_dynamic_provisioning(pool) {
+                built.skipped_pools.push((name, why));
+                continue;
+            }
             match self.pool_view(source, pool).await {
                 Ok(view) => built.input.node_pools.push(view),
                 Err(err) => {
@@ -304,6 +309,31 @@ impl Snapshot {
         view.remaining = limits::remaining(view.limits.as_ref(), pool, &usage);
         Ok(view)
     }
+}
+
+/// Why `pool` takes no part in provisioning for pending pods, if it does not: a static pool
+/// (`spec.replicas`) keeps its own count and is never used for pending pods, and a pool whose
+/// `Ready` condition is `False` is left out as Karpenter leaves it out (a pool whose status is
+/// not written yet is used: Capstan does not wait a status round for a new pool).
+pub fn not_for_dynamic_provisioning(pool: &NodePool) -> Option<String> {
+    if pool.spec.replicas.is_some() {
+        return Some("a static nodepool (spec.replicas) is not used for pending pods".to_owned());
+    }
+    let ready = pool
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, crate::controllers::nodepool_status::READY))?;
+    (ready.status == ConditionStatus::False).then(|| {
+        format!(
+            "nodepool is not ready: {}",
+            ready
+                .message
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .or(ready.reason.as_deref())
+                .unwrap_or("Ready=False")
+        )
+    })
 }
 
 /// An in-flight claim. Before launch it has no allocatable yet: what it was sized for (its
