@@ -21,6 +21,8 @@ use super::taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::api;
 use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL};
 
+pub mod volumes;
+
 /// An object the scheduler cannot take as it is.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {

@@ -35,6 +35,10 @@ pub struct Pod {
     /// Host ports its containers bind (kube-scheduler's `NodePorts`): two pods whose ports
     /// conflict never share a node.
     pub host_ports: Vec<HostPort>,
+    /// Where its persistent volumes let it run ([`super::convert::volumes`]), as ORed
+    /// alternatives: node requirements, tried in order, but not the pod's own node affinity (topology
+    /// spread does not narrow its domains by them).
+    pub volume_requirements: Vec<Requirements>,
 }
 
 /// A container port bound on the node's network (`hostPort`).

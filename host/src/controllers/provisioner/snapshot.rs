@@ -15,6 +15,7 @@ use kube::ResourceExt;
 use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
+use crate::scheduling::convert::volumes::VolumeIndex;
 use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
@@ -46,6 +47,8 @@ pub struct Snapshot {
     pub namespaces: NamespaceLabels,
     /// Provider IDs of the nodes that are leaving: their claims are no capacity.
     pub leaving: HashSet<String>,
+    /// Persistent volume claims, volumes and storage classes, for volume topology.
+    pub volumes: VolumeIndex,
 }
 
 /// What [`Snapshot::input`] built, with what it had to leave out.
@@ -176,6 +179,11 @@ impl Snapshot {
                 .filter(|n| leaving.contains(n.name_any().as_str()))
                 .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
                 .collect(),
+            volumes: VolumeIndex::new(
+                view.volume_claims.iter().map(AsRef::as_ref),
+                view.volumes.iter().map(AsRef::as_ref),
+                view.storage_classes.iter().map(AsRef::as_ref),
+            ),
         }
     }
 
@@ -195,6 +203,16 @@ impl Snapshot {
         }
     }
 
+    /// `pod` as the scheduler sees it, with where its volumes let it run.
+    pub fn pod(&self, pod: &Pod) -> Result<scheduling::Pod, String> {
+        let mut converted = convert::pod(pod, &self.namespaces).map_err(|err| err.to_string())?;
+        converted.volume_requirements = self
+            .volumes
+            .requirements(pod)
+            .map_err(|err| err.to_string())?;
+        Ok(converted)
+    }
+
     /// The simulation input: pending pods, pools with their instance types and remaining limits,
     /// existing nodes with their pods, in-flight claims and DaemonSet templates.
     pub async fn input(&self, ctx: &Context, cache: &InstanceTypeCache) -> Built {
@@ -205,12 +223,12 @@ impl Snapshot {
     pub async fn input_from(&self, source: &impl InstanceTypeSource) -> Built {
         let mut built = Built::default();
         for (i, pod) in self.pending.iter().enumerate() {
-            match convert::pod(pod, &self.namespaces) {
+            match self.pod(pod) {
                 Ok(p) => {
                     built.input.pods.push(p);
                     built.pod_index.push(i);
                 }
-                Err(err) => built.rejected.push((i, err.to_string())),
+                Err(err) => built.rejected.push((i, err)),
             }
         }
         for pool in &self.pools {

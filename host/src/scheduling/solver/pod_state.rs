@@ -12,11 +12,14 @@ use crate::scheduling::taints::{Taint, TaintEffect, Toleration};
 pub(super) struct PodState {
     /// The pod's requests, counting the pod itself (`pods: 1`).
     pub(super) requests: Resources,
-    /// Node selector, first remaining required term and heaviest remaining preferred term.
+    /// Node selector, first remaining required term, heaviest remaining preferred term and the
+    /// volume alternative in force.
     pub(super) requirements: Requirements,
     /// Node selector and first remaining required term: what topology treats as the pod's domains.
     pub(super) strict: Requirements,
     required_term: usize,
+    /// Which of the pod's volume alternatives is in force.
+    volume_term: usize,
     /// Preferred node-affinity terms not yet relaxed away, heaviest first.
     preferred_node: Vec<usize>,
     preferred_affinity: Vec<usize>,
@@ -115,6 +118,7 @@ impl PodState {
             requirements: Requirements::new(),
             strict: Requirements::new(),
             required_term: 0,
+            volume_term: 0,
             preferred_node,
             preferred_affinity,
             preferred_anti,
@@ -136,6 +140,9 @@ impl PodState {
             self.required_term,
             self.preferred_node.first().copied(),
         );
+        if let Some(volumes) = pod.volume_requirements.get(self.volume_term) {
+            self.requirements.merge(volumes);
+        }
         self.strict = node_requirements(pod, self.required_term, None);
         self.owned = self
             .owned_specs(pod)
@@ -213,8 +220,8 @@ impl PodState {
         })
     }
 
-    /// Drops one preference, in Karpenter's order: the first of several required node-affinity
-    /// terms, the heaviest preferred pod affinity, the heaviest preferred pod anti-affinity, the
+    /// Drops one preference, in Karpenter's order: the first of several volume topology
+    /// alternatives, the first of several required node-affinity terms, the heaviest preferred pod affinity, the heaviest preferred pod anti-affinity, the
     /// heaviest preferred node affinity, a `ScheduleAnyway` spread constraint, and finally (when
     /// some pool has such taints) `PreferNoSchedule` taints. Returns what was relaxed.
     pub(super) fn relax(
@@ -223,7 +230,10 @@ impl PodState {
         topology: &mut Topology,
         prefer_no_schedule_exists: bool,
     ) -> Option<&'static str> {
-        let what = if pod.required_node_affinity.len() > self.required_term + 1 {
+        let what = if pod.volume_requirements.len() > self.volume_term + 1 {
+            self.volume_term += 1;
+            "volume topology alternative"
+        } else if pod.required_node_affinity.len() > self.required_term + 1 {
             self.required_term += 1;
             "required node affinity term"
         } else if !self.preferred_affinity.is_empty() {

@@ -1152,3 +1152,45 @@ fn spread_with_taints_honored_skips_zones_behind_untolerated_taints() {
         ignored.unschedulable
     );
 }
+
+/// A pod whose volume lives in zone-2 gets a node in zone-2; with two alternatives (zone-3 or
+/// zone-2) the first that can be met is taken.
+#[test]
+fn volume_topology_places_pods_where_their_volumes_are() {
+    let mut db = pod("db", 1000, GI);
+    db.volume_requirements = vec![Requirements::new().with(Requirement::in_(ZONE, ["zone-2"]))];
+    let result = solve(&input(vec![db.clone()], vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(zone_of(&result.new_claims[0]), "zone-2");
+
+    // zone-3 is not offered by this pool: the second alternative holds.
+    let mut west = pool("west");
+    west.requirements.add(Requirement::not_in(ZONE, ["zone-3"]));
+    let mut either = pod("either", 1000, GI);
+    either.volume_requirements = vec![
+        Requirements::new().with(Requirement::in_(ZONE, ["zone-3"])),
+        Requirements::new().with(Requirement::in_(ZONE, ["zone-1"])),
+    ];
+    let result = solve(&input(vec![either], vec![west]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(zone_of(&result.new_claims[0]), "zone-1");
+
+    // Volume topology is not the pod's node affinity: spread still counts all three zones, so
+    // a second spread pod pinned by its volume to zone-2 as well exceeds the skew and waits.
+    let spread_db = |name: &str| {
+        let mut p = db.clone().label("app", "db");
+        p.name = name.to_owned();
+        p.topology_spread.push(spread(ZONE, &[("app", "db")]));
+        p
+    };
+    let result = solve(&input(
+        vec![spread_db("db-0"), spread_db("db-1")],
+        vec![pool("default")],
+    ));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.unschedulable.len(), 1, "{result:?}");
+}
