@@ -17,6 +17,7 @@ pub mod providers;
 pub mod provisioner;
 pub mod resolve;
 pub mod selector;
+pub mod static_pools;
 pub mod unavailable_offerings;
 
 use std::collections::HashMap;
@@ -311,6 +312,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
+        () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
     };
     for task in state_tasks {
         task.abort();

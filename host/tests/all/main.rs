@@ -29,5 +29,6 @@ mod provisioner_e2e;
 mod runtime_isolation;
 mod simulate;
 mod startup_taints;
+mod static_pool;
 mod unparseable_pool;
 mod volume_topology;

@@ -203,6 +203,43 @@ impl Snapshot {
         }
     }
 
+    /// The claim a static pool (`spec.replicas`) adds next, if its template and limits allow one:
+    /// what the solver opens for one empty pod that selects the pool and tolerates everything, so
+    /// the claim lists every instance type the pool can launch (cheapest first) and requests
+    /// nothing.
+    pub async fn static_claim(
+        &self,
+        source: &impl InstanceTypeSource,
+        pool: &NodePool,
+    ) -> Result<Result<scheduling::NewClaim, String>, ProvisionError> {
+        let view = self.pool_view(source, pool).await?;
+        let mut pod = scheduling::Pod::new("", "static-capacity", scheduling::Resources::default());
+        pod.node_selector
+            .insert(crate::api::labels::NODEPOOL.to_owned(), pool.name_any());
+        pod.tolerations.push(scheduling::Toleration {
+            operator: scheduling::TolerationOperator::Exists,
+            ..scheduling::Toleration::default()
+        });
+        let input = SchedulingInput {
+            pods: vec![pod],
+            node_pools: vec![view],
+            ..SchedulingInput::default()
+        };
+        let mut result = scheduling::solve(&input);
+        if let Some((_, why)) = result.unschedulable.pop() {
+            return Ok(Err(why));
+        }
+        Ok(result
+            .new_claims
+            .pop()
+            .map(|mut claim| {
+                claim.requests = scheduling::Resources::default();
+                claim.pods.clear();
+                claim
+            })
+            .ok_or_else(|| "no claim".to_owned()))
+    }
+
     /// `pod` as the scheduler sees it, with where its volumes let it run.
     pub fn pod(&self, pod: &Pod) -> Result<scheduling::Pod, String> {
         let mut converted = convert::pod(pod, &self.namespaces).map_err(|err| err.to_string())?;
