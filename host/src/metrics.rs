@@ -15,6 +15,7 @@ use std::time::Duration;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -89,6 +90,7 @@ pub struct Metrics {
     provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
     provider_loads: Family<Labels, Counter>,
     provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    instance_types_ready: Family<Labels, Gauge>,
     reasons: BoundedValues,
 }
 
@@ -127,6 +129,7 @@ impl Metrics {
         let provider_loads = Family::<Labels, Counter>::default();
         let provider_load_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let instance_types_ready = Family::<Labels, Gauge>::default();
         registry.register(
             "nodeclaims_launched",
             "NodeClaims whose instance the provider launched",
@@ -187,6 +190,11 @@ impl Metrics {
             "Time from reading a Provider's source to the new version serving",
             provider_load_duration.clone(),
         );
+        registry.register(
+            "nodeclass_instance_types_ready",
+            "1 while the provider answers get-instance-types with a catalog the host takes for every NodePool of the NodeClass, else 0",
+            instance_types_ready.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             launched,
@@ -201,6 +209,7 @@ impl Metrics {
             provider_calls,
             provider_loads,
             provider_load_duration,
+            instance_types_ready,
             reasons: BoundedValues::new(MAX_LABEL_VALUES),
         }
     }
@@ -298,6 +307,19 @@ impl Metrics {
                 .get_or_create(&vec![("provider".to_owned(), provider.to_owned())])
                 .observe(took.as_secs_f64());
         }
+    }
+
+    /// Whether the instance types of NodeClass `nodeclass` are usable now.
+    pub fn instance_types_ready(&self, nodeclass: &str, ready: bool) {
+        self.instance_types_ready
+            .get_or_create(&vec![("nodeclass".to_owned(), nodeclass.to_owned())])
+            .set(i64::from(ready));
+    }
+
+    /// NodeClass `nodeclass` is gone: its series goes too.
+    pub fn forget_nodeclass(&self, nodeclass: &str) {
+        self.instance_types_ready
+            .remove(&vec![("nodeclass".to_owned(), nodeclass.to_owned())]);
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -427,6 +449,18 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn instance_types_ready_is_set_and_cleared() {
+        let m = Metrics::new();
+        m.instance_types_ready("nc", false);
+        let line = r#"capstan_nodeclass_instance_types_ready{nodeclass="nc"}"#;
+        assert!(m.render().unwrap().contains(&format!("{line} 0")));
+        m.instance_types_ready("nc", true);
+        assert!(m.render().unwrap().contains(&format!("{line} 1")));
+        m.forget_nodeclass("nc");
+        assert!(!m.render().unwrap().contains(line));
     }
 
     #[test]

@@ -169,3 +169,113 @@ async fn responses_over_the_limit_are_refused() {
     let get = serde_json::json!({"op": "get", "kind": "ConfigMap", "namespace": namespace, "name": "big-0"});
     assert_eq!(crate::grants::kube_call(&s.provider, get).await, Ok(()));
 }
+
+/// The `type` condition of a status's `conditions`, as `(status, reason, message)`.
+fn condition_of(
+    conditions: &[capstan::api::Condition],
+    type_: &str,
+) -> Option<(String, String, String)> {
+    conditions.iter().find(|c| c.type_ == type_).map(|c| {
+        (
+            format!("{:?}", c.status),
+            c.reason.clone().unwrap_or_default(),
+            c.message.clone().unwrap_or_default(),
+        )
+    })
+}
+
+/// Waits until NodeClass `class` says `InstanceTypesReady` is `status` with `reason`, and its
+/// pool's `NodeClassReady` agrees; returns the class's message.
+async fn wait_catalog(
+    client: &kube::Client,
+    host: &crate::lifecycle::Host,
+    class: &str,
+    pool: &str,
+    status: &str,
+    reason: &str,
+) -> String {
+    use capstan::api::{NodeClass, NodePool};
+    let classes = kube::Api::<NodeClass>::all(client.clone());
+    let pools = kube::Api::<NodePool>::all(client.clone());
+    capstan_test_support::wait_until(
+        Duration::from_secs(90),
+        &format!("InstanceTypesReady={status} ({reason}) on {class} and its pool"),
+        || async {
+            let nc = classes.get(class).await?;
+            let conditions = nc.status.map(|s| s.conditions).unwrap_or_default();
+            let types = condition_of(&conditions, "InstanceTypesReady");
+            let ready = condition_of(&conditions, "Ready");
+            let np = pools.get(pool).await?;
+            let pool_conditions = np.status.map(|s| s.conditions).unwrap_or_default();
+            let pool_class = condition_of(&pool_conditions, "NodeClassReady");
+            Ok::<_, kube::Error>(match (types, ready, pool_class) {
+                (Some(t), Some(r), Some(p))
+                    if t.0 == status && t.1 == reason && r.0 == status && p.0 == status =>
+                {
+                    Some(t.2)
+                }
+                _ => None,
+            })
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()))
+}
+
+#[tokio::test]
+async fn a_broken_catalog_is_a_nodeclass_condition_until_the_provider_recovers() {
+    use crate::lifecycle::{
+        Host, Names, cluster, node_class, node_pool, node_pool_json, wait_event,
+    };
+    use capstan::api::NodeClass;
+    use kube::api::{Patch, PatchParams};
+
+    let (cp, client) = cluster().await;
+    let names = Names::new("catalog");
+    let host = Host::start(cp, &names, &[]);
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(
+        &client,
+        &names,
+        &class,
+        "chaos",
+        serde_json::json!({"mode": "nan-price"}),
+    )
+    .await;
+    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
+
+    let message = wait_catalog(&client, &host, &class, &pool, "False", "InvalidCatalog").await;
+    assert!(message.contains(&format!("NodePool {pool}")), "{message}");
+    assert!(message.contains("price"), "{message}");
+    wait_event(&client, "default", &class, "InvalidCatalog").await;
+
+    let classes = kube::Api::<NodeClass>::all(client.clone());
+    let set_mode = |mode: &'static str| {
+        let classes = classes.clone();
+        let class = class.clone();
+        async move {
+            let patch = serde_json::json!({"spec": {"parameters": {"mode": mode}}});
+            classes
+                .patch(&class, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
+        }
+    };
+    set_mode("trap").await;
+    let message = wait_catalog(
+        &client,
+        &host,
+        &class,
+        &pool,
+        "False",
+        "GetInstanceTypesFailed",
+    )
+    .await;
+    assert!(message.contains("trapped"), "{message}");
+
+    set_mode("echo").await;
+    let message = wait_catalog(&client, &host, &class, &pool, "True", "InstanceTypesReady").await;
+    assert!(message.is_empty(), "{message}");
+    host.check_alive();
+    crate::lifecycle::cleanup(&client, &names).await;
+}
