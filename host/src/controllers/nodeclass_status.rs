@@ -69,8 +69,10 @@ pub async fn run(ctx: Arc<Context>) {
 }
 
 fn error_policy(class: Arc<NodeClass>, err: &ControllerError, ctx: Arc<Context>) -> Action {
-    tracing::warn!(nodeclass = %class.name_any(), error = %err, "nodeclass reconcile failed");
-    Action::requeue(ctx.backoff(&format!("nodeclass/{}", class.name_any())))
+    let name = class.name_any();
+    Action::requeue(super::retry_after("NodeClass", &name, err, || {
+        ctx.backoff(&format!("nodeclass/{name}"))
+    }))
 }
 
 /// What validation says: status, reason, message.
@@ -236,10 +238,12 @@ pub async fn reconcile(
         ctx.metrics
             .instance_types_ready(&class.name_any(), types == ConditionStatus::True);
     }
-    let (status, reason, message) = if valid == ConditionStatus::True {
+    let (status, reason, message) = if valid != ConditionStatus::True {
+        (valid, valid_reason, valid_message)
+    } else if types != ConditionStatus::True {
         (types, types_reason, types_message.clone())
     } else {
-        (valid, valid_reason, valid_message)
+        (ConditionStatus::True, "Ready", String::new())
     };
     let mut next = class.status.clone().unwrap_or_default();
     let types_changed = set_condition(
