@@ -4,11 +4,13 @@
 //! Checks: the name is usable; repair policies are well formed; instance types are well formed
 //! (every well-known requirement present, offerings carry zone and capacity type, prices finite and
 //! non-negative, capacities are quantities); the test NodeClass validates and garbage does not
-//! (`invalid`); and, with a cluster, the instance lifecycle: create, create again (idempotent: the
-//! same provider ID), get, list, is-drifted, delete until `not-found`, get → `not-found`. Every call
-//! must end in a value or a typed provider error: a trap, a timeout or a blown limit fails the
-//! check it happened in.
+//! (`invalid`); and, with a cluster, the instance lifecycle: create, its labels within the claim's
+//! requirements and the catalog ([`answers`]), create again (idempotent: the same provider ID and
+//! labels), get (the same instance, labels that agree with create's), list, is-drifted, delete
+//! until `not-found`, get → `not-found`. Every call must end in a value or a typed provider error: a
+//! trap, a timeout or a blown limit fails the check it happened in.
 
+pub mod answers;
 pub mod instance_types;
 
 use std::fmt;
@@ -136,10 +138,14 @@ pub mod checks {
     pub const GET_UNKNOWN: &str = "get unknown provider-id is not-found";
     /// `create` launches and describes the instance.
     pub const CREATE: &str = "create";
+    /// `create`'s labels name what the claim allows and the catalog offers.
+    pub const CREATE_WITHIN: &str = "create launches within the claim and the catalog";
     /// `create` again returns the same instance.
     pub const CREATE_IDEMPOTENT: &str = "create is idempotent";
     /// `get` finds the instance.
     pub const GET: &str = "get finds the instance";
+    /// `get` describes the instance as `create` did.
+    pub const GET_AGREES: &str = "get agrees with create";
     /// `list` includes the instance.
     pub const LIST: &str = "list includes the instance";
     /// `is-drifted` answers.
@@ -300,8 +306,10 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
         for name in [
             checks::GET_UNKNOWN,
             checks::CREATE,
+            checks::CREATE_WITHIN,
             checks::CREATE_IDEMPOTENT,
             checks::GET,
+            checks::GET_AGREES,
             checks::LIST,
             checks::IS_DRIFTED,
             checks::DELETE,
@@ -329,8 +337,10 @@ async fn lifecycle(
     report: &mut Report,
 ) {
     let later = [
+        checks::CREATE_WITHIN,
         checks::CREATE_IDEMPOTENT,
         checks::GET,
+        checks::GET_AGREES,
         checks::LIST,
         checks::IS_DRIFTED,
         checks::DELETE,
@@ -384,28 +394,65 @@ async fn lifecycle(
         },
     );
 
+    let problems = answers::create_problems(&claim, &created, types);
+    report.push(
+        checks::CREATE_WITHIN,
+        if problems.is_empty() {
+            Outcome::Pass(String::new())
+        } else {
+            Outcome::Fail(summarize(&problems))
+        },
+    );
+
     report.push(
         checks::CREATE_IDEMPOTENT,
         match provider.create(&claim, &options.node_class).await {
             Ok(again) if again.provider_id.as_deref() == Some(provider_id.as_str()) => {
-                Outcome::Pass(String::new())
+                let problems = answers::contradictions(
+                    ("the first create", &created.labels),
+                    ("the second", &again.labels),
+                );
+                if problems.is_empty() {
+                    Outcome::Pass(String::new())
+                } else {
+                    Outcome::Fail(summarize(&problems))
+                }
             }
             Ok(again) => Outcome::Fail(format!(
-                "second create returned {:?}, first {provider_id}",
+                "second create returned {:?}, first {provider_id}: create must find the instance it launched for the claim (by the claim's name) instead of launching another",
                 again.provider_id
             )),
             Err(err) => Outcome::Fail(err.to_string()),
         },
     );
 
+    let found = provider.get(&provider_id).await;
     report.push(
         checks::GET,
-        match provider.get(&provider_id).await {
+        match &found {
             Ok(found) if found.provider_id.as_deref() == Some(provider_id.as_str()) => {
                 Outcome::Pass(String::new())
             }
-            Ok(found) => Outcome::Fail(format!("get returned provider-id {:?}", found.provider_id)),
+            Ok(found) => Outcome::Fail(format!(
+                "get({provider_id:?}) answered with provider-id {:?}: get must describe the instance it was asked about, or answer not-found",
+                found.provider_id
+            )),
             Err(err) => Outcome::Fail(err.to_string()),
+        },
+    );
+    report.push(
+        checks::GET_AGREES,
+        match &found {
+            Ok(found) => {
+                let problems =
+                    answers::contradictions(("create", &created.labels), ("get", &found.labels));
+                if problems.is_empty() {
+                    Outcome::Pass(String::new())
+                } else {
+                    Outcome::Fail(summarize(&problems))
+                }
+            }
+            Err(_) => Outcome::Skip("get failed".into()),
         },
     );
 

@@ -65,6 +65,40 @@ pub enum ControllerError {
     Selector(#[from] selector::SelectorError),
 }
 
+/// Whether `err` is an HTTP 409 from the API server: the object changed since it was read (an
+/// optimistic status write lost a race) or already exists. Normal under load; the reconcile runs
+/// again on the fresh object.
+pub fn is_conflict(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 409)
+}
+
+/// How soon a reconcile that lost a write race runs again (the watch brings the new version).
+pub const CONFLICT_RETRY: Duration = Duration::from_secs(1);
+
+impl ControllerError {
+    /// Whether this is a conflict ([`is_conflict`]).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, ControllerError::Kube(err) if is_conflict(err))
+    }
+}
+
+/// Logs a failed reconcile of `kind` `name` and says when to retry: a conflict quietly (debug)
+/// and soon, without growing the object's backoff; anything else at warn, after `backoff()`.
+pub fn retry_after(
+    kind: &str,
+    name: &str,
+    err: &ControllerError,
+    backoff: impl FnOnce() -> Duration,
+) -> Duration {
+    if err.is_conflict() {
+        tracing::debug!(kind, name, error = %err, "write conflict; retrying");
+        CONFLICT_RETRY
+    } else {
+        tracing::warn!(kind, name, error = %err, "reconcile failed");
+        backoff()
+    }
+}
+
 /// Tunables of the controllers.
 #[derive(Debug, Clone)]
 pub struct Settings {
@@ -321,4 +355,38 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         task.abort();
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "message": "the object has been modified", "reason": "Conflict", "code": code
+        }))
+        .unwrap();
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn conflicts_retry_soon_without_backoff() {
+        let conflict = ControllerError::Kube(api_error(409));
+        assert!(conflict.is_conflict());
+        let mut asked = false;
+        let delay = retry_after("NodeClaim", "c", &conflict, || {
+            asked = true;
+            Duration::from_secs(64)
+        });
+        assert_eq!(delay, CONFLICT_RETRY);
+        assert!(!asked, "a conflict does not count as a failure");
+
+        let other = ControllerError::Kube(api_error(500));
+        assert!(!other.is_conflict());
+        assert_eq!(
+            retry_after("NodeClaim", "c", &other, || Duration::from_secs(64)),
+            Duration::from_secs(64)
+        );
+        assert!(!ControllerError::Stopped("x").is_conflict());
+    }
 }

@@ -3,13 +3,19 @@
 //! Counters of NodeClaims launched, registered, initialized, terminated and failed (by reason),
 //! and a histogram of provider call latency by WIT function. [`global`] is the process-wide set;
 //! [`render`] gives its text for the `/metrics` endpoint.
+//!
+//! Label values a provider (or a user) controls, such as the reason of a `create-failed`, pass
+//! through [`BoundedValues`]: at most [`MAX_LABEL_VALUES`] distinct values per metric and
+//! NodePool, and [`OTHER`] for the rest, so no answer of a provider grows the set of series.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -22,6 +28,51 @@ pub enum MetricsError {
 }
 
 type Labels = Vec<(String, String)>;
+
+/// Distinct values a bounded label takes per metric and scope before new ones count as [`OTHER`].
+pub const MAX_LABEL_VALUES: usize = 32;
+/// The value that stands for every value past the bound.
+pub const OTHER: &str = "other";
+
+/// Distinct values seen of labels whose values come from outside the host, per scope (a metric
+/// and a NodePool, say): the first `cap` pass as they are, later new ones become the `other`
+/// value ([`OTHER`] for metrics).
+#[derive(Debug)]
+pub struct BoundedValues {
+    cap: usize,
+    other: &'static str,
+    seen: Mutex<HashMap<String, HashSet<String>>>,
+}
+
+impl BoundedValues {
+    /// At most `cap` distinct values per scope, then [`OTHER`].
+    pub fn new(cap: usize) -> Self {
+        Self::with_other(cap, OTHER)
+    }
+
+    /// At most `cap` distinct values per scope, then `other`.
+    pub fn with_other(cap: usize, other: &'static str) -> Self {
+        Self {
+            cap,
+            other,
+            seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// `value` if it was seen in `scope` before or there is room for it, else the `other` value.
+    pub fn admit<'a>(&self, scope: &str, value: &'a str) -> &'a str {
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        let values = seen.entry(scope.to_owned()).or_default();
+        if values.contains(value) {
+            return value;
+        }
+        if values.len() < self.cap {
+            values.insert(value.to_owned());
+            return value;
+        }
+        self.other
+    }
+}
 
 /// Metrics of the NodeClaim lifecycle and of provider calls.
 #[derive(Debug)]
@@ -39,6 +90,8 @@ pub struct Metrics {
     provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
     provider_loads: Family<Labels, Counter>,
     provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    instance_types_ready: Family<Labels, Gauge>,
+    reasons: BoundedValues,
 }
 
 fn savings_histogram() -> Histogram {
@@ -76,6 +129,7 @@ impl Metrics {
         let provider_loads = Family::<Labels, Counter>::default();
         let provider_load_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
+        let instance_types_ready = Family::<Labels, Gauge>::default();
         registry.register(
             "nodeclaims_launched",
             "NodeClaims whose instance the provider launched",
@@ -136,6 +190,11 @@ impl Metrics {
             "Time from reading a Provider's source to the new version serving",
             provider_load_duration.clone(),
         );
+        registry.register(
+            "nodeclass_instance_types_ready",
+            "1 while the provider answers get-instance-types with a catalog the host takes for every NodePool of the NodeClass, else 0",
+            instance_types_ready.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             launched,
@@ -150,6 +209,8 @@ impl Metrics {
             provider_calls,
             provider_loads,
             provider_load_duration,
+            instance_types_ready,
+            reasons: BoundedValues::new(MAX_LABEL_VALUES),
         }
     }
 
@@ -178,7 +239,9 @@ impl Metrics {
     }
 
     /// A claim failed (`InsufficientCapacity`, `LaunchFailed`, `RegistrationTimeout`, ...).
+    /// The reason may come from the provider: see [`BoundedValues`].
     pub fn failed(&self, nodepool: &str, reason: &str) {
+        let reason = self.reasons.admit(&format!("failed/{nodepool}"), reason);
         let mut labels = Self::pool(nodepool);
         labels.push(("reason".to_owned(), reason.to_owned()));
         self.failed.get_or_create(&labels).inc();
@@ -193,6 +256,7 @@ impl Metrics {
 
     /// Disruption deleted a claim of `nodepool` for `reason`.
     pub fn disrupted(&self, nodepool: &str, reason: &str) {
+        let reason = self.reasons.admit(&format!("disrupted/{nodepool}"), reason);
         let mut labels = Self::pool(nodepool);
         labels.push(("reason".to_owned(), reason.to_owned()));
         self.disrupted.get_or_create(&labels).inc();
@@ -200,6 +264,7 @@ impl Metrics {
 
     /// Disruption decided `decision` for `reason`.
     pub fn disruption_decision(&self, decision: &str, reason: &str) {
+        let reason = self.reasons.admit("disruption_decisions", reason);
         let labels = vec![
             ("decision".to_owned(), decision.to_owned()),
             ("reason".to_owned(), reason.to_owned()),
@@ -242,6 +307,19 @@ impl Metrics {
                 .get_or_create(&vec![("provider".to_owned(), provider.to_owned())])
                 .observe(took.as_secs_f64());
         }
+    }
+
+    /// Whether the instance types of NodeClass `nodeclass` are usable now.
+    pub fn instance_types_ready(&self, nodeclass: &str, ready: bool) {
+        self.instance_types_ready
+            .get_or_create(&vec![("nodeclass".to_owned(), nodeclass.to_owned())])
+            .set(i64::from(ready));
+    }
+
+    /// NodeClass `nodeclass` is gone: its series goes too.
+    pub fn forget_nodeclass(&self, nodeclass: &str) {
+        self.instance_types_ready
+            .remove(&vec![("nodeclass".to_owned(), nodeclass.to_owned())]);
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -346,6 +424,53 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn a_thousand_provider_reasons_make_a_bounded_set_of_series() {
+        let m = Metrics::new();
+        m.failed("p", "InsufficientCapacity");
+        for i in 0..1000 {
+            m.failed("p", &format!("QuotaExceeded{i}"));
+        }
+        m.failed("p", "InsufficientCapacity");
+        m.failed("q", "LaunchTimeout");
+        let text = m.render().unwrap();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("capstan_nodeclaims_failed_total{nodepool=\"p\""))
+            .collect();
+        assert_eq!(series.len(), MAX_LABEL_VALUES + 1, "{text}");
+        for line in [
+            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="InsufficientCapacity"} 2"#,
+            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="QuotaExceeded0"} 1"#,
+            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="other"} 969"#,
+            r#"capstan_nodeclaims_failed_total{nodepool="q",reason="LaunchTimeout"} 1"#,
+        ] {
+            assert!(text.contains(line), "missing {line}:\n{text}");
+        }
+    }
+
+    #[test]
+    fn instance_types_ready_is_set_and_cleared() {
+        let m = Metrics::new();
+        m.instance_types_ready("nc", false);
+        let line = r#"capstan_nodeclass_instance_types_ready{nodeclass="nc"}"#;
+        assert!(m.render().unwrap().contains(&format!("{line} 0")));
+        m.instance_types_ready("nc", true);
+        assert!(m.render().unwrap().contains(&format!("{line} 1")));
+        m.forget_nodeclass("nc");
+        assert!(!m.render().unwrap().contains(line));
+    }
+
+    #[test]
+    fn bounded_values_keep_what_they_admitted() {
+        let bounded = BoundedValues::new(2);
+        assert_eq!(bounded.admit("s", "a"), "a");
+        assert_eq!(bounded.admit("s", "b"), "b");
+        assert_eq!(bounded.admit("s", "c"), OTHER);
+        assert_eq!(bounded.admit("s", "a"), "a");
+        assert_eq!(bounded.admit("t", "c"), "c");
     }
 
     #[test]

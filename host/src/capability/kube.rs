@@ -9,6 +9,12 @@
 //!
 //! Names, namespaces and subresources must be single path segments: a provider cannot reach
 //! another URL than the one the grants were checked for.
+//!
+//! A hostile provider must not grow the host through this import: a request body may hold at
+//! most [`MAX_REQUEST_BYTES`] (refused as `invalid` before it is parsed or copied), a response at
+//! most [`MAX_RESPONSE_BYTES`] (read no further, `other`), and at most [`MAX_IN_FLIGHT`] calls of
+//! one provider are on the wire at once (more wait). Patch bodies are checked for JSON syntax
+//! without building a document and sent as the guest wrote them.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -16,7 +22,10 @@ use std::time::{Duration, Instant};
 
 use ::kube::Client;
 use ::kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
+use ::kube::client::Body;
 use ::kube::core::Request as KubeRequest;
+use http_body_util::{BodyExt, Limited};
+use tokio::sync::Semaphore;
 
 use super::grants::{Cluster, Grants, Request, Scope, Verb};
 use super::metrics::CapabilityMetrics;
@@ -25,6 +34,15 @@ use super::metrics::CapabilityMetrics;
 pub const DISCOVERY_TTL: Duration = Duration::from_secs(300);
 /// A kind missing from a discovery result is looked up again at most this often.
 pub const DISCOVERY_MISS_REFRESH: Duration = Duration::from_secs(2);
+
+/// The largest request body one call may send: the API server's own limit (3 MiB), so nothing
+/// the server would refuse is ever copied or parsed.
+pub const MAX_REQUEST_BYTES: usize = 3 << 20;
+/// The largest response one call may receive (a list of a few thousand objects); the guest must
+/// hold it in its own memory as well.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
+/// Calls of one provider on the wire at once; more wait for a slot.
+pub const MAX_IN_FLIGHT: usize = 4;
 
 /// Why a `kube` call failed, as the guest sees it (the WIT `kube-error`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -253,6 +271,7 @@ pub struct KubeProxy {
     management: Option<Arc<ClusterConnection>>,
     metrics: Arc<CapabilityMetrics>,
     on_denied: Option<DenialSink>,
+    in_flight: Semaphore,
 }
 
 /// A call the grants refused, as reported to a [`DenialSink`].
@@ -302,6 +321,7 @@ impl KubeProxy {
             management,
             metrics,
             on_denied,
+            in_flight: Semaphore::new(MAX_IN_FLIGHT),
         }
     }
 
@@ -347,6 +367,7 @@ impl KubeProxy {
 
     /// Creates `body` and returns what the server stored.
     pub async fn create(&self, target: &Target, body: &str) -> Result<String, KubeCallError> {
+        check_request_size(body)?;
         let resolved = self.resolve(target, Verb::Create, None, None).await?;
         let http = KubeRequest::new(resolved.url_path.as_str())
             .create(&PostParams::default(), body.as_bytes().to_vec());
@@ -361,6 +382,7 @@ impl KubeProxy {
         body: &str,
         field_manager: Option<&str>,
     ) -> Result<String, KubeCallError> {
+        check_request_size(body)?;
         let resolved = self
             .resolve(
                 &object.target,
@@ -369,11 +391,13 @@ impl KubeProxy {
                 object.subresource.as_deref(),
             )
             .await?;
-        let value: serde_json::Value = serde_json::from_str(body)
+        // Syntax only: a document is never built (a body of many small values would cost many
+        // times its size), and the guest's bytes go out as they are.
+        serde_json::from_str::<serde::de::IgnoredAny>(body)
             .map_err(|err| KubeCallError::Invalid(format!("patch body is not JSON: {err}")))?;
         let (patch, params) = match kind {
             PatchKind::Merge | PatchKind::Json => {
-                if kind == PatchKind::Json && !value.is_array() {
+                if kind == PatchKind::Json && !body.trim_start().starts_with('[') {
                     return Err(KubeCallError::Invalid(
                         "a JSON patch (RFC 6902) must be an array of operations".into(),
                     ));
@@ -382,13 +406,13 @@ impl KubeProxy {
                     field_manager: field_manager.map(str::to_owned),
                     ..PatchParams::default()
                 };
-                (Patch::Merge(value), params)
+                (Patch::Merge(()), params)
             }
             PatchKind::Apply => {
                 let manager = field_manager.ok_or_else(|| {
                     KubeCallError::Invalid("server-side apply requires a field-manager".into())
                 })?;
-                (Patch::Apply(value), PatchParams::apply(manager))
+                (Patch::Apply(()), PatchParams::apply(manager))
             }
         };
         let request = KubeRequest::new(resolved.url_path.as_str());
@@ -396,10 +420,10 @@ impl KubeProxy {
             Some(sub) => request.patch_subresource(sub, &object.name, &params, &patch),
             None => request.patch(&object.name, &params, &patch),
         };
-        let http = http.map(|mut http| {
+        let http = http.map(|http| {
+            // The request kube-rs built (URL, parameters, content type) with the guest's body.
+            let mut http = http.map(|_| body.as_bytes().to_vec());
             if kind == PatchKind::Json {
-                // kube-rs's typed JSON patch needs the `json-patch` crate's types; the body is the
-                // guest's operations as they are, so only the content type changes.
                 http.headers_mut().insert(
                     http::header::CONTENT_TYPE,
                     http::HeaderValue::from_static("application/json-patch+json"),
@@ -438,9 +462,15 @@ impl KubeProxy {
             uri = %http.uri(),
             "kube call"
         );
-        connection.client.request_text(http).await.map_err(|err| {
-            self.metrics.kube_failed();
-            map_error(err)
+        let _slot = self
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| KubeCallError::Unavailable("the provider is shutting down".into()))?;
+        exchange(&connection.client, http).await.inspect_err(|err| {
+            if !matches!(err, KubeCallError::Invalid(_)) {
+                self.metrics.kube_failed();
+            }
         })
     }
 
@@ -592,6 +622,65 @@ fn check_segment(what: &str, value: &str) -> Result<(), KubeCallError> {
     }
 }
 
+/// Refuses a request body over [`MAX_REQUEST_BYTES`].
+fn check_request_size(body: &str) -> Result<(), KubeCallError> {
+    if body.len() > MAX_REQUEST_BYTES {
+        return Err(KubeCallError::Invalid(format!(
+            "the request body of {} bytes exceeds the limit of {MAX_REQUEST_BYTES} bytes per kube call",
+            body.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Sends `http` and reads the response, at most [`MAX_RESPONSE_BYTES`] of it; an error status
+/// becomes the matching [`KubeCallError`].
+async fn exchange(client: &Client, http: http::Request<Vec<u8>>) -> Result<String, KubeCallError> {
+    if http.body().len() > MAX_REQUEST_BYTES {
+        return Err(KubeCallError::Invalid(format!(
+            "the request of {} bytes exceeds the limit of {MAX_REQUEST_BYTES} bytes per kube call",
+            http.body().len()
+        )));
+    }
+    let response = client.send(http.map(Body::from)).await.map_err(map_error)?;
+    let status = response.status();
+    let too_large = || {
+        KubeCallError::Other(format!(
+            "the response exceeds the limit of {MAX_RESPONSE_BYTES} bytes per kube call (narrow the request: a label selector or a limit)"
+        ))
+    };
+    let declared = response
+        .headers()
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len > MAX_RESPONSE_BYTES) {
+        return Err(too_large());
+    }
+    let bytes = Limited::new(response.into_body(), MAX_RESPONSE_BYTES)
+        .collect()
+        .await
+        .map_err(|err| {
+            if err.is::<http_body_util::LengthLimitError>() {
+                too_large()
+            } else {
+                KubeCallError::Unavailable(format!("reading the response: {err}"))
+            }
+        })?
+        .to_bytes();
+    let text = String::from_utf8(bytes.into())
+        .map_err(|_| KubeCallError::Other("the response is not UTF-8".into()))?;
+    if status.is_client_error() || status.is_server_error() {
+        let status = serde_json::from_str::<::kube::core::Status>(&text)
+            .unwrap_or_else(|_| {
+                ::kube::core::Status::failure(text.trim(), "Failed to parse error data")
+            })
+            .with_code(status.as_u16());
+        return Err(map_error(::kube::Error::Api(status.boxed())));
+    }
+    Ok(text)
+}
+
 /// Maps a kube-rs error onto the WIT error classes.
 fn map_error(err: ::kube::Error) -> KubeCallError {
     match err {
@@ -674,6 +763,16 @@ mod tests {
         assert_eq!(case(429), "unavailable: boom");
         assert_eq!(case(503), "unavailable: boom");
         assert_eq!(case(418), "other: HTTP 418: boom");
+    }
+
+    #[test]
+    fn request_bodies_over_the_limit_are_invalid() {
+        assert!(check_request_size(&"x".repeat(MAX_REQUEST_BYTES)).is_ok());
+        let err = check_request_size(&"x".repeat(MAX_REQUEST_BYTES + 1)).unwrap_err();
+        assert!(
+            err.to_string().starts_with("invalid: the request body of"),
+            "{err}"
+        );
     }
 
     #[test]

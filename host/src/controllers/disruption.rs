@@ -75,8 +75,13 @@ pub async fn run(ctx: Arc<Context>) {
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
-        if let Err(err) = pass(&ctx, &mut memory).await {
-            tracing::warn!(error = %err, "disruption pass failed");
+        match pass(&ctx, &mut memory).await {
+            Ok(()) => {}
+            // The next pass (in PASS_INTERVAL) works on the fresh objects.
+            Err(err) if err.is_conflict() => {
+                tracing::debug!(error = %err, "disruption pass: write conflict");
+            }
+            Err(err) => tracing::warn!(error = %err, "disruption pass failed"),
         }
     }
 }

@@ -1,16 +1,30 @@
 //! Kubernetes Events for every transition and failure, through kube-rs's `Recorder` (which
 //! aggregates repeats into series). Failing to record an Event is logged, never fatal.
+//!
+//! Reasons are bounded like metric labels: at most [`MAX_REASONS`] distinct reasons per kind of
+//! object, and [`OTHER_REASON`] (with the original reason leading the note) for the rest, so a
+//! reason that ever came from a provider cannot grow the recorder's cache or the Event stream's
+//! vocabulary without end.
+
+use std::sync::Arc;
 
 use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::capability::host::truncate;
+use crate::metrics::BoundedValues;
+
+/// Distinct Event reasons per kind of object (the host's own are a few dozen).
+pub const MAX_REASONS: usize = 128;
+/// The reason of Events past the bound.
+pub const OTHER_REASON: &str = "Other";
 
 /// The Event recorder of the controllers.
 #[derive(Clone)]
 pub struct Events {
     recorder: Recorder,
+    reasons: Arc<BoundedValues>,
 }
 
 impl std::fmt::Debug for Events {
@@ -28,7 +42,13 @@ impl Events {
         };
         Self {
             recorder: Recorder::new(client, reporter),
+            reasons: Arc::new(BoundedValues::with_other(MAX_REASONS, OTHER_REASON)),
         }
+    }
+
+    /// The reason an Event about a `kind` gets for `reason` (see [`MAX_REASONS`]).
+    pub fn reason<'a>(&self, kind: &str, reason: &'a str) -> &'a str {
+        self.reasons.admit(kind, reason)
     }
 
     /// A `Normal` Event about `object`.
@@ -116,6 +136,13 @@ impl Events {
     ) {
         let name = reference.name.clone().unwrap_or_default();
         let kind = reference.kind.clone().unwrap_or_default();
+        let admitted = self.reason(&kind, reason);
+        let (reason, action) = if admitted == reason {
+            (reason, action)
+        } else {
+            note = format!("{}: {note}", truncate(reason, 128));
+            (admitted, admitted)
+        };
         match type_ {
             EventType::Normal => tracing::info!(%kind, %name, reason, note = %note, "event"),
             EventType::Warning => tracing::warn!(%kind, %name, reason, note = %note, "event"),
@@ -132,5 +159,24 @@ impl Events {
         if let Err(err) = self.recorder.publish(&event, &reference).await {
             tracing::debug!(%kind, %name, reason, error = %err, "cannot record event");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_thousand_reasons_make_a_bounded_vocabulary() {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let events = Events::new(Client::try_from(config).unwrap(), "test");
+        let mut distinct = std::collections::HashSet::new();
+        for i in 0..1000 {
+            distinct.insert(events.reason("NodeClaim", &format!("Reason{i}")).to_owned());
+        }
+        assert_eq!(distinct.len(), MAX_REASONS + 1);
+        assert!(distinct.contains(OTHER_REASON));
+        assert_eq!(events.reason("NodeClaim", "Reason0"), "Reason0");
+        assert_eq!(events.reason("NodePool", "Reason999"), "Reason999");
     }
 }

@@ -86,9 +86,12 @@ fn claims_of_node(claims: &Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeC
 }
 
 fn error_policy(claim: Arc<NodeClaim>, err: &ControllerError, ctx: Arc<Context>) -> Action {
-    let name = claim.name_any();
-    tracing::warn!(nodeclaim = %name, error = %err, "nodeclaim reconcile failed");
-    Action::requeue(ctx.backoff(&backoff_key(&claim)))
+    Action::requeue(super::retry_after(
+        "NodeClaim",
+        &claim.name_any(),
+        err,
+        || ctx.backoff(&backoff_key(&claim)),
+    ))
 }
 
 /// The key a claim's reconcile failures are counted under.

@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, PostParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::labels::{HOSTNAME, NODEPOOL, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_REQUIREMENTS};
 use crate::api::shared::{find_condition, set_condition};
-use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool, NodeSelectorOperator, Quantity};
+use crate::api::{
+    ConditionStatus, NodeClaim, NodeClass, NodePool, NodePoolStatus, NodeSelectorOperator, Quantity,
+};
 use crate::controllers::resolve;
 use crate::controllers::{Context, ControllerError, now};
 use crate::provider::convert;
@@ -128,8 +130,10 @@ pub async fn report_unparseable(ctx: Arc<Context>) {
 }
 
 fn error_policy(pool: Arc<NodePool>, err: &ControllerError, ctx: Arc<Context>) -> Action {
-    tracing::warn!(nodepool = %pool.name_any(), error = %err, "nodepool reconcile failed");
-    Action::requeue(ctx.backoff(&format!("nodepool/{}", pool.name_any())))
+    let name = pool.name_any();
+    Action::requeue(super::retry_after("NodePool", &name, err, || {
+        ctx.backoff(&format!("nodepool/{name}"))
+    }))
 }
 
 /// What is wrong with a pool. Capstan's CRDs refuse most of it already; the checks stay for pools
@@ -307,17 +311,33 @@ pub async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action,
         now(),
     );
     if pool.status.as_ref() != Some(&next) {
-        let api: Api<NodePool> = Api::all(ctx.client.clone());
-        let mut updated = (*pool).clone();
-        updated.status = Some(next);
-        api.replace_status(&name, &PostParams::default(), &updated)
-            .await?;
+        write_status(&ctx, &pool, &next).await?;
         for (reason, message) in events {
             ctx.events.warning(pool.as_ref(), reason, message).await;
         }
     }
     ctx.reset_backoff(&format!("nodepool/{name}"));
     Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+/// Writes `status` over `pool`'s with a merge patch on the status subresource, if `pool` is still
+/// the current version (a conflict otherwise: the caller reads again).
+async fn write_status(
+    ctx: &Context,
+    pool: &NodePool,
+    status: &NodePoolStatus,
+) -> Result<NodePool, kube::Error> {
+    let api: Api<NodePool> = Api::all(ctx.client.clone());
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": pool.resource_version()},
+        "status": status,
+    });
+    api.patch_status(
+        &pool.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&patch),
+    )
+    .await
 }
 
 /// Sets `NodeRegistrationHealthy` on pool `name` (best effort: failures are logged).
@@ -350,10 +370,7 @@ pub async fn set_registration_health(ctx: &Context, name: &str, healthy: bool, m
         ) {
             return;
         }
-        match api
-            .replace_status(name, &PostParams::default(), &updated)
-            .await
-        {
+        match write_status(ctx, &pool, status).await {
             Ok(_) => {
                 if !healthy {
                     ctx.events
@@ -362,7 +379,9 @@ pub async fn set_registration_health(ctx: &Context, name: &str, healthy: bool, m
                 }
                 return;
             }
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(err) if super::is_conflict(&err) => {
+                tracing::debug!(nodepool = %name, "registration health: write conflict; retrying");
+            }
             Err(err) => {
                 tracing::warn!(nodepool = %name, error = %err, "cannot update nodepool status");
                 return;

@@ -357,6 +357,12 @@ fn sweep(ctx: &Ctx, present: &HashSet<String>) {
 }
 
 fn error_policy(provider: Arc<Provider>, err: &ProviderControllerError, _ctx: Arc<Ctx>) -> Action {
+    if let ProviderControllerError::Kube(kube) = err
+        && super::is_conflict(kube)
+    {
+        tracing::debug!(provider = %provider.name_any(), error = %err, "write conflict; retrying");
+        return Action::requeue(super::CONFLICT_RETRY);
+    }
     tracing::warn!(provider = %provider.name_any(), error = %err, "provider reconcile failed");
     Action::requeue(Duration::from_secs(5))
 }

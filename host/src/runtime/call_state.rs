@@ -11,6 +11,7 @@ use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
 use crate::capability::Capabilities;
+use crate::capability::kube::{KubeCallError, KubeProxy};
 use crate::runtime::limits::{CallLimiter, Limits};
 
 /// How much of a guest's stderr is kept (the end of it: a panic message comes last).
@@ -44,6 +45,28 @@ impl CallState {
             cpu_ticks: 0,
             cpu_exhausted: false,
         }
+    }
+}
+
+impl CallState {
+    /// Runs one `kube` import call whose request body holds `request_bytes`, counting the
+    /// host's buffers for it (that body, then the response) against the call's memory limit with
+    /// the guest's own memory: a request that does not fit is `invalid`, a response that does
+    /// not is `other`.
+    pub(crate) async fn kube_call(
+        &mut self,
+        request_bytes: usize,
+        call: impl AsyncFnOnce(&KubeProxy) -> Result<String, KubeCallError>,
+    ) -> Result<String, KubeCallError> {
+        self.limiter
+            .check_host_buffers(request_bytes)
+            .map_err(|why| KubeCallError::Invalid(format!("the request {why}")))?;
+        let caps = Arc::clone(&self.caps);
+        let response = call(caps.kube()).await?;
+        self.limiter
+            .check_host_buffers(response.len())
+            .map_err(|why| KubeCallError::Other(format!("the response {why}")))?;
+        Ok(response)
     }
 }
 

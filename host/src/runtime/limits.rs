@@ -76,6 +76,19 @@ impl CallLimiter {
     pub(crate) fn memory_refused(&self) -> bool {
         self.memory_refused
     }
+
+    /// Whether the host may hold `bytes` of buffers for an import call (a request body lifted
+    /// from the guest, a response on its way in) besides the guest's memory: both count against
+    /// the call's memory limit. The error says how the budget is spent.
+    pub(crate) fn check_host_buffers(&self, bytes: usize) -> Result<(), String> {
+        if self.memory_used.saturating_add(bytes) <= self.memory_limit {
+            return Ok(());
+        }
+        Err(format!(
+            "{bytes} bytes of host buffers with {} bytes of guest memory exceed the call's memory limit of {} bytes",
+            self.memory_used, self.memory_limit
+        ))
+    }
 }
 
 impl ResourceLimiter for CallLimiter {
@@ -133,6 +146,22 @@ mod tests {
         assert!(!limiter.memory_growing(30, 50, None).unwrap());
         assert!(limiter.memory_refused());
         assert!(limiter.memory_growing(30, 40, None).unwrap());
+    }
+
+    #[test]
+    fn host_buffers_count_with_guest_memory() {
+        let mut limiter = CallLimiter::new(&Limits {
+            memory_bytes: 100,
+            ..Limits::default()
+        });
+        assert!(limiter.check_host_buffers(100).is_ok());
+        assert!(limiter.memory_growing(0, 60, None).unwrap());
+        assert!(limiter.check_host_buffers(40).is_ok());
+        let err = limiter.check_host_buffers(41).unwrap_err();
+        assert!(
+            err.contains("41 bytes of host buffers with 60 bytes"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -160,3 +160,99 @@ async fn kwok_passes_through_the_cli() {
         "{stdout}"
     );
 }
+
+/// Runs the kit on chaos's `instance` mode with `bad` answers mixed into its parameters.
+async fn instance_report(bad: serde_json::Value) -> conformance::Report {
+    let mut parameters = serde_json::json!({"mode": "instance"});
+    if let (Some(parameters), Some(bad)) = (parameters.as_object_mut(), bad.as_object()) {
+        parameters.extend(bad.clone());
+    }
+    let provider = chaos(Limits::default(), Capabilities::isolated("chaos"));
+    let options = conformance::Options {
+        node_class: class(parameters),
+        delete_interval: Duration::from_millis(10),
+        ..conformance::Options::default()
+    };
+    conformance::run(&provider, &options).await
+}
+
+fn failure(report: &conformance::Report, check: &str) -> String {
+    match &report.check(check).unwrap().outcome {
+        Outcome::Fail(message) => message.clone(),
+        other => panic!("{check}: expected a failure, got {other:?}\n{report}"),
+    }
+}
+
+#[tokio::test]
+async fn bad_create_and_get_answers_fail_their_checks() {
+    let good = instance_report(serde_json::json!({})).await;
+    for check in [
+        checks::CREATE,
+        checks::CREATE_WITHIN,
+        checks::CREATE_IDEMPOTENT,
+        checks::GET,
+        checks::GET_AGREES,
+        checks::LIST,
+        checks::DELETE,
+        checks::GET_AFTER_DELETE,
+    ] {
+        assert!(
+            matches!(good.check(check).unwrap().outcome, Outcome::Pass(_)),
+            "{check}:\n{good}"
+        );
+    }
+
+    let report = instance_report(
+        serde_json::json!({"createLabels": {"node.kubernetes.io/instance-type": "chaos-99x"}}),
+    )
+    .await;
+    let message = failure(&report, checks::CREATE_WITHIN);
+    assert!(
+        message.contains("instance-type=chaos-99x, but the claim requires In"),
+        "{message}"
+    );
+    assert!(message.contains("never offered"), "{message}");
+
+    let report = instance_report(
+        serde_json::json!({"createLabels": {"topology.kubernetes.io/zone": "mars-1"}}),
+    )
+    .await;
+    let message = failure(&report, checks::CREATE_WITHIN);
+    assert!(
+        message.contains("zone=mars-1, but the claim requires"),
+        "{message}"
+    );
+    assert!(
+        message.contains("an offering get-instance-types never listed"),
+        "{message}"
+    );
+
+    let report = instance_report(
+        serde_json::json!({"createLabels": {"karpenter.sh/capacity-type": "reserved"}}),
+    )
+    .await;
+    let message = failure(&report, checks::CREATE_WITHIN);
+    assert!(message.contains("capacity-type=reserved"), "{message}");
+
+    let report = instance_report(
+        serde_json::json!({"getLabels": {"topology.kubernetes.io/zone": "elsewhere"}}),
+    )
+    .await;
+    let message = failure(&report, checks::GET_AGREES);
+    assert!(
+        message.contains("get labels it elsewhere: describe one instance the same way"),
+        "{message}"
+    );
+    assert!(matches!(
+        report.check(checks::CREATE_WITHIN).unwrap().outcome,
+        Outcome::Pass(_)
+    ));
+
+    let report =
+        instance_report(serde_json::json!({"getProviderId": "chaos://someone-else"})).await;
+    let message = failure(&report, checks::GET);
+    assert!(
+        message.contains("answered with provider-id Some(\"chaos://someone-else\")"),
+        "{message}"
+    );
+}

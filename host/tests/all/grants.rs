@@ -29,7 +29,12 @@ async fn namespace(cp: &ControlPlane, prefix: &str) -> String {
     cp.create_namespace_unique(prefix).await.expect("namespace")
 }
 
-fn grant(groups: &[&str], resources: &[&str], verbs: &[VerbRule], namespaces: &[&str]) -> Grant {
+pub fn grant(
+    groups: &[&str],
+    resources: &[&str],
+    verbs: &[VerbRule],
+    namespaces: &[&str],
+) -> Grant {
     Grant {
         cluster: Cluster::Workload,
         api_groups: groups.iter().map(|s| s.to_string()).collect(),
@@ -39,12 +44,12 @@ fn grant(groups: &[&str], resources: &[&str], verbs: &[VerbRule], namespaces: &[
     }
 }
 
-struct Setup {
-    provider: ProviderPre,
-    caps: Arc<Capabilities>,
+pub struct Setup {
+    pub provider: ProviderPre,
+    pub caps: Arc<Capabilities>,
 }
 
-async fn setup(grants: Vec<Grant>, management: bool) -> Setup {
+pub async fn setup(grants: Vec<Grant>, management: bool) -> Setup {
     let cp = control_plane().await;
     let workload = ClusterConnection::new(Cluster::Workload, cp.client().expect("client"));
     let mut builder = Capabilities::builder("chaos")

@@ -20,6 +20,7 @@ mod crd_validation;
 mod disruption;
 mod fixtures;
 mod grants;
+mod hostile;
 mod image;
 mod leader_election;
 mod lifecycle;

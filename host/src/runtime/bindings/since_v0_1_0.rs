@@ -1,6 +1,5 @@
 //! Bindings for `capstan:provider@0.1.x`, and its imports wired to [`crate::capability`].
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use wasmtime::component::types::ComponentItem;
@@ -114,9 +113,10 @@ impl From<kube_cap::KubeCallError> for kube::KubeError {
 
 impl kube::Host for CallState {
     async fn get(&mut self, object: kube::ObjectRef) -> Result<String, kube::KubeError> {
-        let caps = Arc::clone(&self.caps);
         let object = object.into();
-        Ok(caps.kube().get(&object).await?)
+        Ok(self
+            .kube_call(0, async |kube| kube.get(&object).await)
+            .await?)
     }
 
     async fn list(
@@ -124,14 +124,15 @@ impl kube::Host for CallState {
         target: kube::Target,
         options: kube::ListOptions,
     ) -> Result<String, kube::KubeError> {
-        let caps = Arc::clone(&self.caps);
         let target = target.into();
         let options = kube_cap::ListOptions {
             label_selector: options.label_selector,
             field_selector: options.field_selector,
             limit: options.limit,
         };
-        Ok(caps.kube().list(&target, &options).await?)
+        Ok(self
+            .kube_call(0, async |kube| kube.list(&target, &options).await)
+            .await?)
     }
 
     async fn create(
@@ -139,9 +140,10 @@ impl kube::Host for CallState {
         target: kube::Target,
         body: String,
     ) -> Result<String, kube::KubeError> {
-        let caps = Arc::clone(&self.caps);
         let target = target.into();
-        Ok(caps.kube().create(&target, &body).await?)
+        Ok(self
+            .kube_call(body.len(), async |kube| kube.create(&target, &body).await)
+            .await?)
     }
 
     async fn patch(
@@ -151,23 +153,27 @@ impl kube::Host for CallState {
         body: String,
         field_manager: Option<String>,
     ) -> Result<String, kube::KubeError> {
-        let caps = Arc::clone(&self.caps);
         let object = object.into();
         let kind = match patch_type {
             kube::PatchType::Merge => kube_cap::PatchKind::Merge,
             kube::PatchType::Json => kube_cap::PatchKind::Json,
             kube::PatchType::Apply => kube_cap::PatchKind::Apply,
         };
-        Ok(caps
-            .kube()
-            .patch(&object, kind, &body, field_manager.as_deref())
+        Ok(self
+            .kube_call(body.len(), async |kube| {
+                kube.patch(&object, kind, &body, field_manager.as_deref())
+                    .await
+            })
             .await?)
     }
 
     async fn delete(&mut self, object: kube::ObjectRef) -> Result<(), kube::KubeError> {
-        let caps = Arc::clone(&self.caps);
         let object = object.into();
-        Ok(caps.kube().delete(&object).await?)
+        self.kube_call(0, async |kube| {
+            kube.delete(&object).await.map(|()| String::new())
+        })
+        .await?;
+        Ok(())
     }
 }
 
