@@ -90,6 +90,7 @@ pub mod bindings {
             "wasi:io/poll@0.2.12": wasip2::io::poll,
             "wasi:io/streams@0.2.12": wasip2::io::streams,
             "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+            "wasi:config/store@0.2.0-rc.1": generate,
         },
     });
 }
