@@ -273,16 +273,25 @@ async fn send(
         .map_or("/", |p| p.as_str())
         .to_owned();
     *request.uri_mut() = http::Uri::try_from(path).map_err(|_| Error::HttpRequestUriInvalid)?;
-    let mut connection = Box::pin(connection);
-    let response = tokio::select! {
-        response = tokio::time::timeout(first_byte, sender.send_request(request)) => {
-            response.map_err(|_| Error::ConnectionReadTimeout)??
-        }
-        ended = &mut connection => {
-            ended?;
-            return Err(Error::ConnectionTerminated);
+    // Drive the connection while waiting for the response; a connection that ends first (the
+    // server answered and closed) still leaves the response to read.
+    let mut connection = Some(Box::pin(connection));
+    let exchange = async {
+        let mut response = std::pin::pin!(sender.send_request(request));
+        let driving = connection.as_mut().ok_or(Error::ConnectionTerminated)?;
+        tokio::select! {
+            biased;
+            response = &mut response => Ok::<_, Error>(response?),
+            ended = driving => {
+                connection = None;
+                ended?;
+                Ok(response.await?)
+            }
         }
     };
+    let response = tokio::time::timeout(first_byte, exchange)
+        .await
+        .map_err(|_| Error::ConnectionReadTimeout)??;
     let cap = limits.max_response_body;
     if let Some(length) = response
         .headers()
@@ -305,6 +314,9 @@ async fn send(
         .boxed_unsync()
     });
     let worker: Worker = Box::new(async move {
+        let Some(connection) = connection else {
+            return Ok(());
+        };
         connection.await.map_err(|err| {
             if err.is_timeout() {
                 Error::HttpResponseTimeout
