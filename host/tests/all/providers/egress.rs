@@ -1,7 +1,8 @@
 //! Contract 0.2 against the real API server: outbound HTTP under the Provider's egress grants
 //! (allowed, denied with an Event and a count, wildcard rules, size cap, timeouts, redirects not
 //! followed), configuration and credentials from Secrets (rotation without a restart, a missing
-//! Secret or key as `Ready=False`, values never in the log), with the `egress` fixture guest.
+//! Secret or key as `Ready=False`, values never in the log), HTTPS with a private CA, with the
+//! `egress` fixture guest.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -431,4 +432,132 @@ async fn config_comes_from_secrets_and_follows_rotation() {
             "a Secret value is in the log"
         );
     }
+}
+
+/// An HTTPS server on 127.0.0.1 whose certificate (for IP 127.0.0.1) is signed by nobody the
+/// system trusts; answers `hello-tls` to anything. Returns the port, the certificate (PEM) and the
+/// server task.
+async fn tls_server() -> (u16, String, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::env::temp_dir().join(format!(
+        "capstan-egress-tls-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=capstan-test"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .output()
+        .expect("openssl");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let cert_pem = std::fs::read_to_string(dir.join("cert.pem")).unwrap();
+    let key_pem = std::fs::read(dir.join("key.pem")).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply =
+                    "HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nhello-tls";
+                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (port, cert_pem, task)
+}
+
+/// HTTPS trusts the system's roots plus the Provider's CA bundle: a server with a private
+/// certificate is refused until `egressCABundle` names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_trusts_the_providers_ca_bundle() {
+    let setup = Setup::start("egress-tls", |_| {}).await;
+    let (port, cert_pem, server) = tls_server().await;
+    let bytes = wasm("egress");
+    let digest = capstan::provider::source::sha256_hex(&bytes);
+    setup.put_source("egress", "provider.wasm", &bytes).await;
+    let url = format!("https://127.0.0.1:{port}/");
+    let mut spec = spec_with(
+        &setup,
+        vec![format!("https://127.0.0.1:{port}")],
+        Vec::new(),
+    );
+    setup.put_provider("egress", spec.clone()).await;
+    let pre = setup.wait_serving("egress", &digest).await;
+    let err = probe(&pre, &url).await.expect_err("untrusted certificate");
+    assert!(err.contains("Tls"), "{err}");
+
+    setup
+        .put_config_map("private-ca", None, Some(("ca.crt", &cert_pem)))
+        .await;
+    spec.egress_ca_bundle = Some(LocalObjectKey {
+        name: "private-ca".into(),
+        key: "ca.crt".into(),
+    });
+    setup.put_provider("egress", spec).await;
+    let registry = Arc::clone(&setup.registry);
+    let answer = wait_until(Duration::from_secs(60), "HTTPS with the CA bundle", || {
+        let registry = Arc::clone(&registry);
+        let url = url.clone();
+        async move {
+            let Some(pre) = registry.get("egress") else {
+                return Ok::<_, String>(None);
+            };
+            Ok(probe(&pre, &url).await.ok())
+        }
+    })
+    .await
+    .expect("trusted");
+    assert_eq!(answer["status"], "200");
+    assert_eq!(answer["body"], "hello-tls");
+    server.abort();
 }
