@@ -217,6 +217,7 @@ fn spec_with(setup: &Setup, egress: Vec<String>, config: Vec<ProviderConfigEntry
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_grants_are_enforced_on_the_real_authority() {
     let setup = Setup::start("egress", |_| {}).await;
+    let name = setup.names.name("egress");
     let allowed = TestServer::start().await;
     let other = TestServer::start().await;
     let bytes = wasm("egress");
@@ -227,10 +228,10 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
         "https://*.example.invalid:8443".to_owned(),
     ];
     setup
-        .put_provider("egress", spec_with(&setup, rules, Vec::new()))
+        .put_provider(&name, spec_with(&setup, rules, Vec::new()))
         .await;
-    let pre = setup.wait_serving("egress", &digest).await;
-    let loaded = setup.wait_loaded("egress", &digest).await;
+    let pre = setup.wait_serving(&name, &digest).await;
+    let loaded = setup.wait_loaded(&name, &digest).await;
     assert_eq!(
         loaded.status.and_then(|s| s.wit_version).as_deref(),
         Some("0.2.0")
@@ -260,11 +261,11 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
     );
     let counters = pre.capabilities().metrics().snapshot();
     assert_eq!(counters.http_denied, 4, "{counters:?}");
-    setup.wait_event("egress", "PermissionDenied").await;
+    setup.wait_event(&name, "PermissionDenied").await;
     let wanted = format!("GET http://127.0.0.1:{}", other.port);
     let notes = wait_until(Duration::from_secs(30), "the denial Event", || async {
         let notes: Vec<String> = setup
-            .events("egress", "PermissionDenied")
+            .events(&name, "PermissionDenied")
             .await
             .into_iter()
             .filter_map(|e| e.note)
@@ -279,7 +280,9 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
     );
     let metrics = capstan::serve::metrics_text(&setup.registry).expect("metrics");
     assert!(
-        metrics.contains(r#"capstan_provider_http_denied_total{provider="egress"} 4"#),
+        metrics.contains(&format!(
+            r#"capstan_provider_http_denied_total{{provider="{name}"}} 4"#
+        )),
         "{metrics}"
     );
 
@@ -338,6 +341,8 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let setup = Setup::start("egress-config", |_| {}).await;
+    let name = setup.names.name("egress");
+    let name2 = setup.names.name("egress-2");
     let first = format!("first-{}", setup.names.run);
     let second = format!("second-{}", setup.names.run);
     put_secret(&setup, "creds", &[("api-key", &first)]).await;
@@ -349,9 +354,9 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         value_entry("zone", "zone-a"),
     ];
     setup
-        .put_provider("egress", spec_with(&setup, Vec::new(), config.clone()))
+        .put_provider(&name, spec_with(&setup, Vec::new(), config.clone()))
         .await;
-    let pre = setup.wait_serving("egress", &digest).await;
+    let pre = setup.wait_serving(&name, &digest).await;
     assert_eq!(probe(&pre, "config:api-key").await.unwrap()["value"], first);
     assert_eq!(probe(&pre, "config:zone").await.unwrap()["value"], "zone-a");
     let missing = probe(&pre, "config:nope").await.expect_err("undefined key");
@@ -368,8 +373,17 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         }
     })
     .await
-    .expect("rotation");
-    let serving = setup.registry.get("egress").expect("serving");
+    .unwrap_or_else(|err| {
+        let text = log.text();
+        let tail: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("capstan") || l.contains("Secret") || l.contains("secret"))
+            .rev()
+            .take(40)
+            .collect();
+        panic!("rotation: {err:?}\n{}", tail.join("\n"))
+    });
+    let serving = setup.registry.get(&name).expect("serving");
     assert!(
         Arc::ptr_eq(&serving, &pre),
         "rotation reloaded the provider"
@@ -379,11 +393,11 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     let mut bad = config.clone();
     bad[0] = secret_entry("api-key", "creds", "missing-key");
     setup
-        .put_provider("egress", spec_with(&setup, Vec::new(), bad))
+        .put_provider(&name, spec_with(&setup, Vec::new(), bad))
         .await;
     let message = ready_message(
         setup
-            .wait_condition("egress", "Ready", "False", "SecretKeyNotFound")
+            .wait_condition(&name, "Ready", "False", "SecretKeyNotFound")
             .await,
     );
     assert!(message.contains("missing-key"), "{message}");
@@ -391,7 +405,7 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         message.contains("api-key"),
         "the Secret's keys are named: {message}"
     );
-    let serving = setup.registry.get("egress").expect("still serving");
+    let serving = setup.registry.get(&name).expect("still serving");
     assert_eq!(
         probe(&serving, "config:api-key").await.unwrap()["value"],
         second
@@ -402,7 +416,7 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     setup.put_source("egress", "provider.wasm", &bytes).await;
     setup
         .put_provider(
-            "egress-2",
+            &name2,
             spec_with(
                 &setup,
                 Vec::new(),
@@ -412,13 +426,13 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         .await;
     let message = ready_message(
         setup
-            .wait_condition("egress-2", "Ready", "False", "SecretNotFound")
+            .wait_condition(&name2, "Ready", "False", "SecretNotFound")
             .await,
     );
     assert!(message.contains("later"), "{message}");
-    assert!(setup.registry.get("egress-2").is_none());
+    assert!(setup.registry.get(&name2).is_none());
     put_secret(&setup, "later", &[("token", &first)]).await;
-    let pre2 = setup.wait_serving("egress-2", &digest).await;
+    let pre2 = setup.wait_serving(&name2, &digest).await;
     assert_eq!(probe(&pre2, "config:token").await.unwrap()["value"], first);
 
     let text = log.text();
@@ -521,6 +535,7 @@ async fn tls_server() -> (u16, String, tokio::task::JoinHandle<()>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_trusts_the_providers_ca_bundle() {
     let setup = Setup::start("egress-tls", |_| {}).await;
+    let name = setup.names.name("egress");
     let (port, cert_pem, server) = tls_server().await;
     let bytes = wasm("egress");
     let digest = capstan::provider::source::sha256_hex(&bytes);
@@ -531,8 +546,8 @@ async fn https_trusts_the_providers_ca_bundle() {
         vec![format!("https://127.0.0.1:{port}")],
         Vec::new(),
     );
-    setup.put_provider("egress", spec.clone()).await;
-    let pre = setup.wait_serving("egress", &digest).await;
+    setup.put_provider(&name, spec.clone()).await;
+    let pre = setup.wait_serving(&name, &digest).await;
     let err = probe(&pre, &url).await.expect_err("untrusted certificate");
     assert!(err.contains("Tls"), "{err}");
 
@@ -543,13 +558,14 @@ async fn https_trusts_the_providers_ca_bundle() {
         name: "private-ca".into(),
         key: "ca.crt".into(),
     });
-    setup.put_provider("egress", spec).await;
+    setup.put_provider(&name, spec).await;
     let registry = Arc::clone(&setup.registry);
     let answer = wait_until(Duration::from_secs(60), "HTTPS with the CA bundle", || {
         let registry = Arc::clone(&registry);
         let url = url.clone();
+        let name = name.as_str();
         async move {
-            let Some(pre) = registry.get("egress") else {
+            let Some(pre) = registry.get(name) else {
                 return Ok::<_, String>(None);
             };
             Ok(probe(&pre, &url).await.ok())
