@@ -8,6 +8,7 @@
 //! controller selects, so concurrent tests never see each other's Providers.
 
 mod bad_updates;
+mod egress;
 mod hostile;
 mod multiple;
 mod package;
@@ -179,6 +180,9 @@ impl Setup {
                 sha256: None,
             },
             grants: Vec::new(),
+            egress: Vec::new(),
+            egress_ca_bundle: None,
+            config: Vec::new(),
             limits: None,
         }
     }
