@@ -12,10 +12,12 @@
 
 pub mod api;
 pub mod catalog;
+pub mod client;
 pub mod drift;
 pub mod endpoint;
 pub mod hash;
 pub mod instance;
+pub mod operations;
 pub mod params;
 pub mod pricing;
 pub mod selection;

@@ -66,7 +66,19 @@ pub struct Parameters {
     /// Pods per node; default 110.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_pods: Option<u32>,
+    /// How long `create` waits for the deploy job before giving up (and destroying the VM);
+    /// default 300. Keep it below the Provider's `limits.launchTimeout`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch_timeout_seconds: Option<u64>,
+    /// How often async jobs are polled at first, in ms (then backing off to 4x); default 250.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_millis: Option<u64>,
 }
+
+/// Default of `launchTimeoutSeconds`.
+pub const DEFAULT_LAUNCH_TIMEOUT_SECONDS: u64 = 300;
+/// Default of `pollMillis`.
+pub const DEFAULT_POLL_MILLIS: u64 = 250;
 
 /// The fields that shape a VM but are not resolved against the cloud: a change drifts nodes
 /// (`NodeClassDrifted`). Selectors drift through what they resolve to (see [`crate::drift`]);
@@ -96,6 +108,18 @@ impl Parameters {
             (None, Some(zones)) => zones.iter().map(String::as_str).collect(),
             (None, None) => Vec::new(),
         }
+    }
+
+    /// How long `create` waits for the deploy job, in ms.
+    pub fn launch_timeout_millis(&self) -> u64 {
+        self.launch_timeout_seconds
+            .unwrap_or(DEFAULT_LAUNCH_TIMEOUT_SECONDS)
+            .saturating_mul(1000)
+    }
+
+    /// The first poll interval of async jobs, in ms.
+    pub fn poll_millis(&self) -> u64 {
+        self.poll_millis.unwrap_or(DEFAULT_POLL_MILLIS)
     }
 
     /// Pods per node.
@@ -213,6 +237,15 @@ impl Parameters {
         if self.max_pods == Some(0) {
             return Err(invalid("maxPods", "must be at least 1"));
         }
+        if self.launch_timeout_seconds == Some(0) {
+            return Err(invalid("launchTimeoutSeconds", "must be at least 1"));
+        }
+        if self
+            .poll_millis
+            .is_some_and(|p| !(10..=60_000).contains(&p))
+        {
+            return Err(invalid("pollMillis", "must be 10..=60000"));
+        }
         self.pricing.validate()
     }
 }
@@ -268,6 +301,7 @@ mod tests {
         assert_eq!(p.zone_names(), vec!["zone-a"]);
         assert_eq!(p.user_data_base64().as_deref(), Some("YQ=="));
         assert_eq!(p.max_pods(), 58);
+        assert_eq!((p.launch_timeout_millis(), p.poll_millis()), (300_000, 250));
         assert_eq!(p.root_disk_size, Some(50));
         let p = Parameters::parse(&with(r#""zones":["b","a"]"#)).unwrap();
         assert_eq!(p.zone_names(), vec!["b", "a"]);
@@ -284,6 +318,11 @@ mod tests {
         assert!(message(&with(r#""rootDiskSize":0"#)).starts_with("parameters.rootDiskSize:"));
         assert!(message(&with(r#""rootDiskSize":-1"#)).starts_with("parameters.rootDiskSize:"));
         assert!(message(&with(r#""maxPods":0"#)).starts_with("parameters.maxPods:"));
+        assert!(message(&with(r#""pollMillis":1"#)).starts_with("parameters.pollMillis:"));
+        assert!(
+            message(&with(r#""launchTimeoutSeconds":0"#))
+                .starts_with("parameters.launchTimeoutSeconds:")
+        );
         assert!(message(&with(r#""sshKeyPair":" ""#)).starts_with("parameters.sshKeyPair:"));
         assert!(
             message(&with(r#""tags":{"karpenter.sh/nodeclaim":"x"}"#))
