@@ -4,7 +4,8 @@
 #
 #   providers-wasm/build.sh [OUT_DIR]
 #
-# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, clusterapi.wasm, chaos.wasm.
+# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, clusterapi.wasm,
+# chaos.wasm (contract 0.1.0) and egress.wasm (0.2.0).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -13,7 +14,7 @@ out="$(realpath -m "${1:-$here/target/wasm}")"
 CARGO_TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$here/target}")"
 export CARGO_TARGET_DIR
 target=wasm32-wasip2
-artifacts=(kwok clusterapi chaos)
+artifacts=(kwok clusterapi chaos egress cloudstack)
 
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup target list --installed | grep -qx "$target"; then
@@ -25,6 +26,9 @@ fi
 
 cd "$here"
 cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi -p capstan-fixture-chaos
+# 0.2 guests on their own: their SDK feature (`v0_2`) must not reach the 0.1 guests (cargo unifies
+# features within one build).
+cargo build --release --target "$target" -p capstan-fixture-egress -p capstan-provider-cloudstack
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do

@@ -16,6 +16,8 @@ use std::sync::Arc;
 pub use self::registry::Registry;
 
 use crate::capability::Capabilities;
+use crate::capability::config::ConfigValues;
+use crate::capability::outbound_http::HttpSettings;
 use crate::capability::grants::{Cluster, Grants};
 use crate::capability::kube::{ClusterConnection, DenialSink};
 use crate::runtime::{Limits, LoadError, ProviderPre, Runtime};
@@ -44,6 +46,10 @@ pub struct ProviderSource {
     pub grants: Grants,
     /// Its per-call limits.
     pub limits: Limits,
+    /// Its outbound HTTP settings (contract 0.2; the default denies every request).
+    pub http: HttpSettings,
+    /// Its configuration (contract 0.2 `wasi:config/store`).
+    pub config: ConfigValues,
 }
 
 /// Loads providers for one host: the runtime, and the cluster connections every provider shares
@@ -80,7 +86,10 @@ impl Loader {
         previous: Option<&ProviderPre>,
         on_denied: Option<DenialSink>,
     ) -> Result<ProviderPre, ProviderLoadError> {
-        let mut caps = Capabilities::builder(source.name.as_str()).grants(source.grants);
+        let mut caps = Capabilities::builder(source.name.as_str())
+            .grants(source.grants)
+            .http(source.http)
+            .config(source.config);
         if let Some(connection) = &self.workload {
             caps = caps.workload(Arc::clone(connection));
         }

@@ -33,7 +33,7 @@ pub use self::limits::Limits;
 pub use self::provider::{CallError, CallStats, ProviderPre};
 pub use self::validate::{ComponentInfo, ProviderExport, ValidateError};
 
-use self::bindings::since_v0_1_0;
+use self::bindings::{since_v0_1_0, since_v0_2_0};
 use self::call_state::CallState;
 use crate::capability::Capabilities;
 
@@ -93,12 +93,15 @@ impl RuntimeBuilder {
     /// Creates the engine and the linkers.
     pub fn build(self) -> Result<Runtime, LoadError> {
         let engine = self.engine.build()?;
-        let linker_v0_1 = since_v0_1_0::linker(engine.engine())
-            .map_err(|err| LoadError::Link(format!("cannot build the host linker: {err:#}")))?;
+        let link_failed =
+            |err: wasmtime::Error| LoadError::Link(format!("cannot build the host linker: {err:#}"));
+        let linker_v0_1 = since_v0_1_0::linker(engine.engine()).map_err(link_failed)?;
+        let linker_v0_2 = since_v0_2_0::linker(engine.engine()).map_err(link_failed)?;
         Ok(Runtime {
             engine,
             cache: self.cache.map(ComponentCache::new),
             linker_v0_1,
+            linker_v0_2,
             max_component_size: self
                 .max_component_size
                 .unwrap_or(validate::DEFAULT_MAX_COMPONENT_SIZE),
@@ -111,6 +114,7 @@ pub struct Runtime {
     engine: CapstanEngine,
     cache: Option<ComponentCache>,
     linker_v0_1: Linker<CallState>,
+    linker_v0_2: Linker<CallState>,
     max_component_size: usize,
 }
 
@@ -187,29 +191,34 @@ impl Runtime {
         limits: Limits,
         caps: Arc<Capabilities>,
     ) -> Result<ProviderPre, LoadError> {
-        match compiled.export.wit {
+        let linker = match compiled.export.wit {
+            WitVersion::V0_1 => &self.linker_v0_1,
+            WitVersion::V0_2 => &self.linker_v0_2,
+        };
+        let pre = linker
+            .instantiate_pre(&compiled.component)
+            .map_err(|err| LoadError::Link(format!("{err:#}")))?;
+        let mismatch = |err: wasmtime::Error| LoadError::Mismatch {
+            interface: compiled.export.interface.clone(),
+            message: format!("{err:#}"),
+        };
+        bindings::typecheck_exports(&pre, &compiled.export.interface).map_err(mismatch)?;
+        let pre = match compiled.export.wit {
             WitVersion::V0_1 => {
-                let pre = self
-                    .linker_v0_1
-                    .instantiate_pre(&compiled.component)
-                    .map_err(|err| LoadError::Link(format!("{err:#}")))?;
-                let mismatch = |err: wasmtime::Error| LoadError::Mismatch {
-                    interface: compiled.export.interface.clone(),
-                    message: format!("{err:#}"),
-                };
-                since_v0_1_0::typecheck_exports(&pre, &compiled.export.interface)
-                    .map_err(mismatch)?;
-                let pre = since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?;
-                Ok(ProviderPre::new_v0_1(
-                    self.engine.clone(),
-                    pre,
-                    compiled.export.clone(),
-                    compiled.info.sha256.clone(),
-                    limits,
-                    caps,
-                ))
+                provider::Pre::V0_1(since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?)
             }
-        }
+            WitVersion::V0_2 => {
+                provider::Pre::V0_2(since_v0_2_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?)
+            }
+        };
+        Ok(ProviderPre::new(
+            self.engine.clone(),
+            pre,
+            compiled.export.clone(),
+            compiled.info.sha256.clone(),
+            limits,
+            caps,
+        ))
     }
 
     /// [`Runtime::compile`] then [`Runtime::instantiate_pre`].

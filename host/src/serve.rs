@@ -87,7 +87,7 @@ fn encode_capabilities(
 ) -> Result<(), MetricsError> {
     type Labels = Vec<(String, String)>;
     let mut registry = prometheus_client::registry::Registry::with_prefix("capstan_provider");
-    let counters: [(&str, &str, Counted); 6] = [
+    let counters: [(&str, &str, Counted); 9] = [
         (
             "kube_calls",
             "kube import calls made by a provider (allowed or not)",
@@ -112,6 +112,21 @@ fn encode_capabilities(
         ("cache_misses", "host cache lookups that missed", |s| {
             s.cache_misses
         }),
+        (
+            "http_requests",
+            "outbound wasi:http requests made by a provider (allowed or not)",
+            |s| s.http_requests,
+        ),
+        (
+            "http_denied",
+            "outbound wasi:http requests refused by the provider's egress grants",
+            |s| s.http_denied,
+        ),
+        (
+            "http_failed",
+            "allowed outbound wasi:http requests that failed",
+            |s| s.http_failed,
+        ),
     ];
     for (name, help, value) in counters {
         let family = Family::<Labels, Counter>::default();

@@ -51,8 +51,56 @@ pub struct ProviderSpec {
     /// What the provider may do in Kubernetes. Everything else is denied.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub grants: Vec<ProviderGrant>,
+    /// Where the provider may send HTTP requests (contract 0.2, `wasi:http`): rules
+    /// `scheme://host[:port]` (`https://api.example.com`, `http://127.0.0.1:8080`,
+    /// `https://*.example.com:8443`; scheme `http`, `https` or `*`, the scheme's port by default,
+    /// port `*` any, a leading `*.` any subdomain). Everything else is denied.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub egress: Vec<String>,
+    /// PEM CA certificates trusted for outbound HTTPS besides the system's roots: a ConfigMap key
+    /// in the provider source namespace (the namespace of `source.configMap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_ca_bundle: Option<LocalObjectKey>,
+    /// Configuration and credentials the provider reads through `wasi:config/store` (contract
+    /// 0.2): each a literal `value` or a `secretKeyRef` to a Secret in the provider source
+    /// namespace. Secret values reach this provider only, never logs, Events or status.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub config: Vec<ProviderConfigEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ProviderLimits>,
+}
+
+/// A key of a ConfigMap or Secret in the provider source namespace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct LocalObjectKey {
+    pub name: String,
+    pub key: String,
+}
+
+/// One configuration value of a provider.
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderConfigEntry {
+    /// The key the provider asks `wasi:config/store` for.
+    #[schemars(length(min = 1))]
+    pub name: String,
+    /// A literal value (not secret: it is part of the Provider).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<String>,
+    /// A key of a Secret in the provider source namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<LocalObjectKey>,
+}
+
+impl std::fmt::Debug for ProviderConfigEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Literal values are not secret, but a Debug of a spec must never be the place to check.
+        f.debug_struct("ProviderConfigEntry")
+            .field("name", &self.name)
+            .field("value", &self.value.as_ref().map(|_| "<redacted>"))
+            .field("secret_key_ref", &self.secret_key_ref)
+            .finish()
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -120,6 +168,21 @@ pub struct ProviderLimits {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1024))]
     pub concurrency: Option<u32>,
+    /// Outbound HTTP: time to connect, TLS handshake included (default 10s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub http_connect_timeout: Option<String>,
+    /// Outbound HTTP: time from sending a request to its response headers (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub http_first_byte_timeout: Option<String>,
+    /// Outbound HTTP: time between two chunks of a response body (default 30s).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub http_between_bytes_timeout: Option<String>,
+    /// Outbound HTTP: largest response body (default 16Mi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_max_response_body: Option<Quantity>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

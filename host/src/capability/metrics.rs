@@ -11,6 +11,9 @@ pub struct CapabilityMetrics {
     log_lines: AtomicU64,
     cache_hits: AtomicU64,
     cache_misses: AtomicU64,
+    http_requests: AtomicU64,
+    http_denied: AtomicU64,
+    http_failed: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -28,6 +31,12 @@ pub struct MetricsSnapshot {
     pub cache_hits: u64,
     /// `host.cache-get` misses.
     pub cache_misses: u64,
+    /// Outbound HTTP requests (`wasi:http`, allowed or not).
+    pub http_requests: u64,
+    /// Outbound HTTP requests refused by the egress grants.
+    pub http_denied: u64,
+    /// Allowed outbound HTTP requests that failed (connect, TLS, timeout, size cap...).
+    pub http_failed: u64,
 }
 
 impl CapabilityMetrics {
@@ -61,6 +70,21 @@ impl CapabilityMetrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts an outbound HTTP request.
+    pub fn http_request(&self) {
+        self.http_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a denied outbound HTTP request.
+    pub fn http_denied(&self) {
+        self.http_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a failed outbound HTTP request.
+    pub fn http_failed(&self) {
+        self.http_failed.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The current values.
     pub fn snapshot(&self) -> MetricsSnapshot {
         MetricsSnapshot {
@@ -70,6 +94,9 @@ impl CapabilityMetrics {
             log_lines: self.log_lines.load(Ordering::Relaxed),
             cache_hits: self.cache_hits.load(Ordering::Relaxed),
             cache_misses: self.cache_misses.load(Ordering::Relaxed),
+            http_requests: self.http_requests.load(Ordering::Relaxed),
+            http_denied: self.http_denied.load(Ordering::Relaxed),
+            http_failed: self.http_failed.load(Ordering::Relaxed),
         }
     }
 }

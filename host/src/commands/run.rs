@@ -182,6 +182,8 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             bytes: read_component(Path::new(path), DEFAULT_MAX_COMPONENT_SIZE)?,
             grants: grants_by_name.remove(name).unwrap_or_else(Grants::none),
             limits: Limits::default(),
+            http: Default::default(),
+            config: Default::default(),
         };
         let file_loader = Arc::clone(&loader);
         let provider = tokio::task::spawn_blocking(move || file_loader.load(source, None, None))

@@ -239,6 +239,8 @@ async fn load_providers(
             bytes: read_component(Path::new(path), DEFAULT_MAX_COMPONENT_SIZE)?,
             grants: Grants::none(),
             limits: Limits::default(),
+            http: Default::default(),
+            config: Default::default(),
         };
         let file_loader = Arc::clone(&loader);
         let provider = tokio::task::spawn_blocking(move || file_loader.load(source, None, None))

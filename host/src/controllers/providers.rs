@@ -8,13 +8,21 @@
 //! started on; new calls get the new one. A bad update is rejected: the last good version keeps
 //! serving, `Degraded=True` says why, and a Warning Event records it. Deleting a Provider unloads
 //! it (its NodeClasses turn not ready; no NodeClaim is touched).
+//!
+//! What a Provider points to besides its component (contract 0.2: the Secrets of `spec.config`,
+//! the CA bundle of `spec.egressCABundle`) is read on every reconcile, and the Secrets and
+//! ConfigMaps of the source namespace are watched: a rotated Secret is handed to the serving
+//! version without a reload (the next call sees it). A missing Secret or key is `Ready=False`
+//! with its reason; a version already serving keeps its last good values.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::ConfigMap;
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::{Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
@@ -26,7 +34,9 @@ use serde_json::json;
 use crate::api::ConditionStatus;
 use crate::api::provider::Provider;
 use crate::api::shared::set_condition;
+use crate::capability::config::ConfigValues;
 use crate::capability::kube::{Denial, DenialSink};
+use crate::capability::outbound_http::{self, HttpSettings};
 use crate::controllers::events::Events;
 use crate::controllers::now;
 use crate::provider::source::{self, SourceError};
@@ -88,6 +98,9 @@ pub struct Rejection {
     pub reason: &'static str,
     /// What is wrong.
     pub message: String,
+    /// Whether the Provider is not Ready even while a version serves (a missing Secret: the
+    /// version serves with its last good values, but what the admin wrote does not work).
+    pub blocks_ready: bool,
 }
 
 impl Rejection {
@@ -95,6 +108,7 @@ impl Rejection {
         Self {
             reason,
             message: message.into(),
+            blocks_ready: false,
         }
     }
 }
@@ -107,7 +121,10 @@ impl From<SourceError> for Rejection {
 
 impl From<spec::SpecError> for Rejection {
     fn from(err: spec::SpecError) -> Self {
-        Rejection::new(err.reason(), err.to_string())
+        Rejection {
+            blocks_ready: err.blocks_ready(),
+            ..Rejection::new(err.reason(), err.to_string())
+        }
     }
 }
 
@@ -266,7 +283,17 @@ impl ProviderController {
             Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
             None => Api::all(ctx.client.clone()),
         };
+        let secrets: Api<PartialObjectMeta<Secret>> = match &ctx.settings.source_namespace {
+            Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
+            None => Api::all(ctx.client.clone()),
+        };
         let store = ctx.store.clone();
+        let secret_store = ctx.store.clone();
+        // Secrets: metadata only (a change bumps the resourceVersion); values are read on
+        // reconcile, for the Providers that name them.
+        let secret_changes = watcher(secrets, watcher::Config::default())
+            .backoff(crate::state::watch_backoff())
+            .touched_objects();
         controller
             .watches(config_maps, watcher::Config::default(), move |config_map| {
                 let namespace = config_map.namespace().unwrap_or_default();
@@ -276,7 +303,22 @@ impl ProviderController {
                     .iter()
                     .filter(|provider| {
                         let source = &provider.spec.source.config_map;
-                        source.namespace == namespace && source.name == name
+                        let ca = provider.spec.egress_ca_bundle.as_ref();
+                        source.namespace == namespace
+                            && (source.name == name || ca.is_some_and(|ca| ca.name == name))
+                    })
+                    .map(|provider| ObjectRef::from_obj(provider.as_ref()))
+                    .collect::<Vec<_>>()
+            })
+            .watches_stream(secret_changes, move |secret: PartialObjectMeta<Secret>| {
+                let namespace = secret.namespace().unwrap_or_default();
+                let name = secret.name_any();
+                secret_store
+                    .state()
+                    .iter()
+                    .filter(|provider| {
+                        provider.spec.source.config_map.namespace == namespace
+                            && spec::secret_names(&provider.spec).any(|s| s == name)
                     })
                     .map(|provider| ObjectRef::from_obj(provider.as_ref()))
                     .collect::<Vec<_>>()
@@ -502,6 +544,10 @@ async fn load(
         }
         .into()));
     }
+    let inputs = match resolve_inputs(spec, ctx).await? {
+        Ok(inputs) => inputs,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source_ref.namespace);
     let Some(config_map) = api.get_opt(&source_ref.name).await? else {
         return Ok(Err(SourceError::ConfigMapNotFound {
@@ -526,6 +572,11 @@ async fn load(
         && serving.sha256() == component.sha256
         && record.generation == provider.metadata.generation
     {
+        let caps = serving.capabilities();
+        caps.set_http_settings(inputs.http);
+        if caps.config().replace(inputs.config) {
+            tracing::info!(provider = %name, "provider configuration updated");
+        }
         return Ok(Ok(Loaded::Unchanged));
     }
     let grants = match spec::grants(spec) {
@@ -541,6 +592,8 @@ async fn load(
         bytes: component.bytes,
         grants,
         limits,
+        http: inputs.http,
+        config: inputs.config,
     };
     let loader = Arc::clone(&ctx.loader);
     let sink = denial_sink(ctx);
@@ -574,6 +627,68 @@ async fn load(
     }))
 }
 
+/// What a Provider points to besides its component, resolved.
+struct Inputs {
+    http: HttpSettings,
+    config: ConfigValues,
+}
+
+/// Reads the egress rules, HTTP limits, CA bundle and configuration of `spec` (Secrets and the
+/// CA ConfigMap from the provider source namespace).
+async fn resolve_inputs(
+    spec: &crate::api::provider::ProviderSpec,
+    ctx: &Ctx,
+) -> Result<Result<Inputs, Rejection>, ProviderControllerError> {
+    let namespace = spec.source.config_map.namespace.as_str();
+    let (rules, limits) = match (spec::egress(spec), spec::http_limits(spec)) {
+        (Ok(rules), Ok(limits)) => (rules, limits),
+        (Err(err), _) | (_, Err(err)) => return Ok(Err(err.into())),
+    };
+    let tls = match &spec.egress_ca_bundle {
+        None => None,
+        Some(bundle) => {
+            let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+            let pem = api.get_opt(&bundle.name).await?.and_then(|config_map| {
+                let text = config_map.data.and_then(|mut d| d.remove(&bundle.key));
+                let binary = config_map
+                    .binary_data
+                    .and_then(|mut d| d.remove(&bundle.key))
+                    .map(|b| b.0);
+                text.map(String::into_bytes).or(binary)
+            });
+            let Some(pem) = pem else {
+                return Ok(Err(spec::SpecError::CaBundle(format!(
+                    "ConfigMap {namespace}/{} has no key {:?} (or does not exist)",
+                    bundle.name, bundle.key
+                ))
+                .into()));
+            };
+            match outbound_http::tls_config(Some(&pem)) {
+                Ok(config) => Some(config),
+                Err(err) => return Ok(Err(spec::SpecError::CaBundle(err.to_string()).into())),
+            }
+        }
+    };
+    let secrets_api: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut secrets = BTreeMap::new();
+    for name in spec::secret_names(spec) {
+        if secrets.contains_key(name) {
+            continue;
+        }
+        if let Some(secret) = secrets_api.get_opt(name).await? {
+            secrets.insert(name.to_owned(), secret);
+        }
+    }
+    let config = match spec::config_values(spec, namespace, &secrets) {
+        Ok(config) => config,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    Ok(Ok(Inputs {
+        http: HttpSettings { rules, limits, tls },
+        config,
+    }))
+}
+
 /// Writes `status` from what is serving and the last outcome, if it changed.
 async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderControllerError> {
     let name = provider.name_any();
@@ -584,6 +699,21 @@ async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderCont
     let mut next = old.clone();
     let at = now();
     match (&serving, &record.rejection) {
+        (Some(pre), Some(rejection)) if rejection.blocks_ready => {
+            set_condition(
+                &mut next.conditions,
+                READY,
+                ConditionStatus::False,
+                Some(rejection.reason),
+                Some(&format!(
+                    "{}; sha256 {} keeps serving with its last good configuration",
+                    rejection.message,
+                    pre.sha256()
+                )),
+                generation,
+                at.clone(),
+            );
+        }
         (Some(pre), _) => {
             set_condition(
                 &mut next.conditions,

@@ -122,6 +122,9 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
                 sha256: options.pin.then(|| info.sha256.clone()),
             },
             grants: options.grants.clone(),
+            egress: Vec::new(),
+            egress_ca_bundle: None,
+            config: Vec::new(),
             limits: options.limits.clone(),
         },
     );

@@ -1,11 +1,18 @@
 //! A `Provider` resource's spec in the runtime's terms: its grants (parsed by the same rules as a
-//! grants file) and its per-call limits.
+//! grants file), its per-call limits, its egress rules and HTTP limits, and its configuration
+//! resolved against the Secrets it names.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
+
 use crate::api::provider::{ProviderLimits, ProviderSpec};
+use crate::capability::config::ConfigValues;
+use crate::capability::egress::{EgressRuleError, EgressRules};
 use crate::capability::grants::Grants;
 use crate::capability::grants::parse::{self, ParseError};
+use crate::capability::outbound_http::HttpLimits;
 use crate::runtime::Limits;
 use crate::scheduling::quantity;
 
@@ -23,6 +30,44 @@ pub enum SpecError {
         /// What is wrong.
         reason: String,
     },
+    /// `spec.egress` has a rule that does not parse.
+    #[error("spec.egress: {0}")]
+    Egress(#[from] EgressRuleError),
+    /// A `spec.config` entry is malformed.
+    #[error("spec.config[{index}]: {reason}")]
+    Config {
+        /// The entry's position.
+        index: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A Secret `spec.config` names does not exist.
+    #[error("Secret {namespace}/{name} (spec.config {entry:?}) not found")]
+    SecretNotFound {
+        /// The entry.
+        entry: String,
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret.
+        name: String,
+    },
+    /// A Secret `spec.config` names has no such key.
+    #[error("Secret {namespace}/{name} has no key {key:?} (spec.config {entry:?}; keys: {available})")]
+    SecretKeyNotFound {
+        /// The entry.
+        entry: String,
+        /// The Secret's namespace.
+        namespace: String,
+        /// The Secret.
+        name: String,
+        /// The missing key.
+        key: String,
+        /// The keys it has (names only).
+        available: String,
+    },
+    /// The CA bundle ConfigMap or key is missing or unusable.
+    #[error("spec.egressCABundle: {0}")]
+    CaBundle(String),
 }
 
 impl SpecError {
@@ -31,8 +76,138 @@ impl SpecError {
         match self {
             SpecError::Grants(_) => "InvalidGrants",
             SpecError::Limits { .. } => "InvalidLimits",
+            SpecError::Egress(_) => "InvalidEgress",
+            SpecError::Config { .. } => "InvalidConfig",
+            SpecError::SecretNotFound { .. } => "SecretNotFound",
+            SpecError::SecretKeyNotFound { .. } => "SecretKeyNotFound",
+            SpecError::CaBundle(_) => "InvalidCABundle",
         }
     }
+
+    /// Whether this is about what the Provider points to (a Secret, a CA bundle) rather than the
+    /// component: then the Provider is not Ready even while a version keeps serving with the last
+    /// good values.
+    pub fn blocks_ready(&self) -> bool {
+        matches!(
+            self,
+            SpecError::SecretNotFound { .. }
+                | SpecError::SecretKeyNotFound { .. }
+                | SpecError::CaBundle(_)
+        )
+    }
+}
+
+/// The egress rules of `spec`, deny by default.
+pub fn egress(spec: &ProviderSpec) -> Result<EgressRules, SpecError> {
+    Ok(EgressRules::parse(&spec.egress)?)
+}
+
+/// The outbound HTTP limits of `spec`, defaults where absent.
+pub fn http_limits(spec: &ProviderSpec) -> Result<HttpLimits, SpecError> {
+    let mut http = HttpLimits::default();
+    let Some(limits) = &spec.limits else {
+        return Ok(http);
+    };
+    if let Some(text) = &limits.http_connect_timeout {
+        http.connect_timeout = duration("httpConnectTimeout", text)?;
+    }
+    if let Some(text) = &limits.http_first_byte_timeout {
+        http.first_byte_timeout = duration("httpFirstByteTimeout", text)?;
+    }
+    if let Some(text) = &limits.http_between_bytes_timeout {
+        http.between_bytes_timeout = duration("httpBetweenBytesTimeout", text)?;
+    }
+    if let Some(size) = &limits.http_max_response_body {
+        let bytes = quantity::parse_units(&size.0).map_err(|err| SpecError::Limits {
+            field: "httpMaxResponseBody",
+            reason: err.to_string(),
+        })?;
+        http.max_response_body = u64::try_from(bytes)
+            .ok()
+            .filter(|b| *b > 0)
+            .ok_or_else(|| SpecError::Limits {
+                field: "httpMaxResponseBody",
+                reason: format!("{} must be more than 0", size.0),
+            })?;
+    }
+    Ok(http)
+}
+
+/// The Secrets `spec.config` names (in the provider source namespace).
+pub fn secret_names(spec: &ProviderSpec) -> impl Iterator<Item = &str> {
+    spec.config
+        .iter()
+        .filter_map(|entry| entry.secret_key_ref.as_ref())
+        .map(|key| key.name.as_str())
+}
+
+/// Resolves `spec.config` with `secrets` (the Secrets of `namespace` it names, by name; absent
+/// ones are missing). Messages name Secrets and keys, never values.
+pub fn config_values(
+    spec: &ProviderSpec,
+    namespace: &str,
+    secrets: &BTreeMap<String, Secret>,
+) -> Result<ConfigValues, SpecError> {
+    let mut values = BTreeMap::new();
+    for (index, entry) in spec.config.iter().enumerate() {
+        let invalid = |reason: &str| SpecError::Config {
+            index,
+            reason: reason.to_owned(),
+        };
+        if entry.name.is_empty() {
+            return Err(invalid("name is empty"));
+        }
+        let value = match (&entry.value, &entry.secret_key_ref) {
+            (Some(value), None) => value.clone(),
+            (None, Some(key)) => {
+                let Some(secret) = secrets.get(&key.name) else {
+                    return Err(SpecError::SecretNotFound {
+                        entry: entry.name.clone(),
+                        namespace: namespace.to_owned(),
+                        name: key.name.clone(),
+                    });
+                };
+                let data = secret.data.as_ref();
+                let string_data = secret.string_data.as_ref();
+                match (
+                    data.and_then(|d| d.get(&key.key)),
+                    string_data.and_then(|d| d.get(&key.key)),
+                ) {
+                    (Some(bytes), _) => String::from_utf8(bytes.0.clone()).map_err(|_| {
+                        invalid(&format!(
+                            "Secret {}/{} key {:?} is not UTF-8 text",
+                            namespace, key.name, key.key
+                        ))
+                    })?,
+                    (None, Some(text)) => text.clone(),
+                    (None, None) => {
+                        let keys: Vec<&str> = data
+                            .into_iter()
+                            .flat_map(|d| d.keys())
+                            .chain(string_data.into_iter().flat_map(|d| d.keys()))
+                            .map(String::as_str)
+                            .collect();
+                        return Err(SpecError::SecretKeyNotFound {
+                            entry: entry.name.clone(),
+                            namespace: namespace.to_owned(),
+                            name: key.name.clone(),
+                            key: key.key.clone(),
+                            available: if keys.is_empty() {
+                                "none".to_owned()
+                            } else {
+                                keys.join(", ")
+                            },
+                        });
+                    }
+                }
+            }
+            _ => return Err(invalid("set exactly one of value and secretKeyRef")),
+        };
+        if values.insert(entry.name.clone(), value).is_some() {
+            return Err(invalid(&format!("name {:?} is repeated", entry.name)));
+        }
+    }
+    Ok(ConfigValues::new(values))
 }
 
 /// The grants of `spec`, deny by default.
@@ -53,6 +228,7 @@ pub fn limits(spec: &ProviderSpec) -> Result<Limits, SpecError> {
         call_timeout,
         launch_timeout,
         concurrency,
+        ..
     }) = &spec.limits
     else {
         return Ok(limits);
@@ -121,6 +297,9 @@ mod tests {
                 sha256: None,
             },
             grants,
+            egress: Vec::new(),
+            egress_ca_bundle: None,
+            config: Vec::new(),
             limits,
         }
     }
@@ -168,6 +347,7 @@ mod tests {
                 call_timeout: Some("5s".into()),
                 launch_timeout: Some("2m".into()),
                 concurrency: Some(4),
+                ..ProviderLimits::default()
             }),
         ))
         .unwrap();

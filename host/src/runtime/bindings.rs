@@ -5,10 +5,181 @@
 //! plus the glue from its import traits to the version-independent [`crate::capability`] code. A
 //! new minor version of the contract adds a module here and a [`WitVersion`] variant; old guests keep
 //! loading with their own bindings (the pattern of Zed's extension host).
-
-pub mod since_v0_1_0;
+//!
+//! One copy of everything the versions share: 0.2's `types` interface is 0.1's, so its bindings
+//! reuse 0.1's Rust types (`with` in `bindgen!`) and the rest of the host sees one set of types;
+//! the `kube` and `host` imports are the same in both and implemented once, by
+//! [`capstan_imports!`], for each version's generated traits; [`typecheck_exports`] checks either
+//! version's export.
 
 use std::fmt;
+
+use wasmtime::component::InstancePre;
+use wasmtime::component::types::ComponentItem;
+use wasmtime::error::Context as _;
+
+use crate::runtime::call_state::CallState;
+use types::{Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
+
+/// Implements a version's `kube` and `host` import traits (the modules `kube` and `host` in
+/// scope where it is invoked) with [`crate::capability`]. Every version with these interfaces
+/// unchanged invokes it, so there is one copy of the glue.
+macro_rules! capstan_imports {
+    () => {
+        impl From<kube::Cluster> for $crate::capability::grants::Cluster {
+            fn from(cluster: kube::Cluster) -> Self {
+                match cluster {
+                    kube::Cluster::Workload => $crate::capability::grants::Cluster::Workload,
+                    kube::Cluster::Management => $crate::capability::grants::Cluster::Management,
+                }
+            }
+        }
+
+        impl From<kube::Target> for $crate::capability::kube::Target {
+            fn from(target: kube::Target) -> Self {
+                Self {
+                    cluster: target.cluster.into(),
+                    api_version: target.api_version,
+                    kind: target.kind,
+                    namespace: target.namespace,
+                }
+            }
+        }
+
+        impl From<kube::ObjectRef> for $crate::capability::kube::ObjectRef {
+            fn from(object: kube::ObjectRef) -> Self {
+                Self {
+                    target: object.target.into(),
+                    name: object.name,
+                    subresource: object.subresource,
+                }
+            }
+        }
+
+        impl From<$crate::capability::kube::KubeCallError> for kube::KubeError {
+            fn from(err: $crate::capability::kube::KubeCallError) -> Self {
+                use $crate::capability::kube::KubeCallError as E;
+                match err {
+                    E::PermissionDenied(m) => kube::KubeError::PermissionDenied(m),
+                    E::NotFound(m) => kube::KubeError::NotFound(m),
+                    E::Conflict(m) => kube::KubeError::Conflict(m),
+                    E::Invalid(m) => kube::KubeError::Invalid(m),
+                    E::Unavailable(m) => kube::KubeError::Unavailable(m),
+                    E::Other(m) => kube::KubeError::Other(m),
+                }
+            }
+        }
+
+        impl kube::Host for $crate::runtime::call_state::CallState {
+            async fn get(&mut self, object: kube::ObjectRef) -> Result<String, kube::KubeError> {
+                let caps = ::std::sync::Arc::clone(&self.caps);
+                let object = object.into();
+                Ok(caps.kube().get(&object).await?)
+            }
+
+            async fn list(
+                &mut self,
+                target: kube::Target,
+                options: kube::ListOptions,
+            ) -> Result<String, kube::KubeError> {
+                let caps = ::std::sync::Arc::clone(&self.caps);
+                let target = target.into();
+                let options = $crate::capability::kube::ListOptions {
+                    label_selector: options.label_selector,
+                    field_selector: options.field_selector,
+                    limit: options.limit,
+                };
+                Ok(caps.kube().list(&target, &options).await?)
+            }
+
+            async fn create(
+                &mut self,
+                target: kube::Target,
+                body: String,
+            ) -> Result<String, kube::KubeError> {
+                let caps = ::std::sync::Arc::clone(&self.caps);
+                let target = target.into();
+                Ok(caps.kube().create(&target, &body).await?)
+            }
+
+            async fn patch(
+                &mut self,
+                object: kube::ObjectRef,
+                patch_type: kube::PatchType,
+                body: String,
+                field_manager: Option<String>,
+            ) -> Result<String, kube::KubeError> {
+                let caps = ::std::sync::Arc::clone(&self.caps);
+                let object = object.into();
+                let kind = match patch_type {
+                    kube::PatchType::Merge => $crate::capability::kube::PatchKind::Merge,
+                    kube::PatchType::Json => $crate::capability::kube::PatchKind::Json,
+                    kube::PatchType::Apply => $crate::capability::kube::PatchKind::Apply,
+                };
+                Ok(caps
+                    .kube()
+                    .patch(&object, kind, &body, field_manager.as_deref())
+                    .await?)
+            }
+
+            async fn delete(&mut self, object: kube::ObjectRef) -> Result<(), kube::KubeError> {
+                let caps = ::std::sync::Arc::clone(&self.caps);
+                let object = object.into();
+                Ok(caps.kube().delete(&object).await?)
+            }
+        }
+
+        impl From<host::LogLevel> for $crate::capability::host::LogLevel {
+            fn from(level: host::LogLevel) -> Self {
+                match level {
+                    host::LogLevel::Trace => $crate::capability::host::LogLevel::Trace,
+                    host::LogLevel::Debug => $crate::capability::host::LogLevel::Debug,
+                    host::LogLevel::Info => $crate::capability::host::LogLevel::Info,
+                    host::LogLevel::Warn => $crate::capability::host::LogLevel::Warn,
+                    host::LogLevel::Error => $crate::capability::host::LogLevel::Error,
+                }
+            }
+        }
+
+        impl host::Host for $crate::runtime::call_state::CallState {
+            async fn log(&mut self, level: host::LogLevel, message: String) {
+                self.caps.metrics().log_line();
+                $crate::capability::host::log(self.caps.provider(), level.into(), &message);
+            }
+
+            async fn sleep(&mut self, millis: u64) {
+                tokio::time::sleep(::std::time::Duration::from_millis(millis)).await;
+            }
+
+            async fn now(&mut self) -> u64 {
+                $crate::capability::host::now_millis()
+            }
+
+            async fn cache_get(&mut self, key: String) -> Option<Vec<u8>> {
+                let value = self.caps.cache().get(&key);
+                self.caps.metrics().cache_lookup(value.is_some());
+                value
+            }
+
+            async fn cache_set(&mut self, key: String, value: Vec<u8>, ttl_millis: u64) {
+                if let Err(err) = self
+                    .caps
+                    .cache()
+                    .set(&key, value, ::std::time::Duration::from_millis(ttl_millis))
+                {
+                    tracing::debug!(provider = %self.caps.provider(), error = %err, "cache-set dropped");
+                }
+            }
+
+            async fn cache_delete(&mut self, key: String) {
+                self.caps.cache().delete(&key);
+            }
+        }
+    };
+}
+
+pub mod since_v0_1_0;
+pub mod since_v0_2_0;
 
 /// The package every provider's contract lives in.
 pub const PACKAGE_NAMESPACE: &str = "capstan";
@@ -17,7 +188,8 @@ pub const PACKAGE_NAME: &str = "provider";
 /// The interface a provider exports.
 pub const EXPORT_INTERFACE: &str = "cloud-provider";
 
-/// The data types of the newest supported contract, used by the rest of the host.
+/// The data types of every supported contract (0.2's `types` are 0.1's), used by the rest of
+/// the host.
 pub use since_v0_1_0::capstan::provider::types;
 
 /// A version of the contract this host can run.
@@ -25,14 +197,16 @@ pub use since_v0_1_0::capstan::provider::types;
 pub enum WitVersion {
     /// `capstan:provider@0.1.x`.
     V0_1,
+    /// `capstan:provider@0.2.x`: 0.1 plus `wasi:http/outgoing-handler` and `wasi:config/store`.
+    V0_2,
 }
 
 impl WitVersion {
     /// Every supported version, oldest first.
-    pub const SUPPORTED: &[WitVersion] = &[WitVersion::V0_1];
+    pub const SUPPORTED: &[WitVersion] = &[WitVersion::V0_1, WitVersion::V0_2];
 
     /// The newest supported version.
-    pub const LATEST: WitVersion = WitVersion::V0_1;
+    pub const LATEST: WitVersion = WitVersion::V0_2;
 
     /// The supported version compatible with `major.minor` (semver: for `0.x` the minor number is
     /// the compatibility boundary), if any. A newer minor than the host knows is not supported: its
@@ -40,6 +214,7 @@ impl WitVersion {
     pub fn for_version(major: u64, minor: u64) -> Option<Self> {
         match (major, minor) {
             (0, 1) => Some(WitVersion::V0_1),
+            (0, 2) => Some(WitVersion::V0_2),
             _ => None,
         }
     }
@@ -48,10 +223,11 @@ impl WitVersion {
     pub fn as_str(self) -> &'static str {
         match self {
             WitVersion::V0_1 => "0.1",
+            WitVersion::V0_2 => "0.2",
         }
     }
 
-    /// The supported versions, for messages: `0.1.x`.
+    /// The supported versions, for messages: `0.1.x, 0.2.x`.
     pub fn supported_list() -> String {
         Self::SUPPORTED
             .iter()
@@ -62,8 +238,9 @@ impl WitVersion {
 
     /// The functions the `cloud-provider` interface of this version exports.
     pub fn exported_functions(self) -> &'static [&'static str] {
+        // 0.2 changed the imports only.
         match self {
-            WitVersion::V0_1 => &[
+            WitVersion::V0_1 | WitVersion::V0_2 => &[
                 "name",
                 "get-instance-types",
                 "create",
@@ -76,6 +253,43 @@ impl WitVersion {
             ],
         }
     }
+}
+
+/// Type-checks every function of the `cloud-provider` export named `interface` against this
+/// version's signatures, without instantiating (the generated bindings only check interface exports
+/// when an instance is created, i.e. on the first call).
+pub(crate) fn typecheck_exports(
+    pre: &InstancePre<CallState>,
+    interface: &str,
+) -> wasmtime::Result<()> {
+    let component = pre.component();
+    let (_, instance) = component
+        .get_export(None, interface)
+        .ok_or_else(|| wasmtime::format_err!("no export `{interface}`"))?;
+    let instance_type = pre.instance_type();
+    macro_rules! check {
+        ($name:literal, ($($param:ty),*) -> $result:ty) => {{
+            let (item, _) = component
+                .get_export(Some(&instance), $name)
+                .ok_or_else(|| wasmtime::format_err!("no function `{}`", $name))?;
+            match item {
+                ComponentItem::ComponentFunc(func) => func
+                    .typecheck::<($($param,)*), ($result,)>(&instance_type)
+                    .with_context(|| format!("function `{}` has the wrong type", $name))?,
+                _ => wasmtime::bail!("export `{}` is not a function", $name),
+            }
+        }};
+    }
+    check!("name", () -> String);
+    check!("get-instance-types", (NodePool, NodeClass) -> Result<Catalog, ProviderError>);
+    check!("create", (NodeClaim, NodeClass) -> Result<NodeClaim, ProviderError>);
+    check!("delete", (NodeClaim) -> Result<(), ProviderError>);
+    check!("get", (String) -> Result<NodeClaim, ProviderError>);
+    check!("list", () -> Result<Vec<NodeClaim>, ProviderError>);
+    check!("is-drifted", (NodeClaim, NodeClass) -> Result<Option<String>, ProviderError>);
+    check!("repair-policies", () -> Vec<RepairPolicy>);
+    check!("validate-node-class", (NodeClass) -> Result<(), ProviderError>);
+    Ok(())
 }
 
 impl fmt::Display for WitVersion {
@@ -91,23 +305,65 @@ mod tests {
     #[test]
     fn versions() {
         assert_eq!(WitVersion::for_version(0, 1), Some(WitVersion::V0_1));
-        assert_eq!(WitVersion::for_version(0, 2), None);
+        assert_eq!(WitVersion::for_version(0, 2), Some(WitVersion::V0_2));
+        assert_eq!(WitVersion::for_version(0, 3), None);
         assert_eq!(WitVersion::for_version(1, 0), None);
-        assert_eq!(WitVersion::supported_list(), "0.1.x");
+        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x");
     }
 
-    /// The bindings' WIT lists exactly the functions this version exports, in order.
+    fn resolve(dir: &str) -> (wit_parser::Resolve, wit_parser::PackageId) {
+        let mut resolve = wit_parser::Resolve::default();
+        let dir = format!("{}/../wit/{dir}", env!("CARGO_MANIFEST_DIR"));
+        let (package, _) = resolve.push_dir(dir).unwrap();
+        (resolve, package)
+    }
+
+    fn interface<'a>(
+        resolve: &'a wit_parser::Resolve,
+        package: wit_parser::PackageId,
+        name: &str,
+    ) -> &'a wit_parser::Interface {
+        let id = resolve.packages[package].interfaces[name];
+        &resolve.interfaces[id]
+    }
+
+    /// The bindings' WIT lists exactly the functions each version exports, in order.
     #[test]
     fn function_list_matches_the_wit() {
-        let mut resolve = wit_parser::Resolve::default();
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../wit/since_v0.1.0");
-        resolve.push_dir(dir).unwrap();
-        let (_, iface) = resolve
-            .interfaces
-            .iter()
-            .find(|(_, i)| i.name.as_deref() == Some(EXPORT_INTERFACE))
-            .unwrap();
-        let names: Vec<&str> = iface.functions.keys().map(String::as_str).collect();
-        assert_eq!(names, WitVersion::V0_1.exported_functions());
+        for (dir, version) in [
+            ("since_v0.1.0", WitVersion::V0_1),
+            ("since_v0.2.0", WitVersion::V0_2),
+        ] {
+            let (resolve, package) = resolve(dir);
+            let iface = interface(&resolve, package, EXPORT_INTERFACE);
+            let names: Vec<&str> = iface.functions.keys().map(String::as_str).collect();
+            assert_eq!(names, version.exported_functions(), "{dir}");
+        }
+    }
+
+    /// 0.2 reuses 0.1's Rust types and import glue: its `types`, `kube` and `host` interfaces
+    /// must be 0.1's, declaration for declaration (docs aside).
+    #[test]
+    fn shared_interfaces_are_unchanged_in_0_2() {
+        let (old, old_package) = resolve("since_v0.1.0");
+        let (new, new_package) = resolve("since_v0.2.0");
+        for name in ["types", "kube", "host", EXPORT_INTERFACE] {
+            let a = interface(&old, old_package, name);
+            let b = interface(&new, new_package, name);
+            let shape = |resolve: &wit_parser::Resolve, iface: &wit_parser::Interface| {
+                let types: Vec<String> = iface
+                    .types
+                    .iter()
+                    .map(|(n, id)| format!("{n}: {:?}", resolve.types[*id].kind).replace(char::is_numeric, ""))
+                    .collect();
+                let functions: Vec<String> = iface
+                    .functions
+                    .values()
+                    .map(|f| format!("{}{:?}{:?}", f.name, f.params, f.result).replace(char::is_numeric, ""))
+                    .collect();
+                (types, functions)
+            };
+            assert_eq!(shape(&old, a), shape(&new, b), "interface {name}");
+        }
     }
 }

@@ -1,5 +1,6 @@
 //! The data of one call's [`wasmtime::Store`]: a WASI context with nothing in it, the limiter,
-//! the provider's capabilities and the tail of the guest's stderr.
+//! the provider's capabilities, the tail of the guest's stderr, and for contract 0.2 the
+//! `wasi:http` hooks and the `wasi:config` values of this call.
 
 use std::io;
 use std::pin::Pin;
@@ -9,8 +10,11 @@ use std::task::{Context, Poll};
 use tokio::io::AsyncWrite;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::{ResourceTable, WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi_config::WasiConfigVariables;
+use wasmtime_wasi_http::{WasiHttpCtx, WasiHttpCtxView, WasiHttpView};
 
 use crate::capability::Capabilities;
+use crate::capability::outbound_http::OutboundHttp;
 use crate::runtime::limits::{CallLimiter, Limits};
 
 /// How much of a guest's stderr is kept (the end of it: a panic message comes last).
@@ -27,6 +31,10 @@ pub(crate) struct CallState {
     pub(crate) cpu_ticks: u64,
     /// Whether the CPU budget ran out.
     pub(crate) cpu_exhausted: bool,
+    http: WasiHttpCtx,
+    http_hooks: OutboundHttp,
+    /// The provider's configuration as this call started (a rotated Secret reaches the next call).
+    pub(crate) config: WasiConfigVariables,
 }
 
 impl CallState {
@@ -35,6 +43,8 @@ impl CallState {
     pub(crate) fn new(caps: Arc<Capabilities>, limits: &Limits) -> Self {
         let stderr = StderrTail::default();
         let wasi = WasiCtxBuilder::new().stderr(stderr.clone()).build();
+        let http_hooks = caps.outbound_http();
+        let config = caps.config().current().to_wasi();
         Self {
             wasi,
             table: ResourceTable::new(),
@@ -43,6 +53,9 @@ impl CallState {
             stderr,
             cpu_ticks: 0,
             cpu_exhausted: false,
+            http: WasiHttpCtx::new(),
+            http_hooks,
+            config,
         }
     }
 }
@@ -52,6 +65,16 @@ impl WasiView for CallState {
         WasiCtxView {
             ctx: &mut self.wasi,
             table: &mut self.table,
+        }
+    }
+}
+
+impl WasiHttpView for CallState {
+    fn http(&mut self) -> WasiHttpCtxView<'_> {
+        WasiHttpCtxView {
+            hooks: &mut self.http_hooks,
+            table: &mut self.table,
+            ctx: &mut self.http,
         }
     }
 }

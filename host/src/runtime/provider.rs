@@ -20,7 +20,7 @@ use tokio::sync::Semaphore;
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBacktrace};
 
 use crate::capability::Capabilities;
-use crate::runtime::bindings::since_v0_1_0::{CloudProviderWorld, CloudProviderWorldPre};
+use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0};
 use crate::runtime::bindings::types::{
     Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
@@ -179,8 +179,30 @@ impl Drop for InFlight<'_> {
 }
 
 /// Which bindings run the component.
-enum Pre {
-    V0_1(CloudProviderWorldPre<CallState>),
+pub(crate) enum Pre {
+    V0_1(since_v0_1_0::CloudProviderWorldPre<CallState>),
+    V0_2(since_v0_2_0::CloudProviderWorldPre<CallState>),
+}
+
+/// An instance of the component, by the bindings that run it.
+enum World {
+    V0_1(since_v0_1_0::CloudProviderWorld),
+    V0_2(since_v0_2_0::CloudProviderWorld),
+}
+
+/// Calls `$method` of the `cloud-provider` export of `$call`'s instance, whichever version it
+/// is (the functions and their types are the same in every version).
+macro_rules! guest_call {
+    ($call:ident, $method:ident($($arg:expr),*)) => {
+        match &$call.world {
+            World::V0_1(world) => {
+                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
+            }
+            World::V0_2(world) => {
+                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
+            }
+        }
+    };
 }
 
 struct Inner {
@@ -217,13 +239,13 @@ struct Call<'a> {
     provider: &'a Inner,
     function: &'static str,
     store: Store<CallState>,
-    world: CloudProviderWorld,
+    world: World,
 }
 
 impl ProviderPre {
-    pub(crate) fn new_v0_1(
+    pub(crate) fn new(
         engine: CapstanEngine,
-        pre: CloudProviderWorldPre<CallState>,
+        pre: Pre,
         export: ProviderExport,
         sha256: String,
         mut limits: Limits,
@@ -234,7 +256,7 @@ impl ProviderPre {
         Self {
             inner: Arc::new(Inner {
                 engine,
-                pre: Pre::V0_1(pre),
+                pre,
                 export,
                 sha256,
                 permits: Semaphore::new(limits.concurrency),
@@ -280,8 +302,7 @@ impl ProviderPre {
     pub async fn name(&self) -> Result<String, CallError> {
         self.guarded("name", async {
             let mut call = self.instantiate("name").await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_name(&mut call.store).await;
+            let result = guest_call!(call, call_name());
             call.finish(result)
         })
         .await
@@ -297,10 +318,7 @@ impl ProviderPre {
         const F: &str = "get-instance-types";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest
-                .call_get_instance_types(&mut call.store, pool, class)
-                .await;
+            let result = guest_call!(call, call_get_instance_types(pool, class));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -315,8 +333,7 @@ impl ProviderPre {
         const F: &str = "create";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_create(&mut call.store, claim, class).await;
+            let result = guest_call!(call, call_create(claim, class));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -327,8 +344,7 @@ impl ProviderPre {
         const F: &str = "delete";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_delete(&mut call.store, claim).await;
+            let result = guest_call!(call, call_delete(claim));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -339,8 +355,7 @@ impl ProviderPre {
         const F: &str = "get";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_get(&mut call.store, provider_id).await;
+            let result = guest_call!(call, call_get(provider_id));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -351,8 +366,7 @@ impl ProviderPre {
         const F: &str = "list";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_list(&mut call.store).await;
+            let result = guest_call!(call, call_list());
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -367,8 +381,7 @@ impl ProviderPre {
         const F: &str = "is-drifted";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_is_drifted(&mut call.store, claim, class).await;
+            let result = guest_call!(call, call_is_drifted(claim, class));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -379,8 +392,7 @@ impl ProviderPre {
         const F: &str = "repair-policies";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_repair_policies(&mut call.store).await;
+            let result = guest_call!(call, call_repair_policies());
             call.finish(result)
         })
         .await
@@ -391,8 +403,7 @@ impl ProviderPre {
         const F: &str = "validate-node-class";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let guest = call.world.capstan_provider_cloud_provider();
-            let result = guest.call_validate_node_class(&mut call.store, class).await;
+            let result = guest_call!(call, call_validate_node_class(class));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -469,8 +480,11 @@ impl ProviderPre {
                 Ok(UpdateDeadline::Yield(1))
             }
         });
-        let Pre::V0_1(pre) = &inner.pre;
-        match pre.instantiate_async(&mut store).await {
+        let world = match &inner.pre {
+            Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
+            Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
+        };
+        match world {
             Ok(world) => Ok(Call {
                 provider: inner,
                 function,

@@ -179,6 +179,9 @@ impl Setup {
                 sha256: None,
             },
             grants: Vec::new(),
+            egress: Vec::new(),
+            egress_ca_bundle: None,
+            config: Vec::new(),
             limits: None,
         }
     }

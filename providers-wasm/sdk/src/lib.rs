@@ -1,7 +1,7 @@
 //! Guest SDK for Capstan providers.
 //!
 //! A provider is a WebAssembly component implementing the `capstan:provider` world
-//! (`wit/since_v0.1.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
+//! (`wit/since_v0.1.0/provider.wit`, or with the `v0_2` feature `wit/since_v0.2.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
 //! top of them, so a provider crate is mostly its own logic:
 //!
 //! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
@@ -19,6 +19,9 @@
 //! - [`kube`]: typed access to the host's `kube` import (serde in, serde out).
 //! - [`log!`](crate::log!), [`cache`], [`clock`]: the host's small services.
 //! - [`params`]: NodeClass parameter parsing with errors that name the offending field.
+//! - With the `v0_2` feature (contract `capstan:provider@0.2.0`): [`http`](crate::http), blocking
+//!   HTTP requests over `wasi:http` (checked by the host against the Provider's egress grants),
+//!   and [`config`](crate::config), the Provider's configuration and Secret values.
 //!
 //! ```ignore
 //! use capstan_provider_sdk::{Guest, Catalog, CatalogBuilder, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
@@ -41,7 +44,14 @@ pub mod requirements;
 pub mod resources;
 pub mod timestamp;
 
-/// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world`.
+#[cfg(feature = "v0_2")]
+pub mod config;
+#[cfg(feature = "v0_2")]
+pub mod http;
+
+/// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world` (0.1.0; with
+/// the `v0_2` feature, 0.2.0).
+#[cfg(not(feature = "v0_2"))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -53,6 +63,34 @@ pub mod bindings {
         additional_derives: [PartialEq, Clone],
         additional_type_attributes: {
             "capstan:provider/kube@0.1.0/list-options": [#[derive(Default)]],
+        },
+    });
+}
+
+/// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world@0.2.0`: 0.1's
+/// plus `wasi:http/outgoing-handler` (bound to the `wasip2` crate's types, so any client built on
+/// it works) and `wasi:config/store`.
+#[cfg(feature = "v0_2")]
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        world: "cloud-provider-world",
+        path: "../../wit/since_v0.2.0",
+        pub_export_macro: true,
+        export_macro_name: "export",
+        default_bindings_module: "capstan_provider_sdk::bindings",
+        additional_derives: [PartialEq, Clone],
+        additional_type_attributes: {
+            "capstan:provider/kube@0.2.0/list-options": [#[derive(Default)]],
+        },
+        with: {
+            "wasi:http/types@0.2.12": wasip2::http::types,
+            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+            "wasi:io/error@0.2.12": wasip2::io::error,
+            "wasi:io/poll@0.2.12": wasip2::io::poll,
+            "wasi:io/streams@0.2.12": wasip2::io::streams,
+            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+            "wasi:config/store@0.2.0-rc.1": generate,
         },
     });
 }

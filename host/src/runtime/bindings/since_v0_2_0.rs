@@ -1,0 +1,46 @@
+//! Bindings for `capstan:provider@0.2.x`, and its imports wired to [`crate::capability`].
+//!
+//! 0.2 is 0.1 plus two standard imports: `wasi:http/outgoing-handler` (wasmtime-wasi-http, with
+//! the host's [`OutboundHttp`](crate::capability::outbound_http) hooks doing the sending) and
+//! `wasi:config/store` (wasmtime-wasi-config, serving the call's snapshot of the provider's
+//! configuration). Its `types` are 0.1's Rust types; `kube` and `host` share 0.1's glue.
+
+use wasmtime::component::{HasSelf, Linker};
+use wasmtime_wasi_config::WasiConfig;
+
+use crate::runtime::call_state::CallState;
+
+wasmtime::component::bindgen!({
+    path: "../wit/since_v0.2.0",
+    world: "cloud-provider-world",
+    imports: { default: async },
+    exports: { default: async },
+    with: {
+        // Identical to 0.1's (checked by a test in `bindings`): one set of host types.
+        "capstan:provider/types": super::since_v0_1_0::capstan::provider::types,
+        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+        "wasi:io": wasmtime_wasi::p2::bindings::io,
+        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+    },
+});
+
+use self::capstan::provider::{host, kube};
+
+/// The instance name of the `types` interface (types only, nothing to link but the name).
+const TYPES_INSTANCE: &str = "capstan:provider/types@0.2.0";
+
+/// A linker with WASI (p2, async), `wasi:http`, `wasi:config` and this version's imports.
+pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut CallState| {
+        WasiConfig::from(&state.config)
+    })?;
+    kube::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+    host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+    linker.instance(TYPES_INSTANCE)?;
+    Ok(linker)
+}
+
+capstan_imports!();
