@@ -8,7 +8,9 @@
 //!
 //! Pure and unit-tested natively: [`params`], [`selector`], [`pricing`], [`endpoint`],
 //! [`api`] (CloudStack's JSON shapes and errors), [`catalog`], [`selection`], [`instance`],
-//! [`drift`], [`tags`], [`hash`].
+//! [`drift`], [`tags`], [`hash`]; [`client`] and [`operations`] are generic over the transport,
+//! clock and store and tested natively against a scripted cloud; [`provider`] is the glue to the
+//! WIT export and the host.
 
 pub mod api;
 pub mod catalog;
@@ -20,6 +22,11 @@ pub mod instance;
 pub mod operations;
 pub mod params;
 pub mod pricing;
+pub mod provider;
 pub mod selection;
 pub mod selector;
 pub mod tags;
+
+pub use provider::CloudStack;
+
+capstan_provider_sdk::export_provider!(CloudStack);
