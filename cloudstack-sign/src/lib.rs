@@ -248,5 +248,14 @@ pub fn verify(
     })
 }
 
+/// [`verify`] of a received query string or form body (decoded with [`parse_query`]).
+pub fn verify_query(
+    query: &str,
+    now_millis: i64,
+    secret_for: impl FnOnce(&str) -> Option<String>,
+) -> Result<Verified, Error> {
+    verify(&parse_query(query), now_millis, secret_for)
+}
+
 #[cfg(test)]
 mod tests;

@@ -33,7 +33,7 @@ fn the_published_example_signs_to_the_published_signature() {
         "apikey={DOC_API_KEY}&command=listUsers&response=json&signature={}",
         java_url_encode(DOC_SIGNATURE)
     );
-    let verified = verify(&parse_query(&query), 0, |key| {
+    let verified = verify_query(&query, 0, |key| {
         (key == DOC_API_KEY).then(|| DOC_SECRET.to_string())
     })
     .unwrap();

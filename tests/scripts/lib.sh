@@ -124,6 +124,25 @@ fetch_upstream() {
   bash "$REPO_ROOT/tests/control-plane/cp" upstream
 }
 
+# The `cs` CloudStack client (PyPI, pinned) in a venv under $CAPSTAN_CACHE: the third-party client
+# the CloudStack emulator's wire test drives (tests/cloudstack-emulator/tests/cs_client.rs finds
+# it through $CAPSTAN_CS_PYTHON, or at this path). Idempotent.
+CS_CLIENT_VERSION=5.2.0
+ensure_cs_client() {
+  local venv="$CAPSTAN_CACHE/python-cs-$CS_CLIENT_VERSION"
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c "import cs, sys; sys.exit(cs.__version__ != '$CS_CLIENT_VERSION')" 2>/dev/null; then
+    export CAPSTAN_CS_PYTHON="$venv/bin/python"
+    return 0
+  fi
+  command -v python3 >/dev/null 2>&1 || { log "installing python3 from Debian packages"; apt-get update -qq && apt-get install -y -qq python3 python3-venv >/dev/null; }
+  log "the cs CloudStack client $CS_CLIENT_VERSION (PyPI) in $venv"
+  rm -rf "$venv.tmp"
+  python3 -m venv "$venv.tmp" || { apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null && python3 -m venv "$venv.tmp"; }
+  "$venv.tmp/bin/pip" install -q --disable-pip-version-check "cs==$CS_CLIENT_VERSION"
+  rm -rf "$venv" && mv "$venv.tmp" "$venv"
+  export CAPSTAN_CS_PYTHON="$venv/bin/python"
+}
+
 # The pieces of `make test`; each is also a make target of the same name. They install nothing
 # but Rust components: the caller sets up what they need.
 

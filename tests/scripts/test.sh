@@ -14,6 +14,7 @@ build_providers
 fetch_upstream
 build_image
 package_chart
+ensure_cs_client
 
 task_lint
 task_unit
