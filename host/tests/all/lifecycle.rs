@@ -159,6 +159,11 @@ impl Host {
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
+    /// The whole log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Panics with the log if the host exited.
     pub fn check_alive(&self) {
         let exited = match self.child.lock().unwrap().as_mut() {
