@@ -22,7 +22,9 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::fixtures::wasm;
-use crate::lifecycle::{Host, Names, RUN_LABEL, cleanup, cluster, node_class, node_pool, node_pool_json};
+use crate::lifecycle::{
+    Host, Names, RUN_LABEL, cleanup, cluster, node_class, node_pool, node_pool_json,
+};
 use crate::provisioner_e2e::{Pods, wait_running};
 
 /// The NodeClass parameters for the emulator's sample cloud (the endpoint comes from the
@@ -112,7 +114,8 @@ impl World {
     }
 
     async fn put_provider(&self, egress: &[String]) {
-        let secret = |key: &str| json!({"name": key, "secretKeyRef": {"name": "cloudstack", "key": key}});
+        let secret =
+            |key: &str| json!({"name": key, "secretKeyRef": {"name": "cloudstack", "key": key}});
         let value = json!({
             "apiVersion": "capstan.dev/v1alpha1",
             "kind": "Provider",
@@ -150,12 +153,15 @@ impl World {
     /// A NodeClass and a NodePool for this cloud.
     async fn class_and_pool(&self, parameters: Value) -> (String, String) {
         let (class, pool) = (self.names.name("nc"), self.names.name("pool"));
-        node_class(&self.client, &self.names, &class, &self.provider, parameters).await;
-        node_pool(
+        node_class(
             &self.client,
-            node_pool_json(&self.names, &pool, &class),
+            &self.names,
+            &class,
+            &self.provider,
+            parameters,
         )
         .await;
+        node_pool(&self.client, node_pool_json(&self.names, &pool, &class)).await;
         (class, pool)
     }
 
@@ -176,26 +182,45 @@ impl World {
             .await;
         cleanup(&self.client, &self.names).await;
         let nodes: Api<Node> = Api::all(self.client.clone());
-        wait_until(Duration::from_secs(180), "every VM expunged, no Node left", || async {
-            host.check_alive();
-            let _ = self.cs.settle(Duration::from_secs(5)).await;
-            let vms = self.cs.vms().len();
-            let ids: Vec<String> = self.cs.jobs().iter().filter_map(|j| j.instance_id.clone()).collect();
-            let left = nodes
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?
-                .items
-                .into_iter()
-                .filter(|n| {
-                    let id = n.spec.as_ref().and_then(|s| s.provider_id.clone()).unwrap_or_default();
-                    ids.iter().any(|vm| id.ends_with(vm.as_str()))
-                })
-                .count();
-            Ok::<_, String>((vms == 0 && left == 0).then_some(()))
-        })
+        wait_until(
+            Duration::from_secs(180),
+            "every VM expunged, no Node left",
+            || async {
+                host.check_alive();
+                let _ = self.cs.settle(Duration::from_secs(5)).await;
+                let vms = self.cs.vms().len();
+                let ids: Vec<String> = self
+                    .cs
+                    .jobs()
+                    .iter()
+                    .filter_map(|j| j.instance_id.clone())
+                    .collect();
+                let left = nodes
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .items
+                    .into_iter()
+                    .filter(|n| {
+                        let id = n
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.provider_id.clone())
+                            .unwrap_or_default();
+                        ids.iter().any(|vm| id.ends_with(vm.as_str()))
+                    })
+                    .count();
+                Ok::<_, String>((vms == 0 && left == 0).then_some(()))
+            },
+        )
         .await
-        .unwrap_or_else(|e| panic!("{e}\nVMs: {:?}\nhost log:\n{}", self.cs.vms(), host.log_tail()));
+        .unwrap_or_else(|e| {
+            panic!(
+                "{e}\nVMs: {:?}\nhost log:\n{}",
+                self.cs.vms(),
+                host.log_tail()
+            )
+        });
     }
 }
 
@@ -249,12 +274,15 @@ async fn pending_pods_run_on_the_cheapest_offering_and_leave_nothing_behind() {
     let ns = cp.create_namespace_unique("cs-pods").await.unwrap();
     let before = world.cs.requests().len();
     let started = Instant::now();
-    // 1500m each: small (1 vCPU) is too small, large fits but costs more: medium, one per pod.
+    // 1500m each, one per node: small (1 vCPU) is too small, large fits but costs more: medium.
     Pods::new(&world.client, &world.names, &ns, "web")
         .count(2)
         .cpu("1500m")
         .memory("512Mi")
         .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .spec(json!({"affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "web"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]}}}))
         .create()
         .await;
     let running = wait_running(&world.client, &host, &ns, 2, Duration::from_secs(180)).await;
@@ -266,8 +294,15 @@ async fn pending_pods_run_on_the_cheapest_offering_and_leave_nothing_behind() {
         assert_eq!(vm.service_offering_id, sample::MEDIUM, "{vm:?}");
         assert_eq!(vm.zone_id, sample::ZONE_A, "{vm:?}");
         assert_eq!(vm.template_id, sample::UBUNTU);
-        let tags: BTreeMap<&str, &str> = vm.tags.iter().map(|t| (t.key.as_str(), t.value.as_str())).collect();
-        assert_eq!(tags.get("capstan.dev/cluster"), Some(&world.names.run.as_str()));
+        let tags: BTreeMap<&str, &str> = vm
+            .tags
+            .iter()
+            .map(|t| (t.key.as_str(), t.value.as_str()))
+            .collect();
+        assert_eq!(
+            tags.get("capstan.dev/cluster"),
+            Some(&world.names.run.as_str())
+        );
         assert_eq!(tags.get("karpenter.sh/nodepool"), Some(&pool.as_str()));
         assert_eq!(tags.get("team"), Some(&"platform"));
         assert!(tags.contains_key("karpenter.sh/nodeclaim"), "{tags:?}");
@@ -284,7 +319,12 @@ async fn pending_pods_run_on_the_cheapest_offering_and_leave_nothing_behind() {
         .collect();
     assert_eq!(on.len(), 2, "one pod per medium node");
     let requests = world.cs.requests()[before..].to_vec();
-    let count = |cmd: &str| requests.iter().filter(|r| r.command.as_deref() == Some(cmd)).count();
+    let count = |cmd: &str| {
+        requests
+            .iter()
+            .filter(|r| r.command.as_deref() == Some(cmd))
+            .count()
+    };
     assert_eq!(count("deployVirtualMachine"), 2);
     assert_eq!(count("listTags"), 0, "tags come with the VM lists");
     let launch_calls = count("deployVirtualMachine")
@@ -299,13 +339,21 @@ async fn pending_pods_run_on_the_cheapest_offering_and_leave_nothing_behind() {
         requests.len(),
         count("deployVirtualMachine"),
         count("queryAsyncJobResult"),
-        count("listZones") + count("listServiceOfferings") + count("listTemplates") + count("listNetworks"),
+        count("listZones")
+            + count("listServiceOfferings")
+            + count("listTemplates")
+            + count("listNetworks"),
     );
     let all = claims(&world.client, &world.names).await;
     assert_eq!(all.len(), 2);
     for c in &all {
         let labels = c.labels();
-        assert_eq!(labels.get("node.kubernetes.io/instance-type").map(String::as_str), Some("medium"));
+        assert_eq!(
+            labels
+                .get("node.kubernetes.io/instance-type")
+                .map(String::as_str),
+            Some("medium")
+        );
     }
 
     world.tear_down(&host, &ns).await;
@@ -326,7 +374,10 @@ async fn pending_pods_run_on_the_cheapest_offering_and_leave_nothing_behind() {
 async fn no_capacity_falls_to_the_next_zone_and_a_failed_job_is_retried_with_its_reason() {
     let (world, cp) = World::new("cs-fail", DEFAULT_SECRET_KEY).await;
     assert!(world.cs.set_zone_capacity(sample::ZONE_A, Some(0)));
-    world.cs.fail_next_job(JobFailure::deploy(530, "Host h-7 lost during deployment (emulated)"));
+    world.cs.fail_next_job(JobFailure::deploy(
+        530,
+        "Host h-7 lost during deployment (emulated)",
+    ));
     let host = world.host(cp);
     let (_, pool) = world.class_and_pool(parameters()).await;
     let ns = cp.create_namespace_unique("cs-fail-pods").await.unwrap();
@@ -345,10 +396,14 @@ async fn no_capacity_falls_to_the_next_zone_and_a_failed_job_is_retried_with_its
     let failed: Vec<_> = jobs.iter().filter_map(|j| j.error.clone()).collect();
     assert!(failed.iter().any(|(code, _)| *code == 533), "{failed:?}");
     assert!(failed.iter().any(|(code, _)| *code == 530), "{failed:?}");
-    let notes = wait_until(Duration::from_secs(30), "the LaunchFailed Event", || async {
-        let notes = notes_with(&world.client, "LaunchFailed", "lost during deployment").await;
-        Ok::<_, String>((!notes.is_empty()).then_some(notes))
-    })
+    let notes = wait_until(
+        Duration::from_secs(30),
+        "the LaunchFailed Event",
+        || async {
+            let notes = notes_with(&world.client, "LaunchFailed", "lost during deployment").await;
+            Ok::<_, String>((!notes.is_empty()).then_some(notes))
+        },
+    )
     .await
     .unwrap();
     assert!(notes[0].starts_with("CloudStackJobFailed: "), "{notes:?}");
@@ -369,28 +424,38 @@ async fn a_wrong_secret_is_a_clear_condition_until_the_secret_is_rotated() {
         .node_selector(json!({"karpenter.sh/nodepool": pool}))
         .create()
         .await;
-    let (_, reason, message) = wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
-        host.check_alive();
-        Ok::<_, String>(
-            class_ready(&world.client, &class)
-                .await
-                .filter(|(status, _, _)| status == "False"),
-        )
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    let (_, reason, message) =
+        wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
+            host.check_alive();
+            Ok::<_, String>(
+                class_ready(&world.client, &class)
+                    .await
+                    .filter(|(status, _, _)| status == "False"),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
     assert_eq!(reason, "NodeClassNotReady");
     assert!(message.starts_with("CloudStackAuthFailed: "), "{message}");
-    assert!(!message.contains("not-the-secret"), "the secret never shows: {message}");
+    assert!(
+        !message.contains("not-the-secret"),
+        "the secret never shows: {message}"
+    );
     tokio::time::sleep(Duration::from_secs(5)).await;
     host.check_alive();
     assert!(world.cs.vms().is_empty(), "nothing launched");
-    assert!(!host.log().contains("not-the-secret"), "the secret never reaches the log");
+    assert!(
+        !host.log().contains("not-the-secret"),
+        "the secret never reaches the log"
+    );
 
     world.put_secret(DEFAULT_SECRET_KEY).await;
     let rotated = Instant::now();
     wait_running(&world.client, &host, &ns, 1, Duration::from_secs(180)).await;
-    println!("cloudstack: rotated Secret picked up, pod Running {:?} later", rotated.elapsed());
+    println!(
+        "cloudstack: rotated Secret picked up, pod Running {:?} later",
+        rotated.elapsed()
+    );
     world.tear_down(&host, &ns).await;
 }
 
@@ -417,27 +482,34 @@ async fn an_endpoint_outside_the_egress_grants_is_denied_and_reported() {
     assert!(message.starts_with("EgressDenied: "), "{message}");
     assert!(message.contains("127.0.0.1:9"), "{message}");
     let events = wait_until(Duration::from_secs(30), "the denial Event", || async {
-        let notes: Vec<String> = Api::<k8s_openapi::api::events::v1::Event>::all(world.client.clone())
-            .list(&ListParams::default().fields(&format!(
-                "regarding.kind=Provider,regarding.name={},reason=PermissionDenied",
-                world.provider
-            )))
-            .await
-            .map_err(|e| e.to_string())?
-            .items
-            .into_iter()
-            .filter_map(|e| e.note)
-            .collect();
+        let notes: Vec<String> =
+            Api::<k8s_openapi::api::events::v1::Event>::all(world.client.clone())
+                .list(&ListParams::default().fields(&format!(
+                    "regarding.kind=Provider,regarding.name={},reason=PermissionDenied",
+                    world.provider
+                )))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter_map(|e| e.note)
+                .collect();
         Ok::<_, String>((!notes.is_empty()).then_some(notes))
     })
     .await
     .unwrap();
-    assert!(events.iter().any(|n| n.contains("127.0.0.1:9")), "{events:?}");
+    assert!(
+        events.iter().any(|n| n.contains("127.0.0.1:9")),
+        "{events:?}"
+    );
     // Only the calls without a NodeClass (garbage collection's `list`) use the configured,
     // granted endpoint.
-    let commands: Vec<Option<String>> = world.cs.requests().into_iter().map(|r| r.command).collect();
+    let commands: Vec<Option<String>> =
+        world.cs.requests().into_iter().map(|r| r.command).collect();
     assert!(
-        commands.iter().all(|c| c.as_deref() == Some("listVirtualMachines")),
+        commands
+            .iter()
+            .all(|c| c.as_deref() == Some("listVirtualMachines")),
         "{commands:?}"
     );
     host.check_alive();

@@ -171,7 +171,17 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
         };
         let vm_tags = tags::vm_tags(&params.tags, &owner);
         let mut no_capacity = Vec::new();
-        for candidate in candidates.iter().take(MAX_ATTEMPTS) {
+        let mut sold_out: Unavailable = Unavailable::new();
+        let mut attempts = 0;
+        for candidate in &candidates {
+            // Another architecture of an offering that just ran out in this zone: skip it too.
+            if sold_out.contains(&candidate.key()) {
+                continue;
+            }
+            if attempts == MAX_ATTEMPTS {
+                break;
+            }
+            attempts += 1;
             let waited = self.now().saturating_sub(started);
             let budget = params.launch_timeout_millis().saturating_sub(waited);
             if budget == 0 {
@@ -198,6 +208,7 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
                 Err(e) if e.is_insufficient_capacity() => {
                     let (offering, zone) = candidate.key();
                     self.mark_unavailable(&offering, &zone);
+                    sold_out.insert((offering, zone));
                     no_capacity.push(format!(
                         "{} in {}: {e}",
                         candidate.instance_type.name, candidate.placement.zone_name

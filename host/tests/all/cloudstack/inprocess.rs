@@ -30,7 +30,11 @@ fn config(cs: &EmulatorHandle, secret: &str) -> ConfigValues {
 }
 
 /// The provider with egress to the emulator only.
-fn provider(cs: &EmulatorHandle, secret: &str, limits: HttpLimits) -> (ProviderPre, Arc<Capabilities>) {
+fn provider(
+    cs: &EmulatorHandle,
+    secret: &str,
+    limits: HttpLimits,
+) -> (ProviderPre, Arc<Capabilities>) {
     let caps = Capabilities::builder("cloudstack")
         .http(HttpSettings {
             rules: EgressRules::parse(&[format!("http://{}", cs.addr())]).unwrap(),
@@ -89,7 +93,11 @@ async fn the_conformance_kit_passes_against_the_emulator() {
     assert_eq!(report.skipped(), 0, "{report}");
     let metrics = caps.metrics().snapshot();
     assert_eq!(metrics.http_denied, 0, "{metrics:?}");
-    assert!(cs.vms().is_empty(), "the test VM was expunged: {:?}", cs.vms());
+    assert!(
+        cs.vms().is_empty(),
+        "the test VM was expunged: {:?}",
+        cs.vms()
+    );
     assert!(cs.count("deployVirtualMachine") >= 1);
     assert_eq!(cs.count("listTags"), 0);
 }
@@ -108,12 +116,30 @@ async fn bad_answers_are_clear_errors_never_crashes() {
     let (pre, _caps) = provider(&cs, DEFAULT_SECRET_KEY, limits);
     let nc = class(parameters());
     let cases = [
-        (HttpFault::HtmlError { status: 502 }, "CloudStackBadResponse", "HTML page"),
-        (HttpFault::MalformedJson, "CloudStackBadResponse", "malformed JSON"),
-        (HttpFault::Huge { bytes: 1 << 20 }, "CloudStackResponseTooLarge", "larger than"),
-        (HttpFault::Slow { millis: 3000 }, "CloudStackUnreachable", "no answer"),
         (
-            HttpFault::Redirect { location: "http://attacker.example/client/api".into() },
+            HttpFault::HtmlError { status: 502 },
+            "CloudStackBadResponse",
+            "HTML page",
+        ),
+        (
+            HttpFault::MalformedJson,
+            "CloudStackBadResponse",
+            "malformed JSON",
+        ),
+        (
+            HttpFault::Huge { bytes: 1 << 20 },
+            "CloudStackResponseTooLarge",
+            "larger than",
+        ),
+        (
+            HttpFault::Slow { millis: 3000 },
+            "CloudStackUnreachable",
+            "no answer",
+        ),
+        (
+            HttpFault::Redirect {
+                location: "http://attacker.example/client/api".into(),
+            },
             "CloudStackRedirect",
             "attacker.example",
         ),
@@ -125,12 +151,18 @@ async fn bad_answers_are_clear_errors_never_crashes() {
             ProviderError::NodeClassNotReady(m) => {
                 assert!(m.starts_with(&format!("{reason}: ")), "{fault:?}: {m}");
                 assert!(m.contains(text), "{fault:?}: {m}");
-                assert!(m.len() < 600, "{fault:?}: a short message, got {} bytes", m.len());
+                assert!(
+                    m.len() < 600,
+                    "{fault:?}: a short message, got {} bytes",
+                    m.len()
+                );
             }
             other => panic!("{fault:?}: {other:?}"),
         }
         match provider_error(pre.create(&claim("bad-answer"), &nc).await) {
-            ProviderError::CreateFailed(f) => assert_eq!(f.reason, reason, "{fault:?}: {}", f.message),
+            ProviderError::CreateFailed(f) => {
+                assert_eq!(f.reason, reason, "{fault:?}: {}", f.message)
+            }
             other => panic!("{fault:?}: {other:?}"),
         }
         assert!(matches!(
@@ -139,7 +171,9 @@ async fn bad_answers_are_clear_errors_never_crashes() {
         ));
     }
     cs.clear_faults();
-    pre.validate_node_class(&nc).await.expect("valid once the endpoint behaves");
+    pre.validate_node_class(&nc)
+        .await
+        .expect("valid once the endpoint behaves");
     assert!(cs.vms().is_empty());
 }
 
@@ -173,7 +207,9 @@ async fn denied_endpoints_and_wrong_secrets_are_named_and_rotation_needs_no_relo
         other => panic!("{other:?}"),
     }
     assert!(caps.config().replace(config(&cs, DEFAULT_SECRET_KEY)));
-    pre.validate_node_class(&nc).await.expect("the rotated secret works");
+    pre.validate_node_class(&nc)
+        .await
+        .expect("the rotated secret works");
 }
 
 /// The documented example (`docs/examples/cloudstack`) parses as the API types, and its
@@ -182,12 +218,22 @@ async fn denied_endpoints_and_wrong_secrets_are_named_and_rotation_needs_no_relo
 async fn the_documented_example_is_valid() {
     let dir = capstan_test_support::repo_root().join("docs/examples/cloudstack");
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-    let provider: capstan::api::provider::Provider = serde_saphyr::from_str(&read("provider.yaml")).unwrap();
-    assert_eq!(provider.spec.egress, vec!["https://cloud.example.com".to_owned()]);
-    let keys: Vec<&str> = provider.spec.config.iter().map(|c| c.name.as_str()).collect();
+    let provider: capstan::api::provider::Provider =
+        serde_saphyr::from_str(&read("provider.yaml")).unwrap();
+    assert_eq!(
+        provider.spec.egress,
+        vec!["https://cloud.example.com".to_owned()]
+    );
+    let keys: Vec<&str> = provider
+        .spec
+        .config
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
     assert_eq!(keys, ["api-key", "secret-key", "endpoint", "cluster-name"]);
     let _: capstan::api::NodePool = serde_saphyr::from_str(&read("nodepool.yaml")).unwrap();
-    let secret: k8s_openapi::api::core::v1::Secret = serde_saphyr::from_str(&read("secret.yaml")).unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_saphyr::from_str(&read("secret.yaml")).unwrap();
     assert!(secret.string_data.unwrap().contains_key("secret-key"));
     let class: capstan::api::NodeClass = serde_saphyr::from_str(&read("nodeclass.yaml")).unwrap();
     assert_eq!(class.spec.provider, "cloudstack");
@@ -199,8 +245,15 @@ async fn the_documented_example_is_valid() {
         .await
         .expect("the example NodeClass is valid");
     let catalog = pre
-        .get_instance_types(&crate::fixtures::pool("example"), &crate::fixtures::class(parameters))
+        .get_instance_types(
+            &crate::fixtures::pool("example"),
+            &crate::fixtures::class(parameters),
+        )
         .await
         .expect("instance types");
-    assert_eq!(catalog.instance_types.len(), 4, "small, medium, large and the GPU offering");
+    assert_eq!(
+        catalog.instance_types.len(),
+        4,
+        "small, medium, large and the GPU offering"
+    );
 }

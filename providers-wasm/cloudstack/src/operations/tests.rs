@@ -363,12 +363,18 @@ fn insufficient_capacity_in_one_zone_falls_to_the_next() {
     let w = World::new();
     w.sim.borrow_mut().capacity.insert("za-id".into(), 0);
     let c = claim("default-x1", vec![], vec![]);
-    let (launched, _) = w.call(|ops| ops.create(&params(), "cs", &c));
+    let (launched, cmds) = w.call(|ops| ops.create(&params(), "cs", &c));
     let launched = launched.unwrap();
     assert_eq!(lookup(&launched.labels, labels::ZONE), Some("zone-b"));
     assert_eq!(
         lookup(&launched.labels, labels::INSTANCE_TYPE),
         Some("small")
+    );
+    assert_eq!(lookup(&launched.labels, labels::ARCH), Some("amd64"));
+    let deploys = cmds.iter().filter(|c| *c == "deployVirtualMachine").count();
+    assert_eq!(
+        deploys, 2,
+        "zone-a once (its arm64 template is not tried there again), then zone-b"
     );
     assert_eq!(
         w.sim.borrow().vms.len(),
