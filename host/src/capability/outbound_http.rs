@@ -68,10 +68,7 @@ fn system_roots() -> &'static [rustls::pki_types::CertificateDer<'static>] {
     ROOTS.get_or_init(|| {
         let loaded = rustls_native_certs::load_native_certs();
         if !loaded.errors.is_empty() {
-            tracing::debug!(
-                errors = loaded.errors.len(),
-                "some system CA certificates could not be read"
-            );
+            tracing::debug!(errors = loaded.errors.len(), "some system CA certificates could not be read");
         }
         loaded.certs
     })
@@ -203,9 +200,7 @@ impl WasiHttpHooks for OutboundHttp {
 
 /// The smaller of the guest's and the host's timeout.
 fn bounded(guest: Option<Duration>, host: Duration) -> Duration {
-    guest
-        .map_or(host, |guest| guest.min(host))
-        .max(Duration::from_millis(1))
+    guest.map_or(host, |guest| guest.min(host)).max(Duration::from_millis(1))
 }
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
@@ -219,10 +214,7 @@ async fn send(
     options: Option<RequestOptions>,
 ) -> Result<(http::Response<WasiBody>, Worker), Error> {
     let limits = settings.limits;
-    let connect_timeout = bounded(
-        options.and_then(|o| o.connect_timeout),
-        limits.connect_timeout,
-    );
+    let connect_timeout = bounded(options.and_then(|o| o.connect_timeout), limits.connect_timeout);
     let first_byte = bounded(
         options.and_then(|o| o.first_byte_timeout),
         limits.first_byte_timeout,
@@ -232,16 +224,13 @@ async fn send(
         limits.between_bytes_timeout,
     );
     let deadline = Instant::now() + connect_timeout;
-    let tcp = tokio::time::timeout_at(
-        deadline,
-        TcpStream::connect((endpoint.bare_host(), endpoint.port)),
-    )
-    .await
-    .map_err(|_| Error::ConnectionTimeout)?
-    .map_err(|err| match err.kind() {
-        std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
-        _ => Error::Connect(err),
-    })?;
+    let tcp = tokio::time::timeout_at(deadline, TcpStream::connect((endpoint.bare_host(), endpoint.port)))
+        .await
+        .map_err(|_| Error::ConnectionTimeout)?
+        .map_err(|err| match err.kind() {
+            std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
+            _ => Error::Connect(err),
+        })?;
     let stream: Box<dyn Stream> = match endpoint.scheme {
         Scheme::Http => Box::new(tcp),
         Scheme::Https => {
@@ -372,26 +361,15 @@ mod tests {
     fn timeouts_take_the_smaller_bound() {
         let host = Duration::from_secs(30);
         assert_eq!(bounded(None, host), host);
-        assert_eq!(
-            bounded(Some(Duration::from_secs(5)), host),
-            Duration::from_secs(5)
-        );
+        assert_eq!(bounded(Some(Duration::from_secs(5)), host), Duration::from_secs(5));
         assert_eq!(bounded(Some(Duration::from_secs(60)), host), host);
-        assert_eq!(
-            bounded(Some(Duration::ZERO), host),
-            Duration::from_millis(1)
-        );
+        assert_eq!(bounded(Some(Duration::ZERO), host), Duration::from_millis(1));
     }
 
     #[test]
     fn ca_bundles_must_hold_certificates() {
         assert!(tls_config(None).is_ok());
         assert_eq!(tls_config(Some(b"")).unwrap_err(), TlsError::Empty);
-        assert!(
-            tls_config(Some(
-                b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"
-            ))
-            .is_err()
-        );
+        assert!(tls_config(Some(b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n")).is_err());
     }
 }
