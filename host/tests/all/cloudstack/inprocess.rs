@@ -218,13 +218,13 @@ async fn denied_endpoints_and_wrong_secrets_are_named_and_rotation_needs_no_relo
 async fn the_documented_example_is_valid() {
     let dir = capstan_test_support::repo_root().join("docs/examples/cloudstack");
     let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
-    let provider: capstan::api::provider::Provider =
+    let resource: capstan::api::provider::Provider =
         serde_saphyr::from_str(&read("provider.yaml")).unwrap();
     assert_eq!(
-        provider.spec.egress,
+        resource.spec.egress,
         vec!["https://cloud.example.com".to_owned()]
     );
-    let keys: Vec<&str> = provider
+    let keys: Vec<&str> = resource
         .spec
         .config
         .iter()
