@@ -17,9 +17,9 @@ pub use self::registry::Registry;
 
 use crate::capability::Capabilities;
 use crate::capability::config::ConfigValues;
-use crate::capability::outbound_http::HttpSettings;
 use crate::capability::grants::{Cluster, Grants};
 use crate::capability::kube::{ClusterConnection, DenialSink};
+use crate::capability::outbound_http::HttpSettings;
 use crate::runtime::{Limits, LoadError, ProviderPre, Runtime};
 
 /// Why a provider could not be loaded.

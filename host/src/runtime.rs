@@ -93,8 +93,9 @@ impl RuntimeBuilder {
     /// Creates the engine and the linkers.
     pub fn build(self) -> Result<Runtime, LoadError> {
         let engine = self.engine.build()?;
-        let link_failed =
-            |err: wasmtime::Error| LoadError::Link(format!("cannot build the host linker: {err:#}"));
+        let link_failed = |err: wasmtime::Error| {
+            LoadError::Link(format!("cannot build the host linker: {err:#}"))
+        };
         let linker_v0_1 = since_v0_1_0::linker(engine.engine()).map_err(link_failed)?;
         let linker_v0_2 = since_v0_2_0::linker(engine.engine()).map_err(link_failed)?;
         Ok(Runtime {
@@ -204,12 +205,12 @@ impl Runtime {
         };
         bindings::typecheck_exports(&pre, &compiled.export.interface).map_err(mismatch)?;
         let pre = match compiled.export.wit {
-            WitVersion::V0_1 => {
-                provider::Pre::V0_1(since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?)
-            }
-            WitVersion::V0_2 => {
-                provider::Pre::V0_2(since_v0_2_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?)
-            }
+            WitVersion::V0_1 => provider::Pre::V0_1(
+                since_v0_1_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
+            ),
+            WitVersion::V0_2 => provider::Pre::V0_2(
+                since_v0_2_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
+            ),
         };
         Ok(ProviderPre::new(
             self.engine.clone(),

@@ -38,7 +38,10 @@ impl ConfigValues {
 
     /// What one call's `wasi:config/store` serves.
     pub(crate) fn to_wasi(&self) -> WasiConfigVariables {
-        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
+        self.0
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect()
     }
 }
 

@@ -68,7 +68,10 @@ fn system_roots() -> &'static [rustls::pki_types::CertificateDer<'static>] {
     ROOTS.get_or_init(|| {
         let loaded = rustls_native_certs::load_native_certs();
         if !loaded.errors.is_empty() {
-            tracing::debug!(errors = loaded.errors.len(), "some system CA certificates could not be read");
+            tracing::debug!(
+                errors = loaded.errors.len(),
+                "some system CA certificates could not be read"
+            );
         }
         loaded.certs
     })
@@ -189,7 +192,7 @@ impl WasiHttpHooks for OutboundHttp {
         let metrics = Arc::clone(&self.metrics);
         Box::new(async move {
             let endpoint = checked?;
-            let result = send(&settings, endpoint, request, options).await;
+            let result = send(&settings, &metrics, endpoint, request, options).await;
             if result.is_err() {
                 metrics.http_failed();
             }
@@ -200,7 +203,9 @@ impl WasiHttpHooks for OutboundHttp {
 
 /// The smaller of the guest's and the host's timeout.
 fn bounded(guest: Option<Duration>, host: Duration) -> Duration {
-    guest.map_or(host, |guest| guest.min(host)).max(Duration::from_millis(1))
+    guest
+        .map_or(host, |guest| guest.min(host))
+        .max(Duration::from_millis(1))
 }
 
 trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static {}
@@ -209,12 +214,16 @@ impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static> S
 /// Connects to `endpoint` and sends `request` over HTTP/1.1.
 async fn send(
     settings: &HttpSettings,
+    metrics: &Arc<CapabilityMetrics>,
     endpoint: Endpoint,
     mut request: http::Request<WasiBody>,
     options: Option<RequestOptions>,
 ) -> Result<(http::Response<WasiBody>, Worker), Error> {
     let limits = settings.limits;
-    let connect_timeout = bounded(options.and_then(|o| o.connect_timeout), limits.connect_timeout);
+    let connect_timeout = bounded(
+        options.and_then(|o| o.connect_timeout),
+        limits.connect_timeout,
+    );
     let first_byte = bounded(
         options.and_then(|o| o.first_byte_timeout),
         limits.first_byte_timeout,
@@ -224,13 +233,16 @@ async fn send(
         limits.between_bytes_timeout,
     );
     let deadline = Instant::now() + connect_timeout;
-    let tcp = tokio::time::timeout_at(deadline, TcpStream::connect((endpoint.bare_host(), endpoint.port)))
-        .await
-        .map_err(|_| Error::ConnectionTimeout)?
-        .map_err(|err| match err.kind() {
-            std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
-            _ => Error::Connect(err),
-        })?;
+    let tcp = tokio::time::timeout_at(
+        deadline,
+        TcpStream::connect((endpoint.bare_host(), endpoint.port)),
+    )
+    .await
+    .map_err(|_| Error::ConnectionTimeout)?
+    .map_err(|err| match err.kind() {
+        std::io::ErrorKind::ConnectionRefused => Error::ConnectionRefused,
+        _ => Error::Connect(err),
+    })?;
     let stream: Box<dyn Stream> = match endpoint.scheme {
         Scheme::Http => Box::new(tcp),
         Scheme::Https => {
@@ -261,16 +273,25 @@ async fn send(
         .map_or("/", |p| p.as_str())
         .to_owned();
     *request.uri_mut() = http::Uri::try_from(path).map_err(|_| Error::HttpRequestUriInvalid)?;
-    let mut connection = Box::pin(connection);
-    let response = tokio::select! {
-        response = tokio::time::timeout(first_byte, sender.send_request(request)) => {
-            response.map_err(|_| Error::ConnectionReadTimeout)??
-        }
-        ended = &mut connection => {
-            ended?;
-            return Err(Error::ConnectionTerminated);
+    // Drive the connection while waiting for the response; a connection that ends first (the
+    // server answered and closed) still leaves the response to read.
+    let mut connection = Some(Box::pin(connection));
+    let exchange = async {
+        let mut response = std::pin::pin!(sender.send_request(request));
+        let driving = connection.as_mut().ok_or(Error::ConnectionTerminated)?;
+        tokio::select! {
+            biased;
+            response = &mut response => Ok::<_, Error>(response?),
+            ended = driving => {
+                connection = None;
+                ended?;
+                Ok(response.await?)
+            }
         }
     };
+    let response = tokio::time::timeout(first_byte, exchange)
+        .await
+        .map_err(|_| Error::ConnectionReadTimeout)??;
     let cap = limits.max_response_body;
     if let Some(length) = response
         .headers()
@@ -288,10 +309,14 @@ async fn send(
             idle: Box::pin(tokio::time::sleep(between_bytes)),
             received: 0,
             cap,
+            metrics: Arc::clone(metrics),
         }
         .boxed_unsync()
     });
     let worker: Worker = Box::new(async move {
+        let Some(connection) = connection else {
+            return Ok(());
+        };
         connection.await.map_err(|err| {
             if err.is_timeout() {
                 Error::HttpResponseTimeout
@@ -310,6 +335,8 @@ struct BoundedBody {
     idle: Pin<Box<Sleep>>,
     received: u64,
     cap: u64,
+    /// Counts a body that fails.
+    metrics: Arc<CapabilityMetrics>,
 }
 
 impl Body for BoundedBody {
@@ -321,6 +348,25 @@ impl Body for BoundedBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
         let this = &mut *self;
+        let polled = this.poll_bounded(cx);
+        if let Poll::Ready(Some(Err(_))) = &polled {
+            this.metrics.http_failed();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.incoming.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.incoming.size_hint()
+    }
+}
+
+impl BoundedBody {
+    fn poll_bounded(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Error>>> {
+        let this = self;
         match Pin::new(&mut this.incoming).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -343,14 +389,6 @@ impl Body for BoundedBody {
             }
         }
     }
-
-    fn is_end_stream(&self) -> bool {
-        self.incoming.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.incoming.size_hint()
-    }
 }
 
 #[cfg(test)]
@@ -361,15 +399,26 @@ mod tests {
     fn timeouts_take_the_smaller_bound() {
         let host = Duration::from_secs(30);
         assert_eq!(bounded(None, host), host);
-        assert_eq!(bounded(Some(Duration::from_secs(5)), host), Duration::from_secs(5));
+        assert_eq!(
+            bounded(Some(Duration::from_secs(5)), host),
+            Duration::from_secs(5)
+        );
         assert_eq!(bounded(Some(Duration::from_secs(60)), host), host);
-        assert_eq!(bounded(Some(Duration::ZERO), host), Duration::from_millis(1));
+        assert_eq!(
+            bounded(Some(Duration::ZERO), host),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]
     fn ca_bundles_must_hold_certificates() {
         assert!(tls_config(None).is_ok());
         assert_eq!(tls_config(Some(b"")).unwrap_err(), TlsError::Empty);
-        assert!(tls_config(Some(b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n")).is_err());
+        assert!(
+            tls_config(Some(
+                b"-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n"
+            ))
+            .is_err()
+        );
     }
 }

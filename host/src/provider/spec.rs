@@ -52,7 +52,9 @@ pub enum SpecError {
         name: String,
     },
     /// A Secret `spec.config` names has no such key.
-    #[error("Secret {namespace}/{name} has no key {key:?} (spec.config {entry:?}; keys: {available})")]
+    #[error(
+        "Secret {namespace}/{name} has no key {key:?} (spec.config {entry:?}; keys: {available})"
+    )]
     SecretKeyNotFound {
         /// The entry.
         entry: String,

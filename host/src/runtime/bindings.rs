@@ -354,12 +354,17 @@ mod tests {
                 let types: Vec<String> = iface
                     .types
                     .iter()
-                    .map(|(n, id)| format!("{n}: {:?}", resolve.types[*id].kind).replace(char::is_numeric, ""))
+                    .map(|(n, id)| {
+                        format!("{n}: {:?}", resolve.types[*id].kind).replace(char::is_numeric, "")
+                    })
                     .collect();
                 let functions: Vec<String> = iface
                     .functions
                     .values()
-                    .map(|f| format!("{}{:?}{:?}", f.name, f.params, f.result).replace(char::is_numeric, ""))
+                    .map(|f| {
+                        format!("{}{:?}{:?}", f.name, f.params, f.result)
+                            .replace(char::is_numeric, "")
+                    })
                     .collect();
                 (types, functions)
             };

@@ -20,10 +20,10 @@ use tokio::sync::Semaphore;
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBacktrace};
 
 use crate::capability::Capabilities;
-use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0};
 use crate::runtime::bindings::types::{
     Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
+use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0};
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
 use crate::runtime::limits::Limits;

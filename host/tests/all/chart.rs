@@ -167,7 +167,8 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         "{mounts:?}"
     );
 
-    // The Role is namespaced to the release and holds only ConfigMaps and Leases.
+    // The Role is namespaced to the release and holds only ConfigMaps, Secrets (of Providers'
+    // spec.config) and Leases.
     let role = &find(&objects, "Role", "rel-capstan");
     assert_eq!(role.metadata.namespace.as_deref(), Some("capstan-system"));
     let resources: Vec<&str> = role.data["rules"]
@@ -182,7 +183,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
                 .filter_map(|x| x.as_str())
         })
         .collect();
-    assert_eq!(resources, ["configmaps", "leases"]);
+    assert_eq!(resources, ["configmaps", "secrets", "leases"]);
     // No wildcard anywhere in the host's ClusterRole; secrets never.
     let host_role =
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan").data).unwrap();

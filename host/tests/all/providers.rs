@@ -8,6 +8,7 @@
 //! controller selects, so concurrent tests never see each other's Providers.
 
 mod bad_updates;
+mod egress;
 mod hostile;
 mod multiple;
 mod package;

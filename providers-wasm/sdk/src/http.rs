@@ -14,10 +14,10 @@
 //! The types are the `wasip2` crate's, so any other client over `wasip2` works as well.
 
 use wasip2::http::outgoing_handler;
+pub use wasip2::http::types::ErrorCode;
 use wasip2::http::types::{
     Fields, IncomingBody, Method, OutgoingBody, OutgoingRequest, RequestOptions, Scheme,
 };
-pub use wasip2::http::types::ErrorCode;
 use wasip2::io::streams::StreamError;
 
 /// At most this many bytes per write to a `wasi:io` output stream.
@@ -340,7 +340,10 @@ mod tests {
             split_url("http://127.0.0.1:8080").unwrap(),
             ("http", "127.0.0.1:8080", "/".to_owned())
         );
-        assert_eq!(split_url("http://h?q").unwrap(), ("http", "h", "/?q".to_owned()));
+        assert_eq!(
+            split_url("http://h?q").unwrap(),
+            ("http", "h", "/?q".to_owned())
+        );
         assert!(split_url("ftp://h/").is_err());
         assert!(split_url("https:///x").is_err());
         assert!(split_url("api.example.com").is_err());
