@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use crate::fixtures::wasm;
 use crate::lifecycle::{
-    Host, Names, RUN_LABEL, cleanup, cluster, node_class, node_pool, node_pool_json,
+    Host, Names, RUN_LABEL, class_ready, cleanup, cluster, node_class, node_pool, node_pool_json,
 };
 use crate::provisioner_e2e::{Pods, wait_running};
 
@@ -230,23 +230,6 @@ async fn claims(client: &Client, names: &Names) -> Vec<NodeClaim> {
         .await
         .unwrap()
         .items
-}
-
-/// `Ready` of a NodeClass: `(status, reason, message)`.
-async fn class_ready(client: &Client, name: &str) -> Option<(String, String, String)> {
-    let class = Api::<NodeClass>::all(client.clone()).get(name).await.ok()?;
-    class
-        .status?
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| {
-            (
-                format!("{:?}", c.status),
-                c.reason.unwrap_or_default(),
-                c.message.unwrap_or_default(),
-            )
-        })
 }
 
 /// Warning Events in `default` (cluster-scoped objects) whose note contains `text`.

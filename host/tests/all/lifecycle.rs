@@ -306,6 +306,23 @@ pub async fn wait_condition(
     }
 }
 
+/// `Ready` of NodeClass `name`: `(status, reason, message)`.
+pub async fn class_ready(client: &Client, name: &str) -> Option<(String, String, String)> {
+    let class = Api::<NodeClass>::all(client.clone()).get(name).await.ok()?;
+    class
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| {
+            (
+                format!("{:?}", c.status),
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
+}
+
 /// Waits until claim `name` is gone.
 pub async fn wait_claim_gone(client: &Client, host: &Host, name: &str, timeout: Duration) {
     let api = Api::<NodeClaim>::all(client.clone());

@@ -15,7 +15,7 @@ use crate::client::{Client, Clock, Method, Transport};
 use crate::drift::{self, Recorded};
 use crate::instance::{self, Launched};
 use crate::params::Parameters;
-use crate::selection::{self, Candidate, NoLaunch};
+use crate::selection::{self, Candidate};
 use crate::tags::{self, Ownership};
 
 /// How long the listed cloud is reused across calls.
@@ -158,9 +158,7 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
             .map_err(|e| ProviderError::Invalid(e.to_string()))?;
         let unavailable = self.unavailable();
         let candidates = selection::candidates(&resolved, &requirements, &requests, &unavailable)
-            .map_err(|e| {
-            ProviderError::InsufficientCapacity(NoLaunch::message(&e).to_string())
-        })?;
+            .map_err(ProviderError::InsufficientCapacity)?;
         let hash = params.hash();
         let owner = Ownership {
             cluster: &self.cluster,

@@ -39,24 +39,6 @@ impl Candidate<'_> {
     }
 }
 
-/// Why nothing can be launched.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum NoLaunch {
-    /// No offering meets the requirements and requests.
-    Incompatible(String),
-    /// Some do, but all are known to have no capacity now.
-    Unavailable(String),
-}
-
-impl NoLaunch {
-    /// The explanation.
-    pub fn message(&self) -> &str {
-        match self {
-            NoLaunch::Incompatible(m) | NoLaunch::Unavailable(m) => m,
-        }
-    }
-}
-
 fn order(a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
     a.instance_type
         .price
@@ -66,13 +48,14 @@ fn order(a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
         .then_with(|| a.arch.cmp(b.arch))
 }
 
-/// Every launchable candidate for the claim, best first.
+/// Every launchable candidate for the claim, best first; none is an explanation (no offering
+/// fits the claim, or all that do had no capacity recently).
 pub fn candidates<'a>(
     resolved: &'a Resolved,
     claim: &Requirements,
     requests: &ResourceList,
     unavailable: &Unavailable,
-) -> Result<Vec<Candidate<'a>>, NoLaunch> {
+) -> Result<Vec<Candidate<'a>>, String> {
     let mut out = Vec::new();
     let mut sold_out = 0usize;
     let mut too_small = 0usize;
@@ -106,14 +89,12 @@ pub fn candidates<'a>(
     }
     if out.is_empty() {
         return Err(if sold_out > 0 {
-            NoLaunch::Unavailable(format!(
-                "all {sold_out} offerings compatible with the claim had no capacity recently"
-            ))
+            format!("all {sold_out} offerings compatible with the claim had no capacity recently")
         } else {
-            NoLaunch::Incompatible(format!(
+            format!(
                 "no offering among {} instance types meets the claim's requirements and requests ({too_small} too small for the requests)",
                 resolved.types.len()
-            ))
+            )
         });
     }
     out.sort_by(order);
@@ -238,14 +219,17 @@ mod tests {
             &ResourceList::new(),
             &Unavailable::new(),
         );
-        assert!(matches!(none, Err(NoLaunch::Incompatible(_))));
+        assert!(
+            matches!(&none, Err(m) if m.starts_with("no offering")),
+            "{none:?}"
+        );
         let none = candidates(
             &res,
             &Requirements::new(),
             &requests(&[("cpu", "64")]),
             &Unavailable::new(),
         );
-        assert!(matches!(none, Err(NoLaunch::Incompatible(m)) if m.contains("too small")));
+        assert!(matches!(none, Err(m) if m.contains("(4 too small")));
         let sold: Unavailable = [("o-small".to_string(), "za-id".to_string())]
             .into_iter()
             .collect();
@@ -254,7 +238,7 @@ mod tests {
             Requirement::in_(labels::ZONE, ["zone-a"]),
         ]);
         let err = candidates(&res, &only, &ResourceList::new(), &sold).unwrap_err();
-        assert!(matches!(err, NoLaunch::Unavailable(_)), "{err:?}");
+        assert!(err.contains("had no capacity recently"), "{err}");
     }
 
     proptest! {
