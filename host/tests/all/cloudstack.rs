@@ -9,7 +9,7 @@ mod inprocess;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use capstan::api::{NodeClaim, NodeClass};
+use capstan::api::NodeClaim;
 use capstan_cloudstack_emulator::catalog::sample;
 use capstan_cloudstack_emulator::{
     Config, DEFAULT_API_KEY, DEFAULT_SECRET_KEY, Emulator, EmulatorHandle, JobFailure, JobLatency,
@@ -497,4 +497,77 @@ async fn an_endpoint_outside_the_egress_grants_is_denied_and_reported() {
     );
     host.check_alive();
     cleanup(&world.client, &world.names).await;
+}
+
+/// A new node image (the old template untagged, a new one tagged): the provider reports
+/// `ImageDrifted`, disruption launches a replacement on the new template, moves the pod and
+/// expunges the old VM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_template_drifts_the_nodes_and_replaces_them() {
+    use crate::disruption::{App, deployment, pods, running};
+
+    let (world, cp) = World::new("cs-drift", DEFAULT_SECRET_KEY).await;
+    let host = world.host(cp);
+    let (_, pool) = world.class_and_pool(parameters()).await;
+    let ns = cp.create_namespace_unique("cs-drift-pods").await.unwrap();
+    deployment(
+        &world.client,
+        &world.names,
+        &ns,
+        App {
+            name: "web",
+            replicas: 1,
+            cpu: "500m",
+            node_selector: json!({"karpenter.sh/nodepool": pool}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    wait_running(&world.client, &host, &ns, 1, Duration::from_secs(180)).await;
+    let before: Vec<String> = world.live_vms().into_iter().map(|vm| vm.id).collect();
+    assert_eq!(before.len(), 1);
+
+    const NEW_TEMPLATE: &str = "7e000000-0000-4000-8000-0000000000f2";
+    world.cs.update_catalog(|catalog| {
+        let mut next = catalog.templates[0].clone();
+        catalog.templates[0].tags.clear();
+        next.id = NEW_TEMPLATE.into();
+        next.name = "ubuntu-24.04-kube-v2".into();
+        catalog.templates.push(next);
+    });
+    let started = Instant::now();
+    wait_until(
+        Duration::from_secs(300),
+        "the drifted VM replaced",
+        || async {
+            host.check_alive();
+            let vms = world.live_vms();
+            let pods = pods(&world.client, &ns).await;
+            Ok::<_, String>(
+                (running(&pods) == 1
+                    && vms.len() == 1
+                    && !before.contains(&vms[0].id)
+                    && vms[0].template_id == NEW_TEMPLATE)
+                    .then_some(()),
+            )
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\nVMs: {:?}\nhost log:\n{}",
+            world.cs.vms(),
+            host.log_tail()
+        )
+    });
+    let notes = notes_with(&world.client, "Drifted", "ImageDrifted").await;
+    assert!(
+        !notes.is_empty(),
+        "the claim drifted with the provider's reason"
+    );
+    println!(
+        "cloudstack: new template rolled out in {:?}",
+        started.elapsed()
+    );
+    world.tear_down(&host, &ns).await;
 }
