@@ -20,9 +20,9 @@ use capstan::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, pr
 // The shared Karpenter inputs take their scheduling types from here.
 #[allow(unused_imports)]
 use capstan::scheduling::{
-    ExistingNode, InstanceType, LabelSelector, Namespaces, NodePoolView, Offering, Pod,
-    PodAffinityTerm, Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
-    TopologySpreadConstraint, WhenUnsatisfiable,
+    ExistingNode, InstanceType, LabelSelector, Namespaces, NodeInclusionPolicy, NodePoolView,
+    Offering, Pod, PodAffinityTerm, Requirement, Requirements, Resources, SchedulingInput,
+    SchedulingResult, TopologySpreadConstraint, WhenUnsatisfiable,
 };
 use criterion::{BenchmarkId, Criterion, criterion_group};
 

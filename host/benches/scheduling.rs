@@ -56,8 +56,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use capstan::scheduling::{
-    InstanceType, LabelSelector, Namespaces, NodePoolView, Offering, Pod, PodAffinityTerm,
-    Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
+    InstanceType, LabelSelector, Namespaces, NodeInclusionPolicy, NodePoolView, Offering, Pod,
+    PodAffinityTerm, Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
     TopologySpreadConstraint, WhenUnsatisfiable, solve,
 };
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};

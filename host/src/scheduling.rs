@@ -67,8 +67,8 @@ mod validate_tests;
 
 pub use cluster::{ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering};
 pub use pod::{
-    Namespaces, Pod, PodAffinityTerm, PreferredTerm, TopologySpreadConstraint,
-    WeightedPodAffinityTerm, WhenUnsatisfiable,
+    HostPort, Namespaces, NodeInclusionPolicy, Pod, PodAffinityTerm, PreferredTerm,
+    TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 pub use requirements::{Incompatibility, Operator, Requirement, Requirements, ValueSet};
 pub use resources::{ResourceLimits, Resources};
@@ -79,7 +79,8 @@ pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 /// How the solver behaves.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SchedulerOptions {
-    /// How many of the cheapest compatible instance types a new NodeClaim lists (Karpenter: 60).
+    /// How many of the cheapest compatible instance types a new NodeClaim lists (Karpenter's
+    /// `MaxInstanceTypes`: 600).
     pub max_instance_types: usize,
     /// Label keys every node has even when a NodePool does not constrain them, besides the
     /// built-in ones (zone, region, instance type, arch, os, capacity type, nodepool, Windows
@@ -91,7 +92,7 @@ pub struct SchedulerOptions {
 impl Default for SchedulerOptions {
     fn default() -> Self {
         Self {
-            max_instance_types: 60,
+            max_instance_types: 600,
             well_known_labels: Vec::new(),
         }
     }

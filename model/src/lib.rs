@@ -8,6 +8,7 @@
 //! - [`quantity`]: Kubernetes quantities (`"500m"`, `"16Gi"`, `"2e3"`) parsed exactly into
 //!   milli-units and formatted back canonically;
 //! - [`taints`]: taints and tolerations with Kubernetes' matching rules;
+//! - [`civil`]: calendar arithmetic (days since the epoch of a date and back) for timestamps;
 //! - [`catalog`]: the flat instance-type catalog providers return, and the [`CatalogBuilder`]
 //!   that interns it (run by guests, and natively by the host's tests and benchmarks).
 //!
@@ -16,6 +17,7 @@
 //! builds natively and for `wasm32-wasip2`.
 
 pub mod catalog;
+pub mod civil;
 pub mod labels;
 pub mod quantity;
 pub mod requirements;

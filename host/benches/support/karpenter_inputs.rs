@@ -117,6 +117,8 @@ pub(super) fn make_pod(rng: &mut Rng, i: usize, kind: Kind, self_affinity: bool)
                 when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
                 label_selector: Some(LabelSelector::labels([("my-label", rng.label())])),
                 min_domains: None,
+                node_affinity_policy: NodeInclusionPolicy::Honor,
+                node_taints_policy: NodeInclusionPolicy::Ignore,
             });
         }
         Kind::Affinity(key) => {

@@ -3,8 +3,10 @@
 //! - an instance a provider lists that no NodeClaim accounts for (by provider ID, or by name for
 //!   a launch whose status was not recorded yet) and that is older than the grace period is
 //!   deleted;
-//! - a launched NodeClaim whose instance its provider no longer lists is deleted (its
-//!   termination then cleans up the Node).
+//! - a registered NodeClaim whose instance its provider no longer lists is deleted (its
+//!   termination then cleans up the Node), unless its Node is `Ready`: a kubelet that still
+//!   reports says the instance is there whatever the provider's list says (Karpenter's rule). A
+//!   claim that never registered is left to the registration timeout.
 //!
 //! With a selector configured, only instances and claims carrying those labels are considered.
 
@@ -16,7 +18,7 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::nodeclaim::{self, is_true, provider_id};
-use crate::api::nodeclaim::conditions::LAUNCHED;
+use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::shared::find_condition;
 use crate::api::{NodeClaim, NodeClass};
 use crate::controllers::{Context, ControllerError, millis_since};
@@ -107,7 +109,7 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
     for claim in &claims {
         if claim.metadata.deletion_timestamp.is_some()
             || !ctx.selector.matches(claim.labels())
-            || !is_true(claim, LAUNCHED)
+            || !is_true(claim, REGISTERED)
         {
             continue;
         }
@@ -126,6 +128,13 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
             continue;
         };
         if !launched_long_ago || ids.contains(id) {
+            continue;
+        }
+        if nodeclaim::nodes_of(ctx, claim)
+            .iter()
+            .any(|node| nodeclaim::node_ready(node))
+        {
+            tracing::debug!(nodeclaim = %claim.name_any(), instance = %id, "not listed by its provider, but its Node is Ready: kept");
             continue;
         }
         ctx.events

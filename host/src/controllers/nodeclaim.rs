@@ -282,6 +282,15 @@ pub async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerEr
     }
 }
 
+/// Whether the Node's `Ready` condition is `True` (its kubelet is alive).
+pub fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
+        .is_some_and(|c| c.status == "True")
+}
+
 /// The Nodes carrying the claim's provider ID.
 pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
     let Some(id) = provider_id(claim) else {

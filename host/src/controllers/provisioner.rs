@@ -72,8 +72,9 @@ pub enum ProvisionError {
 }
 
 /// Whether kube-scheduler gave up on `pod` and Capstan should provision for it: not bound, not
-/// terminating or finished, `PodScheduled=False` with reason `Unschedulable`, and not owned by
-/// a DaemonSet or a Node (static pods).
+/// terminating or finished, not nominated to a node by preemption (`status.nominatedNodeName`:
+/// it runs there once its victims are gone), `PodScheduled=False` with reason `Unschedulable`,
+/// and not owned by a DaemonSet or a Node (static pods).
 pub fn is_provisionable(pod: &Pod) -> bool {
     if pod.spec.as_ref().is_none_or(|s| s.node_name.is_some())
         || pod.metadata.deletion_timestamp.is_some()
@@ -81,6 +82,12 @@ pub fn is_provisionable(pod: &Pod) -> bool {
         return false;
     }
     let status = pod.status.as_ref();
+    if status
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+    {
+        return false;
+    }
     if matches!(
         status.and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
@@ -316,9 +323,15 @@ pub async fn provision(
     Ok(outcome)
 }
 
+/// The label naming a claim's node class, as Karpenter spells it: `<group>/<kind, lower case>`
+/// (`capstan.dev/nodeclass: <name>`).
+pub fn node_class_label(class: &crate::api::shared::NodeClassReference) -> String {
+    format!("{}/{}", class.group, class.kind.to_lowercase())
+}
+
 /// The NodeClaim for a new claim of `pool`: named `<pool>-<5 random chars>` by the API server,
-/// labelled with the pool's template labels, the pool name and `extra_labels` (the host's
-/// selector), with the pool's annotations, taints, expiry and grace period, the solver's
+/// labelled with the pool's template labels, the pool name, the node class
+/// ([`node_class_label`]) and `extra_labels` (the host's selector), with the pool's annotations, taints, expiry and grace period, the solver's
 /// requirements and requests, the price annotation and the pool's template hash.
 pub fn claim_for(
     new: &NewClaim,
@@ -333,6 +346,8 @@ pub fn claim_for(
         .unwrap_or_default();
     labels.extend(extra_labels.clone());
     labels.insert(NODEPOOL.to_owned(), new.node_pool.clone());
+    let class = &template.spec.node_class_ref;
+    labels.insert(node_class_label(class), class.name.clone());
     annotations.insert(
         PRICE_ANNOTATION.to_owned(),
         format!("{}", new.cheapest_price),

@@ -10,8 +10,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 
 use super::cluster::{ExistingNode, InflightClaim, InstanceType, NodePoolView};
 use super::pod::{
-    Namespaces, Pod, PodAffinityTerm, PreferredTerm, TopologySpreadConstraint,
-    WeightedPodAffinityTerm, WhenUnsatisfiable,
+    HostPort, Namespaces, NodeInclusionPolicy, Pod, PodAffinityTerm, PreferredTerm,
+    TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 use super::quantity::QuantityError;
 use super::requirements::{Operator, Requirement, Requirements, RequirementsError};
@@ -20,6 +20,8 @@ use super::selector::{LabelSelector, SelectorOperator};
 use super::taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::api;
 use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL};
+
+pub mod volumes;
 
 /// An object the scheduler cannot take as it is.
 #[derive(Debug, thiserror::Error)]
@@ -316,6 +318,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
         return Ok(out);
     };
     out.node_selector = spec.node_selector.clone().unwrap_or_default();
+    out.host_ports = host_ports(spec);
     out.tolerations = spec
         .tolerations
         .iter()
@@ -349,6 +352,14 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             },
             label_selector: selector,
             min_domains: c.min_domains,
+            node_affinity_policy: inclusion_policy(
+                c.node_affinity_policy.as_deref(),
+                NodeInclusionPolicy::Honor,
+            ),
+            node_taints_policy: inclusion_policy(
+                c.node_taints_policy.as_deref(),
+                NodeInclusionPolicy::Ignore,
+            ),
         });
     }
     if let Some(affinity) = spec.affinity.as_ref() {
@@ -458,6 +469,43 @@ fn api_taint(t: &api::Taint) -> Taint {
         api::TaintEffect::NoExecute => TaintEffect::NoExecute,
     };
     Taint::new(t.key.as_str(), t.value.clone().unwrap_or_default(), effect)
+}
+
+/// A spread constraint's `nodeAffinityPolicy` or `nodeTaintsPolicy`; unset (or a value this
+/// version does not know) is Kubernetes' default for it.
+fn inclusion_policy(value: Option<&str>, default: NodeInclusionPolicy) -> NodeInclusionPolicy {
+    match value {
+        Some("Honor") => NodeInclusionPolicy::Honor,
+        Some("Ignore") => NodeInclusionPolicy::Ignore,
+        _ => default,
+    }
+}
+
+/// The host ports a pod binds: its containers' and its sidecars' (init containers that keep
+/// running), as kube-scheduler's `NodePorts` counts them.
+fn host_ports(spec: &core::PodSpec) -> Vec<HostPort> {
+    let sidecars = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+    spec.containers
+        .iter()
+        .chain(sidecars)
+        .flat_map(|c| c.ports.iter().flatten())
+        .filter_map(|p| {
+            let port = p.host_port.filter(|&port| port > 0)?;
+            Some(HostPort {
+                port,
+                protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_owned()),
+                host_ip: p
+                    .host_ip
+                    .clone()
+                    .filter(|ip| !ip.is_empty())
+                    .unwrap_or_else(|| HostPort::ANY_IP.to_owned()),
+            })
+        })
+        .collect()
 }
 
 /// A Node and the pods bound to it as existing capacity, given the NodeClaim it belongs to (if

@@ -32,6 +32,58 @@ pub struct Pod {
     pub preferred_pod_affinity: Vec<WeightedPodAffinityTerm>,
     pub pod_anti_affinity: Vec<PodAffinityTerm>,
     pub preferred_pod_anti_affinity: Vec<WeightedPodAffinityTerm>,
+    /// Host ports its containers bind (kube-scheduler's `NodePorts`): two pods whose ports
+    /// conflict never share a node.
+    pub host_ports: Vec<HostPort>,
+    /// Where its persistent volumes let it run ([`super::convert::volumes`]), as ORed
+    /// alternatives: node requirements, tried in order, but not the pod's own node affinity (topology
+    /// spread does not narrow its domains by them).
+    pub volume_requirements: Vec<Requirements>,
+}
+
+/// A container port bound on the node's network (`hostPort`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HostPort {
+    pub port: i32,
+    /// `TCP`, `UDP` or `SCTP`.
+    pub protocol: String,
+    /// The address it binds; `0.0.0.0` (every address) when unset.
+    pub host_ip: String,
+}
+
+impl HostPort {
+    /// The wildcard address a port binds when `hostIP` is unset.
+    pub const ANY_IP: &'static str = "0.0.0.0";
+
+    /// `port`/`protocol` on every address.
+    pub fn new(port: i32, protocol: &str) -> Self {
+        Self {
+            port,
+            protocol: protocol.to_owned(),
+            host_ip: Self::ANY_IP.to_owned(),
+        }
+    }
+
+    /// Whether both cannot be bound on one node, as kube-scheduler decides: the same port and
+    /// protocol on the same address, or on any address when either binds every address.
+    pub fn conflicts(&self, other: &HostPort) -> bool {
+        self.port == other.port
+            && self.protocol == other.protocol
+            && (self.host_ip == other.host_ip
+                || self.host_ip == Self::ANY_IP
+                || other.host_ip == Self::ANY_IP)
+    }
+}
+
+/// The first port of `wanted` that conflicts with one of `used`.
+pub fn host_port_conflict<'p>(used: &[HostPort], wanted: &'p [HostPort]) -> Option<&'p HostPort> {
+    wanted.iter().find(|w| used.iter().any(|u| u.conflicts(w)))
+}
+
+impl std::fmt::Display for HostPort {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}/{}", self.host_ip, self.port, self.protocol)
+    }
 }
 
 /// A weighted node-affinity preference.
@@ -51,6 +103,16 @@ pub enum WhenUnsatisfiable {
     ScheduleAnyway,
 }
 
+/// Whether a spread constraint heeds the pod's node affinity or tolerations when it decides
+/// which nodes (and so which domains) count (`nodeAffinityPolicy`, `nodeTaintsPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum NodeInclusionPolicy {
+    /// Only nodes the pod could use count.
+    Honor,
+    /// Every node counts.
+    Ignore,
+}
+
 /// A topology spread constraint.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TopologySpreadConstraint {
@@ -60,6 +122,28 @@ pub struct TopologySpreadConstraint {
     /// `None` (a null selector) counts no pods.
     pub label_selector: Option<LabelSelector>,
     pub min_domains: Option<i32>,
+    /// Kubernetes' default: `Honor`. Nodes (and domains) the pod's node selector and required
+    /// node affinity rule out do not count.
+    pub node_affinity_policy: NodeInclusionPolicy,
+    /// Kubernetes' default: `Ignore`. With `Honor`, nodes (and domains) whose `NoSchedule` or
+    /// `NoExecute` taints the pod does not tolerate do not count.
+    pub node_taints_policy: NodeInclusionPolicy,
+}
+
+impl TopologySpreadConstraint {
+    /// A constraint with Kubernetes' defaults (`DoNotSchedule`, node affinity honored, taints
+    /// ignored) and a null selector.
+    pub fn new(topology_key: impl Into<String>, max_skew: i32) -> Self {
+        Self {
+            max_skew,
+            topology_key: topology_key.into(),
+            when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
+            label_selector: None,
+            min_domains: None,
+            node_affinity_policy: NodeInclusionPolicy::Honor,
+            node_taints_policy: NodeInclusionPolicy::Ignore,
+        }
+    }
 }
 
 /// Which namespaces a pod-affinity term looks at.
@@ -124,6 +208,12 @@ impl Pod {
     /// Builder: adds a toleration.
     pub fn tolerate(mut self, toleration: Toleration) -> Self {
         self.tolerations.push(toleration);
+        self
+    }
+
+    /// Builder: binds a host port (TCP on every address).
+    pub fn host_port(mut self, port: i32) -> Self {
+        self.host_ports.push(HostPort::new(port, "TCP"));
         self
     }
 

@@ -32,7 +32,7 @@ use topology::{DomainId, GroupId, GroupKind, Topology};
 
 use super::SchedulingInput;
 use super::cluster::NodePoolView;
-use super::pod::Pod;
+use super::pod::{HostPort, Pod, host_port_conflict};
 use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
 use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
@@ -92,6 +92,8 @@ struct Bin<'a> {
     /// Per topology key, the domains `requirements` allow (filled lazily, cleared when the
     /// requirements change).
     key_domains: Vec<KeyDomains>,
+    /// Host ports bound by the pods on it (running and placed).
+    host_ports: Vec<HostPort>,
 }
 
 /// The domains a bin's requirements allow for one topology key.
@@ -275,6 +277,7 @@ impl<'a> Solver<'a> {
             scan: false,
         };
         solver.register_domains();
+        solver.register_reachable();
         let topology = &solver.topology;
         solver.index = BinIndex::new(
             topology.group_count(),
@@ -338,6 +341,113 @@ impl<'a> Solver<'a> {
             for v in values {
                 self.topology.register(&key, &v);
             }
+        }
+    }
+
+    /// Spread groups that count only the nodes a pod could use (its node affinity, or its
+    /// tolerations under `nodeTaintsPolicy: Honor`) take part only in the domains such nodes can
+    /// have: those of the pools and instance types the filter admits, and of the existing nodes
+    /// and in-flight claims it admits. As in kube-scheduler, a zone only another pool's nodes
+    /// reach (say, amd64 nodes for arm64 pods) does not hold the skew down at zero.
+    fn register_reachable(&mut self) {
+        let input = self.input;
+        let well_known = |k: &str| self.well_known.contains(k);
+        let mut found: Vec<(GroupId, BTreeSet<&str>)> = Vec::new();
+        for g in 0..self.topology.group_count() {
+            let spec = self.topology.spec(g);
+            let key = self.topology.group_key(g);
+            if spec.kind != GroupKind::Spread
+                || spec.inverse
+                || !spec.filters_nodes()
+                || Some(key) == self.hostname_key
+            {
+                continue;
+            }
+            let key_name = self.topology.key_name(key);
+            let unfiltered = [Requirements::new()];
+            let terms = if spec.node_filter.is_empty() {
+                &unfiltered[..]
+            } else {
+                &spec.node_filter[..]
+            };
+            let term_allows =
+                |term: &Requirements, v: &str| term.set_of(key_name).is_none_or(|s| s.contains(v));
+            let mut values: BTreeSet<&str> = BTreeSet::new();
+            for pool in &self.pools {
+                if !spec.admits_taints(&pool.view.taints) {
+                    continue;
+                }
+                let allowed = pool.template.set_of(key_name);
+                for term in terms {
+                    if pool.template.compatible(term, well_known).is_err() {
+                        continue;
+                    }
+                    let mut any_type = false;
+                    for &i in &pool.catalog.types {
+                        let it = &pool.view.instance_types[i];
+                        if it.requirements.intersects(term).is_err() {
+                            continue;
+                        }
+                        any_type = true;
+                        let admitted = |v: &&str| {
+                            allowed.is_none_or(|a| a.contains(v)) && term_allows(term, v)
+                        };
+                        if let Some(set) = it.requirements.set_of(key_name)
+                            && !set.is_complement()
+                        {
+                            values.extend(set.values().iter().map(String::as_str).filter(admitted));
+                        }
+                        if key_name == ZONE {
+                            values.extend(
+                                it.offerings
+                                    .iter()
+                                    .filter(|o| o.available)
+                                    .map(|o| o.zone.as_str())
+                                    .filter(admitted),
+                            );
+                        }
+                    }
+                    // The pool's own values for the key (a label it sets), when it can launch
+                    // anything the term admits.
+                    if let Some(set) = allowed.filter(|s| any_type && !s.is_complement()) {
+                        values.extend(
+                            set.values()
+                                .iter()
+                                .map(String::as_str)
+                                .filter(|v| term_allows(term, v)),
+                        );
+                    }
+                }
+            }
+            let strict = |_: &str| false;
+            for node in &input.existing_nodes {
+                let labels = Requirements::from_labels(
+                    node.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+                );
+                if spec.admits_taints(&node.taints)
+                    && terms.iter().any(|t| labels.compatible(t, strict).is_ok())
+                {
+                    values.extend(node_label(&node.labels, &node.name, key_name));
+                }
+            }
+            for claim in &input.inflight_claims {
+                if spec.admits_taints(&claim.taints)
+                    && terms
+                        .iter()
+                        .any(|t| claim.requirements.compatible(t, well_known).is_ok())
+                {
+                    values.extend(
+                        claim
+                            .requirements
+                            .set_of(key_name)
+                            .and_then(ValueSet::single_value),
+                    );
+                }
+            }
+            found.push((g, values));
+        }
+        for (g, values) in found {
+            self.topology.set_reachable(g, values.into_iter());
         }
     }
 
@@ -424,7 +534,7 @@ impl<'a> Solver<'a> {
                 if spec.inverse || !self.topology.selects(g, pod) {
                     continue;
                 }
-                if !self.topology.node_counts(g, &requirements, &strict) {
+                if !self.topology.node_counts(g, &requirements, taints, &strict) {
                     continue;
                 }
                 let key = self
@@ -451,6 +561,10 @@ impl<'a> Solver<'a> {
             open_labels: false,
             host_domain,
             key_domains: Vec::new(),
+            host_ports: running
+                .iter()
+                .flat_map(|pod| pod.host_ports.iter().cloned())
+                .collect(),
         });
         self.index_last_bin(false);
     }
@@ -825,6 +939,7 @@ impl<'a> Solver<'a> {
             open_labels: true,
             host_domain,
             key_domains: Vec::new(),
+            host_ports: Vec::new(),
         });
         self.index_last_bin(true);
         let b = self.bins.len() - 1;
@@ -877,6 +992,9 @@ impl<'a> Solver<'a> {
         // Taints.
         if let Some(taint) = st.untolerated(pod, bin.taints) {
             bail!(want, "untolerated taint {taint}");
+        }
+        if let Some(port) = host_port_conflict(&bin.host_ports, &pod.host_ports) {
+            bail!(want, "host port {port} is already bound");
         }
 
         // Resources, against the best case.
@@ -1113,6 +1231,7 @@ impl<'a> Solver<'a> {
             *max_alloc = new_max;
         }
         bin.pods.push(p);
+        bin.host_ports.extend(pod.host_ports.iter().cloned());
         if let BinKind::New { .. } = bin.kind {
             self.index.grew(b, bin.pods.len());
         }
@@ -1132,7 +1251,11 @@ impl<'a> Solver<'a> {
             .map(|g| (g, false))
             .chain(st.inverse_owned.iter().map(|g| (g, true)))
         {
-            if !inverse && !self.topology.node_counts(g, &bin.requirements, &allow) {
+            if !inverse
+                && !self
+                    .topology
+                    .node_counts(g, &bin.requirements, bin.taints, &allow)
+            {
                 continue;
             }
             let key = self.topology.group_key(g);

@@ -11,8 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
@@ -68,6 +69,9 @@ pub struct Dump {
     daemonsets: BTreeMap<(String, String), DaemonSet>,
     pdbs: BTreeMap<(String, String), PodDisruptionBudget>,
     namespaces: BTreeMap<String, Namespace>,
+    volume_claims: BTreeMap<(String, String), PersistentVolumeClaim>,
+    volumes: BTreeMap<String, PersistentVolume>,
+    storage_classes: BTreeMap<String, StorageClass>,
     /// Objects of other kinds, by `apiVersion/kind`: how many were skipped.
     pub skipped: BTreeMap<String, usize>,
 }
@@ -232,6 +236,20 @@ impl Dump {
             }
             ("apps/v1", "DaemonSet") => insert(&ctx, &mut self.daemonsets, value, namespaced),
             ("policy/v1", "PodDisruptionBudget") => insert(&ctx, &mut self.pdbs, value, namespaced),
+            ("v1", "PersistentVolumeClaim") => {
+                insert(&ctx, &mut self.volume_claims, value, namespaced)
+            }
+            ("v1", "PersistentVolume") => {
+                insert(&ctx, &mut self.volumes, value, |v: &PersistentVolume| {
+                    v.name_any()
+                })
+            }
+            ("storage.k8s.io/v1", "StorageClass") => insert(
+                &ctx,
+                &mut self.storage_classes,
+                value,
+                |c: &StorageClass| c.name_any(),
+            ),
             _ => {
                 tracing::debug!(
                     file,
@@ -357,6 +375,14 @@ impl Dump {
             daemonsets: self.daemonsets.values().cloned().map(Arc::new).collect(),
             pdbs: self.pdbs.values().cloned().map(Arc::new).collect(),
             namespaces,
+            volume_claims: self.volume_claims.values().cloned().map(Arc::new).collect(),
+            volumes: self.volumes.values().cloned().map(Arc::new).collect(),
+            storage_classes: self
+                .storage_classes
+                .values()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
         }
     }
 }

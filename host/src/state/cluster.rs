@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
@@ -35,6 +36,10 @@ pub struct ClusterState {
     pub daemonsets: Cache<DaemonSet>,
     pub pdbs: Cache<PodDisruptionBudget>,
     pub namespaces: Cache<Namespace>,
+    /// Volume topology: claims, volumes and classes (where a pod's volumes let it run).
+    pub volume_claims: Cache<PersistentVolumeClaim>,
+    pub volumes: Cache<PersistentVolume>,
+    pub storage_classes: Cache<StorageClass>,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -51,6 +56,9 @@ pub struct View {
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// Namespace labels, for namespace selectors.
     pub namespaces: BTreeMap<String, BTreeMap<String, String>>,
+    pub volume_claims: Vec<Arc<PersistentVolumeClaim>>,
+    pub volumes: Vec<Arc<PersistentVolume>>,
+    pub storage_classes: Vec<Arc<StorageClass>>,
 }
 
 impl ClusterState {
@@ -71,6 +79,9 @@ impl ClusterState {
             tokio::spawn(self.daemonsets.run(Api::all(client.clone()), all())),
             tokio::spawn(self.pdbs.run(Api::all(client.clone()), all())),
             tokio::spawn(self.namespaces.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.volume_claims.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.volumes.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.storage_classes.run(Api::all(client.clone()), all())),
         ];
         let ready = |kind: &'static str| {
             move |err: kube::runtime::reflector::store::WriterDropped| StateError {
@@ -118,6 +129,21 @@ impl ClusterState {
             .wait_until_ready()
             .await
             .map_err(ready("Namespace"))?;
+        self.volume_claims
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("PersistentVolumeClaim"))?;
+        self.volumes
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("PersistentVolume"))?;
+        self.storage_classes
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("StorageClass"))?;
         Ok(tasks)
     }
 
@@ -145,6 +171,9 @@ impl ClusterState {
                 .iter()
                 .map(|n| (n.name_any(), n.labels().clone()))
                 .collect(),
+            volume_claims: self.volume_claims.store().state(),
+            volumes: self.volumes.store().state(),
+            storage_classes: self.storage_classes.store().state(),
         }
     }
 }

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use capstan::api::NodeClaim;
 use capstan_test_support::{ControlPlane, bin_dir, parse_yaml, repo_root, unique_name, wait_until};
-use kube::api::{DeleteParams, DynamicObject};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client, ResourceExt};
 
@@ -398,12 +399,15 @@ pub(crate) fn install_package(
     provider
 }
 
-/// Deletes `made` and waits until the host has terminated every claim of `names`' run (drained,
-/// the Node and the instance deleted, the finalizer dropped).
+/// Deletes `made` (their pods still running, so the drain evicts them) and waits until the host has
+/// terminated them (drained, the Node and the instance deleted, the finalizer dropped); then deletes
+/// the pods in `ns` and every claim left of `names`' run (a replacement the host may have launched
+/// ahead of the drain for the evicted pods, as Karpenter does) and waits until none is left.
 pub(crate) async fn terminate(
     client: &Client,
     names: &Names,
     made: &[NodeClaim],
+    ns: &str,
 ) -> capstan_test_support::Result<()> {
     let api = Api::<NodeClaim>::all(client.clone());
     for claim in made {
@@ -411,9 +415,28 @@ pub(crate) async fn terminate(
             .await
             .unwrap();
     }
+    let made: Vec<String> = made.iter().map(|c| c.name_any()).collect();
     wait_until(
         Duration::from_secs(120),
-        "NodeClaims terminated",
+        "the NodeClaims drained and terminated",
+        || async {
+            let left = claims(client, names).await;
+            Ok::<_, kube::Error>((!left.iter().any(|c| made.contains(&c.name_any()))).then_some(()))
+        },
+    )
+    .await?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .delete_collection(&DeleteParams::default(), &ListParams::default())
+        .await
+        .unwrap();
+    for claim in claims(client, names).await {
+        let _ = api
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await;
+    }
+    wait_until(
+        Duration::from_secs(120),
+        "every NodeClaim terminated",
         || async { Ok::<_, kube::Error>(claims(client, names).await.is_empty().then_some(())) },
     )
     .await
@@ -504,7 +527,7 @@ async fn a_host_with_only_the_charts_service_account_provisions_nodes() {
     assert_nothing_forbidden(&host.log(), || host.log_tail());
     // Termination too: drain (evictions), delete the Node, delete the instance, drop the
     // finalizer.
-    let gone = terminate(&client, &names, &made).await;
+    let gone = terminate(&client, &names, &made, &ns).await;
     assert!(gone.is_ok(), "{gone:?}\n{}", host.log_tail());
     assert_nothing_forbidden(&host.log(), || host.log_tail());
     println!(

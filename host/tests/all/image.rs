@@ -1029,7 +1029,7 @@ async fn the_image_runs_under_runc_as_the_chart_runs_it_and_provisions_nodes() {
 
     // Termination too (drain, delete the Node and the instance), then the rest of the test's
     // objects while the host still runs.
-    let gone = terminate(&client, &names, &made).await;
+    let gone = terminate(&client, &names, &made, &ns).await;
     assert!(gone.is_ok(), "{gone:?}\n{}", container.log_tail());
     teardown(&client, &names, &ns).await;
     assert_nothing_forbidden(&container.log(), || container.log_tail());

@@ -31,3 +31,4 @@ mod runtime_isolation;
 mod simulate;
 mod startup_taints;
 mod unparseable_pool;
+mod volume_topology;

@@ -697,3 +697,54 @@ async fn a_burst_over_a_nodepool_limit_never_overshoots_it() {
     host.check_alive();
     teardown(&client, &names, &ns).await;
 }
+
+/// Two pods binding host port 8080 (and a third on 9090) need two nodes, however small they are:
+/// kube-scheduler would never put the two 8080 pods together, so neither does the simulation.
+#[tokio::test]
+async fn pods_binding_the_same_host_port_get_separate_nodes() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("hostport");
+    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 4})).await;
+    node_pool(
+        &client,
+        crate::lifecycle::node_pool_json(&names, &pool, &class),
+    )
+    .await;
+    let ns = namespace(cp, "hostport").await;
+    let ports = |port: i32| {
+        json!({"containers": [{
+            "name": "app", "image": "fake",
+            "ports": [{"containerPort": port, "hostPort": port}],
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+        }]})
+    };
+    for (prefix, port) in [("web", 8080), ("metrics", 9090)] {
+        let count = if port == 8080 { 2 } else { 1 };
+        let api = Api::<Pod>::namespaced(client.clone(), &ns);
+        for i in 0..count {
+            let mut spec = ports(port);
+            spec["nodeSelector"] = json!({"karpenter.sh/nodepool": pool});
+            let pod: Pod = serde_json::from_value(json!({
+                "metadata": {"name": format!("{prefix}-{i}"), "labels": {RUN_LABEL: names.run}},
+                "spec": spec,
+            }))
+            .unwrap();
+            api.create(&PostParams::default(), &pod).await.unwrap();
+        }
+    }
+    let running = wait_running(&client, &host, &ns, 3, Duration::from_secs(120)).await;
+    let on = |name: &str| {
+        running
+            .iter()
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .map(node_name)
+            .unwrap()
+    };
+    assert_ne!(on("web-0"), on("web-1"), "the two 8080 pods share a node");
+    let made = claims(&client, &names).await;
+    assert_eq!(made.len(), 2, "two nodes for the pods: {made:?}");
+    teardown(&client, &names, &ns).await;
+    host.check_alive();
+}

@@ -231,6 +231,13 @@ pub(crate) fn advance(state: &mut State, now: Instant) -> Vec<NodeAction> {
 }
 
 fn complete(state: &mut State, job: &Job, actions: &mut Vec<NodeAction>) -> JobStatus {
+    // A planned failure changes nothing, except that a failed deploy leaves its VM in Error.
+    if let (Some(failure), false) = (
+        &job.planned_failure,
+        matches!(job.work, JobWork::Deploy { .. }),
+    ) {
+        return JobStatus::Failed(failure.clone());
+    }
     match &job.work {
         JobWork::Deploy { vm_id } => {
             let failed = job.planned_failure.clone();
@@ -255,9 +262,6 @@ fn complete(state: &mut State, job: &Job, actions: &mut Vec<NodeAction>) -> JobS
             JobStatus::Succeeded(json!({ "virtualmachine": vm_json(state, vm) }))
         }
         JobWork::Destroy { vm_id, expunge } => {
-            if let Some(failure) = &job.planned_failure {
-                return JobStatus::Failed(failure.clone());
-            }
             let Some(index) = state.vms.iter().position(|vm| &vm.id == vm_id) else {
                 return JobStatus::Failed(JobFailure {
                     command: None,

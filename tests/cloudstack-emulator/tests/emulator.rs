@@ -4,6 +4,7 @@
 
 mod emulator {
     pub mod api;
+    pub mod bin;
     pub mod cs_client;
     pub mod faults;
     pub mod http;

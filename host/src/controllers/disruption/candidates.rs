@@ -16,7 +16,7 @@ use kube::ResourceExt;
 use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
-use crate::controllers::nodeclaim::{is_true, provider_id};
+use crate::controllers::nodeclaim::{is_true, node_ready, provider_id};
 use crate::controllers::provisioner::snapshot::is_reschedulable;
 pub use crate::controllers::provisioner::snapshot::tainted_disrupted;
 use crate::scheduling::convert;
@@ -137,14 +137,6 @@ pub fn held(
     None
 }
 
-fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
-}
-
 /// Whether a claim is being disrupted (marked) or deleted.
 pub fn disrupting(claim: &NodeClaim) -> bool {
     claim.metadata.deletion_timestamp.is_some()
@@ -215,7 +207,7 @@ pub fn pool_counts(
         let entry = out.entry(pool.clone()).or_default();
         entry.0 += 1;
         let node_leaving = node.is_some_and(|n| {
-            n.metadata.deletion_timestamp.is_some() || tainted_disrupted(n) || !ready(n)
+            n.metadata.deletion_timestamp.is_some() || tainted_disrupted(n) || !node_ready(n)
         });
         if disrupting(claim) || node_leaving {
             entry.1 += 1;

@@ -33,7 +33,6 @@ use crate::consolidation::{
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
-use crate::scheduling::convert;
 use crate::state::View;
 
 /// Consolidation's settings.
@@ -665,7 +664,7 @@ pub fn cluster_from(
         let Ok(pods) = m
             .pods
             .iter()
-            .map(|p| convert::pod(p, &snapshot.namespaces))
+            .map(|p| snapshot.pod(p))
             .collect::<Result<Vec<_>, _>>()
         else {
             continue;

@@ -12,8 +12,10 @@ use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
+use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
+use crate::scheduling::convert::volumes::VolumeIndex;
 use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
@@ -45,6 +47,8 @@ pub struct Snapshot {
     pub namespaces: NamespaceLabels,
     /// Provider IDs of the nodes that are leaving: their claims are no capacity.
     pub leaving: HashSet<String>,
+    /// Persistent volume claims, volumes and storage classes, for volume topology.
+    pub volumes: VolumeIndex,
 }
 
 /// What [`Snapshot::input`] built, with what it had to leave out.
@@ -175,6 +179,11 @@ impl Snapshot {
                 .filter(|n| leaving.contains(n.name_any().as_str()))
                 .filter_map(|n| n.spec.as_ref()?.provider_id.clone())
                 .collect(),
+            volumes: VolumeIndex::new(
+                view.volume_claims.iter().map(AsRef::as_ref),
+                view.volumes.iter().map(AsRef::as_ref),
+                view.storage_classes.iter().map(AsRef::as_ref),
+            ),
         }
     }
 
@@ -194,6 +203,16 @@ impl Snapshot {
         }
     }
 
+    /// `pod` as the scheduler sees it, with where its volumes let it run.
+    pub fn pod(&self, pod: &Pod) -> Result<scheduling::Pod, String> {
+        let mut converted = convert::pod(pod, &self.namespaces).map_err(|err| err.to_string())?;
+        converted.volume_requirements = self
+            .volumes
+            .requirements(pod)
+            .map_err(|err| err.to_string())?;
+        Ok(converted)
+    }
+
     /// The simulation input: pending pods, pools with their instance types and remaining limits,
     /// existing nodes with their pods, in-flight claims and DaemonSet templates.
     pub async fn input(&self, ctx: &Context, cache: &InstanceTypeCache) -> Built {
@@ -204,16 +223,20 @@ impl Snapshot {
     pub async fn input_from(&self, source: &impl InstanceTypeSource) -> Built {
         let mut built = Built::default();
         for (i, pod) in self.pending.iter().enumerate() {
-            match convert::pod(pod, &self.namespaces) {
+            match self.pod(pod) {
                 Ok(p) => {
                     built.input.pods.push(p);
                     built.pod_index.push(i);
                 }
-                Err(err) => built.rejected.push((i, err.to_string())),
+                Err(err) => built.rejected.push((i, err)),
             }
         }
         for pool in &self.pools {
             let name = pool.name_any();
+            if let Some(why) = not_for_dynamic_provisioning(pool) {
+                built.skipped_pools.push((name, why));
+                continue;
+            }
             match self.pool_view(source, pool).await {
                 Ok(view) => built.input.node_pools.push(view),
                 Err(err) => {
@@ -304,6 +327,31 @@ impl Snapshot {
         view.remaining = limits::remaining(view.limits.as_ref(), pool, &usage);
         Ok(view)
     }
+}
+
+/// Why `pool` takes no part in provisioning for pending pods, if it does not: a static pool
+/// (`spec.replicas`) keeps its own count and is never used for pending pods, and a pool whose
+/// `Ready` condition is `False` is left out as Karpenter leaves it out (a pool whose status is
+/// not written yet is used: Capstan does not wait a status round for a new pool).
+pub fn not_for_dynamic_provisioning(pool: &NodePool) -> Option<String> {
+    if pool.spec.replicas.is_some() {
+        return Some("a static nodepool (spec.replicas) is not used for pending pods".to_owned());
+    }
+    let ready = pool
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, crate::controllers::nodepool_status::READY))?;
+    (ready.status == ConditionStatus::False).then(|| {
+        format!(
+            "nodepool is not ready: {}",
+            ready
+                .message
+                .as_deref()
+                .filter(|m| !m.is_empty())
+                .or(ready.reason.as_deref())
+                .unwrap_or("Ready=False")
+        )
+    })
 }
 
 /// An in-flight claim. Before launch it has no allocatable yet: what it was sized for (its

@@ -2,6 +2,7 @@ use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::json;
 
+use super::snapshot::not_for_dynamic_provisioning;
 use super::*;
 use crate::scheduling::Requirement;
 
@@ -68,6 +69,15 @@ fn filters_provisionable_pods() {
     let mut failed = pending_pod();
     failed.status.as_mut().unwrap().phase = Some("Failed".into());
     assert!(!is_provisionable(&failed));
+
+    let mut preempting = pending_pod();
+    preempting.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
+    assert!(
+        !is_provisionable(&preempting),
+        "nominated by preemption: it waits for its victims"
+    );
+    preempting.status.as_mut().unwrap().nominated_node_name = Some(String::new());
+    assert!(is_provisionable(&preempting), "an empty nomination is none");
 }
 
 /// Bounds below zero (a pool's `Gte 0`, a pod's `Gt -5` or `Lt -1`) become ones the NodeClaim CRD
@@ -135,6 +145,10 @@ fn builds_a_claim_from_a_pool_and_a_decision() {
     assert_eq!(labels["karpenter.sh/nodepool"], "general");
     assert_eq!(labels["team"], "a");
     assert_eq!(labels["run"], "t1");
+    assert_eq!(
+        labels["capstan.dev/nodeclass"], "nc",
+        "Karpenter's node class label"
+    );
     assert_eq!(claim.annotations()[PRICE_ANNOTATION], "0.125");
     assert_eq!(claim.annotations()["note"], "x");
     assert_eq!(claim.spec.taints.len(), 1);
@@ -152,5 +166,50 @@ fn builds_a_claim_from_a_pool_and_a_decision() {
             {"key": "example.com/gen", "operator": "Gt", "values": ["3"]},
             {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a", "b"]},
         ])
+    );
+}
+
+/// Static pools and pools whose `Ready` is `False` take no part in provisioning; a pool whose
+/// status is not written yet does.
+#[test]
+fn static_and_unready_pools_are_left_out() {
+    let pool = |replicas: Option<i64>, ready: Option<&str>| -> NodePool {
+        let mut value = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": {"name": "p"},
+            "spec": {"template": {"spec": {
+                "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "nc"},
+                "requirements": [],
+            }}},
+        });
+        if let Some(n) = replicas {
+            value["spec"]["replicas"] = json!(n);
+        }
+        if let Some(status) = ready {
+            value["status"] = json!({"conditions": [{
+                "type": "Ready", "status": status, "reason": "NodeClassNotReady",
+                "message": "NodeClass nc is not ready", "lastTransitionTime": "2026-01-01T00:00:00Z",
+            }]});
+        }
+        serde_json::from_value(value).unwrap()
+    };
+    assert_eq!(not_for_dynamic_provisioning(&pool(None, None)), None);
+    assert!(
+        not_for_dynamic_provisioning(&pool(Some(3), None))
+            .is_some_and(|why| why.contains("static")),
+        "a static pool"
+    );
+    assert_eq!(
+        not_for_dynamic_provisioning(&pool(None, Some("False"))).as_deref(),
+        Some("nodepool is not ready: NodeClass nc is not ready")
+    );
+    assert_eq!(
+        not_for_dynamic_provisioning(&pool(None, Some("True"))),
+        None
+    );
+    assert_eq!(
+        not_for_dynamic_provisioning(&pool(None, Some("Unknown"))),
+        None
     );
 }

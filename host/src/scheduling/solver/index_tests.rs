@@ -93,6 +93,8 @@ fn pod(i: usize, label: usize, cpu: i64, kind: &Kind) -> Pod {
             },
             label_selector: Some(LabelSelector::labels([("app", LABELS[label])])),
             min_domains: None,
+            node_affinity_policy: NodeInclusionPolicy::Honor,
+            node_taints_policy: NodeInclusionPolicy::Ignore,
         }),
         Kind::Affinity(key, l) => pod.pod_affinity.push(term(key, l)),
         Kind::AntiAffinity(key, l) => pod.pod_anti_affinity.push(term(key, l)),

@@ -2,7 +2,7 @@
 //! groups it owns or is counted in, and preference relaxation (Karpenter's `Preferences.Relax`).
 
 use super::topology::{GroupId, GroupKind, GroupSpec, NamespaceSet, Topology};
-use crate::scheduling::pod::{Pod, PodAffinityTerm, WhenUnsatisfiable};
+use crate::scheduling::pod::{NodeInclusionPolicy, Pod, PodAffinityTerm, WhenUnsatisfiable};
 use crate::scheduling::requirements::Requirements;
 use crate::scheduling::resources::Resources;
 use crate::scheduling::taints::{Taint, TaintEffect, Toleration};
@@ -12,11 +12,14 @@ use crate::scheduling::taints::{Taint, TaintEffect, Toleration};
 pub(super) struct PodState {
     /// The pod's requests, counting the pod itself (`pods: 1`).
     pub(super) requests: Resources,
-    /// Node selector, first remaining required term and heaviest remaining preferred term.
+    /// Node selector, first remaining required term, heaviest remaining preferred term and the
+    /// volume alternative in force.
     pub(super) requirements: Requirements,
     /// Node selector and first remaining required term: what topology treats as the pod's domains.
     pub(super) strict: Requirements,
     required_term: usize,
+    /// Which of the pod's volume alternatives is in force.
+    volume_term: usize,
     /// Preferred node-affinity terms not yet relaxed away, heaviest first.
     preferred_node: Vec<usize>,
     preferred_affinity: Vec<usize>,
@@ -52,8 +55,12 @@ pub(super) fn node_requirements(pod: &Pod, term: usize, preferred: Option<usize>
 }
 
 /// The nodes a spread constraint of `pod` counts: its node selector combined with each required
-/// node-affinity term (ORed); empty when unconstrained.
-fn spread_node_filter(pod: &Pod) -> Vec<Requirements> {
+/// node-affinity term (ORed); empty when unconstrained or when the constraint ignores node
+/// affinity (`nodeAffinityPolicy: Ignore`).
+fn spread_node_filter(pod: &Pod, policy: NodeInclusionPolicy) -> Vec<Requirements> {
+    if policy == NodeInclusionPolicy::Ignore {
+        return Vec::new();
+    }
     let selector = node_requirements(pod, usize::MAX, None);
     if pod.required_node_affinity.is_empty() {
         return if selector.is_empty() {
@@ -81,6 +88,7 @@ fn affinity_spec(pod: &Pod, kind: GroupKind, term: &PodAffinityTerm, inverse: bo
         max_skew: i32::MAX,
         min_domains: None,
         node_filter: Vec::new(),
+        tolerations: None,
         inverse,
     }
 }
@@ -110,6 +118,7 @@ impl PodState {
             requirements: Requirements::new(),
             strict: Requirements::new(),
             required_term: 0,
+            volume_term: 0,
             preferred_node,
             preferred_affinity,
             preferred_anti,
@@ -131,6 +140,9 @@ impl PodState {
             self.required_term,
             self.preferred_node.first().copied(),
         );
+        if let Some(volumes) = pod.volume_requirements.get(self.volume_term) {
+            self.requirements.merge(volumes);
+        }
         self.strict = node_requirements(pod, self.required_term, None);
         self.owned = self
             .owned_specs(pod)
@@ -139,11 +151,6 @@ impl PodState {
     }
 
     fn owned_specs<'a>(&'a self, pod: &'a Pod) -> impl Iterator<Item = GroupSpec> + 'a {
-        let filter = if self.spreads.is_empty() {
-            Vec::new()
-        } else {
-            spread_node_filter(pod)
-        };
         let spreads = self.spreads.iter().map(move |&i| {
             let c = &pod.topology_spread[i];
             GroupSpec {
@@ -153,7 +160,9 @@ impl PodState {
                 selector: c.label_selector.clone(),
                 max_skew: c.max_skew,
                 min_domains: c.min_domains,
-                node_filter: filter.clone(),
+                node_filter: spread_node_filter(pod, c.node_affinity_policy),
+                tolerations: (c.node_taints_policy == NodeInclusionPolicy::Honor)
+                    .then(|| pod.tolerations.clone()),
                 inverse: false,
             }
         });
@@ -211,8 +220,8 @@ impl PodState {
         })
     }
 
-    /// Drops one preference, in Karpenter's order: the first of several required node-affinity
-    /// terms, the heaviest preferred pod affinity, the heaviest preferred pod anti-affinity, the
+    /// Drops one preference, in Karpenter's order: the first of several volume topology
+    /// alternatives, the first of several required node-affinity terms, the heaviest preferred pod affinity, the heaviest preferred pod anti-affinity, the
     /// heaviest preferred node affinity, a `ScheduleAnyway` spread constraint, and finally (when
     /// some pool has such taints) `PreferNoSchedule` taints. Returns what was relaxed.
     pub(super) fn relax(
@@ -221,7 +230,10 @@ impl PodState {
         topology: &mut Topology,
         prefer_no_schedule_exists: bool,
     ) -> Option<&'static str> {
-        let what = if pod.required_node_affinity.len() > self.required_term + 1 {
+        let what = if pod.volume_requirements.len() > self.volume_term + 1 {
+            self.volume_term += 1;
+            "volume topology alternative"
+        } else if pod.required_node_affinity.len() > self.required_term + 1 {
             self.required_term += 1;
             "required node affinity term"
         } else if !self.preferred_affinity.is_empty() {

@@ -84,6 +84,8 @@ fn spread(key: &str, labels: &[(&str, &str)]) -> TopologySpreadConstraint {
         when_unsatisfiable: WhenUnsatisfiable::DoNotSchedule,
         label_selector: Some(LabelSelector::labels(labels.iter().copied())),
         min_domains: None,
+        node_affinity_policy: NodeInclusionPolicy::Honor,
+        node_taints_policy: NodeInclusionPolicy::Ignore,
     }
 }
 
@@ -956,4 +958,239 @@ fn second_on_node_first_on_a_new_claim(inp: &SchedulingInput) {
     );
     assert_eq!(result.new_claims.len(), 1);
     assert_eq!(result.new_claims[0].pods, vec![0]);
+}
+
+/// Two pods binding the same host port never share a node, whatever room there is; a third on
+/// another port, or the same port over UDP, or on a distinct address, shares.
+#[test]
+fn host_ports_keep_conflicting_pods_apart() {
+    let web = |name: &str| pod(name, 100, GI).host_port(8080);
+    let mut udp = pod("udp", 100, GI);
+    udp.host_ports.push(HostPort::new(8080, "UDP"));
+    let mut other_ip = pod("other-ip", 100, GI);
+    other_ip.host_ports.push(HostPort {
+        host_ip: "10.0.0.2".into(),
+        ..HostPort::new(9090, "TCP")
+    });
+    let mut same_ip = pod("same-ip", 100, GI);
+    same_ip.host_ports.push(HostPort {
+        host_ip: "10.0.0.3".into(),
+        ..HostPort::new(9090, "TCP")
+    });
+    let pods = vec![web("a"), web("b"), web("c"), udp, other_ip, same_ip];
+    let result = solve(&input(pods, vec![pool("default")]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(result.new_claims.len(), 3, "{:?}", result.new_claims);
+    for claim in &result.new_claims {
+        let tcp_8080 = claim.pods.iter().filter(|&&p| p < 3).count();
+        assert_eq!(tcp_8080, 1, "one 8080/TCP pod per node: {claim:?}");
+    }
+
+    // A running pod's port counts on its node: the pending twin goes elsewhere.
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([
+            (HOSTNAME.to_owned(), "node-1".to_owned()),
+            (ZONE.to_owned(), "zone-1".to_owned()),
+        ]),
+        allocatable: Resources::new(8000, 16 * GI, 100),
+        used: Resources::new(100, GI, 1),
+        pods: vec![web("running")],
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let inp = SchedulingInput {
+        pods: vec![web("pending"), pod("plain", 100, GI)],
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(
+        result.new_claims[0].pods,
+        vec![0],
+        "the 8080 pod on a new node"
+    );
+    assert_eq!(
+        result.existing_placements,
+        vec![(1, Target::Node("node-1".into()))],
+        "the plain pod on the node"
+    );
+}
+
+#[test]
+fn host_port_conflicts_follow_kube_scheduler() {
+    let any = HostPort::new(80, "TCP");
+    let on = |ip: &str| HostPort {
+        host_ip: ip.into(),
+        ..HostPort::new(80, "TCP")
+    };
+    assert!(any.conflicts(&on("10.0.0.1")), "every address covers one");
+    assert!(on("10.0.0.1").conflicts(&any));
+    assert!(on("10.0.0.1").conflicts(&on("10.0.0.1")));
+    assert!(!on("10.0.0.1").conflicts(&on("10.0.0.2")));
+    assert!(!any.conflicts(&HostPort::new(80, "UDP")));
+    assert!(!any.conflicts(&HostPort::new(81, "TCP")));
+}
+
+/// arm64 pods spread over zones (max skew 1), served by a pool that leaves out zone-3, while
+/// another pool's amd64 nodes are in zone-3: kube-scheduler counts only the zones the pods' node
+/// affinity reaches, so every pod places, three per zone.
+fn arm_spread_beside_an_amd64_zone(policy: NodeInclusionPolicy) -> SchedulingResult {
+    let mut arm = pool("arm");
+    arm.requirements.add(Requirement::not_in(ZONE, ["zone-3"]));
+    arm.requirements.add(Requirement::in_(ARCH, ["arm64"]));
+    let mut amd = pool("amd");
+    amd.requirements.add(Requirement::in_(ZONE, ["zone-3"]));
+    amd.requirements.add(Requirement::in_(ARCH, ["amd64"]));
+    let node = ExistingNode {
+        name: "amd-1".into(),
+        node_pool: Some("amd".into()),
+        labels: BTreeMap::from([
+            (HOSTNAME.to_owned(), "amd-1".to_owned()),
+            (ZONE.to_owned(), "zone-3".to_owned()),
+            (ARCH.to_owned(), "amd64".to_owned()),
+        ]),
+        allocatable: Resources::new(1000, GI, 10),
+        used: Resources::new(900, GI / 2, 1),
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let pods = (0..6)
+        .map(|i| {
+            let mut p = pod(&format!("web-{i}"), 1000, GI)
+                .label("app", "web")
+                .node_selector(ARCH, "arm64");
+            let mut c = spread(ZONE, &[("app", "web")]);
+            c.node_affinity_policy = policy;
+            p.topology_spread.push(c);
+            p
+        })
+        .collect();
+    solve(&SchedulingInput {
+        pods,
+        node_pools: vec![arm, amd],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    })
+}
+
+fn pods_per_zone(result: &SchedulingResult) -> BTreeMap<String, usize> {
+    let mut zones = BTreeMap::new();
+    for claim in &result.new_claims {
+        *zones.entry(zone_of(claim).to_owned()).or_default() += claim.pods.len();
+    }
+    zones
+}
+
+#[test]
+fn spread_counts_only_the_zones_node_affinity_reaches() {
+    let result = arm_spread_beside_an_amd64_zone(NodeInclusionPolicy::Honor);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(
+        pods_per_zone(&result),
+        BTreeMap::from([("zone-1".to_owned(), 3), ("zone-2".to_owned(), 3)])
+    );
+    // `nodeAffinityPolicy: Ignore` counts zone-3 (empty for these pods): kube-scheduler would
+    // hold them to one per reachable zone as well.
+    let ignored = arm_spread_beside_an_amd64_zone(NodeInclusionPolicy::Ignore);
+    assert_eq!(
+        ignored.unschedulable.len(),
+        4,
+        "{:?}",
+        ignored.unschedulable
+    );
+}
+
+/// `nodeTaintsPolicy: Honor`: a zone only a pool with an untolerated taint reaches takes no part
+/// in the skew; with the default (`Ignore`) it does, and holds the pods back.
+#[test]
+fn spread_with_taints_honored_skips_zones_behind_untolerated_taints() {
+    let run = |policy: NodeInclusionPolicy| {
+        let mut open = pool("open");
+        open.requirements.add(Requirement::not_in(ZONE, ["zone-3"]));
+        let mut tainted = pool("tainted");
+        tainted.requirements.add(Requirement::in_(ZONE, ["zone-3"]));
+        tainted
+            .taints
+            .push(Taint::new("dedicated", "gpu", TaintEffect::NoSchedule));
+        let pods = (0..4)
+            .map(|i| {
+                let mut p = pod(&format!("web-{i}"), 1000, GI).label("app", "web");
+                let mut c = spread(ZONE, &[("app", "web")]);
+                c.node_taints_policy = policy;
+                p.topology_spread.push(c);
+                p
+            })
+            .collect();
+        solve(&input(pods, vec![open, tainted]))
+    };
+    let honored = run(NodeInclusionPolicy::Honor);
+    assert!(
+        honored.unschedulable.is_empty(),
+        "{:?}",
+        honored.unschedulable
+    );
+    assert_eq!(
+        pods_per_zone(&honored),
+        BTreeMap::from([("zone-1".to_owned(), 2), ("zone-2".to_owned(), 2)])
+    );
+    let ignored = run(NodeInclusionPolicy::Ignore);
+    assert_eq!(
+        ignored.unschedulable.len(),
+        2,
+        "{:?}",
+        ignored.unschedulable
+    );
+}
+
+/// A pod whose volume lives in zone-2 gets a node in zone-2; with two alternatives (zone-3 or
+/// zone-2) the first that can be met is taken.
+#[test]
+fn volume_topology_places_pods_where_their_volumes_are() {
+    let mut db = pod("db", 1000, GI);
+    db.volume_requirements = vec![Requirements::new().with(Requirement::in_(ZONE, ["zone-2"]))];
+    let result = solve(&input(vec![db.clone()], vec![pool("default")]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(zone_of(&result.new_claims[0]), "zone-2");
+
+    // zone-3 is not offered by this pool: the second alternative holds.
+    let mut west = pool("west");
+    west.requirements.add(Requirement::not_in(ZONE, ["zone-3"]));
+    let mut either = pod("either", 1000, GI);
+    either.volume_requirements = vec![
+        Requirements::new().with(Requirement::in_(ZONE, ["zone-3"])),
+        Requirements::new().with(Requirement::in_(ZONE, ["zone-1"])),
+    ];
+    let result = solve(&input(vec![either], vec![west]));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    assert_eq!(zone_of(&result.new_claims[0]), "zone-1");
+
+    // Volume topology is not the pod's node affinity: spread still counts all three zones, so
+    // a second spread pod pinned by its volume to zone-2 as well exceeds the skew and waits.
+    let spread_db = |name: &str| {
+        let mut p = db.clone().label("app", "db");
+        p.name = name.to_owned();
+        p.topology_spread.push(spread(ZONE, &[("app", "db")]));
+        p
+    };
+    let result = solve(&input(
+        vec![spread_db("db-0"), spread_db("db-1")],
+        vec![pool("default")],
+    ));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.unschedulable.len(), 1, "{result:?}");
 }

@@ -13,6 +13,7 @@ use crate::api::labels::HOSTNAME;
 use crate::scheduling::pod::{Namespaces, Pod};
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::selector::LabelSelector;
+use crate::scheduling::taints::{Taint, TaintEffect, Toleration};
 
 pub(super) type GroupId = usize;
 pub(super) type DomainId = u32;
@@ -65,7 +66,27 @@ pub(super) struct GroupSpec {
     pub(super) min_domains: Option<i32>,
     /// Spread only: nodes count when they satisfy one of these terms (none: every node).
     pub(super) node_filter: Vec<Requirements>,
+    /// Spread with `nodeTaintsPolicy: Honor`: nodes count only when these tolerate their
+    /// `NoSchedule` and `NoExecute` taints.
+    pub(super) tolerations: Option<Vec<Toleration>>,
     pub(super) inverse: bool,
+}
+
+impl GroupSpec {
+    /// Whether a node with `taints` counts for the group (always, unless it honors taints).
+    pub(super) fn admits_taints(&self, taints: &[Taint]) -> bool {
+        self.tolerations.as_ref().is_none_or(|tolerations| {
+            taints
+                .iter()
+                .filter(|t| t.effect != TaintEffect::PreferNoSchedule)
+                .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
+        })
+    }
+
+    /// Whether the group counts only some nodes, by node affinity or taints.
+    pub(super) fn filters_nodes(&self) -> bool {
+        !self.node_filter.is_empty() || self.tolerations.is_some()
+    }
 }
 
 #[derive(Debug)]
@@ -75,6 +96,10 @@ struct Group {
     counts: Vec<u32>,
     /// Domains with a non-zero count.
     nonzero: u32,
+    /// Spread groups that filter nodes: the domains a pod could reach at all (by id); the others
+    /// take no part in the skew (kube-scheduler's `nodeAffinityPolicy`/`nodeTaintsPolicy`).
+    /// `None`: every domain.
+    reachable: Option<Vec<bool>>,
 }
 
 /// The interned domains of one topology key.
@@ -109,6 +134,7 @@ impl Topology {
             key,
             counts: Vec::new(),
             nonzero: 0,
+            reachable: None,
         });
         self.index.insert(spec, id);
         id
@@ -208,13 +234,39 @@ impl Topology {
         &self,
         g: GroupId,
         requirements: &Requirements,
+        taints: &[Taint],
         well_known: &dyn Fn(&str) -> bool,
     ) -> bool {
-        let filter = &self.groups[g].spec.node_filter;
-        filter.is_empty()
-            || filter
-                .iter()
-                .any(|term| requirements.compatible(term, well_known).is_ok())
+        let spec = &self.groups[g].spec;
+        spec.admits_taints(taints)
+            && (spec.node_filter.is_empty()
+                || spec
+                    .node_filter
+                    .iter()
+                    .any(|term| requirements.compatible(term, well_known).is_ok()))
+    }
+
+    /// Restricts spread group `g` to the domains in `values` (see [`Group::reachable`]); values
+    /// that are not registered domains are ignored.
+    pub(super) fn set_reachable<'v>(&mut self, g: GroupId, values: impl Iterator<Item = &'v str>) {
+        let key = self.groups[g].key;
+        let dk = &self.keys[key];
+        let mut reachable = vec![false; dk.names.len()];
+        for v in values {
+            if let Some(&d) = dk.ids.get(v) {
+                reachable[d as usize] = true;
+            }
+        }
+        self.groups[g].reachable = Some(reachable);
+    }
+
+    /// Whether domain `d` takes part in group `g`'s skew.
+    #[inline]
+    fn reachable(&self, g: GroupId, d: DomainId) -> bool {
+        self.groups[g]
+            .reachable
+            .as_ref()
+            .is_none_or(|r| r.get(d as usize).copied().unwrap_or(false))
     }
 
     /// How many matching pods group `g` counts in domain `d`.
@@ -312,6 +364,9 @@ impl Topology {
                 let self_count = u32::from(selects);
                 let mut best: Option<(u32, DomainId)> = None;
                 for d in self.candidates(key, node_domains, hint) {
+                    if !self.reachable(g, d) {
+                        continue;
+                    }
                     let count = self.count(g, d) + self_count;
                     if i64::from(count) - i64::from(min) <= i64::from(group.spec.max_skew)
                         && best.is_none_or(|(c, bd)| (count, d) < (c, bd))
@@ -393,7 +448,8 @@ impl Topology {
         let mut min = u32::MAX;
         let mut domains = 0i64;
         for (d, name) in dk.names.iter().enumerate() {
-            if pod_domains.is_none_or(|s| s.contains(name)) {
+            let reachable = DomainId::try_from(d).is_ok_and(|d| self.reachable(g, d));
+            if reachable && pod_domains.is_none_or(|s| s.contains(name)) {
                 domains += 1;
                 min = min.min(group.counts.get(d).copied().unwrap_or(0));
             }
@@ -444,6 +500,7 @@ mod tests {
             max_skew: skew,
             min_domains: None,
             node_filter: Vec::new(),
+            tolerations: None,
             inverse: false,
         }
     }

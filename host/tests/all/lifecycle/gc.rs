@@ -89,6 +89,37 @@ async fn leaked_instances_and_orphaned_claims_are_collected() {
     .await;
     let node = registered.status.unwrap().node_name.unwrap();
     let nodes = Api::<Node>::all(client.clone());
+    // First its provider stops listing it while its Node stays Ready (the kubelet still reports):
+    // the claim is kept, as Karpenter keeps it.
+    wait_condition(
+        &client,
+        &host,
+        &name,
+        "Initialized",
+        "True",
+        None,
+        Duration::from_secs(60),
+    )
+    .await;
+    nodes
+        .patch(
+            &node,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"capstan.dev/provider": null}}})),
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(6)).await;
+    let kept = Api::<capstan::api::NodeClaim>::all(client.clone())
+        .get_opt(&name)
+        .await
+        .unwrap();
+    assert!(
+        kept.is_some_and(|c| c.metadata.deletion_timestamp.is_none()),
+        "a claim whose Node is Ready was collected after several passes\n{}",
+        host.log_tail()
+    );
+    // Then the instance really goes: Node and all.
     nodes
         .patch(
             &node,

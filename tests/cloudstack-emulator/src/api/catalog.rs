@@ -45,6 +45,16 @@ fn check_id(params: &Params, exists: impl Fn(&str) -> bool) -> Result<(), ApiErr
     }
 }
 
+/// `zoneid` names no zone: CloudStack's 431.
+pub(crate) fn check_zone(state: &State, params: &Params) -> Result<(), ApiError> {
+    match params.get("zoneid") {
+        Some(zone) if state.catalog.zone(zone).is_none() => {
+            Err(ApiError::invalid_id(params.command(), "zoneid", zone))
+        }
+        _ => Ok(()),
+    }
+}
+
 fn zone_name<'a>(state: &'a State, id: &str) -> &'a str {
     state
         .catalog
@@ -131,11 +141,7 @@ fn offering_json(state: &State, o: &ServiceOffering) -> Value {
 /// `listServiceOfferings`: `id`, `name`, `zoneid` (offered there), `keyword`.
 pub fn list_service_offerings(state: &State, params: &Params) -> Result<Value, ApiError> {
     check_id(params, |id| state.catalog.service_offering(id).is_some())?;
-    if let Some(zone) = params.get("zoneid")
-        && state.catalog.zone(zone).is_none()
-    {
-        return Err(ApiError::invalid_id(params.command(), "zoneid", zone));
-    }
+    check_zone(state, params)?;
     let items = state
         .catalog
         .service_offerings
@@ -208,11 +214,7 @@ pub fn list_templates(state: &State, params: &Params) -> Result<Value, ApiError>
         }
     };
     check_id(params, |id| state.catalog.template(id).is_some())?;
-    if let Some(zone) = params.get("zoneid")
-        && state.catalog.zone(zone).is_none()
-    {
-        return Err(ApiError::invalid_id(params.command(), "zoneid", zone));
-    }
+    check_zone(state, params)?;
     let wanted = params.map("tags");
     let mut items = Vec::new();
     for t in state.catalog.templates.iter().filter(|t| visible(t)) {
@@ -300,11 +302,7 @@ fn network_json(state: &State, n: &Network) -> Value {
 /// `listNetworks`: `id`, `zoneid`, `type`, `keyword`, `tags`.
 pub fn list_networks(state: &State, params: &Params) -> Result<Value, ApiError> {
     check_id(params, |id| state.catalog.network(id).is_some())?;
-    if let Some(zone) = params.get("zoneid")
-        && state.catalog.zone(zone).is_none()
-    {
-        return Err(ApiError::invalid_id(params.command(), "zoneid", zone));
-    }
+    check_zone(state, params)?;
     let wanted = params.map("tags");
     let items = state
         .catalog

@@ -4,7 +4,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
-use super::catalog::{cidr_parts, host_address, netmask, tag_json};
+use super::catalog::{check_zone, cidr_parts, host_address, netmask, tag_json};
 use super::error::{ApiError, INSUFFICIENT_CAPACITY_ERROR};
 use super::params::{Params, has_tags};
 use super::{ACCOUNT, DOMAIN, DOMAIN_ID, USER_ID, list};
@@ -351,11 +351,7 @@ pub fn list_vms(state: &State, params: &Params) -> Result<Value, ApiError> {
             return Err(ApiError::invalid_id(cmd, name, id));
         }
     }
-    if let Some(zone) = params.get("zoneid")
-        && state.catalog.zone(zone).is_none()
-    {
-        return Err(ApiError::invalid_id(cmd, "zoneid", zone));
-    }
+    check_zone(state, params)?;
     let wanted = params.map("tags");
     let want_state = params.get("state");
     let contains =

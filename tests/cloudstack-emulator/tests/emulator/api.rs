@@ -382,6 +382,28 @@ async fn jobs_stay_pending_for_the_configured_polls_then_fail_as_told() -> Resul
         cs.vm_named("doomed").map(|vm| vm.state),
         Some(VmState::Error)
     );
+    // Any job can be made to fail; a failed createTags tags nothing.
+    cs.fail_next_job(JobFailure {
+        command: Some("createTags".into()),
+        errorcode: 530,
+        errortext: "tagging failed".into(),
+    });
+    let doomed = cs.vm_named("doomed").map(|vm| vm.id).unwrap_or_default();
+    let tagged = ok(
+        &cs,
+        "createTags",
+        &[
+            ("resourceids", &doomed),
+            ("resourcetype", "UserVm"),
+            ("tags[0].key", "k"),
+            ("tags[0].value", "v"),
+        ],
+    )
+    .await?;
+    let job = wait_job(&cs, tagged["jobid"].as_str().unwrap_or_default()).await?;
+    assert_eq!(job["jobstatus"], 2, "{job}");
+    assert_eq!(job["jobresult"]["errortext"], "tagging failed");
+    assert_eq!(cs.vm(&doomed).map(|vm| vm.tags.len()), Some(0));
 
     // A full zone: insufficient capacity (533) from the job.
     assert!(cs.set_zone_capacity(sample::ZONE_B, Some(1)));
@@ -404,7 +426,7 @@ async fn jobs_stay_pending_for_the_configured_polls_then_fail_as_told() -> Resul
     let job = wait_job(&cs, second["jobid"].as_str().unwrap_or_default()).await?;
     assert_eq!(job["jobstatus"], 2);
     assert_eq!(job["jobresult"]["errorcode"], 533);
-    assert_eq!(cs.jobs().iter().filter(|j| j.status == 2).count(), 2);
+    assert_eq!(cs.jobs().iter().filter(|j| j.status == 2).count(), 3);
 
     // A destroy waits for the deploy it follows.
     cs.set_job_latency(JobLatency::duration(Duration::from_millis(300)));
