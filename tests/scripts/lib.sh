@@ -63,6 +63,8 @@ ensure_image_tools() {
   local missing=()
   command -v umoci >/dev/null 2>&1 || missing+=(umoci)
   command -v runc >/dev/null 2>&1 || missing+=(runc)
+  # The outbound HTTPS test makes its private CA with openssl.
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
   # The image's base packages are apt's candidates: apt's lists must be there.
   local policy
   policy=$(apt-cache policy libc6 2>/dev/null || true)

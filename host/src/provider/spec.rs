@@ -383,4 +383,128 @@ mod tests {
         });
         assert!(none.contains("concurrency"), "{none}");
     }
+
+    fn config_spec(config: Vec<crate::api::provider::ProviderConfigEntry>) -> ProviderSpec {
+        let mut spec = spec(Vec::new(), None);
+        spec.config = config;
+        spec
+    }
+
+    fn from_secret(
+        name: &str,
+        secret: &str,
+        key: &str,
+    ) -> crate::api::provider::ProviderConfigEntry {
+        crate::api::provider::ProviderConfigEntry {
+            name: name.into(),
+            value: None,
+            secret_key_ref: Some(crate::api::provider::LocalObjectKey {
+                name: secret.into(),
+                key: key.into(),
+            }),
+        }
+    }
+
+    fn secret(name: &str, data: &[(&str, &[u8])]) -> (String, Secret) {
+        let secret = Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| ((*k).to_owned(), k8s_openapi::ByteString(v.to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        };
+        (name.to_owned(), secret)
+    }
+
+    #[test]
+    fn config_resolves_values_and_secret_keys() {
+        let mut literal = from_secret("zone", "x", "y");
+        literal.secret_key_ref = None;
+        literal.value = Some("zone-a".into());
+        let spec = config_spec(vec![from_secret("api-key", "creds", "key"), literal]);
+        let secrets = BTreeMap::from([secret("creds", &[("key", b"s3cr3t")])]);
+        let values = config_values(&spec, "ns", &secrets).unwrap();
+        assert_eq!(values.get("api-key"), Some("s3cr3t"));
+        assert_eq!(values.get("zone"), Some("zone-a"));
+        assert_eq!(secret_names(&spec).collect::<Vec<_>>(), ["creds"]);
+    }
+
+    #[test]
+    fn missing_secrets_and_keys_are_named_never_valued() {
+        let spec = config_spec(vec![from_secret("api-key", "creds", "key")]);
+        let err = config_values(&spec, "ns", &BTreeMap::new()).unwrap_err();
+        assert_eq!(err.reason(), "SecretNotFound");
+        assert!(err.blocks_ready());
+        assert!(err.to_string().contains("ns/creds"), "{err}");
+
+        let secrets = BTreeMap::from([secret("creds", &[("other", b"s3cr3t")])]);
+        let err = config_values(&spec, "ns", &secrets).unwrap_err();
+        assert_eq!(err.reason(), "SecretKeyNotFound");
+        let text = err.to_string();
+        assert!(text.contains("\"key\"") && text.contains("other"), "{text}");
+        assert!(!text.contains("s3cr3t"), "{text}");
+
+        let secrets = BTreeMap::from([secret("creds", &[("key", &[0xff, 0xfe])])]);
+        let err = config_values(&spec, "ns", &secrets).unwrap_err();
+        assert_eq!(err.reason(), "InvalidConfig");
+        assert!(!err.blocks_ready());
+    }
+
+    #[test]
+    fn config_entries_need_exactly_one_source_and_unique_names() {
+        let mut both = from_secret("k", "s", "k");
+        both.value = Some("v".into());
+        let err = config_values(&config_spec(vec![both]), "ns", &BTreeMap::new()).unwrap_err();
+        assert!(err.to_string().contains("exactly one"), "{err}");
+        let mut neither = from_secret("k", "s", "k");
+        neither.secret_key_ref = None;
+        assert_eq!(
+            config_values(&config_spec(vec![neither]), "ns", &BTreeMap::new())
+                .unwrap_err()
+                .reason(),
+            "InvalidConfig"
+        );
+        let secrets = BTreeMap::from([secret("s", &[("k", b"v")])]);
+        let twice = config_spec(vec![from_secret("k", "s", "k"), from_secret("k", "s", "k")]);
+        assert!(
+            config_values(&twice, "ns", &secrets)
+                .unwrap_err()
+                .to_string()
+                .contains("repeated")
+        );
+    }
+
+    #[test]
+    fn egress_and_http_limits_parse() {
+        let mut spec = spec(
+            Vec::new(),
+            Some(ProviderLimits {
+                http_connect_timeout: Some("2s".into()),
+                http_max_response_body: Some(Quantity::new("1Mi")),
+                ..ProviderLimits::default()
+            }),
+        );
+        let http = http_limits(&spec).unwrap();
+        assert_eq!(http.connect_timeout, Duration::from_secs(2));
+        assert_eq!(http.max_response_body, 1 << 20);
+        assert_eq!(
+            http.first_byte_timeout,
+            HttpLimits::default().first_byte_timeout
+        );
+        spec.egress = vec!["https://api.example.com".into(), "ftp://x".into()];
+        let err = egress(&spec).unwrap_err();
+        assert_eq!(err.reason(), "InvalidEgress");
+        assert!(err.to_string().contains("ftp://x"), "{err}");
+        spec.limits = Some(ProviderLimits {
+            http_max_response_body: Some(Quantity::new("0")),
+            ..ProviderLimits::default()
+        });
+        assert!(
+            http_limits(&spec)
+                .unwrap_err()
+                .to_string()
+                .contains("httpMaxResponseBody")
+        );
+    }
 }

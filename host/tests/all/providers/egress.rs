@@ -1,7 +1,8 @@
 //! Contract 0.2 against the real API server: outbound HTTP under the Provider's egress grants
 //! (allowed, denied with an Event and a count, wildcard rules, size cap, timeouts, redirects not
 //! followed), configuration and credentials from Secrets (rotation without a restart, a missing
-//! Secret or key as `Ready=False`, values never in the log), with the `egress` fixture guest.
+//! Secret or key as `Ready=False`, values never in the log), HTTPS with a private CA, with the
+//! `egress` fixture guest.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -216,6 +217,7 @@ fn spec_with(setup: &Setup, egress: Vec<String>, config: Vec<ProviderConfigEntry
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn egress_grants_are_enforced_on_the_real_authority() {
     let setup = Setup::start("egress", |_| {}).await;
+    let name = setup.names.name("egress");
     let allowed = TestServer::start().await;
     let other = TestServer::start().await;
     let bytes = wasm("egress");
@@ -226,10 +228,10 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
         "https://*.example.invalid:8443".to_owned(),
     ];
     setup
-        .put_provider("egress", spec_with(&setup, rules, Vec::new()))
+        .put_provider(&name, spec_with(&setup, rules, Vec::new()))
         .await;
-    let pre = setup.wait_serving("egress", &digest).await;
-    let loaded = setup.wait_loaded("egress", &digest).await;
+    let pre = setup.wait_serving(&name, &digest).await;
+    let loaded = setup.wait_loaded(&name, &digest).await;
     assert_eq!(
         loaded.status.and_then(|s| s.wit_version).as_deref(),
         Some("0.2.0")
@@ -259,11 +261,11 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
     );
     let counters = pre.capabilities().metrics().snapshot();
     assert_eq!(counters.http_denied, 4, "{counters:?}");
-    setup.wait_event("egress", "PermissionDenied").await;
+    setup.wait_event(&name, "PermissionDenied").await;
     let wanted = format!("GET http://127.0.0.1:{}", other.port);
     let notes = wait_until(Duration::from_secs(30), "the denial Event", || async {
         let notes: Vec<String> = setup
-            .events("egress", "PermissionDenied")
+            .events(&name, "PermissionDenied")
             .await
             .into_iter()
             .filter_map(|e| e.note)
@@ -278,7 +280,9 @@ async fn egress_grants_are_enforced_on_the_real_authority() {
     );
     let metrics = capstan::serve::metrics_text(&setup.registry).expect("metrics");
     assert!(
-        metrics.contains(r#"capstan_provider_http_denied_total{provider="egress"} 4"#),
+        metrics.contains(&format!(
+            r#"capstan_provider_http_denied_total{{provider="{name}"}} 4"#
+        )),
         "{metrics}"
     );
 
@@ -337,6 +341,8 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     let _guard = tracing::subscriber::set_default(subscriber);
 
     let setup = Setup::start("egress-config", |_| {}).await;
+    let name = setup.names.name("egress");
+    let name2 = setup.names.name("egress-2");
     let first = format!("first-{}", setup.names.run);
     let second = format!("second-{}", setup.names.run);
     put_secret(&setup, "creds", &[("api-key", &first)]).await;
@@ -348,9 +354,9 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         value_entry("zone", "zone-a"),
     ];
     setup
-        .put_provider("egress", spec_with(&setup, Vec::new(), config.clone()))
+        .put_provider(&name, spec_with(&setup, Vec::new(), config.clone()))
         .await;
-    let pre = setup.wait_serving("egress", &digest).await;
+    let pre = setup.wait_serving(&name, &digest).await;
     assert_eq!(probe(&pre, "config:api-key").await.unwrap()["value"], first);
     assert_eq!(probe(&pre, "config:zone").await.unwrap()["value"], "zone-a");
     let missing = probe(&pre, "config:nope").await.expect_err("undefined key");
@@ -367,8 +373,17 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         }
     })
     .await
-    .expect("rotation");
-    let serving = setup.registry.get("egress").expect("serving");
+    .unwrap_or_else(|err| {
+        let text = log.text();
+        let tail: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("capstan") || l.contains("Secret") || l.contains("secret"))
+            .rev()
+            .take(40)
+            .collect();
+        panic!("rotation: {err:?}\n{}", tail.join("\n"))
+    });
+    let serving = setup.registry.get(&name).expect("serving");
     assert!(
         Arc::ptr_eq(&serving, &pre),
         "rotation reloaded the provider"
@@ -378,11 +393,11 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     let mut bad = config.clone();
     bad[0] = secret_entry("api-key", "creds", "missing-key");
     setup
-        .put_provider("egress", spec_with(&setup, Vec::new(), bad))
+        .put_provider(&name, spec_with(&setup, Vec::new(), bad))
         .await;
     let message = ready_message(
         setup
-            .wait_condition("egress", "Ready", "False", "SecretKeyNotFound")
+            .wait_condition(&name, "Ready", "False", "SecretKeyNotFound")
             .await,
     );
     assert!(message.contains("missing-key"), "{message}");
@@ -390,7 +405,7 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         message.contains("api-key"),
         "the Secret's keys are named: {message}"
     );
-    let serving = setup.registry.get("egress").expect("still serving");
+    let serving = setup.registry.get(&name).expect("still serving");
     assert_eq!(
         probe(&serving, "config:api-key").await.unwrap()["value"],
         second
@@ -401,7 +416,7 @@ async fn config_comes_from_secrets_and_follows_rotation() {
     setup.put_source("egress", "provider.wasm", &bytes).await;
     setup
         .put_provider(
-            "egress-2",
+            &name2,
             spec_with(
                 &setup,
                 Vec::new(),
@@ -411,13 +426,13 @@ async fn config_comes_from_secrets_and_follows_rotation() {
         .await;
     let message = ready_message(
         setup
-            .wait_condition("egress-2", "Ready", "False", "SecretNotFound")
+            .wait_condition(&name2, "Ready", "False", "SecretNotFound")
             .await,
     );
     assert!(message.contains("later"), "{message}");
-    assert!(setup.registry.get("egress-2").is_none());
+    assert!(setup.registry.get(&name2).is_none());
     put_secret(&setup, "later", &[("token", &first)]).await;
-    let pre2 = setup.wait_serving("egress-2", &digest).await;
+    let pre2 = setup.wait_serving(&name2, &digest).await;
     assert_eq!(probe(&pre2, "config:token").await.unwrap()["value"], first);
 
     let text = log.text();
@@ -431,4 +446,134 @@ async fn config_comes_from_secrets_and_follows_rotation() {
             "a Secret value is in the log"
         );
     }
+}
+
+/// An HTTPS server on 127.0.0.1 whose certificate (for IP 127.0.0.1) is signed by nobody the
+/// system trusts; answers `hello-tls` to anything. Returns the port, the certificate (PEM) and the
+/// server task.
+async fn tls_server() -> (u16, String, tokio::task::JoinHandle<()>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::env::temp_dir().join(format!(
+        "capstan-egress-tls-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+        ])
+        .args(["-nodes", "-days", "1", "-subj", "/CN=capstan-test"])
+        .args(["-addext", "subjectAltName=IP:127.0.0.1"])
+        .args(["-addext", "basicConstraints=critical,CA:FALSE"])
+        .args(["-addext", "extendedKeyUsage=serverAuth"])
+        .arg("-keyout")
+        .arg(dir.join("key.pem"))
+        .arg("-out")
+        .arg(dir.join("cert.pem"))
+        .output()
+        .expect("openssl");
+    assert!(
+        status.status.success(),
+        "{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let cert_pem = std::fs::read_to_string(dir.join("cert.pem")).unwrap();
+    let key_pem = std::fs::read(dir.join("key.pem")).unwrap();
+    std::fs::remove_dir_all(&dir).ok();
+    let certs = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(&key_pem).unwrap();
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let port = listener.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut stream) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => request.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let reply =
+                    "HTTP/1.1 200 OK\r\ncontent-length: 9\r\nconnection: close\r\n\r\nhello-tls";
+                let _ = stream.write_all(reply.as_bytes()).await;
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    (port, cert_pem, task)
+}
+
+/// HTTPS trusts the system's roots plus the Provider's CA bundle: a server with a private
+/// certificate is refused until `egressCABundle` names it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn https_trusts_the_providers_ca_bundle() {
+    let setup = Setup::start("egress-tls", |_| {}).await;
+    let name = setup.names.name("egress");
+    let (port, cert_pem, server) = tls_server().await;
+    let bytes = wasm("egress");
+    let digest = capstan::provider::source::sha256_hex(&bytes);
+    setup.put_source("egress", "provider.wasm", &bytes).await;
+    let url = format!("https://127.0.0.1:{port}/");
+    let mut spec = spec_with(
+        &setup,
+        vec![format!("https://127.0.0.1:{port}")],
+        Vec::new(),
+    );
+    setup.put_provider(&name, spec.clone()).await;
+    let pre = setup.wait_serving(&name, &digest).await;
+    let err = probe(&pre, &url).await.expect_err("untrusted certificate");
+    assert!(err.contains("Tls"), "{err}");
+
+    setup
+        .put_config_map("private-ca", None, Some(("ca.crt", &cert_pem)))
+        .await;
+    spec.egress_ca_bundle = Some(LocalObjectKey {
+        name: "private-ca".into(),
+        key: "ca.crt".into(),
+    });
+    setup.put_provider(&name, spec).await;
+    let registry = Arc::clone(&setup.registry);
+    let answer = wait_until(Duration::from_secs(60), "HTTPS with the CA bundle", || {
+        let registry = Arc::clone(&registry);
+        let url = url.clone();
+        let name = name.as_str();
+        async move {
+            let Some(pre) = registry.get(name) else {
+                return Ok::<_, String>(None);
+            };
+            Ok(probe(&pre, &url).await.ok())
+        }
+    })
+    .await
+    .expect("trusted");
+    assert_eq!(answer["status"], "200");
+    assert_eq!(answer["body"], "hello-tls");
+    server.abort();
 }
