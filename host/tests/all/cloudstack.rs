@@ -165,6 +165,21 @@ impl World {
         (class, pool)
     }
 
+    /// Waits until NodeClass `class` is `Ready=False`; its reason and message.
+    async fn wait_class_not_ready(&self, host: &Host, class: &str) -> (String, String) {
+        wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
+            host.check_alive();
+            Ok::<_, String>(
+                class_ready(&self.client, class)
+                    .await
+                    .filter(|(status, _, _)| status == "False")
+                    .map(|(_, reason, message)| (reason, message)),
+            )
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()))
+    }
+
     /// VMs that are not destroyed.
     fn live_vms(&self) -> Vec<capstan_cloudstack_emulator::Vm> {
         self.cs
@@ -402,17 +417,7 @@ async fn a_wrong_secret_is_a_clear_condition_until_the_secret_is_rotated() {
         .node_selector(json!({"karpenter.sh/nodepool": pool}))
         .create()
         .await;
-    let (_, reason, message) =
-        wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
-            host.check_alive();
-            Ok::<_, String>(
-                class_ready(&world.client, &class)
-                    .await
-                    .filter(|(status, _, _)| status == "False"),
-            )
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    let (reason, message) = world.wait_class_not_ready(&host, &class).await;
     assert_eq!(reason, "NodeClassNotReady");
     assert!(message.starts_with("CloudStackAuthFailed: "), "{message}");
     assert!(
@@ -447,16 +452,7 @@ async fn an_endpoint_outside_the_egress_grants_is_denied_and_reported() {
     // Another port on the same host: not granted.
     params["endpoint"] = json!("http://127.0.0.1:9/client/api");
     let (class, _) = world.class_and_pool(params).await;
-    let (_, _, message) = wait_until(Duration::from_secs(60), "NodeClass not ready", || async {
-        host.check_alive();
-        Ok::<_, String>(
-            class_ready(&world.client, &class)
-                .await
-                .filter(|(status, _, _)| status == "False"),
-        )
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    let (_, message) = world.wait_class_not_ready(&host, &class).await;
     assert!(message.starts_with("EgressDenied: "), "{message}");
     assert!(message.contains("127.0.0.1:9"), "{message}");
     let events = wait_until(Duration::from_secs(30), "the denial Event", || async {

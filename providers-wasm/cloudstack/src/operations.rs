@@ -129,6 +129,24 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
         }
     }
 
+    /// The tags a VM launched for `claim` carries: the NodeClass's and the ownership tags.
+    fn vm_tags(
+        &self,
+        params: &Parameters,
+        class_name: &str,
+        claim: &NodeClaim,
+    ) -> Vec<(String, String)> {
+        let hash = params.hash();
+        let owner = Ownership {
+            cluster: &self.cluster,
+            node_claim: &claim.name,
+            node_pool: claim.node_pool_name.as_deref(),
+            node_class: class_name,
+            parameters_hash: &hash,
+        };
+        tags::vm_tags(&params.tags, &owner)
+    }
+
     /// The WIT catalog for a NodeClass.
     pub fn catalog(
         &mut self,
@@ -159,15 +177,7 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
         let unavailable = self.unavailable();
         let candidates = selection::candidates(&resolved, &requirements, &requests, &unavailable)
             .map_err(ProviderError::InsufficientCapacity)?;
-        let hash = params.hash();
-        let owner = Ownership {
-            cluster: &self.cluster,
-            node_claim: &claim.name,
-            node_pool: claim.node_pool_name.as_deref(),
-            node_class: class_name,
-            parameters_hash: &hash,
-        };
-        let vm_tags = tags::vm_tags(&params.tags, &owner);
+        let vm_tags = self.vm_tags(params, class_name, claim);
         let mut no_capacity = Vec::new();
         let mut sold_out: Unavailable = Unavailable::new();
         let mut attempts = 0;
@@ -258,16 +268,8 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
             return Ok(None);
         }
         if vm.tag(tags::NODE_CLAIM).is_none() {
-            let hash = params.hash();
-            let owner = Ownership {
-                cluster: &self.cluster,
-                node_claim: &claim.name,
-                node_pool: claim.node_pool_name.as_deref(),
-                node_class: class_name,
-                parameters_hash: &hash,
-            };
-            let all = tags::vm_tags(&params.tags, &owner);
-            let missing: Vec<(String, String)> = all
+            let missing: Vec<(String, String)> = self
+                .vm_tags(params, class_name, claim)
                 .into_iter()
                 .filter(|(k, _)| vm.tag(k).is_none())
                 .collect();
