@@ -257,3 +257,54 @@ async fn the_documented_example_is_valid() {
         "small, medium, large and the GPU offering"
     );
 }
+
+/// `capstan provider test` (the CLI) runs the kit against the emulator: egress and
+/// configuration from flags, the secret from a file; every check passes, none is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capstan_provider_test_passes_against_the_emulator() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let secret = dir.join(capstan_test_support::unique_name("cs-secret"));
+    std::fs::write(&secret, format!("{DEFAULT_SECRET_KEY}\n")).unwrap();
+    let class = dir.join(capstan_test_support::unique_name("cs-class.json"));
+    std::fs::write(&class, parameters().to_string()).unwrap();
+    let file = crate::fixtures::providers_dir().join("cloudstack.wasm");
+    let args: Vec<String> = vec![
+        "provider".into(),
+        "test".into(),
+        file.display().to_string(),
+        "--egress".into(),
+        format!("http://{}", cs.addr()),
+        "--config".into(),
+        format!("api-key={DEFAULT_API_KEY}"),
+        "--config".into(),
+        format!("secret-key=@{}", secret.display()),
+        "--config".into(),
+        format!("endpoint={}", cs.url()),
+        "--node-class".into(),
+        class.display().to_string(),
+        "--cache-dir".into(),
+        dir.join("components").display().to_string(),
+    ];
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("13 passed, 0 failed, 0 skipped"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(DEFAULT_SECRET_KEY), "{stdout}");
+    assert!(cs.vms().is_empty(), "the kit's VM was expunged");
+    assert!(cs.count("destroyVirtualMachine") >= 1);
+}
