@@ -14,7 +14,7 @@ out="$(realpath -m "${1:-$here/target/wasm}")"
 CARGO_TARGET_DIR="$(realpath -m "${CARGO_TARGET_DIR:-$here/target}")"
 export CARGO_TARGET_DIR
 target=wasm32-wasip2
-artifacts=(kwok clusterapi chaos egress)
+artifacts=(kwok clusterapi chaos egress cloudstack)
 
 if command -v rustup >/dev/null 2>&1; then
   if ! rustup target list --installed | grep -qx "$target"; then
@@ -28,7 +28,7 @@ cd "$here"
 cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi -p capstan-fixture-chaos
 # 0.2 guests on their own: their SDK feature (`v0_2`) must not reach the 0.1 guests (cargo unifies
 # features within one build).
-cargo build --release --target "$target" -p capstan-fixture-egress
+cargo build --release --target "$target" -p capstan-fixture-egress -p capstan-provider-cloudstack
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do

@@ -117,7 +117,7 @@ fn test_without_a_cluster_skips_cluster_checks_and_reports_failures() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("SKIP  create: needs a cluster: pass --kubeconfig"),
+        stdout.contains("SKIP  create: needs a cluster or a cloud: pass --kubeconfig or --egress"),
         "{stdout}"
     );
     let last = stdout.trim_end().lines().last().unwrap();

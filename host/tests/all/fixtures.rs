@@ -1,4 +1,4 @@
-//! Guest fixtures (`kwok.wasm`, `chaos.wasm`), built once per test binary with
+//! Guest fixtures (`kwok.wasm`, `chaos.wasm`, `cloudstack.wasm`, ...), built once per test binary with
 //! `providers-wasm/build.sh`, and a runtime shared by the tests.
 
 use std::path::{Path, PathBuf};
@@ -93,6 +93,16 @@ pub fn chaos_compiled() -> &'static Compiled {
 pub fn kwok_compiled() -> &'static Compiled {
     static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| runtime().compile(kwok_bytes()).expect("kwok compiles"))
+}
+
+/// `cloudstack.wasm` (contract 0.2), compiled once.
+pub fn cloudstack_compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        runtime()
+            .compile(&wasm("cloudstack"))
+            .expect("cloudstack compiles")
+    })
 }
 
 /// A chaos provider with these limits and capabilities.

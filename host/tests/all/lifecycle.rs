@@ -159,6 +159,11 @@ impl Host {
         lines[lines.len().saturating_sub(60)..].join("\n")
     }
 
+    /// The whole log.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
     /// Panics with the log if the host exited.
     pub fn check_alive(&self) {
         let exited = match self.child.lock().unwrap().as_mut() {
@@ -299,6 +304,23 @@ pub async fn wait_condition(
             )
         }
     }
+}
+
+/// `Ready` of NodeClass `name`: `(status, reason, message)`.
+pub async fn class_ready(client: &Client, name: &str) -> Option<(String, String, String)> {
+    let class = Api::<NodeClass>::all(client.clone()).get(name).await.ok()?;
+    class
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| {
+            (
+                format!("{:?}", c.status),
+                c.reason.unwrap_or_default(),
+                c.message.unwrap_or_default(),
+            )
+        })
 }
 
 /// Waits until claim `name` is gone.

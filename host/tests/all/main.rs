@@ -13,6 +13,7 @@ mod bench_e2e;
 mod cache;
 mod chart;
 mod cli;
+mod cloudstack;
 mod clusterapi;
 mod conformance;
 mod consolidation;

@@ -11,8 +11,11 @@ use anyhow::{Context, Result};
 use clap::Args;
 
 use capstan::capability::Capabilities;
+use capstan::capability::config::ConfigValues;
+use capstan::capability::egress::EgressRules;
 use capstan::capability::grants::{Cluster, Grants, parse as grants_parse};
 use capstan::capability::kube::ClusterConnection;
+use capstan::capability::outbound_http::HttpSettings;
 use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::{NodeClass, NodePool};
@@ -38,6 +41,14 @@ pub struct TestArgs {
     /// (repeatable; added to --grants).
     #[arg(long = "grant")]
     grant: Vec<String>,
+    /// An egress rule for a contract 0.2 provider's outbound HTTP (`https://api.example.com`,
+    /// `http://127.0.0.1:8080`; repeatable). Without one every request is denied.
+    #[arg(long = "egress")]
+    egress: Vec<String>,
+    /// A configuration value for a contract 0.2 provider, `name=value`, or `name=@file` to read
+    /// the value from a file (keeps secrets out of the command line; repeatable).
+    #[arg(long = "config")]
+    config: Vec<String>,
     /// NodeClass parameters for the test (a JSON or YAML object).
     #[arg(long)]
     node_class: Option<PathBuf>,
@@ -85,7 +96,29 @@ async fn run_async(args: TestArgs) -> Result<ExitCode> {
         None => "{}".to_owned(),
     };
 
-    let mut caps = Capabilities::builder("conformance").grants(grants);
+    let rules = EgressRules::parse(&args.egress).map_err(|e| anyhow::anyhow!("--egress: {e}"))?;
+    let mut config = Vec::new();
+    for entry in &args.config {
+        let (name, value) = entry
+            .split_once('=')
+            // Never echo the entry: it may be a secret pasted without its name.
+            .context("--config: an entry without `=`: expected name=value or name=@file")?;
+        let value = match value.strip_prefix('@') {
+            Some(path) => fs::read_to_string(path)
+                .with_context(|| format!("--config {name}: cannot read {path}"))?
+                .trim_end_matches(['\n', '\r'])
+                .to_owned(),
+            None => value.to_owned(),
+        };
+        config.push((name.to_owned(), value));
+    }
+    let mut caps = Capabilities::builder("conformance")
+        .grants(grants)
+        .http(HttpSettings {
+            rules,
+            ..HttpSettings::default()
+        })
+        .config(ConfigValues::new(config));
     if let Some(path) = &args.kubeconfig {
         caps = caps.workload(ClusterConnection::new(
             Cluster::Workload,
@@ -125,10 +158,9 @@ async fn run_async(args: TestArgs) -> Result<ExitCode> {
             taints: Vec::new(),
             startup_taints: Vec::new(),
         },
-        skip_cluster_checks: args
-            .kubeconfig
-            .is_none()
-            .then(|| "needs a cluster: pass --kubeconfig".to_owned()),
+        // A provider of a cloud outside Kubernetes (egress granted) runs the lifecycle without one.
+        skip_cluster_checks: (args.kubeconfig.is_none() && args.egress.is_empty())
+            .then(|| "needs a cluster or a cloud: pass --kubeconfig or --egress".to_owned()),
         ..conformance::Options::default()
     };
     let report = conformance::run(&provider, &options).await;

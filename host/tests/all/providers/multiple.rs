@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
+use capstan::api::NodeClaim;
 use capstan::api::provider::{Provider, ProviderGrant};
-use capstan::api::{NodeClaim, NodeClass};
 use capstan_test_support::wait_until;
 use kube::api::{DeleteParams, ObjectMeta, Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -40,13 +40,9 @@ async fn put_provider(client: &kube::Client, names: &Names, name: &str, namespac
 }
 
 async fn class_ready(client: &kube::Client, name: &str) -> Option<(String, String)> {
-    let class = Api::<NodeClass>::all(client.clone()).get(name).await.ok()?;
-    class
-        .status?
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .map(|c| (format!("{:?}", c.status), c.reason.unwrap_or_default()))
+    crate::lifecycle::class_ready(client, name)
+        .await
+        .map(|(status, reason, _)| (status, reason))
 }
 
 async fn wait_class(client: &kube::Client, name: &str, status: &str, reason: &str) {

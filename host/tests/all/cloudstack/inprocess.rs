@@ -1,0 +1,310 @@
+//! The CloudStack provider loaded in-process with the runtime, its egress grants and config
+//! given directly: the conformance kit against the emulator, and every kind of bad answer (HTML,
+//! malformed, huge, slow, a redirect, a denied endpoint, a wrong secret) as a clear typed error.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use capstan::capability::Capabilities;
+use capstan::capability::config::ConfigValues;
+use capstan::capability::egress::EgressRules;
+use capstan::capability::outbound_http::{HttpLimits, HttpSettings};
+use capstan::conformance;
+use capstan::runtime::types::{NodeClaim, ProviderError};
+use capstan::runtime::{CallError, Limits, ProviderPre};
+use capstan_cloudstack_emulator::{
+    Config, DEFAULT_API_KEY, DEFAULT_SECRET_KEY, Emulator, EmulatorHandle, FaultRule, HttpFault,
+};
+use serde_json::json;
+
+use super::parameters;
+use crate::fixtures::{class, cloudstack_compiled, runtime};
+
+fn config(cs: &EmulatorHandle, secret: &str) -> ConfigValues {
+    ConfigValues::new([
+        ("api-key".to_owned(), DEFAULT_API_KEY.to_owned()),
+        ("secret-key".to_owned(), secret.to_owned()),
+        ("endpoint".to_owned(), cs.url()),
+        ("cluster-name".to_owned(), "inprocess".to_owned()),
+    ])
+}
+
+/// The provider with egress to the emulator only.
+fn provider(
+    cs: &EmulatorHandle,
+    secret: &str,
+    limits: HttpLimits,
+) -> (ProviderPre, Arc<Capabilities>) {
+    let caps = Capabilities::builder("cloudstack")
+        .http(HttpSettings {
+            rules: EgressRules::parse(&[format!("http://{}", cs.addr())]).unwrap(),
+            limits,
+            tls: None,
+        })
+        .config(config(cs, secret))
+        .build();
+    let pre = runtime()
+        .instantiate_pre(cloudstack_compiled(), Limits::default(), caps.clone())
+        .expect("cloudstack links");
+    (pre, caps)
+}
+
+/// The provider's error, or a panic if the call itself failed (trap, timeout, limit).
+fn provider_error<T: std::fmt::Debug>(result: Result<T, CallError>) -> ProviderError {
+    match result {
+        Err(CallError::Provider { error, .. }) => error,
+        other => panic!("expected a provider error, got {other:?}"),
+    }
+}
+
+fn claim(name: &str) -> NodeClaim {
+    NodeClaim {
+        name: name.into(),
+        node_pool_name: Some("default".into()),
+        labels: Vec::new(),
+        annotations: Vec::new(),
+        taints: Vec::new(),
+        startup_taints: Vec::new(),
+        requirements: Vec::new(),
+        requests: Vec::new(),
+        provider_id: None,
+        image_id: None,
+        node_name: None,
+        capacity: Vec::new(),
+        allocatable: Vec::new(),
+        created_at: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_kit_passes_against_the_emulator() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let (pre, caps) = provider(&cs, DEFAULT_SECRET_KEY, HttpLimits::default());
+    let mut parameters = parameters();
+    parameters["pollMillis"] = json!(50);
+    let options = conformance::Options {
+        node_class: class(parameters),
+        delete_interval: Duration::from_millis(200),
+        ..conformance::Options::default()
+    };
+    let report = conformance::run(&pre, &options).await;
+    println!("{report}");
+    assert!(report.passed(), "{report}");
+    assert_eq!(report.skipped(), 0, "{report}");
+    let metrics = caps.metrics().snapshot();
+    assert_eq!(metrics.http_denied, 0, "{metrics:?}");
+    assert!(
+        cs.vms().is_empty(),
+        "the test VM was expunged: {:?}",
+        cs.vms()
+    );
+    assert!(cs.count("deployVirtualMachine") >= 1);
+    assert_eq!(cs.count("listTags"), 0);
+}
+
+/// Each bad answer is a clear error on the NodeClass (`validate-node-class`) and on the claim
+/// (`create`), never a trap; the provider serves normally once the endpoint behaves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_answers_are_clear_errors_never_crashes() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let limits = HttpLimits {
+        first_byte_timeout: Duration::from_secs(1),
+        between_bytes_timeout: Duration::from_secs(1),
+        max_response_body: 64 << 10,
+        ..HttpLimits::default()
+    };
+    let (pre, _caps) = provider(&cs, DEFAULT_SECRET_KEY, limits);
+    let nc = class(parameters());
+    let cases = [
+        (
+            HttpFault::HtmlError { status: 502 },
+            "CloudStackBadResponse",
+            "HTML page",
+        ),
+        (
+            HttpFault::MalformedJson,
+            "CloudStackBadResponse",
+            "malformed JSON",
+        ),
+        (
+            HttpFault::Huge { bytes: 1 << 20 },
+            "CloudStackResponseTooLarge",
+            "larger than",
+        ),
+        (
+            HttpFault::Slow { millis: 3000 },
+            "CloudStackUnreachable",
+            "no answer",
+        ),
+        (
+            HttpFault::Redirect {
+                location: "http://attacker.example/client/api".into(),
+            },
+            "CloudStackRedirect",
+            "attacker.example",
+        ),
+    ];
+    for (fault, reason, text) in cases {
+        cs.clear_faults();
+        cs.inject(FaultRule::always(fault.clone()));
+        match provider_error(pre.validate_node_class(&nc).await) {
+            ProviderError::NodeClassNotReady(m) => {
+                assert!(m.starts_with(&format!("{reason}: ")), "{fault:?}: {m}");
+                assert!(m.contains(text), "{fault:?}: {m}");
+                assert!(
+                    m.len() < 600,
+                    "{fault:?}: a short message, got {} bytes",
+                    m.len()
+                );
+            }
+            other => panic!("{fault:?}: {other:?}"),
+        }
+        match provider_error(pre.create(&claim("bad-answer"), &nc).await) {
+            ProviderError::CreateFailed(f) => {
+                assert_eq!(f.reason, reason, "{fault:?}: {}", f.message)
+            }
+            other => panic!("{fault:?}: {other:?}"),
+        }
+        assert!(matches!(
+            provider_error(pre.list().await),
+            ProviderError::Retryable(_)
+        ));
+    }
+    cs.clear_faults();
+    pre.validate_node_class(&nc)
+        .await
+        .expect("valid once the endpoint behaves");
+    assert!(cs.vms().is_empty());
+}
+
+/// An endpoint outside the grants is denied by the host (counted) and named on the NodeClass; a
+/// wrong secret is `CloudStackAuthFailed`; the rotated value is used by the next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn denied_endpoints_and_wrong_secrets_are_named_and_rotation_needs_no_reload() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let (pre, caps) = provider(&cs, "wrong-secret", HttpLimits::default());
+    let mut elsewhere = parameters();
+    elsewhere["endpoint"] = json!("http://127.0.0.1:9/client/api");
+    match provider_error(pre.validate_node_class(&class(elsewhere)).await) {
+        ProviderError::NodeClassNotReady(m) => {
+            assert!(m.starts_with("EgressDenied: "), "{m}");
+            assert!(m.contains("127.0.0.1:9"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(caps.metrics().snapshot().http_denied >= 1);
+
+    let nc = class(parameters());
+    match provider_error(pre.validate_node_class(&nc).await) {
+        ProviderError::NodeClassNotReady(m) => {
+            assert!(m.starts_with("CloudStackAuthFailed: "), "{m}");
+            assert!(!m.contains("wrong-secret"), "{m}");
+        }
+        other => panic!("{other:?}"),
+    }
+    match provider_error(pre.create(&claim("auth"), &nc).await) {
+        ProviderError::CreateFailed(f) => assert_eq!(f.reason, "CloudStackAuthFailed"),
+        other => panic!("{other:?}"),
+    }
+    assert!(caps.config().replace(config(&cs, DEFAULT_SECRET_KEY)));
+    pre.validate_node_class(&nc)
+        .await
+        .expect("the rotated secret works");
+}
+
+/// The documented example (`docs/examples/cloudstack`) parses as the API types, and its
+/// NodeClass is valid against the emulator's sample cloud (same zones, selectors, key pair).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_example_is_valid() {
+    let dir = capstan_test_support::repo_root().join("docs/examples/cloudstack");
+    let read = |name: &str| std::fs::read_to_string(dir.join(name)).unwrap();
+    let resource: capstan::api::provider::Provider =
+        serde_saphyr::from_str(&read("provider.yaml")).unwrap();
+    assert_eq!(
+        resource.spec.egress,
+        vec!["https://cloud.example.com".to_owned()]
+    );
+    let keys: Vec<&str> = resource
+        .spec
+        .config
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(keys, ["api-key", "secret-key", "endpoint", "cluster-name"]);
+    let _: capstan::api::NodePool = serde_saphyr::from_str(&read("nodepool.yaml")).unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret =
+        serde_saphyr::from_str(&read("secret.yaml")).unwrap();
+    assert!(secret.string_data.unwrap().contains_key("secret-key"));
+    let class: capstan::api::NodeClass = serde_saphyr::from_str(&read("nodeclass.yaml")).unwrap();
+    assert_eq!(class.spec.provider, "cloudstack");
+
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let (pre, _) = provider(&cs, DEFAULT_SECRET_KEY, HttpLimits::default());
+    let parameters = class.spec.parameters.clone().expect("parameters");
+    pre.validate_node_class(&crate::fixtures::class(parameters.clone()))
+        .await
+        .expect("the example NodeClass is valid");
+    let catalog = pre
+        .get_instance_types(
+            &crate::fixtures::pool("example"),
+            &crate::fixtures::class(parameters),
+        )
+        .await
+        .expect("instance types");
+    assert_eq!(
+        catalog.instance_types.len(),
+        4,
+        "small, medium, large and the GPU offering"
+    );
+}
+
+/// `capstan provider test` (the CLI) runs the kit against the emulator: egress and
+/// configuration from flags, the secret from a file; every check passes, none is skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn capstan_provider_test_passes_against_the_emulator() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let secret = dir.join(capstan_test_support::unique_name("cs-secret"));
+    std::fs::write(&secret, format!("{DEFAULT_SECRET_KEY}\n")).unwrap();
+    let class = dir.join(capstan_test_support::unique_name("cs-class.json"));
+    std::fs::write(&class, parameters().to_string()).unwrap();
+    let file = crate::fixtures::providers_dir().join("cloudstack.wasm");
+    let args: Vec<String> = vec![
+        "provider".into(),
+        "test".into(),
+        file.display().to_string(),
+        "--egress".into(),
+        format!("http://{}", cs.addr()),
+        "--config".into(),
+        format!("api-key={DEFAULT_API_KEY}"),
+        "--config".into(),
+        format!("secret-key=@{}", secret.display()),
+        "--config".into(),
+        format!("endpoint={}", cs.url()),
+        "--node-class".into(),
+        class.display().to_string(),
+        "--cache-dir".into(),
+        dir.join("components").display().to_string(),
+    ];
+    let output = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
+            .args(&args)
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("13 passed, 0 failed, 0 skipped"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(DEFAULT_SECRET_KEY), "{stdout}");
+    assert!(cs.vms().is_empty(), "the kit's VM was expunged");
+    assert!(cs.count("destroyVirtualMachine") >= 1);
+}

@@ -1,0 +1,219 @@
+//! The `cloud-provider` export: glue between the WIT calls, [`Ops`] and the host: requests go
+//! through `wasi:http` (the SDK's [`http`] helper, under the Provider's egress grants), the API
+//! key, secret key, endpoint and cluster name come from `wasi:config` (the Provider's
+//! `spec.config`, read per call so a rotated Secret is used at once), time and sleeps from the
+//! `host` import, shared state from the host cache.
+//!
+//! Configuration keys: `api-key` and `secret-key` (required), `endpoint` (unless every NodeClass
+//! sets `endpoint`; `get`, `list` and `delete` get no NodeClass and use it, or the endpoint of
+//! the last NodeClass seen), `cluster-name` (the ownership tag; default `capstan`).
+
+use std::time::Duration;
+
+use capstan_provider_sdk::http::{self, ErrorCode};
+use capstan_provider_sdk::{
+    Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, cache, clock,
+    config,
+};
+use cloudstack_sign::Credentials;
+
+use crate::api::response::Raw;
+use crate::api::{ApiError, Context};
+use crate::client::{Client, Clock, Method, Request, Transport, TransportError};
+use crate::endpoint::Endpoint;
+use crate::operations::{Ops, Store};
+use crate::params::Parameters;
+
+/// The CloudStack provider.
+pub struct CloudStack;
+
+/// The provider's name.
+pub const NAME: &str = "cloudstack";
+/// Configuration key: the API key.
+pub const API_KEY: &str = "api-key";
+/// Configuration key: the secret key.
+pub const SECRET_KEY: &str = "secret-key";
+/// Configuration key: the endpoint.
+pub const ENDPOINT: &str = "endpoint";
+/// Configuration key: the cluster name.
+pub const CLUSTER_NAME: &str = "cluster-name";
+/// The cluster name when `cluster-name` is not set.
+pub const DEFAULT_CLUSTER: &str = "capstan";
+/// The most the provider reads of one answer (the host has its own cap).
+pub const MAX_BODY: u64 = 16 << 20;
+/// Per-request connect, first-byte and between-bytes timeout asked of the host.
+pub const REQUEST_TIMEOUT_MS: u64 = 30_000;
+/// Cache key of the endpoint of the last NodeClass seen.
+const LAST_ENDPOINT: &str = "last-endpoint";
+
+/// `wasi:http` through the SDK.
+struct WasiTransport;
+
+impl Transport for WasiTransport {
+    fn send(&mut self, request: &Request) -> Result<Raw, TransportError> {
+        let url = format!(
+            "{}://{}{}",
+            request.scheme, request.authority, request.path_and_query
+        );
+        let r = match request.method {
+            Method::Get => http::Request::get(url),
+            Method::Post => http::Request::post(url, request.body.clone().unwrap_or_default())
+                .header("content-type", "application/x-www-form-urlencoded"),
+        }
+        .header("accept", "application/json")
+        .max_body(MAX_BODY)
+        .timeout_ms(REQUEST_TIMEOUT_MS);
+        match http::send(&r) {
+            Ok(response) => Ok(Raw {
+                status: response.status,
+                content_type: response.header("content-type").map(str::to_string),
+                location: response.header("location").map(str::to_string),
+                body: response.body,
+            }),
+            Err(e) if e.is_denied() => Err(TransportError::Denied(e.to_string())),
+            Err(http::Error::TooLarge { limit }) => Err(TransportError::TooLarge(
+                usize::try_from(limit).unwrap_or(usize::MAX),
+            )),
+            Err(http::Error::Http(ErrorCode::HttpResponseBodySize(limit))) => Err(
+                TransportError::TooLarge(limit.and_then(|l| usize::try_from(l).ok()).unwrap_or(0)),
+            ),
+            Err(e) => Err(TransportError::Failed(e.to_string())),
+        }
+    }
+}
+
+/// The `host` import's clock and sleep.
+struct HostClock;
+
+impl Clock for HostClock {
+    fn now_millis(&self) -> u64 {
+        clock::now_millis()
+    }
+    fn sleep_millis(&self, millis: u64) {
+        clock::sleep_millis(millis);
+    }
+}
+
+/// The host cache.
+struct HostStore;
+
+impl Store for HostStore {
+    fn get(&self, key: &str) -> Option<Vec<u8>> {
+        cache::get_raw(key)
+    }
+    fn set(&self, key: &str, value: &[u8], ttl: Duration) {
+        cache::set_raw(key, value, ttl);
+    }
+}
+
+fn config_value(key: &str) -> Result<Option<String>, ApiError> {
+    match config::get(key) {
+        Ok(value) => Ok(value.filter(|v| !v.trim().is_empty())),
+        Err(config::Error::Upstream(m) | config::Error::Io(m)) => Err(ApiError::Config(format!(
+            "reading configuration key {key:?}: {m}"
+        ))),
+    }
+}
+
+fn required(key: &str) -> Result<String, ApiError> {
+    config_value(key)?.ok_or_else(|| {
+        ApiError::Config(format!(
+            "the Provider does not define configuration key {key:?} (spec.config, usually from a Secret)"
+        ))
+    })
+}
+
+/// The endpoint: the NodeClass's, else the `endpoint` config value, else the last NodeClass's.
+fn endpoint(params: Option<&Parameters>) -> Result<Endpoint, ApiError> {
+    let text = match params.and_then(|p| p.endpoint.clone()) {
+        Some(e) => {
+            cache::set_raw(LAST_ENDPOINT, e.as_bytes(), Duration::from_secs(24 * 3600));
+            e
+        }
+        None => match config_value(ENDPOINT)? {
+            Some(e) => e,
+            None => cache::get_raw(LAST_ENDPOINT)
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(|| {
+                    ApiError::Config(format!(
+                        "no CloudStack endpoint: set the Provider's {ENDPOINT:?} configuration value or the NodeClass's endpoint"
+                    ))
+                })?,
+        },
+    };
+    Endpoint::parse(&text).map_err(|e| ApiError::Config(format!("endpoint: {e}")))
+}
+
+/// Runs `f` with a client for this call.
+fn with_ops<R>(
+    params: Option<&Parameters>,
+    context: Context,
+    f: impl FnOnce(&mut Ops<'_, WasiTransport, HostClock, HostStore>) -> Result<R, ProviderError>,
+) -> Result<R, ProviderError> {
+    let setup = || -> Result<(Endpoint, Credentials, String), ApiError> {
+        let endpoint = endpoint(params)?;
+        let credentials = Credentials::new(required(API_KEY)?, required(SECRET_KEY)?);
+        let cluster = config_value(CLUSTER_NAME)?.unwrap_or_else(|| DEFAULT_CLUSTER.to_string());
+        Ok((endpoint, credentials, cluster))
+    };
+    let (endpoint, credentials, cluster) = setup().map_err(|e| e.into_provider_error(context))?;
+    let scope = format!("{endpoint} {}", credentials.api_key);
+    let mut client = Client::new(endpoint, credentials, WasiTransport, HostClock);
+    let mut ops = Ops {
+        client: &mut client,
+        store: &HostStore,
+        scope,
+        cluster,
+    };
+    f(&mut ops)
+}
+
+impl Guest for CloudStack {
+    fn name() -> String {
+        NAME.to_string()
+    }
+
+    fn get_instance_types(_pool: NodePool, class: NodeClass) -> Result<Catalog, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        with_ops(Some(&params), Context::NodeClass, |ops| {
+            ops.catalog(&params)
+        })
+    }
+
+    fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        with_ops(Some(&params), Context::Create, |ops| {
+            ops.create(&params, &class.name, &claim)
+        })
+    }
+
+    fn delete(claim: NodeClaim) -> Result<(), ProviderError> {
+        with_ops(None, Context::Instance, |ops| ops.delete(&claim))
+    }
+
+    fn get(provider_id: String) -> Result<NodeClaim, ProviderError> {
+        with_ops(None, Context::Instance, |ops| ops.get(&provider_id))
+    }
+
+    fn list() -> Result<Vec<NodeClaim>, ProviderError> {
+        with_ops(None, Context::Instance, |ops| ops.list())
+    }
+
+    fn is_drifted(claim: NodeClaim, class: NodeClass) -> Result<Option<String>, ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        with_ops(Some(&params), Context::NodeClass, |ops| {
+            ops.is_drifted(&params, &claim)
+        })
+    }
+
+    fn repair_policies() -> Vec<RepairPolicy> {
+        capstan_provider_sdk::ready_repair_policies(30 * 60)
+    }
+
+    fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {
+        let params = Parameters::parse(&class.parameters)?;
+        with_ops(Some(&params), Context::NodeClass, |ops| {
+            ops.resolve(&params, Context::NodeClass).map(drop)
+        })
+    }
+}
