@@ -300,8 +300,11 @@ async fn capstan_provider_test_passes_against_the_emulator() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
+    // Every check of the kit runs and passes (however many the kit has).
+    let passes = stdout.lines().filter(|l| l.starts_with("PASS")).count();
+    assert!(passes >= 13, "{stdout}");
     assert!(
-        stdout.contains("13 passed, 0 failed, 0 skipped"),
+        stdout.contains(&format!("{passes} passed, 0 failed, 0 skipped")),
         "{stdout}"
     );
     assert!(!stdout.contains(DEFAULT_SECRET_KEY), "{stdout}");
