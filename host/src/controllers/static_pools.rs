@@ -149,7 +149,7 @@ async fn reconcile(
                 .count()
         };
         let mut surplus = live;
-        surplus.sort_by_key(|c| {
+        surplus.sort_by_cached_key(|c| {
             (
                 pods_on(c),
                 std::cmp::Reverse(c.metadata.creation_timestamp.as_ref().map(|t| t.0)),

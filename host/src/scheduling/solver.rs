@@ -31,7 +31,7 @@ use queue::Queue;
 use topology::{DomainId, GroupId, GroupKind, Topology};
 
 use super::SchedulingInput;
-use super::cluster::NodePoolView;
+use super::cluster::{InstanceType, NodePoolView};
 use super::pod::{HostPort, Pod, host_port_conflict};
 use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
@@ -302,25 +302,7 @@ impl<'a> Solver<'a> {
                     values.extend(set.values().iter().map(String::as_str));
                 }
                 for &i in &pool.catalog.types {
-                    let it = &pool.view.instance_types[i];
-                    if let Some(set) = it.requirements.set_of(&key).filter(|s| !s.is_complement()) {
-                        values.extend(
-                            set.values()
-                                .iter()
-                                .filter(|v| allowed.is_none_or(|a| a.contains(v)))
-                                .map(String::as_str),
-                        );
-                    }
-                    if key == ZONE {
-                        values.extend(
-                            it.offerings
-                                .iter()
-                                .filter(|o| {
-                                    o.available && allowed.is_none_or(|a| a.contains(&o.zone))
-                                })
-                                .map(|o| o.zone.as_str()),
-                        );
-                    }
+                    values.extend(type_domains(pool, &pool.view.instance_types[i], &key));
                 }
             }
             for node in &self.input.existing_nodes {
@@ -389,23 +371,9 @@ impl<'a> Solver<'a> {
                             continue;
                         }
                         any_type = true;
-                        let admitted = |v: &&str| {
-                            allowed.is_none_or(|a| a.contains(v)) && term_allows(term, v)
-                        };
-                        if let Some(set) = it.requirements.set_of(key_name)
-                            && !set.is_complement()
-                        {
-                            values.extend(set.values().iter().map(String::as_str).filter(admitted));
-                        }
-                        if key_name == ZONE {
-                            values.extend(
-                                it.offerings
-                                    .iter()
-                                    .filter(|o| o.available)
-                                    .map(|o| o.zone.as_str())
-                                    .filter(admitted),
-                            );
-                        }
+                        values.extend(
+                            type_domains(pool, it, key_name).filter(|v| term_allows(term, v)),
+                        );
                     }
                     // The pool's own values for the key (a label it sets), when it can launch
                     // anything the term admits.
@@ -1380,6 +1348,30 @@ impl<'a> Solver<'a> {
 }
 
 /// The value a node or claim carries for `key`; hostnames fall back to the object's name.
+/// The values instance type `it` of `pool` can give `key` on a node: its own (a listed set) and,
+/// for zones, those of its available offerings, as far as the pool's template allows them.
+fn type_domains<'p, 'a>(
+    pool: &'p Pool<'a>,
+    it: &'p InstanceType,
+    key: &str,
+) -> impl Iterator<Item = &'p str> + use<'p, 'a> {
+    let allowed = pool.template.set_of(key);
+    let is_zone = key == ZONE;
+    let own = it
+        .requirements
+        .set_of(key)
+        .filter(|s| !s.is_complement())
+        .into_iter()
+        .flat_map(|s| s.values().iter().map(String::as_str));
+    let zones = it
+        .offerings
+        .iter()
+        .filter(move |o| is_zone && o.available)
+        .map(|o| o.zone.as_str());
+    own.chain(zones)
+        .filter(move |v| allowed.is_none_or(|a| a.contains(v)))
+}
+
 fn node_label<'l>(
     labels: &'l BTreeMap<String, String>,
     name: &'l str,

@@ -1154,7 +1154,7 @@ fn spread_with_taints_honored_skips_zones_behind_untolerated_taints() {
 }
 
 /// A pod whose volume lives in zone-2 gets a node in zone-2; with two alternatives (zone-3 or
-/// zone-2) the first that can be met is taken.
+/// zone-1) the first that can be met is taken.
 #[test]
 fn volume_topology_places_pods_where_their_volumes_are() {
     let mut db = pod("db", 1000, GI);
