@@ -2,6 +2,7 @@
 //! in [`commands`].
 //!
 //! - `capstan run`: the controllers.
+//! - `capstan provider new NAME`: a provider skeleton that builds at once.
 //! - `capstan provider inspect FILE`: what a component is and whether this host can run it.
 //! - `capstan provider test FILE`: the conformance kit.
 //! - `capstan provider package FILE --name NAME`: a ConfigMap and a Provider that ship it.
