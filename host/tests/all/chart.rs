@@ -248,6 +248,22 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
         "--set",
         "provider.limits.concurrency=4",
         "--set",
+        "provider.egress[0]=https://api.example.com",
+        "--set",
+        "provider.egressCABundle.name=ca",
+        "--set",
+        "provider.egressCABundle.key=ca.crt",
+        "--set",
+        "provider.config[0].name=endpoint",
+        "--set",
+        "provider.config[0].value=https://api.example.com/v1",
+        "--set",
+        "provider.config[1].name=api-key",
+        "--set",
+        "provider.config[1].secretKeyRef.name=creds",
+        "--set",
+        "provider.config[1].secretKeyRef.key=key",
+        "--set",
         "managementKubeconfig.secretName=mgmt",
         "--set",
         "metrics.serviceMonitor.enabled=true",
@@ -264,6 +280,21 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
     );
     assert_eq!(provider["grants"][0]["resources"][0], "configmaps");
     assert_eq!(provider["limits"]["concurrency"], 4);
+    assert_eq!(provider["egress"], serde_json::json!(["https://api.example.com"]));
+    assert_eq!(
+        provider["egressCABundle"],
+        serde_json::json!({"name": "ca", "key": "ca.crt"})
+    );
+    assert_eq!(
+        provider["config"],
+        serde_json::json!([
+            {"name": "endpoint", "value": "https://api.example.com/v1"},
+            {"name": "api-key", "secretKeyRef": {"name": "creds", "key": "key"}},
+        ])
+    );
+    // What the chart renders is what the Provider CRD takes.
+    let spec: capstan::api::ProviderSpec = serde_json::from_value(provider.clone()).unwrap();
+    assert_eq!(spec.config.len(), 2);
     // The provider's grant reaches the host's RBAC, `core` spelled as RBAC's "".
     let rules = find(&objects, "ClusterRole", "rel-capstan-providers").data["rules"].clone();
     assert!(
@@ -300,6 +331,8 @@ fn the_schema_rejects_bad_values_naming_them() {
         ("image.digest=latest", "/image/digest"),
         ("provider.enabled=true", "/provider/wasmBase64"),
         ("provider.sha256=abc", "/provider/sha256"),
+        ("provider.egress[0]=ftp://x", "/provider/egress/0"),
+        ("provider.config[0].name=k", "/provider/config/0"),
         (
             "rbac.providerRules[0].verbs[0]=own",
             "/rbac/providerRules/0/verbs/0",
