@@ -1,7 +1,7 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
 //! termination), garbage collection, the NodeClass and NodePool status controllers, the
-//! provisioner that turns unschedulable pods into NodeClaims, and disruption (drift and
-//! expiration) that replaces and removes them.
+//! provisioner that turns unschedulable pods into NodeClaims, disruption (drift and
+//! expiration) that replaces and removes them, and node repair (behind its feature gate).
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
@@ -10,6 +10,7 @@ pub mod disruption;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
+pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool_status;
@@ -122,6 +123,12 @@ pub struct Settings {
     pub readiness: crate::serve::Readiness,
     /// Consolidation's knobs.
     pub consolidation: disruption::consolidation::Settings,
+    /// How the simulation treats pods' preferences (`--preference-policy`).
+    pub preference_policy: crate::scheduling::PreferencePolicy,
+    /// How the simulation treats `minValues` (`--min-values-policy`).
+    pub min_values_policy: crate::scheduling::MinValuesPolicy,
+    /// Node repair (`--feature-gates NodeRepair=true`): off by default, as in Karpenter.
+    pub node_repair: bool,
 }
 
 impl Default for Settings {
@@ -136,6 +143,9 @@ impl Default for Settings {
             batch: provisioner::batcher::Windows::default(),
             readiness: crate::serve::Readiness::default(),
             consolidation: disruption::consolidation::Settings::default(),
+            preference_policy: crate::scheduling::PreferencePolicy::default(),
+            min_values_policy: crate::scheduling::MinValuesPolicy::default(),
+            node_repair: false,
         }
     }
 }
@@ -347,6 +357,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
         () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
+        () = node_repair::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-repair")),
     };
     for task in state_tasks {
         task.abort();

@@ -127,6 +127,9 @@ impl Host {
             // name others; the last one wins).
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(["--health-probe-bind-address", "127.0.0.1:0"])
+            // Leader election is on by default; hosts of concurrent tests share one API server
+            // and manage disjoint objects (`--selector`), so none waits for another's Lease.
+            .arg("--disable-leader-election")
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
