@@ -25,6 +25,7 @@ mod hostile;
 mod image;
 mod leader_election;
 mod lifecycle;
+mod node_repair;
 mod provider_new;
 mod providers;
 mod provisioner;
