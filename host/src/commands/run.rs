@@ -126,6 +126,7 @@ pub struct RunArgs {
     /// false) replaces nodes the provider's repair policies call unhealthy;
     /// `SpotToSpotConsolidation` (default false) lets consolidation replace a spot node with a
     /// cheaper spot node. Karpenter's other gates are accepted and ignored with a warning.
+    #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     feature_gates: FeatureGates,
     /// How long a consolidation decision waits before it is re-checked against the cluster and
     /// carried out (Karpenter: 15 s).

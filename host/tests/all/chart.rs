@@ -16,6 +16,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client, ResourceExt};
 
+use crate::cli::with_print_settings;
 use crate::fixtures::providers_dir;
 use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
 use crate::lifecycle::{Names, RUN_LABEL, cluster};
@@ -164,7 +165,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         ("BATCH_IDLE_DURATION", "1s"),
         ("FEATURE_GATES", "NodeRepair=false,SpotToSpotConsolidation=false"),
     ] {
-        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+        assert_env(&env, name, value);
     }
     let mounts = container["volumeMounts"].as_array().unwrap();
     assert!(
@@ -335,6 +336,10 @@ fn plain_env(container: &serde_json::Value) -> std::collections::BTreeMap<String
         .collect()
 }
 
+fn assert_env(env: &std::collections::BTreeMap<String, String>, name: &str, value: &str) {
+    assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+}
+
 /// A values file written the way a Karpenter user writes it (the keys both charts have, including
 /// Karpenter's feature gates Capstan does not implement): rendered into Karpenter's environment
 /// variables, which the host reads and reports (`capstan run --print-settings` with the
@@ -381,7 +386,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
             "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
         ),
     ] {
-        assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+        assert_env(&env, name, value);
     }
 
     // The host with the Deployment's arguments and environment (and nothing else of ours).
@@ -391,13 +396,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
         .iter()
         .filter_map(|a| a.as_str())
         .collect();
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(&args)
-        .arg("--print-settings")
-        .env_clear()
-        .envs(&env)
-        .output()
-        .unwrap();
+    let out = with_print_settings(&args, &env);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     let settings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -420,12 +419,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     );
 
     // A gate neither Karpenter nor Capstan has is refused, naming it.
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .args(["run", "--print-settings"])
-        .env_clear()
-        .env("FEATURE_GATES", "NodeRepair=true,Drift=true")
-        .output()
-        .unwrap();
+    let out = with_print_settings(&["run"], [("FEATURE_GATES", "NodeRepair=true,Drift=true")]);
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("unknown feature gate \"Drift\""),

@@ -138,16 +138,24 @@ fn test_without_a_cluster_skips_cluster_checks_and_reports_failures() {
     assert!(checks.iter().any(|c| c["outcome"] == "skip"));
 }
 
-/// `capstan run --print-settings` with `args` and only the environment `env`: the JSON.
-fn print_settings(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-        .arg("run")
+/// `capstan ARGS --print-settings` with nothing in its environment but `env`.
+pub(crate) fn with_print_settings<K, V>(args: &[&str], env: impl IntoIterator<Item = (K, V)>) -> Output
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args(args)
         .arg("--print-settings")
         .env_clear()
-        .envs(env.iter().copied())
+        .envs(env)
         .output()
-        .expect("run capstan");
+        .expect("run capstan")
+}
+
+/// `capstan run ARGS --print-settings` with only the environment `env`: the JSON.
+fn print_settings(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = with_print_settings(&[&["run"][..], args].concat(), env.iter().copied());
     assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
     serde_json::from_slice(&out.stdout).unwrap()
 }
@@ -224,14 +232,7 @@ fn run_settings_take_karpenters_defaults_env_vars_and_flags() {
         (&[][..], &[("MIN_VALUES_POLICY", "Loose")][..], "min-values-policy"),
         (&["--kube-client-qps", "0"][..], &[][..], "kube-client-qps"),
     ] {
-        let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
-            .arg("run")
-            .args(args)
-            .arg("--print-settings")
-            .env_clear()
-            .envs(env.iter().copied())
-            .output()
-            .unwrap();
+        let out = with_print_settings(&[&["run"][..], args].concat(), env.iter().copied());
         assert!(!out.status.success(), "{args:?} {env:?} accepted");
         assert!(text(&out.stderr).contains(named), "{}", text(&out.stderr));
     }

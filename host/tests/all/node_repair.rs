@@ -10,7 +10,7 @@
 use std::time::Duration;
 
 use capstan::api::NodeClaim;
-use capstan_test_support::wait_until;
+use capstan_test_support::{ControlPlane, wait_until};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -23,6 +23,7 @@ use crate::lifecycle::{
 };
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::Pods;
+use crate::static_pool::wait_live;
 
 /// The kwok provider's simulated-fault condition and its toleration.
 const UNHEALTHY: &str = "KWOKUnhealthy";
@@ -46,36 +47,29 @@ async fn make_unhealthy(client: &Client, node: &str) {
         .unwrap();
 }
 
-/// Waits until `names`' run has `count` initialized claims that are not being deleted.
-async fn initialized_claims(
-    client: &Client,
-    names: &Names,
-    host: &Host,
-    count: usize,
-) -> Vec<NodeClaim> {
-    let result = wait_until(
-        Duration::from_secs(90),
-        &format!("{count} initialized claims"),
-        || async {
-            host.check_alive();
-            let live: Vec<NodeClaim> = claims(client, names)
-                .await
-                .into_iter()
-                .filter(|c| c.metadata.deletion_timestamp.is_none())
-                .filter(|c| {
-                    c.status.as_ref().is_some_and(|s| {
-                        s.node_name.is_some()
-                            && s.conditions
-                                .iter()
-                                .any(|k| k.type_ == "Initialized" && k.is_true())
-                    })
-                })
-                .collect();
-            Ok::<_, kube::Error>((live.len() == count).then_some(live))
-        },
-    )
-    .await;
-    result.unwrap_or_else(|err| panic!("{err}\n{}", host.log_tail()))
+/// Starts a host with node repair on, a NodeClass (nodes of at most 2 CPU) and a NodePool, and a
+/// namespace for the pods; returns the host, the pool's name and the namespace.
+async fn setup(cp: &'static ControlPlane, client: &Client, names: &Names) -> (Host, String, String) {
+    let host = Host::start(
+        cp,
+        names,
+        &["--batch-idle-duration", "500ms", "--feature-gates", "NodeRepair=true"],
+    );
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(client, names, &class, "kwok", json!({"maxCpu": 2})).await;
+    node_pool(client, node_pool_json(names, &pool, &class)).await;
+    let ns = namespace(cp, &names.run).await;
+    (host, pool, ns)
+}
+
+/// Deletes the pool first (so nothing replaces the claims the teardown deletes), then the rest.
+async fn finish(client: &Client, names: &Names, host: &Host, pool: &str, ns: &str) {
+    Api::<capstan::api::NodePool>::all(client.clone())
+        .delete(pool, &Default::default())
+        .await
+        .unwrap();
+    teardown(client, names, ns).await;
+    host.check_alive();
 }
 
 fn node_of(claim: &NodeClaim) -> String {
@@ -90,20 +84,7 @@ fn node_of(claim: &NodeClaim) -> String {
 async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
     let (cp, client) = cluster().await;
     let names = Names::new("repair");
-    let host = Host::start(
-        cp,
-        &names,
-        &[
-            "--batch-idle-duration",
-            "500ms",
-            "--feature-gates",
-            "NodeRepair=true",
-        ],
-    );
-    let (class, pool) = (names.name("nc"), names.name("pool"));
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
-    let ns = namespace(cp, "repair").await;
+    let (host, pool, ns) = setup(cp, &client, &names).await;
     let deployment: Deployment = serde_json::from_value(json!({
         "apiVersion": "apps/v1", "kind": "Deployment",
         "metadata": {"name": "web"},
@@ -137,7 +118,7 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         .await
         .unwrap();
 
-    let [first] = initialized_claims(&client, &names, &host, 1).await.try_into().unwrap();
+    let [first] = wait_live(&client, &names, &host, 1).await.try_into().unwrap();
     let sick = node_of(&first);
     make_unhealthy(&client, &sick).await;
     let marked = std::time::Instant::now();
@@ -176,7 +157,7 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         "repaired after {:?}, before the toleration ran out",
         marked.elapsed()
     );
-    let [second] = initialized_claims(&client, &names, &host, 1).await.try_into().unwrap();
+    let [second] = wait_live(&client, &names, &host, 1).await.try_into().unwrap();
     assert_ne!(second.name_any(), first.name_any());
     assert_eq!(
         pod.spec.as_ref().and_then(|s| s.node_name.clone()),
@@ -202,40 +183,22 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         .delete("web", &Default::default())
         .await
         .unwrap();
-    Api::<capstan::api::NodePool>::all(client.clone())
-        .delete(&pool, &Default::default())
-        .await
-        .unwrap();
-    teardown(&client, &names, &ns).await;
-    host.check_alive();
+    finish(&client, &names, &host, &pool, &ns).await;
 }
 
 #[tokio::test]
 async fn repair_stops_when_more_than_a_fifth_of_the_pool_is_unhealthy() {
     let (cp, client) = cluster().await;
     let names = Names::new("repair-blocked");
-    let host = Host::start(
-        cp,
-        &names,
-        &[
-            "--batch-idle-duration",
-            "500ms",
-            "--feature-gates",
-            "NodeRepair=true",
-        ],
-    );
-    let (class, pool) = (names.name("nc"), names.name("pool"));
-    // At most 2 CPU per node: two pods of 1.5 CPU need two nodes.
-    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
-    node_pool(&client, node_pool_json(&names, &pool, &class)).await;
-    let ns = namespace(cp, "repair-blocked").await;
+    // Nodes of at most 2 CPU: two pods of 1.5 CPU need two nodes.
+    let (host, pool, ns) = setup(cp, &client, &names).await;
     Pods::new(&client, &names, &ns, "big")
         .count(2)
         .cpu("1500m")
         .node_selector(json!({"karpenter.sh/nodepool": pool}))
         .create()
         .await;
-    let before = initialized_claims(&client, &names, &host, 2).await;
+    let before = wait_live(&client, &names, &host, 2).await;
     for claim in &before {
         make_unhealthy(&client, &node_of(claim)).await;
     }
@@ -272,7 +235,7 @@ async fn repair_stops_when_more_than_a_fifth_of_the_pool_is_unhealthy() {
     }
     // Two more passes: still nothing deleted.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    let after = initialized_claims(&client, &names, &host, 2).await;
+    let after = wait_live(&client, &names, &host, 2).await;
     let mut names_before: Vec<String> = before.iter().map(ResourceExt::name_any).collect();
     let mut names_after: Vec<String> = after.iter().map(ResourceExt::name_any).collect();
     names_before.sort();
@@ -284,10 +247,5 @@ async fn repair_stops_when_more_than_a_fifth_of_the_pool_is_unhealthy() {
         host.log_tail()
     );
 
-    Api::<capstan::api::NodePool>::all(client.clone())
-        .delete(&pool, &Default::default())
-        .await
-        .unwrap();
-    teardown(&client, &names, &ns).await;
-    host.check_alive();
+    finish(&client, &names, &host, &pool, &ns).await;
 }
