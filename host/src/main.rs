@@ -59,7 +59,11 @@ fn main() -> ExitCode {
         .log_level
         .clone()
         .filter(|level| !level.is_empty())
-        .or_else(|| std::env::var("CAPSTAN_LOG_LEVEL").ok().filter(|l| !l.is_empty()))
+        .or_else(|| {
+            std::env::var("CAPSTAN_LOG_LEVEL")
+                .ok()
+                .filter(|l| !l.is_empty())
+        })
         .unwrap_or_else(|| match cli.command {
             Command::Run(_) => "info".to_owned(),
             _ => "warn".to_owned(),

@@ -12,8 +12,8 @@ use clap::Args;
 use capstan::capability::grants::Grants;
 use capstan::controllers::{self, ProvidersSetup};
 use capstan::provider::{Loader, ProviderSource, Registry};
-use capstan::runtime::Limits;
 use capstan::ratelimit::RateLimitLayer;
+use capstan::runtime::Limits;
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::scheduling::{MinValuesPolicy, PreferencePolicy};
 use capstan::{leader, serve};
@@ -207,7 +207,11 @@ impl RunArgs {
         self.leader_election_namespace
             .clone()
             .filter(|ns| !ns.is_empty())
-            .or_else(|| std::env::var("POD_NAMESPACE").ok().filter(|ns| !ns.is_empty()))
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|ns| !ns.is_empty())
+            })
             .unwrap_or_else(|| "default".to_owned())
     }
 
@@ -247,7 +251,10 @@ pub fn run(args: RunArgs, log_level: &str) -> Result<ExitCode> {
         tracing::warn!("--leader-elect and --disable-leader-election: leader election is off");
     }
     for gate in &args.feature_gates.ignored {
-        tracing::warn!(gate, "Karpenter feature gate not implemented by Capstan; ignored");
+        tracing::warn!(
+            gate,
+            "Karpenter feature gate not implemented by Capstan; ignored"
+        );
     }
     block_on(run_async(args))
 }

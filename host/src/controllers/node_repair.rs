@@ -122,8 +122,13 @@ impl NodeRepair {
                 continue;
             }
             for managed in nodes {
-                match decision::decide(&managed.node, &managed.policies, now, unhealthy, nodes.len())
-                {
+                match decision::decide(
+                    &managed.node,
+                    &managed.policies,
+                    now,
+                    unhealthy,
+                    nodes.len(),
+                ) {
                     Decision::Healthy | Decision::Wait(_) => {}
                     Decision::Blocked { unhealthy, total } => {
                         self.blocked(ctx, pool, managed, unhealthy, total, &view.pools)
@@ -196,10 +201,14 @@ impl NodeRepair {
         let reason = "NodeRepairBlocked";
         if self.first_in_a_while(managed.node.uid()) {
             tracing::warn!(node = %managed.node.name_any(), %note, "node repair blocked");
-            ctx.events.warning(managed.node.as_ref(), reason, &note).await;
+            ctx.events
+                .warning(managed.node.as_ref(), reason, &note)
+                .await;
         }
         if self.first_in_a_while(managed.claim.uid()) {
-            ctx.events.warning(managed.claim.as_ref(), reason, &note).await;
+            ctx.events
+                .warning(managed.claim.as_ref(), reason, &note)
+                .await;
         }
         if let Some(pool) = pools.iter().find(|p| p.name_any() == pool)
             && self.first_in_a_while(pool.uid())
@@ -261,7 +270,9 @@ async fn repair(
         condition = %found.condition_type, status = %found.condition_status, "deleting unhealthy node");
     ctx.metrics.disrupted(pool, "unhealthy");
     let reason = "NodeRepair";
-    ctx.events.warning(managed.node.as_ref(), reason, &note).await;
+    ctx.events
+        .warning(managed.node.as_ref(), reason, &note)
+        .await;
     ctx.events.warning(claim, reason, &note).await;
     Ok(())
 }

@@ -30,10 +30,10 @@ use pod_state::{PodState, inverse_specs, node_requirements};
 use queue::Queue;
 use topology::{DomainId, GroupId, GroupKind, Topology};
 
-use super::policy::MinValuesPolicy;
 use super::SchedulingInput;
 use super::cluster::{InstanceType, NodePoolView};
 use super::pod::{HostPort, Pod, host_port_conflict};
+use super::policy::MinValuesPolicy;
 use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
 use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
@@ -1147,7 +1147,8 @@ impl<'a> Solver<'a> {
                     let min = min as usize;
                     let have = ps.catalog.distinct_values(&scratch.mask, r.key(), min);
                     // BestEffort opens the claim anyway; its minValues is lowered at the end.
-                    if have < min && self.input.options.min_values_policy == MinValuesPolicy::Strict {
+                    if have < min && self.input.options.min_values_policy == MinValuesPolicy::Strict
+                    {
                         bail!(
                             want,
                             "minValues {min} for {} not met: only {have} value(s) remain",
@@ -1370,7 +1371,8 @@ fn relax_min_values(
         .iter()
         .filter_map(|r| {
             let min = r.min_values()?;
-            let have: BTreeSet<String> = chosen.iter().flat_map(|&i| values_of(i, r.key())).collect();
+            let have: BTreeSet<String> =
+                chosen.iter().flat_map(|&i| values_of(i, r.key())).collect();
             let have = u32::try_from(have.len()).unwrap_or(u32::MAX);
             (have < min).then(|| (r.key().to_owned(), have.max(1)))
         })

@@ -163,7 +163,10 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         ("HEALTH_PROBE_PORT", "8081"),
         ("BATCH_MAX_DURATION", "10s"),
         ("BATCH_IDLE_DURATION", "1s"),
-        ("FEATURE_GATES", "NodeRepair=false,SpotToSpotConsolidation=false"),
+        (
+            "FEATURE_GATES",
+            "NodeRepair=false,SpotToSpotConsolidation=false",
+        ),
     ] {
         assert_env(&env, name, value);
     }
@@ -332,12 +335,21 @@ fn plain_env(container: &serde_json::Value) -> std::collections::BTreeMap<String
         .as_array()
         .into_iter()
         .flatten()
-        .filter_map(|e| Some((e["name"].as_str()?.to_owned(), e["value"].as_str()?.to_owned())))
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
         .collect()
 }
 
 fn assert_env(env: &std::collections::BTreeMap<String, String>, name: &str, value: &str) {
-    assert_eq!(env.get(name).map(String::as_str), Some(value), "{name}: {env:?}");
+    assert_eq!(
+        env.get(name).map(String::as_str),
+        Some(value),
+        "{name}: {env:?}"
+    );
 }
 
 /// A values file written the way a Karpenter user writes it (the keys both charts have, including
@@ -346,7 +358,8 @@ fn assert_env(env: &std::collections::BTreeMap<String, String>, name: &str, valu
 /// Deployment's own arguments and environment).
 #[test]
 fn karpenter_style_helm_values_become_the_hosts_settings() {
-    let values = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{}-karpenter-values.yaml", unique_name("kv")));
+    let values = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}-karpenter-values.yaml", unique_name("kv")));
     std::fs::write(
         &values,
         "logLevel: debug\n\
@@ -434,9 +447,18 @@ fn the_schema_rejects_bad_values_naming_them() {
         ("logLevel=loud", "/logLevel"),
         ("replicas=two", "/replicas"),
         ("logFormat=xml", "/logFormat"),
-        ("settings.batchIdleDuration=soon", "/settings/batchIdleDuration"),
-        ("settings.preferencePolicy=Sometimes", "/settings/preferencePolicy"),
-        ("settings.featureGates.nodeRepair=maybe", "/settings/featureGates/nodeRepair"),
+        (
+            "settings.batchIdleDuration=soon",
+            "/settings/batchIdleDuration",
+        ),
+        (
+            "settings.preferencePolicy=Sometimes",
+            "/settings/preferencePolicy",
+        ),
+        (
+            "settings.featureGates.nodeRepair=maybe",
+            "/settings/featureGates/nodeRepair",
+        ),
         ("settings.clusterName=prod", "clusterName"),
         (
             "leaderElection.leaseDuration=15",

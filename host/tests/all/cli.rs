@@ -139,7 +139,10 @@ fn test_without_a_cluster_skips_cluster_checks_and_reports_failures() {
 }
 
 /// `capstan ARGS --print-settings` with nothing in its environment but `env`.
-pub(crate) fn with_print_settings<K, V>(args: &[&str], env: impl IntoIterator<Item = (K, V)>) -> Output
+pub(crate) fn with_print_settings<K, V>(
+    args: &[&str],
+    env: impl IntoIterator<Item = (K, V)>,
+) -> Output
 where
     K: AsRef<std::ffi::OsStr>,
     V: AsRef<std::ffi::OsStr>,
@@ -228,8 +231,16 @@ fn run_settings_take_karpenters_defaults_env_vars_and_flags() {
 
     // Bad values are refused, naming the setting.
     for (args, env, named) in [
-        (&["--preference-policy", "Sometimes"][..], &[][..], "preference-policy"),
-        (&[][..], &[("MIN_VALUES_POLICY", "Loose")][..], "min-values-policy"),
+        (
+            &["--preference-policy", "Sometimes"][..],
+            &[][..],
+            "preference-policy",
+        ),
+        (
+            &[][..],
+            &[("MIN_VALUES_POLICY", "Loose")][..],
+            "min-values-policy",
+        ),
         (&["--kube-client-qps", "0"][..], &[][..], "kube-client-qps"),
     ] {
         let out = with_print_settings(&[&["run"][..], args].concat(), env.iter().copied());

@@ -32,7 +32,9 @@ const TOLERATION: Duration = Duration::from_secs(30);
 /// Sets `KWOKUnhealthy=True` on `node` through the status subresource, as a node problem detector
 /// would.
 async fn make_unhealthy(client: &Client, node: &str) {
-    let now = k8s_openapi::jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string();
     Api::<Node>::all(client.clone())
         .patch_status(
             node,
@@ -49,11 +51,20 @@ async fn make_unhealthy(client: &Client, node: &str) {
 
 /// Starts a host with node repair on, a NodeClass (nodes of at most 2 CPU) and a NodePool, and a
 /// namespace for the pods; returns the host, the pool's name and the namespace.
-async fn setup(cp: &'static ControlPlane, client: &Client, names: &Names) -> (Host, String, String) {
+async fn setup(
+    cp: &'static ControlPlane,
+    client: &Client,
+    names: &Names,
+) -> (Host, String, String) {
     let host = Host::start(
         cp,
         names,
-        &["--batch-idle-duration", "500ms", "--feature-gates", "NodeRepair=true"],
+        &[
+            "--batch-idle-duration",
+            "500ms",
+            "--feature-gates",
+            "NodeRepair=true",
+        ],
     );
     let (class, pool) = (names.name("nc"), names.name("pool"));
     node_class(client, names, &class, "kwok", json!({"maxCpu": 2})).await;
@@ -118,7 +129,10 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         .await
         .unwrap();
 
-    let [first] = wait_live(&client, &names, &host, 1).await.try_into().unwrap();
+    let [first] = wait_live(&client, &names, &host, 1)
+        .await
+        .try_into()
+        .unwrap();
     let sick = node_of(&first);
     make_unhealthy(&client, &sick).await;
     let marked = std::time::Instant::now();
@@ -157,7 +171,10 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         "repaired after {:?}, before the toleration ran out",
         marked.elapsed()
     );
-    let [second] = wait_live(&client, &names, &host, 1).await.try_into().unwrap();
+    let [second] = wait_live(&client, &names, &host, 1)
+        .await
+        .try_into()
+        .unwrap();
     assert_ne!(second.name_any(), first.name_any());
     assert_eq!(
         pod.spec.as_ref().and_then(|s| s.node_name.clone()),
@@ -177,7 +194,11 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
         );
     }
     let log = host.log();
-    assert!(log.contains("deleting unhealthy node"), "{}", host.log_tail());
+    assert!(
+        log.contains("deleting unhealthy node"),
+        "{}",
+        host.log_tail()
+    );
 
     Api::<Deployment>::namespaced(client.clone(), &ns)
         .delete("web", &Default::default())

@@ -57,11 +57,12 @@ pub fn unhealthy(node: &Node, policies: &[Policy]) -> Option<Unhealthy> {
     policies
         .iter()
         .filter_map(|policy| {
-            let condition = conditions
-                .iter()
-                .find(|c| c.type_ == policy.condition_type && c.status == policy.condition_status)?;
+            let condition = conditions.iter().find(|c| {
+                c.type_ == policy.condition_type && c.status == policy.condition_status
+            })?;
             let repair_at = condition.last_transition_time.as_ref().and_then(|t| {
-                let toleration = k8s_openapi::jiff::SignedDuration::try_from(policy.toleration).ok()?;
+                let toleration =
+                    k8s_openapi::jiff::SignedDuration::try_from(policy.toleration).ok()?;
                 t.0.checked_add(toleration).ok()
             });
             Some(Unhealthy {

@@ -724,7 +724,11 @@ fn best_effort_min_values_opens_the_claim_with_what_is_left() {
     let mut inp = input(vec![pod("big", 6000, GI)], vec![p]);
     inp.options.min_values_policy = MinValuesPolicy::BestEffort;
     let result = solve(&inp);
-    assert!(result.unschedulable.is_empty(), "{:?}", result.unschedulable);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
     let claim = &result.new_claims[0];
     assert_eq!(claim.instance_type_options, vec!["c8", "c16"]);
     assert_eq!(
