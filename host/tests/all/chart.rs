@@ -155,21 +155,22 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
     }
     // Karpenter's settings are environment variables, under Karpenter's names and defaults.
     let env = plain_env(container);
-    for (name, value) in [
-        ("LOG_LEVEL", "info"),
-        ("LEADER_ELECTION_NAME", "rel-capstan"),
-        ("DISABLE_LEADER_ELECTION", "false"),
-        ("METRICS_PORT", "8080"),
-        ("HEALTH_PROBE_PORT", "8081"),
-        ("BATCH_MAX_DURATION", "10s"),
-        ("BATCH_IDLE_DURATION", "1s"),
-        (
-            "FEATURE_GATES",
-            "NodeRepair=false,SpotToSpotConsolidation=false",
-        ),
-    ] {
-        assert_env(&env, name, value);
-    }
+    assert_env(
+        &env,
+        &[
+            ("LOG_LEVEL", "info"),
+            ("LEADER_ELECTION_NAME", "rel-capstan"),
+            ("DISABLE_LEADER_ELECTION", "false"),
+            ("METRICS_PORT", "8080"),
+            ("HEALTH_PROBE_PORT", "8081"),
+            ("BATCH_MAX_DURATION", "10s"),
+            ("BATCH_IDLE_DURATION", "1s"),
+            (
+                "FEATURE_GATES",
+                "NodeRepair=false,SpotToSpotConsolidation=false",
+            ),
+        ],
+    );
     let mounts = container["volumeMounts"].as_array().unwrap();
     assert!(
         mounts
@@ -344,12 +345,15 @@ fn plain_env(container: &serde_json::Value) -> std::collections::BTreeMap<String
         .collect()
 }
 
-fn assert_env(env: &std::collections::BTreeMap<String, String>, name: &str, value: &str) {
-    assert_eq!(
-        env.get(name).map(String::as_str),
-        Some(value),
-        "{name}: {env:?}"
-    );
+/// Asserts the environment has each `(name, value)`.
+fn assert_env(env: &std::collections::BTreeMap<String, String>, want: &[(&str, &str)]) {
+    for (name, value) in want {
+        assert_eq!(
+            env.get(*name).map(String::as_str),
+            Some(*value),
+            "{name}: {env:?}"
+        );
+    }
 }
 
 /// A values file written the way a Karpenter user writes it (the keys both charts have, including
@@ -386,21 +390,22 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     let deployment = &find(&objects, "Deployment", "rel-capstan").data;
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let env = plain_env(container);
-    for (name, value) in [
-        ("LOG_LEVEL", "debug"),
-        ("BATCH_MAX_DURATION", "20s"),
-        ("BATCH_IDLE_DURATION", "2s"),
-        ("PREFERENCE_POLICY", "Ignore"),
-        ("MIN_VALUES_POLICY", "BestEffort"),
-        ("KUBE_CLIENT_QPS", "50"),
-        ("KUBE_CLIENT_BURST", "75"),
-        (
-            "FEATURE_GATES",
-            "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
-        ),
-    ] {
-        assert_env(&env, name, value);
-    }
+    assert_env(
+        &env,
+        &[
+            ("LOG_LEVEL", "debug"),
+            ("BATCH_MAX_DURATION", "20s"),
+            ("BATCH_IDLE_DURATION", "2s"),
+            ("PREFERENCE_POLICY", "Ignore"),
+            ("MIN_VALUES_POLICY", "BestEffort"),
+            ("KUBE_CLIENT_QPS", "50"),
+            ("KUBE_CLIENT_BURST", "75"),
+            (
+                "FEATURE_GATES",
+                "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+            ),
+        ],
+    );
 
     // The host with the Deployment's arguments and environment (and nothing else of ours).
     let args: Vec<&str> = container["args"]
