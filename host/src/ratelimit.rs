@@ -187,4 +187,26 @@ mod tests {
             "{took:?}"
         );
     }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_kube_client_built_with_the_layer_waits_for_its_tokens() {
+        // A kube Client over a stand-in API server, the way `capstan run` builds its client.
+        let server = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Ok::<_, Infallible>(http::Response::new(kube::client::Body::from(
+                b"ok".to_vec(),
+            )))
+        });
+        let client = kube::Client::new(RateLimitLayer::new(4, 2).layer(server), "default");
+        let start = Instant::now();
+        for _ in 0..10 {
+            let request = http::Request::get("/version").body(Vec::new()).unwrap();
+            assert_eq!(client.request_text(request).await.unwrap(), "ok");
+        }
+        // 2 at once, then 8 at 4 per second: 2 s (virtual time).
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(1999) && took < Duration::from_millis(2100),
+            "{took:?}"
+        );
+    }
 }
