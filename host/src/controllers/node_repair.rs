@@ -10,8 +10,9 @@
 //!   conditions the one whose toleration ends first counts;
 //! - repair stops while more than 20% of the pool's nodes (rounded up: one of three may be)
 //!   match a policy at all, however recently, with a `NodeRepairBlocked` Warning Event on the
-//!   node, its claim and its NodePool (once per 15 minutes each); nodes of claims without a pool
-//!   are counted together;
+//!   node, its claim and its NodePool (once per 15 minutes each) and the pool's condition
+//!   `NodeRepairAllowed=False` (`TooManyUnhealthyNodes`, `True` again once it is over); nodes of
+//!   claims without a pool are counted together;
 //! - the claim gets `karpenter.sh/nodeclaim-termination-timestamp` = now before it is deleted, so
 //!   termination deletes its pods at once, PodDisruptionBudgets and `do-not-disrupt`
 //!   notwithstanding (an unhealthy node's pods are not served anyway), and does not wait for
@@ -33,11 +34,16 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::api::labels::{NODECLAIM_TERMINATION_TIMESTAMP, NODEPOOL};
-use crate::api::{NodeClaim, NodeClass, NodePool};
+use crate::api::shared::find_condition;
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool};
 use crate::controllers::nodeclaim::termination::format_deadline;
+use crate::controllers::nodepool_status::set_pool_condition;
 use crate::controllers::{Context, ControllerError, resolve};
 
 use self::decision::{Decision, Policy};
+
+/// The NodePool condition that says whether repair is stopped in the pool.
+pub const NODE_REPAIR_ALLOWED: &str = "NodeRepairAllowed";
 
 /// How often the nodes are looked at (the caches are read; no API request unless a node is
 /// repaired or blocked).
@@ -113,11 +119,20 @@ impl NodeRepair {
             });
         }
         let now = Timestamp::now();
+        // A pool whose repair was stopped and has no managed node left is allowed again.
+        for pool in &view.pools {
+            if !pools.contains_key(&pool.name_any()) {
+                pool_condition(ctx, pool, 0, 0).await;
+            }
+        }
         for (pool, nodes) in &pools {
             let unhealthy = nodes
                 .iter()
                 .filter(|m| decision::is_unhealthy(&m.node, &m.policies))
                 .count();
+            if let Some(pool) = view.pools.iter().find(|p| p.name_any() == *pool) {
+                pool_condition(ctx, pool, unhealthy, nodes.len()).await;
+            }
             if unhealthy == 0 {
                 continue;
             }
@@ -228,6 +243,43 @@ impl NodeRepair {
             }
         }
     }
+}
+
+/// Keeps `pool`'s `NodeRepairAllowed` condition: `False` (`TooManyUnhealthyNodes`, with the
+/// counts) while more than 20% of its `total` nodes are `unhealthy`; `True` (`Allowed`) again
+/// afterwards. Written only when it changes, and never on a pool that has not been stopped.
+async fn pool_condition(ctx: &Context, pool: &NodePool, unhealthy: usize, total: usize) {
+    let current = pool
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, NODE_REPAIR_ALLOWED));
+    let allowed = decision::allowed_unhealthy(total);
+    let (status, reason, message) = if unhealthy > allowed {
+        (
+            ConditionStatus::False,
+            "TooManyUnhealthyNodes",
+            format!(
+                "{unhealthy} of {total} nodes are unhealthy, more than {}% ({allowed}): node repair stopped",
+                decision::ALLOWED_UNHEALTHY_PERCENT
+            ),
+        )
+    } else if current.is_some_and(|c| c.status == ConditionStatus::False) {
+        (ConditionStatus::True, "Allowed", String::new())
+    } else {
+        return;
+    };
+    if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(&message)) {
+        return;
+    }
+    set_pool_condition(
+        ctx,
+        &pool.name_any(),
+        NODE_REPAIR_ALLOWED,
+        status,
+        reason,
+        &message,
+    )
+    .await;
 }
 
 /// Deletes `managed`'s claim with a termination deadline of now.

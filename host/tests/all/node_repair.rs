@@ -254,6 +254,28 @@ async fn repair_stops_when_more_than_a_fifth_of_the_pool_is_unhealthy() {
             "no NodeRepairBlocked about {name}"
         );
     }
+    // The pool's condition says why.
+    let pools = Api::<capstan::api::NodePool>::all(client.clone());
+    let condition = pools
+        .get(&pool)
+        .await
+        .unwrap()
+        .status
+        .unwrap_or_default()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "NodeRepairAllowed")
+        .unwrap_or_else(|| panic!("no NodeRepairAllowed condition\n{}", host.log_tail()));
+    assert!(!condition.is_true());
+    assert_eq!(condition.reason.as_deref(), Some("TooManyUnhealthyNodes"));
+    assert!(
+        condition
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("2 of 2"),
+        "{condition:?}"
+    );
     // Two more passes: still nothing deleted.
     tokio::time::sleep(Duration::from_secs(12)).await;
     let after = wait_live(&client, &names, &host, 2).await;
