@@ -177,6 +177,7 @@ impl Setup {
                     name: config_map.to_owned(),
                     key: key.to_owned(),
                 },
+                parts: Vec::new(),
                 sha256: None,
             },
             grants: Vec::new(),
