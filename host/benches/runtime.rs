@@ -257,7 +257,8 @@ fn kwok(c: &mut Criterion) {
     group.sample_size(10);
     for (language, file) in [("rust", "kwok"), ("python", "kwok-python")] {
         let bytes = guests::guest_wasm(file);
-        let gzip = capstan::provider::source::encode(&bytes, capstan::provider::source::Compression::Gzip);
+        let gzip =
+            capstan::provider::source::encode(&bytes, capstan::provider::source::Compression::Gzip);
         let started = Instant::now();
         let artifact = Precompiled::compile(engine, &bytes).expect("compile");
         let compile = started.elapsed();

@@ -465,7 +465,9 @@ mod tests {
 
     #[test]
     fn parts_concatenate_before_decompression_and_the_pin_covers_the_whole() {
-        let component: Vec<u8> = (0..60_000u32).flat_map(|i| (i % 97).to_le_bytes()).collect();
+        let component: Vec<u8> = (0..60_000u32)
+            .flat_map(|i| (i % 97).to_le_bytes())
+            .collect();
         let digest = sha256_hex(&component);
         for compression in [Compression::None, Compression::Gzip, Compression::Zstd] {
             let stored = encode(&component, compression);

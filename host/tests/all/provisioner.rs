@@ -138,9 +138,12 @@ async fn pending_pods_get_packed_nodes_run_and_go(language: &str) {
     // Deleted: the pods, then the claims; the host drains, deletes the Nodes through the
     // provider and drops the claims.
     let deleting = Instant::now();
-    api.delete_collection(&DeleteParams::default().grace_period(0), &ListParams::default())
-        .await
-        .unwrap();
+    api.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await
+    .unwrap();
     let claim_api = Api::<NodeClaim>::all(client.clone());
     for claim in &claims {
         let _ = claim_api
@@ -148,8 +151,7 @@ async fn pending_pods_get_packed_nodes_run_and_go(language: &str) {
             .await;
     }
     let gone = wait_until(Duration::from_secs(120), "claims and nodes gone", || {
-        let (client, names, nodes, node_api) =
-            (client.clone(), &names, &nodes, node_api.clone());
+        let (client, names, nodes, node_api) = (client.clone(), &names, &nodes, node_api.clone());
         async move {
             let left = self::claims(&client, names).await.len();
             let mut nodes_left = 0;
