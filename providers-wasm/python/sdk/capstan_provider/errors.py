@@ -55,8 +55,9 @@ def invalid(message: str) -> Err:
 
 
 def not_implemented(function: str) -> Err:
-    """``invalid("<function>: not implemented")``, for exports a provider has not written yet."""
-    return invalid(f"{function}: not implemented")
+    """``invalid("not implemented: <function>")``, for exports a provider has not written yet
+    (``capstan provider test`` reports such answers as work to do, not as failures)."""
+    return invalid(f"not implemented: {function}")
 
 
 def kind(error: ProviderError) -> str:

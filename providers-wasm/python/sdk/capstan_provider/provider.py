@@ -1,5 +1,6 @@
-"""A base class for providers: every export but ``name`` answers ``invalid("<export>: not
-implemented")`` until overridden, and ``repair_policies`` is empty.
+"""A base class for providers: every export but ``name`` answers ``invalid("not implemented:
+<export>")`` until overridden (``capstan provider test`` lists those as not implemented yet), and
+``repair_policies`` is empty.
 
 The component's entry module (``app.py``, the one componentize-py builds) exports a class named
 ``CloudProvider`` implementing the contract's ``cloud-provider`` interface::

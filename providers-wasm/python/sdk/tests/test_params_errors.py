@@ -40,4 +40,4 @@ def test_error_helpers():
     assert isinstance(e.value, ProviderError_CreateFailed)
     assert errors.kind(e.value) == "create-failed"
     assert errors.message(e.value) == "NodeNameTaken: taken"
-    assert errors.message(errors.not_implemented("create").value) == "create: not implemented"
+    assert errors.message(errors.not_implemented("create").value) == "not implemented: create"
