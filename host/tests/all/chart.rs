@@ -280,7 +280,10 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
     );
     assert_eq!(provider["grants"][0]["resources"][0], "configmaps");
     assert_eq!(provider["limits"]["concurrency"], 4);
-    assert_eq!(provider["egress"], serde_json::json!(["https://api.example.com"]));
+    assert_eq!(
+        provider["egress"],
+        serde_json::json!(["https://api.example.com"])
+    );
     assert_eq!(
         provider["egressCABundle"],
         serde_json::json!({"name": "ca", "key": "ca.crt"})

@@ -179,7 +179,11 @@ fn a_python_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
             text(&unit.stdout),
             text(&unit.stderr)
         );
-        assert!(text(&unit.stdout).contains("1 passed"), "{}", text(&unit.stdout));
+        assert!(
+            text(&unit.stdout).contains("1 passed"),
+            "{}",
+            text(&unit.stdout)
+        );
 
         let inspect = Command::new(capstan)
             .args(["provider", "inspect", "--json"])

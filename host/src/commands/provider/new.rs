@@ -80,7 +80,10 @@ macro_rules! python_sdk {
 const PYTHON_FILES: &[(&str, &str)] = &[
     ("app.py", include_str!("new/python/app.py.tmpl")),
     ("Makefile", include_str!("new/python/Makefile.tmpl")),
-    ("tests/test_app.py", include_str!("new/python/test_app.py.tmpl")),
+    (
+        "tests/test_app.py",
+        include_str!("new/python/test_app.py.tmpl"),
+    ),
     (
         "requirements.txt",
         include_str!("../../../../providers-wasm/python/requirements.txt"),
@@ -96,6 +99,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     python_sdk!("quantity.py"),
     python_sdk!("requirements.py"),
     python_sdk!("resources.py"),
+    python_sdk!("types.py"),
 ];
 
 const PYTHON: Skeleton = Skeleton {
@@ -276,7 +280,11 @@ mod tests {
     fn a_python_skeleton_fills_every_placeholder_and_carries_the_sdk() {
         let files = render("my-cloud", Lang::Python, WitVersion::V0_1);
         for (path, text) in &files {
-            assert!(!text.contains("{{"), "{} keeps a placeholder", path.display());
+            assert!(
+                !text.contains("{{"),
+                "{} keeps a placeholder",
+                path.display()
+            );
         }
         let get = |p: &str| {
             files

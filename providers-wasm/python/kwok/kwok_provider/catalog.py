@@ -11,7 +11,7 @@ from capstan_provider.params import invalid
 from capstan_provider.quantity import Quantity
 from capstan_provider.requirements import Requirements, ValueSet, in_
 from capstan_provider.resources import ResourceList, parse_map, saturating_sub
-from wit_world.imports.types import Catalog, Requirement
+from capstan_provider.types import Catalog, Requirement
 
 from .params import DEFAULT_PODS, InstanceTypeSpec, Parameters
 

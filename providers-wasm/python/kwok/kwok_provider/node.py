@@ -9,7 +9,7 @@ from typing import Any
 
 from capstan_provider import labels
 from capstan_provider.resources import to_strings
-from wit_world.imports.types import KeyValue, NodeClaim, Operator, Resource, Taint, TaintEffect
+from capstan_provider.types import KeyValue, NodeClaim, Operator, Resource, Taint, TaintEffect
 
 from .selection import Launch
 

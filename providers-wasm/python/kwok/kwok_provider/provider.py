@@ -10,7 +10,7 @@ from capstan_provider.provider import Provider, lookup, ready_repair_policies
 from capstan_provider.quantity import QuantityError
 from capstan_provider.requirements import RequirementError, Requirements
 from capstan_provider.resources import parse_resources
-from wit_world.imports.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
+from capstan_provider.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
 
 from . import catalog, drift, node
 from .params import Parameters

@@ -4,7 +4,7 @@ from componentize_py_types import Err
 from kwok_provider import catalog
 from kwok_provider.catalog import CPU_LABEL, FAMILY_LABEL, MEMORY_LABEL, SIZE_LABEL, build, to_catalog
 from kwok_provider.params import Parameters
-from wit_world.imports.types import Operator
+from capstan_provider.types import Operator
 
 
 def entries(text):

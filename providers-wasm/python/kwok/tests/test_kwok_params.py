@@ -1,7 +1,7 @@
 import pytest
 from componentize_py_types import Err
 from kwok_provider.params import OfferingSelector, Parameters
-from wit_world.imports.types import ProviderError_Invalid
+from capstan_provider.types import ProviderError_Invalid
 
 CUSTOM = '{"instanceTypes":[{"name":"g5","resources":{"cpu":"16","memory":"64Gi","nvidia.com/gpu":"1"},"offerings":[{"zone":"z","capacityType":"spot","price":0.61}]}]}'
 

@@ -5,7 +5,7 @@ from kwok_provider import drift, node
 from kwok_provider.catalog import CPU_LABEL, MEMORY_LABEL, build
 from kwok_provider.params import Parameters
 from kwok_provider.selection import NoLaunch, cheapest
-from wit_world.imports.types import KeyValue, NodeClaim, Resource, Taint, TaintEffect
+from capstan_provider.types import KeyValue, NodeClaim, Resource, Taint, TaintEffect
 
 
 def pick(params, reqs=(), requests=None):

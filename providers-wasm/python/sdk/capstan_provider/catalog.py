@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from wit_world.imports.types import (
+from capstan_provider.types import (
     Amount,
     Catalog,
     CatalogInstanceType,

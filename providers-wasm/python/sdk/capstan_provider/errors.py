@@ -9,7 +9,7 @@ the host (see ``wit/since_v0.1.0/provider.wit``).
 from __future__ import annotations
 
 from componentize_py_types import Err
-from wit_world.imports.types import (
+from capstan_provider.types import (
     CreateFailure,
     ProviderError,
     ProviderError_CreateFailed,

@@ -15,7 +15,7 @@ The component's entry module (``app.py``, the one componentize-py builds) export
 from __future__ import annotations
 
 from wit_world import exports
-from wit_world.imports.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
+from capstan_provider.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
 
 from .errors import not_implemented
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from wit_world.imports.types import Operator, Requirement
+from capstan_provider.types import Operator, Requirement
 
 
 class RequirementError(ValueError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from wit_world.imports.types import Resource
+from capstan_provider.types import Resource
 
 from .quantity import Quantity
 

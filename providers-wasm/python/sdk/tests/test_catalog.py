@@ -4,7 +4,7 @@ import pytest
 from capstan_provider.catalog import CatalogBuilder, CatalogError, expand
 from capstan_provider.quantity import Quantity
 from capstan_provider.requirements import in_
-from wit_world.imports.types import Span
+from capstan_provider.types import Span
 
 
 def build(n):

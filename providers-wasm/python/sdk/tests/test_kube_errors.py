@@ -9,7 +9,7 @@ from wit_world.imports.kube import (
     KubeError_PermissionDenied,
     KubeError_Unavailable,
 )
-from wit_world.imports.types import (
+from capstan_provider.types import (
     ProviderError_CreateFailed,
     ProviderError_Invalid,
     ProviderError_NotFound,

@@ -2,7 +2,7 @@ import pytest
 from capstan_provider import errors
 from capstan_provider.params import Fields, parse
 from componentize_py_types import Err
-from wit_world.imports.types import ProviderError_CreateFailed, ProviderError_Invalid
+from capstan_provider.types import ProviderError_CreateFailed, ProviderError_Invalid
 
 
 def invalid_message(fn):

@@ -11,7 +11,7 @@ from capstan_provider.requirements import (
     lt,
     not_in,
 )
-from wit_world.imports.types import Operator, Requirement
+from capstan_provider.types import Operator, Requirement
 
 
 def reqs(*rs):
