@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The Python guest toolchain: a venv under $CAPSTAN_CACHE with componentize-py and pytest from
 # requirements.txt (versions and wheel hashes pinned). Source it and call ensure_python_toolchain;
 # it exports CAPSTAN_PYTHON_VENV. Idempotent: the venv is keyed by requirements.txt's digest.
