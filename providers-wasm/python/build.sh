@@ -12,7 +12,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$(realpath -m "${1:?usage: build.sh OUT_DIR}")"
 wit="$here/../../wit/since_v0.1.0"
 cache="${CAPSTAN_CACHE:-$HOME/.cache/capstan}/python-components"
-# shellcheck source=toolchain.sh
+# shellcheck source=providers-wasm/python/toolchain.sh
 source "$here/toolchain.sh"
 ensure_python_toolchain
 
