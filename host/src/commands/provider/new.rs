@@ -1,4 +1,4 @@
-//! `capstan provider new NAME --lang rust`: a provider skeleton that builds at once, with every
+//! `capstan provider new NAME --lang rust|python`: a provider skeleton that builds at once, with every
 //! export answering `invalid("not implemented")`, the contract's WIT files as this host runs them,
 //! a README, a Makefile (`build`, `test`, `package`) and an empty grants file.
 
@@ -34,6 +34,8 @@ pub struct NewArgs {
 pub enum Lang {
     /// Rust with wit-bindgen, built by cargo for `wasm32-wasip2`.
     Rust,
+    /// Python with componentize-py (pinned in `requirements.txt`) and Capstan's Python SDK.
+    Python,
 }
 
 /// One language's skeleton: files (path, template) and the words its README needs.
@@ -61,9 +63,62 @@ const RUST: Skeleton = Skeleton {
                  - `Makefile`: `build`, `test`, `package`.",
 };
 
+/// A module of the Python SDK, copied into a Python skeleton as `capstan_provider/FILE`: the
+/// skeleton stands alone, and the SDK is the one this repository's tests run.
+macro_rules! python_sdk {
+    ($file:literal) => {
+        (
+            concat!("capstan_provider/", $file),
+            include_str!(concat!(
+                "../../../../providers-wasm/python/sdk/capstan_provider/",
+                $file
+            )),
+        )
+    };
+}
+
+const PYTHON_FILES: &[(&str, &str)] = &[
+    ("app.py", include_str!("new/python/app.py.tmpl")),
+    ("Makefile", include_str!("new/python/Makefile.tmpl")),
+    (
+        "tests/test_app.py",
+        include_str!("new/python/test_app.py.tmpl"),
+    ),
+    (
+        "requirements.txt",
+        include_str!("../../../../providers-wasm/python/requirements.txt"),
+    ),
+    python_sdk!("__init__.py"),
+    python_sdk!("catalog.py"),
+    python_sdk!("errors.py"),
+    python_sdk!("host.py"),
+    python_sdk!("kube.py"),
+    python_sdk!("labels.py"),
+    python_sdk!("params.py"),
+    python_sdk!("provider.py"),
+    python_sdk!("quantity.py"),
+    python_sdk!("requirements.py"),
+    python_sdk!("resources.py"),
+    python_sdk!("types.py"),
+];
+
+const PYTHON: Skeleton = Skeleton {
+    files: PYTHON_FILES,
+    language: "Python",
+    build_note: "componentize-py from `requirements.txt` in a venv under `.venv`; the component is \
+                 `{{name}}.wasm`",
+    file_notes: "- `app.py`: the provider, one method per export of the contract (class `CloudProvider`).\n\
+                 - `capstan_provider/`: Capstan's Python SDK (catalog builder, requirements, quantities, \
+                 labels, typed `kube`, parameters).\n\
+                 - `requirements.txt`: componentize-py and pytest, pinned with hashes.\n\
+                 - `tests/`: pytest tests of the pure logic (`make unit`).\n\
+                 - `Makefile`: `build`, `test`, `package`, `unit`.",
+};
+
 fn skeleton(lang: Lang) -> &'static Skeleton {
     match lang {
         Lang::Rust => &RUST,
+        Lang::Python => &PYTHON,
     }
 }
 
@@ -219,5 +274,30 @@ mod tests {
         assert!(get("wit/deps/http/http.wit").contains("wasi:http"));
         let old = render("my-cloud", Lang::Rust, WitVersion::V0_1);
         assert!(!old.iter().any(|(p, _)| p.starts_with("wit/deps")));
+    }
+
+    #[test]
+    fn a_python_skeleton_fills_every_placeholder_and_carries_the_sdk() {
+        let files = render("my-cloud", Lang::Python, WitVersion::V0_1);
+        for (path, text) in &files {
+            assert!(
+                !text.contains("{{"),
+                "{} keeps a placeholder",
+                path.display()
+            );
+        }
+        let get = |p: &str| {
+            files
+                .iter()
+                .find(|(path, _)| path == Path::new(p))
+                .map(|(_, t)| t.as_str())
+                .unwrap_or_else(|| panic!("no {p}"))
+        };
+        assert!(get("app.py").contains("return \"my-cloud\""));
+        assert!(get("Makefile").contains("my-cloud.wasm"));
+        assert!(get("requirements.txt").contains("componentize-py=="));
+        assert!(get("capstan_provider/catalog.py").contains("class CatalogBuilder"));
+        assert!(get("README.md").contains("Python"));
+        assert!(get("wit/provider.wit").contains("package capstan:provider@0.1.0"));
     }
 }
