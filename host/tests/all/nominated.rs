@@ -5,39 +5,27 @@
 //! Both pods first select a label no node has yet, so neither is provisioned for; one is then
 //! nominated through the status subresource and only then does a pool with the label appear.
 //! They run under a PriorityClass with `preemptionPolicy: Never`, so kube-scheduler, which
-//! clears the nomination of a pod that may preempt but finds no victims, leaves it alone.
+//! clears the nomination of a pod that may preempt but finds no victims, leaves it alone (and a
+//! tainted Node is kept, since with no Node at all it clears every nomination).
 
 use std::time::Duration;
 
 use capstan_test_support::wait_until;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::scheduling::v1::PriorityClass;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, cluster, events, node_class, node_pool};
+use crate::lifecycle::{Host, Names, cluster, events};
 use crate::provisioner::{claims, namespace, teardown};
-use crate::provisioner_e2e::{Pods, pool_json, wait_running};
-
-/// A label only the test's pool puts on its nodes.
-const GROUP: &str = "e2e.capstan.dev/group";
+use crate::provisioner_e2e::{GROUP, Pods, group_pool};
 
 #[tokio::test]
 async fn a_nominated_pod_gets_no_nodeclaim_and_its_twin_does() {
     let (cp, client) = cluster().await;
     let names = Names::new("nominated");
     let host = Host::start(cp, &names, &["--batch-idle-duration", "300ms"]);
-    let (class, pool) = (names.name("nc"), names.name("pool"));
-    // Nodes of 2 CPUs hold one of the 1.5-CPU pods: the twin's node has no room for the other.
-    node_class(
-        &client,
-        &names,
-        &class,
-        "kwok",
-        json!({"maxCpu": 2, "families": ["c"]}),
-    )
-    .await;
     let priority = names.name("never");
     let classes = Api::<PriorityClass>::all(client.clone());
     let never: PriorityClass = serde_json::from_value(json!({
@@ -54,9 +42,22 @@ async fn a_nominated_pod_gets_no_nodeclaim_and_its_twin_does() {
     let ns = namespace(cp, "nominated").await;
     let pods = Api::<Pod>::namespaced(client.clone(), &ns);
 
+    // kube-scheduler clears every nomination while the cluster has no Node at all: keep one
+    // (tainted, so nothing runs on it).
+    let anchor = names.name("anchor");
+    let nodes = Api::<Node>::all(client.clone());
+    let anchor_node: Node = serde_json::from_value(json!({
+        "metadata": {"name": anchor},
+        "spec": {"taints": [{"key": "e2e.capstan.dev/anchor", "effect": "NoSchedule"}]},
+    }))
+    .unwrap();
+    nodes
+        .create(&PostParams::default(), &anchor_node)
+        .await
+        .unwrap();
+
     let create = |prefix: &'static str| {
         Pods::new(&client, &names, &ns, prefix)
-            .cpu("1500m")
             .node_selector(json!({GROUP: names.run}))
             .spec(json!({"priorityClassName": priority}))
             .create()
@@ -78,25 +79,27 @@ async fn a_nominated_pod_gets_no_nodeclaim_and_its_twin_does() {
         .await;
         assert!(marked.is_ok(), "{pod}: {marked:?}");
     }
+    let victims_node = names.name("victims-node");
     pods.patch_status(
         "nominated-0",
         &PatchParams::default(),
-        &Patch::Merge(json!({"status": {"nominatedNodeName": names.name("victims-node")}})),
+        &Patch::Merge(json!({"status": {"nominatedNodeName": victims_node}})),
     )
     .await
     .unwrap();
+    // kube-scheduler keeps the nomination (the pod may not preempt, so it never clears it).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = pods.get("nominated-0").await.unwrap();
+    assert_eq!(
+        kept.status.and_then(|s| s.nominated_node_name),
+        Some(victims_node)
+    );
 
-    node_pool(
+    group_pool(
         &client,
-        pool_json(
-            &names,
-            &pool,
-            &class,
-            json!([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]),
-            json!({GROUP: names.run}),
-            json!([]),
-            None,
-        ),
+        &names,
+        json!({"maxCpu": 2, "families": ["c"]}),
+        None,
     )
     .await;
     // A change to a pending pod starts a batch (the pool alone waits for the periodic one).
@@ -108,50 +111,61 @@ async fn a_nominated_pod_gets_no_nodeclaim_and_its_twin_does() {
     .await
     .unwrap();
 
-    let running = wait_running(&client, &host, &ns, 1, Duration::from_secs(120)).await;
-    assert_eq!(running[0].name_any(), "twin-0");
-    // Batches keep coming (the twin's binding, the node's arrival, kube-scheduler retrying the
-    // nominated pod): none of them launches for it.
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let made = claims(&client, &names).await;
-    assert_eq!(
-        made.len(),
-        1,
-        "only the twin gets a claim: {:?}\nhost log:\n{}",
-        made.iter().map(|c| c.name_any()).collect::<Vec<_>>(),
+    // The batch provisions for the twin alone. (Once the twin's node is up, kube-scheduler may
+    // bind either pod to it, since the nomination names no real node; Capstan then provisions
+    // for the twin again if it is left, never for the nominated pod.)
+    let capstan_nominated = |pod: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            events(&client, &ns, pod, "Nominated")
+                .await
+                .into_iter()
+                .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
+                .filter_map(|e| e.note)
+                .collect::<Vec<_>>()
+        }
+    };
+    let twin = wait_until(
+        Duration::from_secs(60),
+        "the twin nominated to a claim",
+        || async {
+            let notes = capstan_nominated("twin-0").await;
+            Ok::<_, kube::Error>((!notes.is_empty()).then_some(notes))
+        },
+    )
+    .await;
+    let twin = match twin {
+        Ok(notes) => notes,
+        Err(err) => panic!("{err}\nhost log:\n{}", host.log_tail()),
+    };
+    assert!(twin[0].contains("nodeclaim/"), "{twin:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let nominated = capstan_nominated("nominated-0").await;
+    assert!(
+        nominated.is_empty(),
+        "Capstan placed the nominated pod: {nominated:?}\nhost log:\n{}",
         host.log_tail()
     );
-    let nominated = pods.get("nominated-0").await.unwrap();
-    assert_eq!(
-        nominated
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.clone()),
-        Some(names.name("victims-node")),
-        "kube-scheduler kept the nomination, so the pod was nominated all along"
-    );
-    assert!(
-        nominated
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_ref())
-            .is_none(),
-        "the nominated pod is still pending"
-    );
-    let capstan_nominated = events(&client, &ns, "nominated-0", "Nominated")
-        .await
-        .into_iter()
-        .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
-        .count();
-    assert_eq!(
-        capstan_nominated, 0,
-        "Capstan placed the nominated pod nowhere"
-    );
+    // Every claim made was for one pod: the twin (both would fit one node).
+    for claim in claims(&client, &names).await {
+        let notes: Vec<String> = events(&client, "default", &claim.name_any(), "Provisioned")
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
+        assert!(
+            notes.iter().all(|n| n.starts_with("for 1 pod(s)")),
+            "{}: {notes:?}",
+            claim.name_any()
+        );
+    }
 
     pods.delete_collection(&DeleteParams::default(), &Default::default())
         .await
         .unwrap();
     teardown(&client, &names, &ns).await;
     let _ = classes.delete(&priority, &DeleteParams::default()).await;
+    let _ = nodes.delete(&anchor, &DeleteParams::default()).await;
     host.check_alive();
 }

@@ -16,12 +16,9 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, cluster, events, node_class, node_pool};
+use crate::lifecycle::{Host, Names, cluster, events};
 use crate::provisioner::{claims, namespace, teardown};
-use crate::provisioner_e2e::{Pods, pool_json, wait_running};
-
-/// A label only the test's pool puts on its nodes.
-const GROUP: &str = "e2e.capstan.dev/group";
+use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
 
 /// The CPUs of a kwok instance type (`c-8x-amd64-linux` → 8).
 fn type_cpus(name: &str) -> i64 {
@@ -36,7 +33,7 @@ fn type_cpus(name: &str) -> i64 {
 fn worst_case_cpus(claim: &NodeClaim) -> i64 {
     if let Some(cpu) = claim.status.as_ref().and_then(|s| s.capacity.get("cpu")) {
         return match cpu.0.strip_suffix('m') {
-            Some(millis) => millis.parse::<i64>().unwrap().div_ceil(1000),
+            Some(millis) => (millis.parse::<i64>().unwrap() + 999) / 1000,
             None => cpu.0.parse().unwrap(),
         };
     }
@@ -81,27 +78,12 @@ async fn claims_in_flight_do_not_block_a_limited_pool_below_its_limit() {
     let (cp, client) = cluster().await;
     let names = Names::new("poollimit");
     let host = Host::start(cp, &names, &["--batch-idle-duration", "300ms"]);
-    let (class, pool) = (names.name("nc"), names.name("pool"));
     // Every launch takes 6 s, so the claims of all five batches are in flight together.
-    node_class(
+    let pool = group_pool(
         &client,
         &names,
-        &class,
-        "kwok",
         json!({"families": ["c"], "launchDelayMillis": 6000}),
-    )
-    .await;
-    node_pool(
-        &client,
-        pool_json(
-            &names,
-            &pool,
-            &class,
-            json!([{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]),
-            json!({GROUP: names.run}),
-            json!([]),
-            Some(json!({"cpu": "64"})),
-        ),
+        Some(json!({"cpu": "64"})),
     )
     .await;
     let ns = namespace(cp, "poollimit").await;
