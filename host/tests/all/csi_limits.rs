@@ -14,7 +14,7 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, cluster, events};
+use crate::lifecycle::{Host, Names, capstan_notes, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
 use crate::volume_topology::bound_volume;
@@ -88,12 +88,7 @@ async fn a_node_at_its_csi_attach_limit_takes_no_more_volumes_of_that_driver() {
         .await;
     // Capstan launches a claim for it rather than counting on the first node.
     let nominated = wait_until(Duration::from_secs(60), "second-0 nominated", || async {
-        let notes: Vec<String> = events(&client, &ns, "second-0", "Nominated")
-            .await
-            .into_iter()
-            .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
-            .filter_map(|e| e.note)
-            .collect();
+        let notes = capstan_notes(&client, &ns, "second-0", "Nominated").await;
         Ok::<_, kube::Error>(notes.into_iter().next())
     })
     .await;

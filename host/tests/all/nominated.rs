@@ -17,7 +17,7 @@ use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, cluster, events};
+use crate::lifecycle::{Host, Names, capstan_notes, cluster, events};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool};
 
@@ -114,18 +114,7 @@ async fn a_nominated_pod_gets_no_nodeclaim_and_its_twin_does() {
     // The batch provisions for the twin alone. (Once the twin's node is up, kube-scheduler may
     // bind either pod to it, since the nomination names no real node; Capstan then provisions
     // for the twin again if it is left, never for the nominated pod.)
-    let capstan_nominated = |pod: &'static str| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            events(&client, &ns, pod, "Nominated")
-                .await
-                .into_iter()
-                .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
-                .filter_map(|e| e.note)
-                .collect::<Vec<_>>()
-        }
-    };
+    let capstan_nominated = |pod: &'static str| capstan_notes(&client, &ns, pod, "Nominated");
     let twin = wait_until(
         Duration::from_secs(60),
         "the twin nominated to a claim",

@@ -16,7 +16,7 @@ use kube::api::{DeleteParams, ListParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, cluster, events};
+use crate::lifecycle::{Host, Names, capstan_notes, cluster, events};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
 
@@ -137,12 +137,7 @@ async fn claims_in_flight_do_not_block_a_limited_pool_below_its_limit() {
         "LimitReached on the pool",
         || async {
             check_limit(&client, &names, &host).await;
-            let notes: Vec<String> = events(&client, "default", &pool, "LimitReached")
-                .await
-                .into_iter()
-                .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
-                .filter_map(|e| e.note)
-                .collect();
+            let notes = capstan_notes(&client, "default", &pool, "LimitReached").await;
             Ok::<_, kube::Error>(notes.into_iter().next())
         },
     )
