@@ -86,6 +86,7 @@ fn cluster(nodes: usize, pod_millis: i64) -> Cluster {
             used,
             pods: pods.clone(),
             initialized: true,
+            ..ExistingNode::default()
         });
         candidates.push(Candidate {
             node: name.clone(),

@@ -21,8 +21,11 @@
 //!   still fit everything placed on it; at the end it is narrowed to the cheapest N
 //!   ([`SchedulerOptions::max_instance_types`]) and priced by its cheapest available offering.
 //! - **NodePool weights and limits**: heavier pools first; a pool's remaining limits exclude
-//!   instance types that would exceed them, and each new NodeClaim pessimistically uses up the
-//!   largest capacity among its options (as Karpenter does).
+//!   instance types that would exceed them. Each new NodeClaim holds its *floor*, the type among
+//!   its options that takes the least of the limits, and is finalized with only the types no
+//!   larger than that, so the largest options of all claims sum to at most what the limits left
+//!   (Karpenter instead lets a claim list every type that fits and counts its largest, which lets
+//!   one claim in flight block the pool).
 //! - **Topology**: spread constraints, required pod affinity and anti-affinity over any topology
 //!   key (zone and hostname in practice), including anti-affinity of already-running pods.
 //!   Preferences (preferred affinities, `ScheduleAnyway` spreads, extra required-affinity terms,
@@ -68,13 +71,13 @@ mod validate_tests;
 
 pub use cluster::{ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering};
 pub use pod::{
-    HostPort, Namespaces, NodeInclusionPolicy, Pod, PodAffinityTerm, PreferredTerm,
+    CsiVolume, HostPort, Namespaces, NodeInclusionPolicy, Pod, PodAffinityTerm, PreferredTerm,
     TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
 pub use policy::{MinValuesPolicy, PreferencePolicy};
 pub use requirements::{Incompatibility, Operator, Requirement, Requirements, ValueSet};
 pub use resources::{ResourceLimits, Resources};
-pub use result::{ChosenOffering, NewClaim, PodIndex, SchedulingResult, Target};
+pub use result::{ChosenOffering, LimitReached, NewClaim, PodIndex, SchedulingResult, Target};
 pub use selector::{LabelSelector, SelectorOperator};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 

@@ -97,6 +97,7 @@ impl Builder {
             used,
             pods: pods.clone(),
             initialized,
+            ..ExistingNode::default()
         });
         if candidate {
             let price = price::node_price(&t, "zone-a", capacity_type).unwrap();

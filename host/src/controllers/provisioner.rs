@@ -37,6 +37,7 @@ use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
 
 use self::instance_types::InstanceTypeCache;
+use self::limits::LimitEvents;
 use self::nominations::{Nominations, Verdict};
 use self::snapshot::Snapshot;
 
@@ -136,11 +137,12 @@ pub async fn run(ctx: Arc<Context>) {
     });
     let cache = &ctx.instance_types;
     let mut nominations = Nominations::default();
+    let mut limit_events = LimitEvents::default();
     let windows = ctx.settings.batch;
     tracing::info!(idle = ?windows.idle, max = ?windows.max, "provisioner starting");
     while let Some(triggers) = batcher::next_batch(&mut rx, windows).await {
         let started = Instant::now();
-        match provision(&ctx, cache, &mut nominations).await {
+        match provision(&ctx, cache, &mut nominations, &mut limit_events).await {
             Ok(outcome) if outcome.pods > 0 => tracing::info!(
                 triggers,
                 pods = outcome.pods,
@@ -172,11 +174,13 @@ pub struct Outcome {
     pub held: usize,
 }
 
-/// One provisioning run over a fresh snapshot.
+/// One provisioning run over a fresh snapshot. A pool whose limits leave pods without a node
+/// gets a `LimitReached` Event, as often as `limit_events` allows.
 pub async fn provision(
     ctx: &Context,
     cache: &InstanceTypeCache,
     nominations: &mut Nominations,
+    limit_events: &mut LimitEvents,
 ) -> Result<Outcome, ProvisionError> {
     let snapshot = Snapshot::take(ctx);
     let pending_uids: std::collections::HashSet<&str> = snapshot
@@ -238,6 +242,18 @@ pub async fn provision(
     }
     let pools: BTreeMap<String, &NodePool> =
         snapshot.pools.iter().map(|p| (p.name_any(), p)).collect();
+    let now = Instant::now();
+    limit_events.expire(now);
+    for reached in &result.limits_reached {
+        let Some(pool) = pools.get(&reached.node_pool) else {
+            continue;
+        };
+        let note = limits::limit_note(reached);
+        tracing::info!(nodepool = %reached.node_pool, resource = %reached.resource, pods = reached.pods.len(), "{note}");
+        if limit_events.due(&reached.node_pool, &reached.resource, now) {
+            ctx.events.warning(*pool, "LimitReached", note).await;
+        }
+    }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     for new in &result.new_claims {
         let Some(pool) = pools.get(&new.node_pool) else {

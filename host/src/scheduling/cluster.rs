@@ -107,6 +107,10 @@ pub struct ExistingNode {
     pub pods: Vec<Pod>,
     /// Initialized nodes are tried before uninitialized ones.
     pub initialized: bool,
+    /// How many volumes each CSI driver may attach to it (its CSINode's
+    /// `spec.drivers[].allocatable.count`); a driver not listed is not limited. The volumes of
+    /// `pods` ([`Pod::csi_volumes`]) count against it.
+    pub volume_limits: BTreeMap<String, i64>,
 }
 
 /// A NodeClaim that is launching but has no node yet. DaemonSet pods that would land on it are

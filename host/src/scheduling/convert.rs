@@ -560,6 +560,7 @@ pub fn node(
         pods,
         initialized,
         name,
+        volume_limits: BTreeMap::new(),
     })
 }
 

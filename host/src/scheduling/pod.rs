@@ -39,6 +39,48 @@ pub struct Pod {
     /// alternatives: node requirements, tried in order, but not the pod's own node affinity (topology
     /// spread does not narrow its domains by them).
     pub volume_requirements: Vec<Requirements>,
+    /// Its persistent volumes with the CSI driver that attaches each, for the nodes' attach
+    /// limits ([`super::ExistingNode::volume_limits`]).
+    pub csi_volumes: Vec<CsiVolume>,
+}
+
+/// A persistent volume a pod mounts, as CSI attach limits count it: the driver that attaches it
+/// and its claim (`namespace/name`; pods sharing a claim attach one volume).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CsiVolume {
+    pub driver: String,
+    pub claim: String,
+}
+
+/// The first driver whose limit in `limits` the volumes of `attached` and `adding` together
+/// exceed, with its limit (each claim counted once).
+pub fn volume_limit_exceeded<'a>(
+    limits: &'a BTreeMap<String, i64>,
+    attached: &[CsiVolume],
+    adding: &[CsiVolume],
+) -> Option<(&'a str, i64)> {
+    let mut seen: Vec<&CsiVolume> = Vec::new();
+    for v in adding {
+        let Some((driver, &limit)) = limits.get_key_value(&v.driver) else {
+            continue;
+        };
+        if seen.iter().any(|s| s.driver == v.driver) {
+            continue;
+        }
+        seen.push(v);
+        let mut claims: Vec<&str> = attached
+            .iter()
+            .chain(adding)
+            .filter(|a| a.driver == v.driver)
+            .map(|a| a.claim.as_str())
+            .collect();
+        claims.sort_unstable();
+        claims.dedup();
+        if claims.len() as i64 > limit {
+            return Some((driver.as_str(), limit));
+        }
+    }
+    None
 }
 
 /// A container port bound on the node's network (`hostPort`).

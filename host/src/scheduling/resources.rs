@@ -285,6 +285,40 @@ impl ResourceLimits {
             *remaining = remaining.saturating_sub(limit_amount(capacity, name));
         }
     }
+
+    /// Gives back what a node of `capacity` used ([`ResourceLimits::consume`] undone).
+    pub fn release(&mut self, capacity: &Resources) {
+        for (name, remaining) in &mut self.0 {
+            *remaining = remaining.saturating_add(limit_amount(capacity, name));
+        }
+    }
+
+    /// Whether a node of capacity `a` uses no more of any bounded resource than one of `b`.
+    pub fn no_larger(&self, a: &Resources, b: &Resources) -> bool {
+        self.0
+            .keys()
+            .all(|name| limit_amount(a, name) <= limit_amount(b, name))
+    }
+
+    /// How much of these limits a node of `capacity` takes: the fractions of every bounded
+    /// resource but `nodes` (the same for every node), summed. Smaller is a smaller node.
+    pub fn share(&self, capacity: &Resources) -> f64 {
+        self.0
+            .iter()
+            .filter(|(name, _)| name.as_str() != NODES)
+            .map(|(name, limit)| limit_amount(capacity, name) as f64 / (*limit).max(1) as f64)
+            .sum()
+    }
+
+    /// Each bounded resource's amount, `name=value` for people (`cpu=4, nodes=2`).
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(name, value)| format_resource(name, *value))
+            .collect();
+        parts.join(", ")
+    }
 }
 
 /// How much of limit `name` a node of `capacity` uses (`nodes` counts one per node).
@@ -345,5 +379,14 @@ mod tests {
         limits.consume(&node);
         assert_eq!(limits.exceeded_by(&node), Some("cpu"));
         assert_eq!(limits.0["nodes"], 0);
+        limits.release(&node);
+        assert_eq!(limits.exceeded_by(&node), None);
+        assert_eq!(limits.describe(), "cpu=2, nodes=1");
+        let big = Resources::new(4000, 1 << 30, 10);
+        assert!(limits.no_larger(&node, &big) && !limits.no_larger(&big, &node));
+        assert!(limits.no_larger(&node, &node));
+        // Memory is not bounded: a node with more of it is no larger.
+        assert!(limits.no_larger(&Resources::new(2000, 1 << 40, 10), &node));
+        assert!(limits.share(&node) < limits.share(&big));
     }
 }

@@ -52,4 +52,20 @@ pub struct SchedulingResult {
     pub existing_placements: Vec<(PodIndex, Target)>,
     /// Pods that fit nowhere, with a reason fit for a pod Event, in input order.
     pub unschedulable: Vec<(PodIndex, String)>,
+    /// NodePool limits that refused a claim to pods now in `unschedulable`.
+    pub limits_reached: Vec<LimitReached>,
+}
+
+/// A NodePool limit that left pods without a node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LimitReached {
+    pub node_pool: String,
+    /// The bounded resource (`cpu`, `memory`, `nodes`, ...).
+    pub resource: String,
+    /// The pool's `spec.limits` for it, in base units (millicores for `cpu`).
+    pub limit: i64,
+    /// What is left of it once the pool's nodes, claims in flight and this run's claims count.
+    pub left: i64,
+    /// The pods it refused, by index.
+    pub pods: Vec<PodIndex>,
 }

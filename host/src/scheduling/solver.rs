@@ -32,11 +32,11 @@ use topology::{DomainId, GroupId, GroupKind, Topology};
 
 use super::SchedulingInput;
 use super::cluster::{InstanceType, NodePoolView};
-use super::pod::{HostPort, Pod, host_port_conflict};
+use super::pod::{CsiVolume, HostPort, Pod, host_port_conflict, volume_limit_exceeded};
 use super::policy::MinValuesPolicy;
 use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
-use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
+use super::result::{ChosenOffering, LimitReached, NewClaim, SchedulingResult, Target};
 use super::taints::{Taint, first_untolerated};
 use crate::api::labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, ZONE};
 // Labels every node carries whether or not a pool constrains them (Karpenter's `WellKnownLabels`).
@@ -71,8 +71,13 @@ enum BinKind {
 enum Capacity {
     /// Existing capacity: what it can allocate.
     Fixed(Resources),
-    /// A new NodeClaim: the instance types still possible and their per-resource maximum.
-    Types { mask: BitSet, max_alloc: Resources },
+    /// A new NodeClaim: the instance types still possible and their per-resource maximum, and
+    /// in a pool with limits the type whose share of them it holds ([`Pool::room`]).
+    Types {
+        mask: BitSet,
+        max_alloc: Resources,
+        floor: Option<usize>,
+    },
 }
 
 #[derive(Debug)]
@@ -95,6 +100,11 @@ struct Bin<'a> {
     key_domains: Vec<KeyDomains>,
     /// Host ports bound by the pods on it (running and placed).
     host_ports: Vec<HostPort>,
+    /// Existing nodes whose CSINode limits attachments: the limits per driver, and the volumes
+    /// of the pods on it (running and placed). New claims and claims in flight have no known
+    /// limit, as in Karpenter.
+    volume_limits: Option<&'a BTreeMap<String, i64>>,
+    volumes: Vec<CsiVolume>,
 }
 
 /// The domains a bin's requirements allow for one topology key.
@@ -113,7 +123,12 @@ struct Pool<'a> {
     /// Pool requirements, template labels and `karpenter.sh/nodepool In [name]`.
     template: Requirements,
     catalog: Catalog,
-    remaining: Option<ResourceLimits>,
+    /// What the pool's limits leave once every claim this run opened holds its *floor*: the
+    /// type among its options that takes the least of the limits. `None` when unlimited. A
+    /// claim's options are cut to types no larger than its floor when it is finalized, so the
+    /// claims' worst cases sum to at most what the limits left, and a claim in flight holds no
+    /// more than the smallest node its pods fit on.
+    room: Option<ResourceLimits>,
 }
 
 /// A verdict on a bin from its hostname's count in one group.
@@ -162,6 +177,8 @@ struct Solver<'a> {
     /// Pod affinity on a non-hostname key: `(topology key, populated domains)`. A bin whose
     /// listed domains for the key miss all of them fails that affinity.
     domain_filters: Vec<(usize, Vec<DomainId>)>,
+    /// Per pod, the `(pool, resource)` limits that refused it a new claim on its last attempt.
+    limit_hits: Vec<Vec<(usize, String)>>,
     /// Test only: place pods by scanning every bin instead of through the index.
     #[cfg(test)]
     scan: bool,
@@ -211,7 +228,7 @@ impl<'a> Solver<'a> {
                     view,
                     template,
                     catalog,
-                    remaining: view.remaining.clone(),
+                    room: view.remaining.clone(),
                 }
             })
             .collect();
@@ -274,6 +291,7 @@ impl<'a> Solver<'a> {
             scratch: Scratch::default(),
             host_filters: Vec::new(),
             domain_filters: Vec::new(),
+            limit_hits: vec![Vec::new(); input.pods.len()],
             #[cfg(test)]
             scan: false,
         };
@@ -453,6 +471,7 @@ impl<'a> Solver<'a> {
                 node.used.clone(),
                 &node.allocatable,
                 &node.pods,
+                Some(&node.volume_limits).filter(|l| !l.is_empty()),
             );
         }
         for i in claims {
@@ -479,11 +498,13 @@ impl<'a> Solver<'a> {
                 requests,
                 &claim.allocatable,
                 &claim.pods,
+                None,
             );
         }
         self.fixed = self.bins.len();
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn push_fixed(
         &mut self,
         kind: BinKind,
@@ -492,6 +513,7 @@ impl<'a> Solver<'a> {
         requests: Resources,
         allocatable: &Resources,
         running: &[Pod],
+        volume_limits: Option<&'a BTreeMap<String, i64>>,
     ) {
         let host_domain = self.hostname_domain(&requirements);
         // Count the running pods in every group that selects them, and where the ones with
@@ -534,6 +556,14 @@ impl<'a> Solver<'a> {
                 .iter()
                 .flat_map(|pod| pod.host_ports.iter().cloned())
                 .collect(),
+            volume_limits,
+            volumes: match volume_limits {
+                Some(_) => running
+                    .iter()
+                    .flat_map(|pod| pod.csi_volumes.iter().cloned())
+                    .collect(),
+                None => Vec::new(),
+            },
         });
         self.index_last_bin(false);
     }
@@ -629,18 +659,18 @@ impl<'a> Solver<'a> {
             })
             .collect();
         let mut new_claims = Vec::new();
+        let mut slack: Vec<Option<ResourceLimits>> =
+            self.pools.iter().map(|p| p.room.clone()).collect();
         for b in self.fixed..self.bins.len() {
-            match self.finalize(b) {
-                Some(claim) => new_claims.push(claim),
-                None => unschedulable.extend(self.bins[b].pods.iter().map(|&p| {
-                    (
-                        p,
-                        "no available offering is compatible with the pod's constraints".to_owned(),
-                    )
-                })),
+            match self.finalize(b, &mut slack) {
+                Ok(claim) => new_claims.push(claim),
+                Err(reason) => {
+                    unschedulable.extend(self.bins[b].pods.iter().map(|&p| (p, reason.clone())))
+                }
             }
         }
         unschedulable.sort_by_key(|(p, _)| *p);
+        let limits_reached = self.limits_reached(&unschedulable);
         tracing::debug!(
             pods = input.pods.len(),
             new_claims = new_claims.len(),
@@ -652,7 +682,34 @@ impl<'a> Solver<'a> {
             new_claims,
             existing_placements: self.placements,
             unschedulable,
+            limits_reached,
         }
+    }
+
+    /// The pool limits that left pods of `unschedulable` without a claim, pool by pool.
+    fn limits_reached(&self, unschedulable: &[(usize, String)]) -> Vec<LimitReached> {
+        let mut by_limit: BTreeMap<(usize, &str), Vec<usize>> = BTreeMap::new();
+        for &(p, _) in unschedulable {
+            for (pool, resource) in self.limit_hits.get(p).into_iter().flatten() {
+                by_limit.entry((*pool, resource)).or_default().push(p);
+            }
+        }
+        by_limit
+            .into_iter()
+            .map(|((pool, resource), pods)| {
+                let view = self.pools[pool].view;
+                let amount = |l: Option<&ResourceLimits>| {
+                    l.and_then(|l| l.0.get(resource)).copied().unwrap_or(0)
+                };
+                LimitReached {
+                    node_pool: view.name.clone(),
+                    resource: resource.to_owned(),
+                    limit: amount(view.limits.as_ref()),
+                    left: amount(self.pools[pool].room.as_ref()),
+                    pods,
+                }
+            })
+            .collect()
     }
 
     /// The hostname rules of pod `p` that can rule a bin out from its hostname's counts alone,
@@ -845,6 +902,9 @@ impl<'a> Solver<'a> {
 
     /// Opens a new claim for pod `p` from the first pool that can take it.
     fn open_claims(&mut self, p: usize) -> Result<(), String> {
+        if let Some(hits) = self.limit_hits.get_mut(p) {
+            hits.clear();
+        }
         let mut reasons = Vec::new();
         for pool in 0..self.pools.len() {
             match self.open_claim(pool, p) {
@@ -886,12 +946,7 @@ impl<'a> Solver<'a> {
         let mut mask = ps.catalog.all.clone();
         mask.intersect_with(&ps.catalog.within_limits);
         if mask.is_empty() {
-            let exceeded = ps
-                .remaining
-                .as_ref()
-                .and_then(|r| r.exceeded_by(&ps.view.instance_types[ps.catalog.types[0]].capacity))
-                .unwrap_or("resource");
-            return Err(format!("nodepool {name} limit {exceeded} exceeded"));
+            return Err(self.limit_refusal(pool, p, 0));
         }
         let max_alloc = ps.catalog.restrict_to_fit(&mut mask, &Resources::default());
         let hostname = format!("hostname-placeholder-{:04}", self.opened + 1);
@@ -903,24 +958,42 @@ impl<'a> Solver<'a> {
             requirements,
             taints: &self.pools[pool].view.taints,
             requests: Resources::default(),
-            capacity: Capacity::Types { mask, max_alloc },
+            capacity: Capacity::Types {
+                mask,
+                max_alloc,
+                floor: None,
+            },
             pods: Vec::new(),
             open_labels: true,
             host_domain,
             key_domains: Vec::new(),
             host_ports: Vec::new(),
+            volume_limits: None,
+            volumes: Vec::new(),
         });
         self.index_last_bin(true);
         let b = self.bins.len() - 1;
         match self.try_add(b, p, true) {
             Ok(()) => {
                 self.opened += 1;
-                self.consume_limits(pool, b);
                 Ok(())
             }
             Err(reason) => {
                 self.index.remove_last_bin(b, host_domain);
                 self.bins.pop();
+                // A pod that some type of the pool fits, but none the limits leave room for, is
+                // refused by the limits.
+                let ps = &self.pools[pool];
+                if ps.room.is_some() {
+                    let mut fits = ps.catalog.all.clone();
+                    ps.catalog
+                        .restrict_to_fit(&mut fits, &self.pods[p].requests);
+                    if let Some(t) = fits.iter().next()
+                        && !fits.intersects(&ps.catalog.within_limits)
+                    {
+                        return Err(self.limit_refusal(pool, p, t));
+                    }
+                }
                 let pool_name = &self.pools[pool].view.name;
                 let reason = reason.unwrap_or_default();
                 // Instance-type failures already say which pool they are about.
@@ -933,22 +1006,24 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// Takes the largest capacity among a new claim's options off its pool's remaining limits.
-    fn consume_limits(&mut self, pool: usize, b: usize) {
-        let ps = &mut self.pools[pool];
-        let Some(remaining) = ps.remaining.as_mut() else {
-            return;
-        };
-        let Capacity::Types { mask, .. } = &self.bins[b].capacity else {
-            return;
-        };
-        let mut max = Resources::default();
-        for t in mask.iter() {
-            max.max_assign(&ps.view.instance_types[ps.catalog.types[t]].capacity);
+    /// "nodepool default limit cpu exceeded", for pod `p` that catalog type `t` of `pool` would
+    /// fit but the pool's limits leave no room for; noted in [`Solver::limit_hits`].
+    fn limit_refusal(&mut self, pool: usize, p: usize, t: usize) -> String {
+        let ps = &self.pools[pool];
+        let capacity = &ps.view.instance_types[ps.catalog.types[t]].capacity;
+        let resource = ps
+            .room
+            .as_ref()
+            .and_then(|r| r.exceeded_by(capacity))
+            .unwrap_or("resource")
+            .to_owned();
+        let reason = format!("nodepool {} limit {resource} exceeded", ps.view.name);
+        if let Some(hits) = self.limit_hits.get_mut(p)
+            && !hits.contains(&(pool, resource.clone()))
+        {
+            hits.push((pool, resource));
         }
-        remaining.consume(&max);
-        let remaining = ps.remaining.clone();
-        ps.catalog.apply_limits(ps.view, remaining.as_ref());
+        reason
     }
 
     /// Tries pod `p` on bin `b`; on success the pod is placed and topology updated.
@@ -965,6 +1040,15 @@ impl<'a> Solver<'a> {
         if let Some(port) = host_port_conflict(&bin.host_ports, &pod.host_ports) {
             bail!(want, "host port {port} is already bound");
         }
+        if let Some(limits) = bin.volume_limits
+            && let Some((driver, limit)) =
+                volume_limit_exceeded(limits, &bin.volumes, &pod.csi_volumes)
+        {
+            bail!(
+                want,
+                "the node attaches at most {limit} volume(s) of {driver}"
+            );
+        }
 
         // Resources, against the best case.
         match &bin.capacity {
@@ -973,7 +1057,9 @@ impl<'a> Solver<'a> {
                     bail!(want, "does not fit: allocatable {alloc}");
                 }
             }
-            Capacity::Types { max_alloc, mask } => {
+            Capacity::Types {
+                max_alloc, mask, ..
+            } => {
                 if !bin.requests.fits_with(&st.requests, max_alloc) {
                     if let BinKind::New { pool } = bin.kind {
                         bail!(want, "{}", self.no_fit_reason(pool, mask, pod));
@@ -1065,7 +1151,10 @@ impl<'a> Solver<'a> {
 
         // Instance types of a new claim.
         let mut new_max_alloc = None;
-        if let (Capacity::Types { mask, .. }, BinKind::New { pool }) = (&bin.capacity, bin.kind) {
+        let mut new_floor = None;
+        if let (Capacity::Types { mask, floor, .. }, BinKind::New { pool }) =
+            (&bin.capacity, bin.kind)
+        {
             let ps = &mut self.pools[pool];
             scratch.mask.copy_from(mask);
             let mut offerings_changed = false;
@@ -1157,6 +1246,32 @@ impl<'a> Solver<'a> {
                     }
                 }
             }
+            // Limits: the claim's floor must stay among its types, or move to one that fits the
+            // room the other claims leave.
+            if let Some(room) = ps.room.as_ref()
+                && floor.is_none_or(|f| !scratch.mask.contains(f))
+            {
+                let mut room = room.clone();
+                if let Some(f) = *floor {
+                    room.release(&ps.view.instance_types[ps.catalog.types[f]].capacity);
+                }
+                match ps.catalog.smallest_within(ps.view, &scratch.mask, &room) {
+                    Some(t) => {
+                        room.consume(&ps.view.instance_types[ps.catalog.types[t]].capacity);
+                        new_floor = Some((t, room));
+                    }
+                    None => {
+                        let any = scratch.mask.iter().next().unwrap_or_default();
+                        let capacity = &ps.view.instance_types[ps.catalog.types[any]].capacity;
+                        bail!(
+                            want,
+                            "nodepool {} limit {} exceeded",
+                            ps.view.name,
+                            room.exceeded_by(capacity).unwrap_or("resource")
+                        );
+                    }
+                }
+            }
             new_max_alloc = Some(max_alloc);
         }
 
@@ -1195,14 +1310,29 @@ impl<'a> Solver<'a> {
                 bin.requirements.set(key_name, set);
             }
         }
-        if let (Capacity::Types { mask, max_alloc }, Some(new_max)) =
-            (&mut bin.capacity, new_max_alloc)
+        if let (
+            Capacity::Types {
+                mask,
+                max_alloc,
+                floor,
+            },
+            Some(new_max),
+        ) = (&mut bin.capacity, new_max_alloc)
         {
             mask.copy_from(&self.scratch.mask);
             *max_alloc = new_max;
+            if let (Some((t, room)), BinKind::New { pool }) = (new_floor, bin.kind) {
+                *floor = Some(t);
+                let ps = &mut self.pools[pool];
+                ps.catalog.apply_limits(ps.view, Some(&room));
+                ps.room = Some(room);
+            }
         }
         bin.pods.push(p);
         bin.host_ports.extend(pod.host_ports.iter().cloned());
+        if bin.volume_limits.is_some() {
+            bin.volumes.extend(pod.csi_volumes.iter().cloned());
+        }
         if let BinKind::New { .. } = bin.kind {
             self.index.grew(b, bin.pods.len());
         }
@@ -1265,16 +1395,69 @@ impl<'a> Solver<'a> {
         )
     }
 
-    /// The NodeClaim for new bin `b`, or `None` when no offering is left to launch it.
-    fn finalize(&self, b: usize) -> Option<NewClaim> {
+    /// The NodeClaim for new bin `b`, or why it cannot be launched. In a pool with limits its
+    /// types are cut to those no larger than its floor; when that leaves too few for a
+    /// `minValues`, the pool's `slack` (what the limits leave once every claim holds its floor)
+    /// pays for larger ones.
+    fn finalize(&self, b: usize, slack: &mut [Option<ResourceLimits>]) -> Result<NewClaim, String> {
+        const NO_OFFERING: &str = "no available offering is compatible with the pod's constraints";
         let bin = &self.bins[b];
-        let (BinKind::New { pool }, Capacity::Types { mask, .. }) = (bin.kind, &bin.capacity)
+        let (BinKind::New { pool }, Capacity::Types { mask, floor, .. }) =
+            (bin.kind, &bin.capacity)
         else {
-            return None;
+            return Err(NO_OFFERING.to_owned());
         };
         let ps = &self.pools[pool];
         let mut requirements = bin.requirements.clone();
         requirements.remove(HOSTNAME);
+        let min_values_met = |mask: &BitSet| {
+            requirements.iter().all(|r| {
+                r.min_values().is_none_or(|min| {
+                    let min = min as usize;
+                    ps.catalog.distinct_values(mask, r.key(), min) >= min
+                })
+            })
+        };
+        let mut mask = mask.clone();
+        if let (Some(room), Some(f), Some(slack)) = (&ps.room, *floor, slack.get_mut(pool)) {
+            let mut tight = mask.clone();
+            ps.catalog.restrict_to_floor(ps.view, &mut tight, f, room);
+            if min_values_met(&tight) {
+                mask = tight;
+            } else {
+                // Add the smallest of the types the slack pays for until minValues is met.
+                let mut wide = slack.clone().unwrap_or_else(|| room.clone());
+                wide.release(&ps.view.instance_types[ps.catalog.types[f]].capacity);
+                let scale = ps.view.limits.as_ref().unwrap_or(room);
+                let capacity = |t: usize| &ps.view.instance_types[ps.catalog.types[t]].capacity;
+                let mut candidates: Vec<(f64, usize)> = mask
+                    .iter()
+                    .filter(|&t| !tight.contains(t) && wide.exceeded_by(capacity(t)).is_none())
+                    .map(|t| (scale.share(capacity(t)), t))
+                    .collect();
+                candidates.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                let mut largest = Resources::default();
+                for t in tight.iter() {
+                    largest.max_assign(capacity(t));
+                }
+                for (_, t) in candidates {
+                    if min_values_met(&tight) {
+                        break;
+                    }
+                    tight.insert(t);
+                    largest.max_assign(capacity(t));
+                }
+                mask = tight;
+                if !min_values_met(&mask) {
+                    return Err(format!(
+                        "nodepool {} limit leaves too few instance types for minValues",
+                        ps.view.name
+                    ));
+                }
+                wide.consume(&largest);
+                *slack = Some(wide);
+            }
+        }
         let pricer = ps.catalog.pricer(ps.view, &requirements);
         let mut priced: Vec<(f64, &str, usize, usize)> = mask
             .iter()
@@ -1290,7 +1473,8 @@ impl<'a> Solver<'a> {
             .collect();
         drop(pricer);
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
-        let &(cheapest_price, _, cheapest_t, cheapest_o) = priced.first()?;
+        let &(cheapest_price, _, cheapest_t, cheapest_o) =
+            priced.first().ok_or_else(|| NO_OFFERING.to_owned())?;
 
         let limit = self.input.options.max_instance_types.max(1);
         let mut chosen: Vec<usize> = (0..priced.len().min(limit)).collect();
@@ -1342,7 +1526,7 @@ impl<'a> Solver<'a> {
 
         let it = &ps.view.instance_types[ps.catalog.types[cheapest_t]];
         let offering = &it.offerings[cheapest_o];
-        Some(NewClaim {
+        Ok(NewClaim {
             node_pool: ps.view.name.clone(),
             requirements,
             requests: bin.requests.plus(&ps.catalog.daemon[cheapest_t]),

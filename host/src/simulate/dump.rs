@@ -13,7 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
@@ -72,6 +72,7 @@ pub struct Dump {
     volume_claims: BTreeMap<(String, String), PersistentVolumeClaim>,
     volumes: BTreeMap<String, PersistentVolume>,
     storage_classes: BTreeMap<String, StorageClass>,
+    csi_nodes: BTreeMap<String, CSINode>,
     /// Objects of other kinds, by `apiVersion/kind`: how many were skipped.
     pub skipped: BTreeMap<String, usize>,
 }
@@ -250,6 +251,9 @@ impl Dump {
                 value,
                 |c: &StorageClass| c.name_any(),
             ),
+            ("storage.k8s.io/v1", "CSINode") => {
+                insert(&ctx, &mut self.csi_nodes, value, |c: &CSINode| c.name_any())
+            }
             _ => {
                 tracing::debug!(
                     file,
@@ -383,6 +387,7 @@ impl Dump {
                 .cloned()
                 .map(Arc::new)
                 .collect(),
+            csi_nodes: self.csi_nodes.values().cloned().map(Arc::new).collect(),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 
@@ -40,6 +40,8 @@ pub struct ClusterState {
     pub volume_claims: Cache<PersistentVolumeClaim>,
     pub volumes: Cache<PersistentVolume>,
     pub storage_classes: Cache<StorageClass>,
+    /// CSI attach limits: how many volumes each driver may attach to a node.
+    pub csi_nodes: Cache<CSINode>,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -59,6 +61,7 @@ pub struct View {
     pub volume_claims: Vec<Arc<PersistentVolumeClaim>>,
     pub volumes: Vec<Arc<PersistentVolume>>,
     pub storage_classes: Vec<Arc<StorageClass>>,
+    pub csi_nodes: Vec<Arc<CSINode>>,
 }
 
 impl ClusterState {
@@ -82,6 +85,7 @@ impl ClusterState {
             tokio::spawn(self.volume_claims.run(Api::all(client.clone()), all())),
             tokio::spawn(self.volumes.run(Api::all(client.clone()), all())),
             tokio::spawn(self.storage_classes.run(Api::all(client.clone()), all())),
+            tokio::spawn(self.csi_nodes.run(Api::all(client.clone()), all())),
         ];
         let ready = |kind: &'static str| {
             move |err: kube::runtime::reflector::store::WriterDropped| StateError {
@@ -144,6 +148,11 @@ impl ClusterState {
             .wait_until_ready()
             .await
             .map_err(ready("StorageClass"))?;
+        self.csi_nodes
+            .store()
+            .wait_until_ready()
+            .await
+            .map_err(ready("CSINode"))?;
         Ok(tasks)
     }
 
@@ -174,6 +183,7 @@ impl ClusterState {
             volume_claims: self.volume_claims.store().state(),
             volumes: self.volumes.store().state(),
             storage_classes: self.storage_classes.store().state(),
+            csi_nodes: self.csi_nodes.store().state(),
         }
     }
 }

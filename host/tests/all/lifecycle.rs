@@ -359,6 +359,21 @@ pub async fn events(client: &Client, namespace: &str, name: &str, reason: &str) 
         .collect()
 }
 
+/// The notes of the Events Capstan (not another controller) recorded about `name` for `reason`.
+pub async fn capstan_notes(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> Vec<String> {
+    events(client, namespace, name, reason)
+        .await
+        .into_iter()
+        .filter(|e| e.reporting_controller.as_deref() == Some("capstan"))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
 /// Waits for an Event.
 pub async fn wait_event(client: &Client, namespace: &str, name: &str, reason: &str) -> Event {
     wait_until(

@@ -22,7 +22,7 @@ use crate::lifecycle::{Host, Names, RUN_LABEL, cluster, events, node_class, node
 use crate::provisioner::{claims, namespace, teardown};
 
 /// A label the test's pools put on their nodes (template labels), for pods to select.
-const GROUP: &str = "e2e.capstan.dev/group";
+pub(crate) const GROUP: &str = "e2e.capstan.dev/group";
 /// A label only the dedicated pool of the taint test sets.
 const DEDICATED: &str = "e2e.capstan.dev/dedicated";
 
@@ -54,6 +54,32 @@ pub(crate) fn pool_json(
     }
     // Consolidation would remove nodes these tests count; its own tests turn it on.
     pool["spec"]["disruption"] = json!({"consolidateAfter": "Never"});
+    pool
+}
+
+/// A kwok NodeClass with `parameters` and an amd64 NodePool over it that labels its nodes
+/// [`GROUP`]` = <run>` (pods select that), with `limits` if given; returns the pool's name.
+pub(crate) async fn group_pool(
+    client: &Client,
+    names: &Names,
+    parameters: serde_json::Value,
+    limits: Option<serde_json::Value>,
+) -> String {
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(client, names, &class, "kwok", parameters).await;
+    node_pool(
+        client,
+        pool_json(
+            names,
+            &pool,
+            &class,
+            json!([req("kubernetes.io/arch", &["amd64"])]),
+            json!({GROUP: names.run}),
+            json!([]),
+            limits,
+        ),
+    )
+    .await;
     pool
 }
 

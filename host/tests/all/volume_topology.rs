@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use capstan_test_support::wait_until;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
-use kube::Api;
 use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
 use serde_json::json;
 
 use crate::lifecycle::{Host, Names, cluster, events, node_class, node_pool, node_pool_json};
@@ -15,6 +15,47 @@ use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{Pods, wait_running};
 
 const ZONE: &str = "topology.kubernetes.io/zone";
+
+/// A statically provisioned volume `pv` of class `class` with `source` (its volume source and
+/// any other spec fields), and the claim `ns/pvc` pre-bound to it.
+pub(crate) async fn bound_volume(
+    client: &Client,
+    ns: &str,
+    pv: &str,
+    pvc: &str,
+    class: &str,
+    source: serde_json::Value,
+) {
+    let mut spec = json!({
+        "capacity": {"storage": "1Gi"},
+        "accessModes": ["ReadWriteOnce"],
+        "storageClassName": class,
+        "claimRef": {"namespace": ns, "name": pvc},
+    });
+    if let (Some(spec), Some(source)) = (spec.as_object_mut(), source.as_object()) {
+        spec.extend(source.clone());
+    }
+    let volume: PersistentVolume =
+        serde_json::from_value(json!({"metadata": {"name": pv}, "spec": spec})).unwrap();
+    Api::<PersistentVolume>::all(client.clone())
+        .create(&PostParams::default(), &volume)
+        .await
+        .unwrap();
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": pvc},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": class,
+            "volumeName": pv,
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }))
+    .unwrap();
+    Api::<PersistentVolumeClaim>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &claim)
+        .await
+        .unwrap();
+}
 
 #[tokio::test]
 async fn a_pod_with_a_zonal_volume_gets_a_node_in_its_volumes_zone() {
@@ -29,39 +70,14 @@ async fn a_pod_with_a_zonal_volume_gets_a_node_in_its_volumes_zone() {
 
     // A statically provisioned volume in test-zone-c, pre-bound to the claim.
     let (pv, pvc, storage) = (names.name("pv"), "data", names.name("manual"));
-    let volume: PersistentVolume = serde_json::from_value(json!({
-        "metadata": {"name": pv},
-        "spec": {
-            "capacity": {"storage": "1Gi"},
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage,
-            "hostPath": {"path": "/tmp/capstan-volzone"},
-            "claimRef": {"namespace": ns, "name": pvc},
-            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
-                {"key": ZONE, "operator": "In", "values": ["test-zone-c"]},
-            ]}]}},
-        },
-    }))
-    .unwrap();
+    let source = json!({
+        "hostPath": {"path": "/tmp/capstan-volzone"},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+            {"key": ZONE, "operator": "In", "values": ["test-zone-c"]},
+        ]}]}},
+    });
+    bound_volume(&client, &ns, &pv, pvc, &storage, source).await;
     let volumes = Api::<PersistentVolume>::all(client.clone());
-    volumes
-        .create(&PostParams::default(), &volume)
-        .await
-        .unwrap();
-    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
-        "metadata": {"name": pvc},
-        "spec": {
-            "accessModes": ["ReadWriteOnce"],
-            "storageClassName": storage,
-            "volumeName": pv,
-            "resources": {"requests": {"storage": "1Gi"}},
-        },
-    }))
-    .unwrap();
-    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &claim)
-        .await
-        .unwrap();
 
     let selector = json!({"karpenter.sh/nodepool": pool});
     Pods::new(&client, &names, &ns, "db")

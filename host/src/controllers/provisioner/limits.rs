@@ -7,9 +7,16 @@
 //! with (the biggest of the pool's instance types its `node.kubernetes.io/instance-type` `In`
 //! requirement allows, or its requests when none of those is known). `nodes` counts one per
 //! claim. Whatever `status` reports is kept when it is larger, so neither source can make the
-//! remaining limits grow.
+//! remaining limits grow. The solver lists on a claim of a pool with limits only the types no
+//! larger (in the limited resources) than the smallest its pods fit on, so that largest is what
+//! the claim needs, not what happened to fit under the limit.
+//!
+//! When a limit leaves pods without a node, the pool gets a `LimitReached` Event, at most once
+//! per [`LIMIT_EVENT_INTERVAL`] for each limit ([`LimitEvents`]), so a pod pending for an hour does
+//! not add an Event per batch.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use crate::api::labels::{INSTANCE_TYPE, NODEPOOL};
 use crate::api::{NodeClaim, NodePool, NodeSelectorOperator, ResourceList};
@@ -118,6 +125,46 @@ pub fn remaining(
         *value = value.saturating_sub(claimed.max(status_used(name)));
     }
     Some(out)
+}
+
+/// How often a pool gets a `LimitReached` Event for the same limit while pods stay refused.
+pub const LIMIT_EVENT_INTERVAL: Duration = Duration::from_secs(300);
+
+/// When each pool limit was last reported, to rate-limit the Events.
+#[derive(Debug, Default)]
+pub struct LimitEvents {
+    last: HashMap<(String, String), Instant>,
+}
+
+impl LimitEvents {
+    /// Whether limit `resource` of `pool` is due a report at `now` (and, if so, notes it).
+    pub fn due(&mut self, pool: &str, resource: &str, now: Instant) -> bool {
+        let key = (pool.to_owned(), resource.to_owned());
+        match self.last.get(&key) {
+            Some(at) if now.saturating_duration_since(*at) < LIMIT_EVENT_INTERVAL => false,
+            _ => {
+                self.last.insert(key, now);
+                true
+            }
+        }
+    }
+
+    /// Forgets the reports older than the interval, so the map holds only current limits.
+    pub fn expire(&mut self, now: Instant) {
+        self.last
+            .retain(|_, at| now.saturating_duration_since(*at) < LIMIT_EVENT_INTERVAL);
+    }
+}
+
+/// The note of a `LimitReached` Event: `limit cpu=64 reached: cpu=2 left ...`.
+pub fn limit_note(reached: &crate::scheduling::LimitReached) -> String {
+    use crate::scheduling::resources::format_resource;
+    format!(
+        "limit {} reached: {} left once its nodes and the claims launching count; {} pending pod(s) need more",
+        format_resource(&reached.resource, reached.limit),
+        format_resource(&reached.resource, reached.left),
+        reached.pods.len()
+    )
 }
 
 #[cfg(test)]

@@ -15,7 +15,7 @@ use kube::ResourceExt;
 use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
-use crate::scheduling::convert::volumes::VolumeIndex;
+use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
 use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
@@ -47,8 +47,11 @@ pub struct Snapshot {
     pub namespaces: NamespaceLabels,
     /// Provider IDs of the nodes that are leaving: their claims are no capacity.
     pub leaving: HashSet<String>,
-    /// Persistent volume claims, volumes and storage classes, for volume topology.
+    /// Persistent volume claims, volumes and storage classes, for volume topology and CSI
+    /// attach limits.
     pub volumes: VolumeIndex,
+    /// Per node name, how many volumes each CSI driver may attach to it (its CSINode).
+    pub volume_limits: HashMap<String, BTreeMap<String, i64>>,
 }
 
 /// What [`Snapshot::input`] built, with what it had to leave out.
@@ -184,6 +187,12 @@ impl Snapshot {
                 view.volumes.iter().map(AsRef::as_ref),
                 view.storage_classes.iter().map(AsRef::as_ref),
             ),
+            volume_limits: view
+                .csi_nodes
+                .iter()
+                .map(|c| (c.name_any(), csi_limits(c)))
+                .filter(|(_, limits)| !limits.is_empty())
+                .collect(),
         }
     }
 
@@ -247,6 +256,7 @@ impl Snapshot {
             .volumes
             .requirements(pod)
             .map_err(|err| err.to_string())?;
+        converted.csi_volumes = self.volumes.csi_volumes(pod);
         Ok(converted)
     }
 
@@ -316,7 +326,23 @@ impl Snapshot {
                 represented.insert(claim.name_any());
             }
             match convert::node(node, pods, &self.namespaces, claim) {
-                Ok(n) => built.input.existing_nodes.push(n),
+                Ok(mut n) => {
+                    if let Some(limits) = self.volume_limits.get(&name) {
+                        n.volume_limits = limits.clone();
+                        // The volumes of its pods count against its limits.
+                        for converted in &mut n.pods {
+                            let pod = pods.iter().find(|p| {
+                                p.metadata.name.as_deref() == Some(converted.name.as_str())
+                                    && p.metadata.namespace.as_deref()
+                                        == Some(converted.namespace.as_str())
+                            });
+                            if let Some(pod) = pod {
+                                converted.csi_volumes = self.volumes.csi_volumes(pod);
+                            }
+                        }
+                    }
+                    built.input.existing_nodes.push(n)
+                }
                 Err(err) => {
                     tracing::warn!(node = %name, error = %err, "node left out of provisioning")
                 }

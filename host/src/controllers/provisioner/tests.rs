@@ -213,3 +213,72 @@ fn static_and_unready_pools_are_left_out() {
         None
     );
 }
+
+/// A source for pools this test has none of.
+struct NoTypes;
+
+impl instance_types::InstanceTypeSource for NoTypes {
+    async fn instance_types(
+        &self,
+        _pool: &NodePool,
+        _classes: &std::collections::HashMap<String, crate::api::NodeClass>,
+    ) -> Result<Arc<[scheduling::InstanceType]>, ProvisionError> {
+        Err(ProvisionError::Pool("no types in this test".to_owned()))
+    }
+}
+
+#[tokio::test]
+async fn a_nodes_csi_limits_and_the_volumes_of_its_pods_reach_the_simulation() {
+    fn object<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).unwrap())
+    }
+    let with_claim = |name: &str, node: Option<&str>, claim: &str| -> Pod {
+        let mut pod = pending_pod();
+        pod.metadata.name = Some(name.to_owned());
+        let spec = pod.spec.as_mut().unwrap();
+        spec.node_name = node.map(str::to_owned);
+        spec.volumes = Some(vec![
+            serde_json::from_value(
+                json!({"name": "data", "persistentVolumeClaim": {"claimName": claim}}),
+            )
+            .unwrap(),
+        ]);
+        pod
+    };
+    let csi_pv = |name: &str| -> Arc<k8s_openapi::api::core::v1::PersistentVolume> {
+        object(json!({
+            "metadata": {"name": name},
+            "spec": {"csi": {"driver": "ebs.csi.example.com", "volumeHandle": name}},
+        }))
+    };
+    let view = crate::state::View {
+        nodes: vec![object(json!({"metadata": {"name": "n1"}}))],
+        pods: vec![
+            Arc::new(with_claim("first", Some("n1"), "one")),
+            Arc::new(with_claim("second", None, "two")),
+        ],
+        volume_claims: vec![
+            object(
+                json!({"metadata": {"name": "one", "namespace": "default"}, "spec": {"volumeName": "pv-1"}}),
+            ),
+            object(
+                json!({"metadata": {"name": "two", "namespace": "default"}, "spec": {"volumeName": "pv-2"}}),
+            ),
+        ],
+        volumes: vec![csi_pv("pv-1"), csi_pv("pv-2")],
+        csi_nodes: vec![object(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"drivers": [{"name": "ebs.csi.example.com", "nodeID": "i-1", "allocatable": {"count": 1}}]},
+        }))],
+        ..crate::state::View::default()
+    };
+    let snapshot = Snapshot::from_view(&view, &crate::controllers::Selector::default());
+    let built = snapshot.input_from(&NoTypes).await;
+    let node = &built.input.existing_nodes[0];
+    assert_eq!(node.volume_limits["ebs.csi.example.com"], 1);
+    assert_eq!(node.pods[0].csi_volumes[0].claim, "default/one");
+    assert_eq!(built.input.pods[0].csi_volumes[0].claim, "default/two");
+    // The node is full for that driver: the pending pod is not placed on it.
+    let result = scheduling::solve(&built.input);
+    assert!(result.existing_placements.is_empty(), "{result:?}");
+}

@@ -6,13 +6,19 @@
 //! the node the pod needs, as alternatives (the terms of one volume are ORed; several volumes
 //! multiply out, keeping only the combinations that can hold together), and they are not the
 //! pod's own node affinity, so topology spread keeps counting the pod's domains as before.
+//!
+//! CSI attach limits: a node's CSINode says how many volumes each driver may attach to it
+//! (`spec.drivers[].allocatable.count`); [`VolumeIndex::csi_volumes`] names the driver of each of
+//! a pod's claims (the bound volume's `csi.driver`, or the StorageClass's provisioner while
+//! unbound), and [`csi_limits`] reads a CSINode, as Karpenter does.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1 as core;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use super::{ConvertError, selector_terms};
+use crate::scheduling::pod::CsiVolume;
 use crate::scheduling::requirements::{Requirement, Requirements};
 
 /// The volume objects a conversion looks up: claims by `namespace/name`, volumes and classes by
@@ -78,6 +84,42 @@ impl VolumeIndex {
         }
     }
 
+    /// `pod`'s persistent volumes whose CSI driver is known: a bound claim's from its volume's
+    /// `csi.driver`, an unbound one's from its StorageClass's provisioner. Claims that are missing,
+    /// or whose volume is not CSI, are left out (no limit applies to them).
+    pub fn csi_volumes(&self, pod: &core::Pod) -> Vec<CsiVolume> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+        let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
+        let mut out = Vec::new();
+        for claim in pod
+            .spec
+            .iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| claim_name(pod_name, v))
+        {
+            let key = format!("{namespace}/{claim}");
+            let Some(spec) = self.claims.get(&key).and_then(|c| c.spec.as_ref()) else {
+                continue;
+            };
+            let driver = match spec.volume_name.as_deref().filter(|v| !v.is_empty()) {
+                Some(volume) => self
+                    .volumes
+                    .get(volume)
+                    .and_then(|pv| pv.spec.as_ref()?.csi.as_ref())
+                    .map(|csi| csi.driver.clone()),
+                None => spec
+                    .storage_class_name
+                    .as_deref()
+                    .and_then(|class| self.classes.get(class))
+                    .map(|sc| sc.provisioner.clone()),
+            };
+            if let Some(driver) = driver.filter(|d| !d.is_empty()) {
+                out.push(CsiVolume { driver, claim: key });
+            }
+        }
+        out
+    }
+
     /// The alternatives (ORed) of node requirements `pod`'s volumes need; empty when its volumes
     /// constrain nothing.
     pub fn requirements(&self, pod: &core::Pod) -> Result<Vec<Requirements>, VolumeError> {
@@ -86,11 +128,8 @@ impl VolumeIndex {
         let key = format!("{namespace}/{pod_name}");
         let mut alternatives: Vec<Requirements> = Vec::new();
         for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
-            let claim = match (&volume.persistent_volume_claim, &volume.ephemeral) {
-                (Some(source), _) => source.claim_name.clone(),
-                // A generic ephemeral volume's claim is named after the pod and the volume.
-                (None, Some(_)) => format!("{pod_name}-{}", volume.name),
-                (None, None) => continue,
+            let Some(claim) = claim_name(pod_name, volume) else {
+                continue;
             };
             let terms = self.claim_terms(&key, namespace, &claim)?;
             if terms.is_empty() {
@@ -172,6 +211,30 @@ impl VolumeIndex {
             .filter(|r| !r.is_empty())
             .collect())
     }
+}
+
+/// The claim a pod's volume mounts, if it mounts one: a generic ephemeral volume's claim is
+/// named after the pod and the volume.
+fn claim_name(pod_name: &str, volume: &core::Volume) -> Option<String> {
+    match (&volume.persistent_volume_claim, &volume.ephemeral) {
+        (Some(source), _) => Some(source.claim_name.clone()),
+        (None, Some(_)) => Some(format!("{pod_name}-{}", volume.name)),
+        (None, None) => None,
+    }
+}
+
+/// How many volumes each driver of `csi_node` may attach (drivers that report no count are
+/// unlimited and left out).
+pub fn csi_limits(csi_node: &CSINode) -> BTreeMap<String, i64> {
+    csi_node
+        .spec
+        .drivers
+        .iter()
+        .filter_map(|d| {
+            let count = d.allocatable.as_ref()?.count?;
+            Some((d.name.clone(), i64::from(count)))
+        })
+        .collect()
 }
 
 /// Every combination of one of `alternatives` (none yet: no constraint) with one of `terms`,
@@ -309,6 +372,60 @@ mod tests {
             .unwrap();
         assert_eq!(got.len(), 1, "{got:?}");
         assert_eq!(zones(&got[0]), vec!["zone-b"]);
+    }
+
+    #[test]
+    fn csi_volumes_name_their_driver_from_the_volume_or_the_class() {
+        let mut csi_pv = pv("pv-csi", &[]);
+        csi_pv.spec.as_mut().unwrap().csi = Some(
+            serde_json::from_value(json!({"driver": "ebs.csi.example.com", "volumeHandle": "h"}))
+                .unwrap(),
+        );
+        let index = VolumeIndex::new(
+            &[
+                pvc("bound", json!({"volumeName": "pv-csi"})),
+                pvc("host-path", json!({"volumeName": "pv-plain"})),
+                pvc("db-0-scratch", json!({"storageClassName": "zonal"})),
+            ],
+            &[csi_pv, pv("pv-plain", &[])],
+            &[class("zonal", &["zone-a"])],
+        );
+        let got = index.csi_volumes(&pod(json!([
+            {"name": "a", "persistentVolumeClaim": {"claimName": "bound"}},
+            {"name": "b", "persistentVolumeClaim": {"claimName": "host-path"}},
+            {"name": "scratch", "ephemeral": {}},
+            {"name": "c", "persistentVolumeClaim": {"claimName": "absent"}},
+            {"name": "tmp", "emptyDir": {}},
+        ])));
+        assert_eq!(
+            got,
+            vec![
+                CsiVolume {
+                    driver: "ebs.csi.example.com".to_owned(),
+                    claim: "apps/bound".to_owned()
+                },
+                CsiVolume {
+                    driver: "example.com/csi".to_owned(),
+                    claim: "apps/db-0-scratch".to_owned()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn csi_limits_are_the_drivers_that_report_a_count() {
+        let node: CSINode = serde_json::from_value(json!({
+            "metadata": {"name": "n1"},
+            "spec": {"drivers": [
+                {"name": "ebs.csi.example.com", "nodeID": "i-1", "allocatable": {"count": 25}},
+                {"name": "efs.csi.example.com", "nodeID": "i-1"},
+            ]},
+        }))
+        .unwrap();
+        assert_eq!(
+            csi_limits(&node),
+            BTreeMap::from([("ebs.csi.example.com".to_owned(), 25)])
+        );
     }
 
     #[test]

@@ -39,9 +39,11 @@ impl BitSet {
         self.words[i / 64] &= !(1 << (i % 64));
     }
 
-    #[cfg(test)]
+    #[inline]
     pub(super) fn contains(&self, i: usize) -> bool {
-        self.words[i / 64] & (1 << (i % 64)) != 0
+        self.words
+            .get(i / 64)
+            .is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
     pub(super) fn is_empty(&self) -> bool {

@@ -425,6 +425,42 @@ impl Catalog {
         }
     }
 
+    /// The type of `mask` that fits in `room` and takes the smallest share of the pool's limits
+    /// (cheapest first among equals), if any fits.
+    pub(super) fn smallest_within(
+        &self,
+        pool: &NodePoolView,
+        mask: &BitSet,
+        room: &ResourceLimits,
+    ) -> Option<usize> {
+        let scale = pool.limits.as_ref().unwrap_or(room);
+        let mut best: Option<(f64, usize)> = None;
+        for t in mask.iter() {
+            let capacity = &pool.instance_types[self.types[t]].capacity;
+            if room.exceeded_by(capacity).is_some() {
+                continue;
+            }
+            let share = scale.share(capacity);
+            if best.is_none_or(|(s, _)| share < s) {
+                best = Some((share, t));
+            }
+        }
+        best.map(|(_, t)| t)
+    }
+
+    /// Keeps the types of `mask` that take no more of any resource `limits` bound than type
+    /// `floor` does.
+    pub(super) fn restrict_to_floor(
+        &self,
+        pool: &NodePoolView,
+        mask: &mut BitSet,
+        floor: usize,
+        limits: &ResourceLimits,
+    ) {
+        let bound = &pool.instance_types[self.types[floor]].capacity;
+        mask.retain(|t| limits.no_larger(&pool.instance_types[self.types[t]].capacity, bound));
+    }
+
     /// The distinct values the types of `mask` define for `key`, counting up to `enough`.
     pub(super) fn distinct_values(&self, mask: &BitSet, key: &str, enough: usize) -> usize {
         let Some(pos) = self.key_position(key) else {

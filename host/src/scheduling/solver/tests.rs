@@ -340,14 +340,141 @@ fn limits_stop_new_claims() {
 }
 
 #[test]
-fn limits_exclude_types_that_would_exceed_them() {
+fn limits_keep_a_claim_to_types_no_larger_than_its_pods_need() {
     let mut p = pool("default");
+    p.limits = Some(ResourceLimits::default().with("cpu", 16_000));
     p.remaining = Some(ResourceLimits::default().with("cpu", 4000));
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![p.clone()]));
+    // c2, a4 and c4 fit under the limit too, but the claim would then hold 4 CPUs of it.
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c1"]);
+    // A 1.5-CPU pod needs 2 CPUs: the types of that size (none other here) are listed.
+    let result = solve(&input(vec![pod("b", 1500, GI)], vec![p.clone()]));
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c2"]);
+    // Without limits every fitting type is listed.
+    p.remaining = None;
     let result = solve(&input(vec![pod("a", 500, GI)], vec![p]));
     assert_eq!(
         result.new_claims[0].instance_type_options,
-        vec!["c1", "c2", "a4", "c4"]
+        vec!["c1", "c2", "a4", "c4", "c8", "c16"]
     );
+}
+
+#[test]
+fn limits_let_a_claim_grow_while_room_is_left_then_open_smaller_ones() {
+    let mut p = pool("default");
+    p.limits = Some(ResourceLimits::default().with("cpu", 6000));
+    p.remaining = p.limits.clone();
+    // Three 1.5-CPU pods: the first claim grows to 4 CPUs (two pods), the third pod gets a
+    // 2-CPU claim; 6 CPUs in all. A fourth pod finds no room.
+    let pods = (0..4).map(|i| pod(&format!("p{i}"), 1500, GI)).collect();
+    let result = solve(&input(pods, vec![p]));
+    let options: Vec<&[String]> = result
+        .new_claims
+        .iter()
+        .map(|c| c.instance_type_options.as_slice())
+        .collect();
+    assert_eq!(options, vec![&["a4", "c4"][..], &["c2"][..]]);
+    assert_eq!(
+        result.unschedulable,
+        vec![(3, "nodepool default limit cpu exceeded".to_owned())]
+    );
+    assert_eq!(result.limits_reached.len(), 1);
+    assert_eq!(result.limits_reached[0].left, 0);
+    assert_eq!(result.limits_reached[0].pods, vec![3]);
+}
+
+#[test]
+fn limits_with_min_values_pay_for_larger_types_from_what_is_left() {
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::exists(INSTANCE_TYPE).with_min_values(Some(2)));
+    p.limits = Some(ResourceLimits::default().with("cpu", 6000));
+    p.remaining = p.limits.clone();
+    // A 0.5-CPU pod: c1 alone would not meet minValues 2, so the claim lists c1 and c2 and
+    // holds 2 CPUs; the next claim has 4 left.
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![p.clone()]));
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c1", "c2"]);
+    // With 3 CPUs and two pods that may not share a node, both claims hold c1 while solving;
+    // the first then takes c2 too (2 CPUs), and the 1 CPU left cannot pay for the second's.
+    p.remaining = Some(ResourceLimits::default().with("cpu", 3000));
+    let apart = |name: &str| {
+        let mut pod = pod(name, 500, GI).label("app", "apart");
+        pod.pod_anti_affinity = vec![affinity_term(HOSTNAME, &[("app", "apart")])];
+        pod
+    };
+    let result = solve(&input(vec![apart("a"), apart("b")], vec![p.clone()]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c1", "c2"]);
+    assert_eq!(
+        result.unschedulable,
+        vec![(
+            1,
+            "nodepool default limit leaves too few instance types for minValues".to_owned()
+        )]
+    );
+    // When what is left cannot pay for a second type, the claim is not made.
+    p.remaining = Some(ResourceLimits::default().with("cpu", 1000));
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![p]));
+    assert!(result.new_claims.is_empty());
+    assert!(
+        result.unschedulable[0].1.contains("minValues 2"),
+        "{:?}",
+        result.unschedulable
+    );
+}
+
+#[test]
+fn csi_attach_limits_keep_further_volumes_of_a_driver_off_a_full_node() {
+    let volume = |claim: &str| CsiVolume {
+        driver: "ebs.csi.example.com".to_owned(),
+        claim: format!("default/{claim}"),
+    };
+    let mut running = pod("running", 100, GI);
+    running.csi_volumes = vec![volume("data-0")];
+    let node = ExistingNode {
+        name: "node-1".into(),
+        labels: BTreeMap::from([(HOSTNAME.to_owned(), "node-1".to_owned())]),
+        allocatable: Resources::new(8000, 16 * GI, 100),
+        used: Resources::new(100, GI, 1),
+        pods: vec![running],
+        initialized: true,
+        volume_limits: BTreeMap::from([("ebs.csi.example.com".to_owned(), 1)]),
+        ..ExistingNode::default()
+    };
+    let mut second = pod("second", 100, GI);
+    second.csi_volumes = vec![volume("data-1")];
+    // The same claim as the running pod's: attached once, it counts once.
+    let mut sharing = pod("sharing", 100, GI);
+    sharing.csi_volumes = vec![volume("data-0")];
+    let mut other_driver = pod("other", 100, GI);
+    other_driver.csi_volumes = vec![CsiVolume {
+        driver: "nfs.example.com".to_owned(),
+        claim: "default/shared".to_owned(),
+    }];
+    let inp = SchedulingInput {
+        pods: vec![second, sharing, other_driver],
+        node_pools: vec![pool("default")],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    assert_eq!(
+        result.existing_placements,
+        vec![
+            (1, Target::Node("node-1".into())),
+            (2, Target::Node("node-1".into())),
+        ]
+    );
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![0]);
+    // On the new claim no limit is known: a second volume of the driver joins it.
+    let mut third = pod("third", 100, GI);
+    third.csi_volumes = vec![volume("data-2")];
+    let mut inp = inp;
+    inp.pods.push(third);
+    let result = solve(&inp);
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].pods, vec![0, 3]);
 }
 
 #[test]

@@ -1,4 +1,5 @@
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::{Value, json};
@@ -178,4 +179,185 @@ fn a_pool_at_its_limit_with_unlaunched_claims_launches_nothing() {
         result.unschedulable,
         vec![(0, "nodepool default limit cpu exceeded".to_owned())]
     );
+}
+
+/// One provisioning run as the host makes it: the pool's claims so far count against its limits,
+/// the solver runs, and its claims become NodeClaims (with their `instance-type In` list) that
+/// the next run counts while they are still launching.
+fn run_batch(
+    p: &NodePool,
+    types: &[InstanceType],
+    claims: &mut Vec<NodeClaim>,
+    pods: Vec<Pod>,
+) -> scheduling::SchedulingResult {
+    let usage = claim_usage("default", claims, types);
+    let mut view = NodePoolView::new("default", Arc::from(types.to_vec()));
+    view.limits = Some(limits_of(p));
+    view.remaining = remaining(view.limits.as_ref(), p, &usage);
+    let result = scheduling::solve(&SchedulingInput {
+        pods,
+        node_pools: vec![view],
+        ..SchedulingInput::default()
+    });
+    for (i, new) in result.new_claims.iter().enumerate() {
+        let mut claim = super::super::claim_for(new, p, &Default::default());
+        claim.metadata.name = Some(format!("default-{}-{i}", claims.len()));
+        claims.push(claim);
+    }
+    result
+}
+
+/// The sizes of a kwok-like catalog: 1 to 64 CPUs.
+fn wide_types() -> Vec<InstanceType> {
+    [1, 2, 4, 8, 16, 32, 48, 64]
+        .iter()
+        .map(|&c| instance_type(&format!("c{c}"), c))
+        .collect()
+}
+
+fn pods(prefix: &str, cpus: &[i64]) -> Vec<Pod> {
+    cpus.iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            Pod::new(
+                "default",
+                format!("{prefix}-{i}"),
+                Resources::new(c * 1000, GI, 0),
+            )
+        })
+        .collect()
+}
+
+/// The case: `limits.cpu: 64` with 12 CPUs in use, pods arriving in batches while the
+/// earlier claims are still launching. Each claim holds only what its pods need, so every pod
+/// that fits under the limit gets a claim, and only the one that does not is refused.
+#[test]
+fn claims_in_flight_hold_what_they_need_not_what_fits_under_the_limit() {
+    let types = wide_types();
+    let p = pool(json!({"cpu": "64"}), None);
+    let mut claims = vec![launched("default", "12")];
+    for (batch, cpus) in [&[8][..], &[8, 8], &[8], &[4]].into_iter().enumerate() {
+        let result = run_batch(&p, &types, &mut claims, pods(&format!("b{batch}"), cpus));
+        assert!(
+            result.unschedulable.is_empty() && result.limits_reached.is_empty(),
+            "batch {batch}: {:?}",
+            result.unschedulable
+        );
+        let usage = claim_usage("default", &claims, &types);
+        assert!(usage.resources.get("cpu") <= 64_000, "{usage:?}");
+    }
+    // 12 + 8 + 16 + 8 + 4 = 48 in use or launching: a 24-CPU pod (which needs the 32-CPU type)
+    // no longer fits, a 4-CPU one does, into the 4-CPU type.
+    let result = run_batch(&p, &types, &mut claims, pods("last", &[24, 4]));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c4"]);
+    assert_eq!(
+        result.unschedulable,
+        vec![(0, "nodepool default limit cpu exceeded".to_owned())]
+    );
+    assert_eq!(
+        result.limits_reached,
+        vec![scheduling::LimitReached {
+            node_pool: "default".to_owned(),
+            resource: "cpu".to_owned(),
+            limit: 64_000,
+            left: 12_000,
+            pods: vec![0],
+        }]
+    );
+    assert_eq!(
+        limit_note(&result.limits_reached[0]),
+        "limit cpu=64 reached: cpu=12 left once its nodes and the claims launching count; 1 pending pod(s) need more"
+    );
+    let usage = claim_usage("default", &claims, &types);
+    assert_eq!(usage.resources.get("cpu"), 52_000);
+}
+
+#[test]
+fn limit_events_are_rate_limited_per_pool_and_resource() {
+    let mut events = LimitEvents::default();
+    let t0 = Instant::now();
+    assert!(events.due("a", "cpu", t0));
+    assert!(!events.due("a", "cpu", t0 + Duration::from_secs(10)));
+    assert!(events.due("a", "memory", t0), "another limit of the pool");
+    assert!(events.due("b", "cpu", t0), "another pool");
+    events.expire(t0 + LIMIT_EVENT_INTERVAL);
+    assert!(events.due("a", "cpu", t0 + LIMIT_EVENT_INTERVAL));
+    assert!(!events.due(
+        "a",
+        "cpu",
+        t0 + LIMIT_EVENT_INTERVAL + Duration::from_secs(1)
+    ));
+}
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn any_types() -> impl Strategy<Value = Vec<InstanceType>> {
+        proptest::collection::btree_set(1i64..40, 1..8).prop_map(|cpus| {
+            cpus.into_iter()
+                .map(|c| instance_type(&format!("c{c}"), c))
+                .collect()
+        })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Whatever the limits, types and batches: the claims' worst cases (every launching
+        /// claim at its largest option) plus what is in use never exceed a limit, and a pod is
+        /// refused by a limit only when no type that fits it fits in what is left.
+        #[test]
+        fn claims_never_exceed_the_limits_and_refuse_only_when_the_room_is_used(
+            types in any_types(),
+            limit_cpu in 1i64..120,
+            limit_nodes in proptest::option::of(1i64..12),
+            used_cpu in 0i64..40,
+            batches in proptest::collection::vec(
+                proptest::collection::vec(100i64..20_000, 1..6), 1..5),
+        ) {
+            let mut limits = json!({"cpu": limit_cpu.to_string()});
+            if let Some(nodes) = limit_nodes {
+                limits["nodes"] = json!(nodes.to_string());
+            }
+            let p = pool(limits, None);
+            let mut claims = Vec::new();
+            if used_cpu > 0 {
+                claims.push(launched("default", &used_cpu.to_string()));
+            }
+            let used_nodes = claims.len() as i64;
+            for (b, batch) in batches.iter().enumerate() {
+                let pods: Vec<Pod> = batch
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &m)| Pod::new("default", format!("p{b}-{i}"), Resources::new(m, GI / 4, 0)))
+                    .collect();
+                let result = run_batch(&p, &types, &mut claims, pods.clone());
+                let usage = claim_usage("default", &claims, &types);
+                prop_assert!(
+                    usage.resources.get("cpu") <= (limit_cpu * 1000).max(used_cpu * 1000),
+                    "cpu: {:?} in use and launching over {limit_cpu}", usage.resources
+                );
+                if let Some(nodes) = limit_nodes {
+                    prop_assert!(usage.nodes <= nodes.max(used_nodes), "{} claims over {nodes} nodes", usage.nodes);
+                }
+                for reached in &result.limits_reached {
+                    if reached.resource == "nodes" {
+                        prop_assert!(reached.left <= 0, "refused with {} nodes left", reached.left);
+                        continue;
+                    }
+                    prop_assert_eq!(&reached.resource, "cpu");
+                    for &i in &reached.pods {
+                        let fits_left = types.iter().any(|t| {
+                            pods[i].requests.fits_in(&t.capacity)
+                                && t.capacity.cpu_millis <= reached.left
+                        });
+                        prop_assert!(!fits_left, "pod {i} refused with {}m left", reached.left);
+                    }
+                }
+            }
+        }
+    }
 }
