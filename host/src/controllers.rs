@@ -10,6 +10,7 @@ pub mod disruption;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
+pub mod metrics;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool_status;
@@ -30,11 +31,10 @@ use kube::Client;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
 use crate::runtime::CallError;
-use crate::runtime::provider::describe_provider_error;
 use crate::state::ClusterState;
 
 pub use self::selector::Selector;
@@ -247,25 +247,26 @@ impl Context {
             .remove(key);
     }
 
-    /// Records a provider call's latency.
+    /// Records a provider call of `controller` (Karpenter's controller name, see
+    /// [`crate::metrics::cloudprovider::controller`]) for `nodepool` (empty when it covers
+    /// several): its duration and, when it failed, its error category.
     pub fn observe_call<T>(
         &self,
+        controller: &str,
         provider: &str,
         function: &str,
+        nodepool: &str,
         result: &Result<T, CallError>,
         started: Instant,
     ) {
-        let outcome = match result {
-            Ok(_) => "ok".to_owned(),
-            Err(CallError::Provider { error, .. }) => describe_provider_error(error)
-                .split(':')
-                .next()
-                .unwrap_or("error")
-                .to_owned(),
-            Err(_) => "host-error".to_owned(),
-        };
-        self.metrics
-            .provider_call(provider, function, &outcome, started.elapsed());
+        self.metrics.cloudprovider.observe(
+            controller,
+            provider,
+            function,
+            nodepool,
+            started.elapsed(),
+            result,
+        );
     }
 }
 
@@ -332,7 +333,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         nodes,
         state,
         instance_types: provisioner::instance_types::InstanceTypeCache::default(),
-        metrics: metrics::global(),
+        metrics: crate::metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
@@ -347,6 +348,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
         () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
+        () = metrics::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("metrics")),
     };
     for task in state_tasks {
         task.abort();

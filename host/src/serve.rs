@@ -313,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_include_the_controllers_and_end_with_eof() {
-        crate::metrics::global().launched("serve-test");
+        crate::metrics::global().lifecycle.launched("serve-test");
         let endpoints = Endpoints {
             metrics: Some(Arc::new(Registry::new())),
             probes: None,
@@ -323,7 +323,7 @@ mod tests {
         assert_eq!(response.headers()[header::CONTENT_TYPE], OPENMETRICS);
         let text = body(response).await;
         assert!(
-            text.contains(r#"capstan_nodeclaims_launched_total{nodepool="serve-test"}"#),
+            text.contains(r#"karpenter_nodeclaims_launched_total{nodepool="serve-test"}"#),
             "{text}"
         );
         assert_eq!(text.matches("# EOF").count(), 1, "{text}");

@@ -25,6 +25,7 @@ mod hostile;
 mod image;
 mod leader_election;
 mod lifecycle;
+mod metrics;
 mod providers;
 mod provisioner;
 mod provisioner_e2e;
