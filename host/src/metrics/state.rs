@@ -478,7 +478,7 @@ mod tests {
             r#"karpenter_nodepools_allowed_disruptions{nodepool="p",reason="drifted"} 1.0"#.to_owned(),
             "karpenter_cluster_state_node_count 2.0".to_owned(),
             "karpenter_cluster_state_synced 1.0".to_owned(),
-            r#"karpenter_cluster_utilization_percent{resource_type="cpu"} 14.285714285714286"#.to_owned(),
+            r#"karpenter_cluster_utilization_percent{resource_type="cpu"} 14.285714285714287"#.to_owned(),
             r#"karpenter_pods_state{name="a",namespace="ns",owner="",node="n1",scheduled="false",nodepool="p",zone="z1",arch="",capacity_type="",instance_type="",phase="Running",ready="true",managed="false"} 1.0"#.to_owned(),
         ] {
             assert!(text.contains(&line), "missing {line}:\n{text}");
