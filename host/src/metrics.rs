@@ -34,7 +34,8 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
 
 pub use self::bounded::{BoundedValues, MAX_LABEL_VALUES, OTHER};
 pub use self::labels::Labels;
@@ -70,10 +71,43 @@ pub fn durations() -> Histograms {
     Histograms::new_with_constructor(duration_histogram)
 }
 
+/// Registers metrics under a prefix and records the full name of each, as it renders (a
+/// counter's with `_total`): the registry does not render a family without series, so the names
+/// are how the docs, the dashboard and the tests know what the host exports.
+#[derive(Debug)]
+pub struct Registrar<'a> {
+    registry: &'a mut Registry,
+    prefix: String,
+    names: &'a mut Vec<String>,
+}
+
+impl Registrar<'_> {
+    /// Registers `metric` as `<prefix>_<name>`.
+    pub fn register<M: Metric + TypedMetric>(&mut self, name: &str, help: &str, metric: M) {
+        let suffix = if matches!(M::TYPE, MetricType::Counter) {
+            "_total"
+        } else {
+            ""
+        };
+        self.names.push(format!("{}_{name}{suffix}", self.prefix));
+        self.registry.register(name, help, metric);
+    }
+
+    /// A registrar under `<prefix>_<sub>`.
+    pub fn sub(&mut self, sub: &str) -> Registrar<'_> {
+        Registrar {
+            prefix: format!("{}_{sub}", self.prefix),
+            registry: self.registry.sub_registry_with_prefix(sub),
+            names: self.names,
+        }
+    }
+}
+
 /// Every metric of the host.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Mutex<Registry>,
+    names: Vec<String>,
     /// NodeClaim and Node lifecycle counters and durations.
     pub lifecycle: lifecycle::Lifecycle,
     /// CloudProvider (provider call) durations and errors, and the instance-type catalog.
@@ -98,15 +132,25 @@ impl Metrics {
     /// A fresh set: Karpenter's names under `karpenter_`, Capstan's own under `capstan_`.
     pub fn new() -> Self {
         let mut registry = Registry::default();
-        let karpenter = registry.sub_registry_with_prefix("karpenter");
-        let lifecycle = lifecycle::Lifecycle::register(karpenter);
-        let cloudprovider = cloudprovider::CloudProvider::register(karpenter);
-        let disruption = disruption::Disruption::register(karpenter);
-        let scheduler = scheduler::Scheduler::register(karpenter);
-        let state = state::State::register(karpenter);
-        let own = own::Own::register(registry.sub_registry_with_prefix("capstan"));
+        let mut names = Vec::new();
+        let mut karpenter = Registrar {
+            registry: registry.sub_registry_with_prefix("karpenter"),
+            prefix: "karpenter".to_owned(),
+            names: &mut names,
+        };
+        let lifecycle = lifecycle::Lifecycle::register(&mut karpenter);
+        let cloudprovider = cloudprovider::CloudProvider::register(&mut karpenter);
+        let disruption = disruption::Disruption::register(&mut karpenter);
+        let scheduler = scheduler::Scheduler::register(&mut karpenter);
+        let state = state::State::register(&mut karpenter);
+        let own = own::Own::register(&mut Registrar {
+            registry: registry.sub_registry_with_prefix("capstan"),
+            prefix: "capstan".to_owned(),
+            names: &mut names,
+        });
         Self {
             registry: Mutex::new(registry),
+            names,
             lifecycle,
             cloudprovider,
             disruption,
@@ -114,6 +158,12 @@ impl Metrics {
             state,
             own,
         }
+    }
+
+    /// The name of every metric registered, as it renders (`karpenter_nodeclaims_created_total`,
+    /// ...), series or not.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
     /// Runs `update` while no scrape reads the metrics (a scrape sees all of it or none).
@@ -164,6 +214,31 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn every_metric_is_named_once_and_documented() {
+        let m = Metrics::new();
+        let docs = include_str!("../../docs/metrics.md");
+        let mut seen = std::collections::HashSet::new();
+        for name in m.names() {
+            assert!(seen.insert(name), "{name} registered twice");
+            assert!(
+                name.starts_with("karpenter_") || name.starts_with("capstan_"),
+                "{name}"
+            );
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "docs/metrics.md does not list {name}"
+            );
+        }
+        assert!(
+            m.names()
+                .iter()
+                .any(|n| n == "karpenter_nodeclaims_created_total")
+        );
+        assert!(m.names().iter().any(|n| n == "karpenter_nodepools_usage"));
+        assert!(m.names().len() >= 45, "{}", m.names().len());
     }
 
     #[test]

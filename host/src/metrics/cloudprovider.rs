@@ -5,10 +5,9 @@
 use std::time::Duration;
 
 use prometheus_client::metrics::histogram::Histogram;
-use prometheus_client::registry::Registry;
 
 use super::labels::{self, labels};
-use super::{Counters, Histograms};
+use super::{Counters, Histograms, Registrar};
 use crate::runtime::CallError;
 
 /// Which controller made a call: Karpenter's controller names where Karpenter has the same
@@ -42,12 +41,12 @@ fn default_buckets() -> Histogram {
 
 impl CloudProvider {
     /// Registers the families under `registry` (prefix `karpenter`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let this = Self {
             duration: Histograms::new_with_constructor(default_buckets),
             errors: Counters::default(),
         };
-        let cloud = registry.sub_registry_with_prefix("cloudprovider");
+        let mut cloud = registry.sub("cloudprovider");
         cloud.register(
             "duration_seconds",
             "Duration of cloud provider method calls, by controller, method and provider",

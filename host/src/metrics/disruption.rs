@@ -3,10 +3,8 @@
 
 use std::time::Duration;
 
-use prometheus_client::registry::Registry;
-
 use super::labels::{self, labels};
-use super::{Counters, Gauges, Histograms, durations};
+use super::{Counters, Gauges, Histograms, Registrar, durations};
 
 /// Disruption metrics.
 #[derive(Debug)]
@@ -21,7 +19,7 @@ pub struct Disruption {
 
 impl Disruption {
     /// Registers the families under `registry` (prefix `karpenter`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let this = Self {
             decisions: Counters::default(),
             eligible: Gauges::default(),
@@ -30,7 +28,7 @@ impl Disruption {
             failed_validations: Counters::default(),
             queue_failures: Counters::default(),
         };
-        let d = registry.sub_registry_with_prefix("voluntary_disruption");
+        let mut d = registry.sub("voluntary_disruption");
         d.register(
             "decisions",
             "Number of disruption decisions performed, by decision, reason and consolidation type",

@@ -9,10 +9,9 @@ use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 use super::labels::{self, label, labels};
-use super::{Counters, Histograms, durations};
+use super::{Counters, Histograms, Registrar, durations};
 use crate::api::NodeClaim;
 use crate::api::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
 
@@ -89,7 +88,7 @@ pub fn nodepool_of(claim: &NodeClaim) -> &str {
 
 impl Lifecycle {
     /// Registers the families under `registry` (prefix `karpenter`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let this = Self {
             created: Counters::default(),
             launched: Counters::default(),
@@ -108,7 +107,7 @@ impl Lifecycle {
             node_termination_duration: durations(),
             node_lifetime: Histograms::new_with_constructor(lifetime_histogram),
         };
-        let claims = registry.sub_registry_with_prefix("nodeclaims");
+        let mut claims = registry.sub("nodeclaims");
         claims.register(
             "created",
             "Number of nodeclaims created in total, by reason, nodepool and whether minValues was relaxed",
@@ -154,7 +153,7 @@ impl Lifecycle {
             "Duration of CloudProvider Instance termination in seconds",
             this.instance_termination_duration.clone(),
         );
-        let nodes = registry.sub_registry_with_prefix("nodes");
+        let mut nodes = registry.sub("nodes");
         nodes.register(
             "created",
             "Number of nodes created in total, by nodepool and zone",

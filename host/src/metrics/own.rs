@@ -6,11 +6,10 @@
 use std::time::Duration;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
 
 use super::bounded::{BoundedValues, MAX_LABEL_VALUES};
 use super::labels::labels;
-use super::{Counters, Gauges, Histograms};
+use super::{Counters, Gauges, Histograms, Registrar};
 
 /// Capstan's own metrics.
 #[derive(Debug)]
@@ -37,7 +36,7 @@ fn load_histogram() -> Histogram {
 
 impl Own {
     /// Registers the families under `registry` (prefix `capstan`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let this = Self {
             failed: Counters::default(),
             garbage_collected: Counters::default(),

@@ -7,10 +7,9 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use prometheus_client::registry::Registry;
 
 use super::labels::labels;
-use super::{Gauges, Histograms, durations};
+use super::{Gauges, Histograms, Registrar, durations};
 
 /// Scheduler and pod-duration metrics.
 #[derive(Debug)]
@@ -68,7 +67,7 @@ fn has_dynamic_resources(pod: &Pod) -> bool {
 
 impl Scheduler {
     /// Registers the families under `registry` (prefix `karpenter`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let this = Self {
             duration: durations(),
             queue_depth: Gauges::default(),
@@ -78,7 +77,7 @@ impl Scheduler {
             unstarted: Mutex::default(),
             unbound: Mutex::default(),
         };
-        let s = registry.sub_registry_with_prefix("scheduler");
+        let mut s = registry.sub("scheduler");
         s.register(
             "scheduling_duration_seconds",
             "Duration of scheduling simulations used for deprovisioning and provisioning in seconds",
@@ -94,7 +93,7 @@ impl Scheduler {
             "The number of unschedulable Pods (that fit no NodePool in the last simulation)",
             this.unschedulable.clone(),
         );
-        let p = registry.sub_registry_with_prefix("pods");
+        let mut p = registry.sub("pods");
         p.register(
             "startup_duration_seconds",
             "The time from pod creation until the pod is running (Ready)",

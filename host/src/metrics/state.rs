@@ -15,11 +15,10 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::ResourceExt;
-use prometheus_client::registry::Registry;
 
-use super::Gauges;
 use super::labels::{self, Labels, label, labels};
 use super::lifecycle::seconds_since;
+use super::{Gauges, Registrar};
 use crate::api::ResourceList;
 use crate::api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::scheduling::convert::pod_requests;
@@ -130,7 +129,7 @@ pub struct State {
 
 impl State {
     /// Registers the families under `registry` (prefix `karpenter`).
-    pub fn register(registry: &mut Registry) -> Self {
+    pub fn register(registry: &mut Registrar<'_>) -> Self {
         let mut families = HashMap::new();
         for (kind, name, help) in KINDS {
             let family = Gauges::default();

@@ -338,20 +338,17 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
         ("provider", "kwok"),
     ];
     assert!(up.sum("karpenter_cloudprovider_duration_seconds_count", &lifecycle) >= n_claims);
-    for (controller, method) in [
-        ("provisioner", "GetInstanceTypes"),
-        ("nodeclaim.garbagecollection", "List"),
-    ] {
-        let count = up.sum(
-            "karpenter_cloudprovider_duration_seconds_count",
-            &[
-                ("controller", controller),
-                ("method", method),
-                ("provider", "kwok"),
-            ],
-        );
-        assert!(count > 0.0, "{controller} {method}: {count}");
-    }
+    // The catalog is cached for every controller: whichever asked first made the call.
+    let catalog = [("method", "GetInstanceTypes"), ("provider", "kwok")];
+    let catalog = up.sum("karpenter_cloudprovider_duration_seconds_count", &catalog);
+    assert!(catalog > 0.0, "GetInstanceTypes: {catalog}");
+    let list = [
+        ("controller", "nodeclaim.garbagecollection"),
+        ("method", "List"),
+        ("provider", "kwok"),
+    ];
+    let list = up.sum("karpenter_cloudprovider_duration_seconds_count", &list);
+    assert!(list > 0.0, "List: {list}");
     assert!(
         up.sum(
             "karpenter_scheduler_scheduling_duration_seconds_count",
