@@ -61,38 +61,7 @@ impl CloudProvider {
     }
 
     /// A call of `controller` to `function` of `provider` for `nodepool` (empty when the call
-    /// covers several) took `elapsed` and ended with `error`, if any.
-    pub fn call(
-        &self,
-        controller: &str,
-        provider: &str,
-        function: &str,
-        nodepool: &str,
-        elapsed: Duration,
-        error: Option<&str>,
-    ) {
-        let method = labels::method(function);
-        self.duration
-            .get_or_create(&labels(&[
-                ("controller", controller),
-                ("method", method),
-                ("provider", provider),
-            ]))
-            .observe(elapsed.as_secs_f64());
-        if let Some(error) = error {
-            self.errors
-                .get_or_create(&labels(&[
-                    ("controller", controller),
-                    ("method", method),
-                    ("provider", provider),
-                    ("error", error),
-                    ("nodepool", nodepool),
-                ]))
-                .inc();
-        }
-    }
-
-    /// [`CloudProvider::call`] with the result of the call.
+    /// covers several) took `elapsed` and ended with `result`.
     pub fn observe<T>(
         &self,
         controller: &str,
@@ -102,8 +71,25 @@ impl CloudProvider {
         elapsed: Duration,
         result: &Result<T, CallError>,
     ) {
-        let error = result.as_ref().err().map(labels::error);
-        self.call(controller, provider, function, nodepool, elapsed, error);
+        let method = labels::method(function);
+        self.duration
+            .get_or_create(&labels(&[
+                ("controller", controller),
+                ("method", method),
+                ("provider", provider),
+            ]))
+            .observe(elapsed.as_secs_f64());
+        if let Err(err) = result {
+            self.errors
+                .get_or_create(&labels(&[
+                    ("controller", controller),
+                    ("method", method),
+                    ("provider", provider),
+                    ("error", labels::error(err)),
+                    ("nodepool", nodepool),
+                ]))
+                .inc();
+        }
     }
 }
 
@@ -122,22 +108,16 @@ mod tests {
             function: "create",
             error: ProviderError::InsufficientCapacity("none".into()),
         });
-        c.observe(
-            controller::NODECLAIM_LIFECYCLE,
-            "kwok",
-            "create",
-            "p",
-            Duration::from_millis(3),
-            &ok,
-        );
-        c.observe(
-            controller::NODECLAIM_LIFECYCLE,
-            "kwok",
-            "create",
-            "p",
-            Duration::from_millis(3),
-            &ice,
-        );
+        for result in [&ok, &ice] {
+            c.observe(
+                controller::NODECLAIM_LIFECYCLE,
+                "kwok",
+                "create",
+                "p",
+                Duration::from_millis(3),
+                result,
+            );
+        }
         c.observe(
             controller::PROVISIONER,
             "kwok",

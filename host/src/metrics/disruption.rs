@@ -6,6 +6,18 @@ use std::time::Duration;
 use super::labels::{self, labels};
 use super::{Counters, Gauges, Histograms, Registrar, durations};
 
+/// The labels of a decision of `candidates` claims for `reason`.
+fn decision_labels(decision: &str, reason: &str, candidates: usize) -> labels::Labels {
+    labels(&[
+        ("decision", decision),
+        ("reason", &labels::reason(reason)),
+        (
+            "consolidation_type",
+            labels::consolidation_type(reason, candidates),
+        ),
+    ])
+}
+
 /// Disruption metrics.
 #[derive(Debug)]
 pub struct Disruption {
@@ -71,14 +83,7 @@ impl Disruption {
     /// `reason`.
     pub fn decision(&self, decision: &str, reason: &str, candidates: usize) {
         self.decisions
-            .get_or_create(&labels(&[
-                ("decision", decision),
-                ("reason", &labels::reason(reason)),
-                (
-                    "consolidation_type",
-                    labels::consolidation_type(reason, candidates),
-                ),
-            ]))
+            .get_or_create(&decision_labels(decision, reason, candidates))
             .inc();
     }
 
@@ -117,14 +122,7 @@ impl Disruption {
     /// A started decision was rolled back.
     pub fn queue_failure(&self, decision: &str, reason: &str, candidates: usize) {
         self.queue_failures
-            .get_or_create(&labels(&[
-                ("decision", decision),
-                ("reason", &labels::reason(reason)),
-                (
-                    "consolidation_type",
-                    labels::consolidation_type(reason, candidates),
-                ),
-            ]))
+            .get_or_create(&decision_labels(decision, reason, candidates))
             .inc();
     }
 }

@@ -117,13 +117,17 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     let budget = liveness::launch_budget(claim, ctx);
     let Ok(result) = tokio::time::timeout(budget, resolved.provider.create(&request, &class)).await
     else {
-        ctx.metrics.cloudprovider.call(
+        let timed_out: Result<(), CallError> = Err(CallError::WallTimeout {
+            function: "create",
+            limit: budget,
+        });
+        ctx.observe_call(
             controller::NODECLAIM_LIFECYCLE,
             &resolved.provider_name,
             "create",
             &nodepool(claim),
-            started.elapsed(),
-            Some("unknown"),
+            &timed_out,
+            started,
         );
         return liveness::launch_timed_out(claim, ctx).await;
     };
