@@ -1,7 +1,8 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
 //! termination), garbage collection, the NodeClass and NodePool status controllers, the
-//! provisioner that turns unschedulable pods into NodeClaims, and disruption (drift and
-//! expiration) that replaces and removes them.
+//! provisioner that turns unschedulable pods into NodeClaims, disruption (drift and
+//! expiration) that replaces and removes them, and the metrics controller that keeps the
+//! cluster gauges of `/metrics` current.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.

@@ -82,6 +82,8 @@ fn helm_lint_strict_is_clean() {
             "provider.enabled=true",
             "--set",
             "provider.wasmBase64=AGFzbQ==",
+            "--set",
+            "dashboards.enabled=true",
         ][..],
     ] {
         let mut cmd = helm(None);
