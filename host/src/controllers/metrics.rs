@@ -68,8 +68,11 @@ pub fn refresh(ctx: &Context) {
         .filter_map(|p| p.metadata.uid.as_deref())
         .collect();
     ctx.metrics.scheduler.retain_pods(&live);
-    ctx.metrics
-        .exclusive(|| ctx.metrics.state.replace(&samples));
+    let pools: HashSet<String> = view.pools.iter().map(|p| p.name_any()).collect();
+    ctx.metrics.exclusive(|| {
+        ctx.metrics.state.replace(&samples);
+        ctx.metrics.cloudprovider.retain_catalogs(&pools);
+    });
 }
 
 /// Runs the controller until it stops.

@@ -391,6 +391,34 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
             node.labels()["karpenter.sh/capacity-type"]
         );
     }
+    // The catalog the provider answered: every launched offering is in it, priced.
+    for node in &nodes {
+        let offering = [
+            (
+                "instance_type",
+                node.labels()["node.kubernetes.io/instance-type"].as_str(),
+            ),
+            (
+                "capacity_type",
+                node.labels()["karpenter.sh/capacity-type"].as_str(),
+            ),
+            (
+                "zone",
+                node.labels()["topology.kubernetes.io/zone"].as_str(),
+            ),
+        ];
+        let price = up.all(
+            "karpenter_cloudprovider_instance_type_offering_price_estimate",
+            &offering,
+        );
+        assert_eq!(price.len(), 1, "{offering:?}");
+        assert!(price[0].value > 0.0, "{offering:?}");
+        let cpu = up.sum(
+            "karpenter_cloudprovider_instance_type_cpu_cores",
+            &offering[..1],
+        );
+        assert_eq!(cpu, cores(node.status.as_ref().unwrap().capacity.as_ref()));
+    }
     // Karpenter's label sets.
     for (name, labels) in [
         (
@@ -541,6 +569,12 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
         .await
         .unwrap();
     eventually(&host, &address, "no series of the deleted pool", |s| {
+        if !s
+            .all("karpenter_cloudprovider_instance_type_cpu_cores", &[])
+            .is_empty()
+        {
+            return Err("the catalog of the deleted pool (this host's only one) stays".to_owned());
+        }
         for name in [
             "karpenter_nodepools_usage",
             "karpenter_nodepools_limit",

@@ -137,7 +137,8 @@ impl InstanceTypeCache {
         let result = provider
             .get_instance_types(&node_pool_to_wit(pool)?, &node_class_to_wit(class))
             .await;
-        crate::metrics::global().cloudprovider.observe(
+        let metrics = crate::metrics::global();
+        metrics.cloudprovider.observe(
             controller,
             provider.capabilities().provider(),
             "get-instance-types",
@@ -147,6 +148,7 @@ impl InstanceTypeCache {
         );
         let catalog = result?;
         let types: Arc<[InstanceType]> = from_catalog(&catalog)?.into();
+        metrics.exclusive(|| metrics.cloudprovider.catalog(&key.pool, &types));
         let mut entries = self.lock();
         entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
         entries.insert(key, (Instant::now(), Arc::clone(&types)));
