@@ -144,14 +144,15 @@ fn at_least(what: &str, least: f64, got: f64) -> Result<(), String> {
     }
 }
 
-/// Polls `/metrics` until `check` passes (the gauges follow the cluster within a second or two);
-/// panics with its last complaint.
+/// Polls `/metrics` until `check` passes (the gauges follow the cluster within a second or two of
+/// the cluster state; a pool's usage follows its status, which the NodePool status controller
+/// writes, later under load); panics with its last complaint.
 async fn eventually<F>(host: &Host, address: &str, what: &str, check: F) -> Scrape
 where
     F: Fn(&Scrape) -> Result<(), String>,
 {
     let last = Mutex::new(String::new());
-    let result = wait_until(Duration::from_secs(30), what, || async {
+    let result = wait_until(Duration::from_secs(60), what, || async {
         host.check_alive();
         let s = scrape(address).await;
         match check(&s) {
