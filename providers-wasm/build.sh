@@ -5,7 +5,8 @@
 #   providers-wasm/build.sh [OUT_DIR]
 #
 # Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, clusterapi.wasm,
-# chaos.wasm (contract 0.1.0) and egress.wasm (0.2.0).
+# chaos.wasm (contract 0.1.0), egress.wasm and cloudstack.wasm (0.2.0), and the Python guests of
+# python/build.sh (kwok-python.wasm; componentize-py, cached by input digest under $CAPSTAN_CACHE).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -36,3 +37,6 @@ for name in "${artifacts[@]}"; do
   cp "$src" "$out/$name.wasm"
   printf '%s\t%s bytes\n' "$out/$name.wasm" "$(wc -c <"$out/$name.wasm")"
 done
+
+# The Python guests (componentize-py in a pinned venv under $CAPSTAN_CACHE; cached by input digest).
+bash "$here/python/build.sh" "$out"

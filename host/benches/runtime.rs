@@ -5,7 +5,11 @@
 //!   Rust code (the `chaos-catalog` crate on the shared model's `CatalogBuilder`) called natively;
 //!   the guest building them without returning them; the host checking and converting them for
 //!   the scheduler;
-//! - `load`: loading a precompiled component vs compiling it.
+//! - `load`: loading a precompiled component vs compiling it;
+//! - `kwok`: the kwok provider built in Rust (`kwok.wasm`) next to the same provider in Python
+//!   (`kwok-python.wasm`, componentize-py: CPython inside): a fresh-instance `name()`,
+//!   `get-instance-types` for 1,000 types from NodeClass parameters, and loading the precompiled
+//!   (cached) component; component size, compile time and memory per instance are printed.
 
 // Benchmarks are test code: a broken setup should stop them loudly.
 #![allow(clippy::expect_used)]
@@ -224,5 +228,85 @@ fn benches(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(runtime_benches, benches);
+/// kwok NodeClass parameters with `count` instance types (4 offerings each).
+fn kwok_types(count: usize) -> String {
+    let types: Vec<serde_json::Value> = (0..count)
+        .map(|i| {
+            serde_json::json!({
+                "name": format!("bench-{i}"),
+                "resources": { "cpu": (1 + i % 96).to_string(), "memory": format!("{}Gi", 2 + i % 384) },
+                "offerings": [
+                    { "zone": "zone-a", "capacityType": "spot", "price": 0.01 * (i + 1) as f64 },
+                    { "zone": "zone-a", "capacityType": "on-demand", "price": 0.02 * (i + 1) as f64 },
+                    { "zone": "zone-b", "capacityType": "spot", "price": 0.01 * (i + 1) as f64 },
+                    { "zone": "zone-b", "capacityType": "on-demand", "price": 0.02 * (i + 1) as f64 },
+                ],
+            })
+        })
+        .collect();
+    serde_json::json!({ "instanceTypes": types }).to_string()
+}
+
+fn kwok(c: &mut Criterion) {
+    let rt = tokio();
+    let runtime = runtime(AllocatorChoice::Pooling, 0);
+    let engine = runtime.engine().engine();
+    let pool = pool();
+    let thousand = class(&kwok_types(1000));
+    let mut group = c.benchmark_group("kwok");
+    group.sample_size(10);
+    for (language, file) in [("rust", "kwok"), ("python", "kwok-python")] {
+        let bytes = guests::guest_wasm(file);
+        let gzip =
+            capstan::provider::source::encode(&bytes, capstan::provider::source::Compression::Gzip);
+        let started = Instant::now();
+        let artifact = Precompiled::compile(engine, &bytes).expect("compile");
+        let compile = started.elapsed();
+        let provider = runtime
+            .load(&bytes, Limits::default(), Capabilities::isolated("kwok"))
+            .expect("kwok loads");
+        let started = Instant::now();
+        let first = rt.block_on(provider.name()).expect("name");
+        let first_call = started.elapsed();
+        assert_eq!(first, "kwok");
+        let types = rt
+            .block_on(provider.get_instance_types(&pool, &thousand))
+            .expect("types");
+        assert_eq!(types.instance_types.len(), 1000);
+        eprintln!(
+            "kwok/{language}: component {} bytes ({} gzip), compile {compile:?}, first name() {first_call:?}, peak memory per instance {} bytes",
+            bytes.len(),
+            gzip.len(),
+            provider.stats().peak_memory_bytes
+        );
+        group.bench_function(format!("{language}/name"), |b| {
+            b.iter_custom(|iters| {
+                timed(&rt, iters, || async {
+                    black_box(provider.name().await.expect("name"));
+                })
+            })
+        });
+        group.bench_function(format!("{language}/instance-types-1000"), |b| {
+            b.iter_custom(|iters| {
+                timed(&rt, iters, || async {
+                    let types = provider
+                        .get_instance_types(&pool, &thousand)
+                        .await
+                        .expect("types");
+                    black_box(types);
+                })
+            })
+        });
+        group.bench_function(format!("{language}/load-precompiled"), |b| {
+            b.iter(|| black_box(artifact.load(engine).expect("load")))
+        });
+        eprintln!(
+            "kwok/{language}: peak memory per instance over the runs {} bytes",
+            provider.stats().peak_memory_bytes
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(runtime_benches, benches, kwok);
 criterion_main!(runtime_benches);

@@ -35,6 +35,27 @@ pub enum Outcome {
     Fail(String),
     /// Not run, and why.
     Skip(String),
+    /// The function answered `invalid("not implemented")`, as `capstan provider new`'s skeletons
+    /// do until written: a failure, reported as work still to do.
+    #[serde(rename = "not-implemented")]
+    NotImplemented(String),
+}
+
+/// What a function not written yet answers (`invalid` with this message, or one starting so).
+pub const NOT_IMPLEMENTED: &str = "not implemented";
+
+/// `err` as a check's outcome: [`Outcome::NotImplemented`] for a function not written yet,
+/// otherwise a failure.
+fn call_failed(err: &CallError) -> Outcome {
+    match err {
+        CallError::Provider {
+            function,
+            error: ProviderError::Invalid(message),
+        } if message.trim_start().starts_with(NOT_IMPLEMENTED) => {
+            Outcome::NotImplemented(format!("{function} is not implemented"))
+        }
+        _ => Outcome::Fail(err.to_string()),
+    }
 }
 
 /// One check and its outcome.
@@ -62,9 +83,23 @@ impl Report {
         });
     }
 
-    /// Whether no check failed.
+    /// Whether no check failed and nothing is left unimplemented.
     pub fn passed(&self) -> bool {
-        self.failed() == 0
+        self.failed() == 0 && self.not_implemented().is_empty()
+    }
+
+    /// The functions reported not implemented, each once, in the order first met.
+    pub fn not_implemented(&self) -> Vec<&str> {
+        let mut out: Vec<&str> = Vec::new();
+        for check in &self.checks {
+            if let Outcome::NotImplemented(message) = &check.outcome {
+                let function = message.split(' ').next().unwrap_or(message);
+                if !out.contains(&function) {
+                    out.push(function);
+                }
+            }
+        }
+        out
     }
 
     /// Passed checks.
@@ -99,6 +134,7 @@ impl fmt::Display for Report {
                 Outcome::Pass(m) => ("PASS", m),
                 Outcome::Fail(m) => ("FAIL", m),
                 Outcome::Skip(m) => ("SKIP", m),
+                Outcome::NotImplemented(m) => ("TODO", m),
             };
             write!(f, "{tag}  {}", check.name)?;
             if !message.is_empty() {
@@ -112,13 +148,18 @@ impl fmt::Display for Report {
             }
             writeln!(f)?;
         }
+        let todo = self.not_implemented();
         write!(
             f,
             "{} passed, {} failed, {} skipped",
             self.passed_count(),
             self.failed(),
             self.skipped()
-        )
+        )?;
+        if !todo.is_empty() {
+            write!(f, "; not implemented yet: {}", todo.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -216,7 +257,7 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
                 Outcome::Fail(format!("{name:?} is not a short name without spaces"))
             }
             Ok(name) => Outcome::Pass(name),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
@@ -241,7 +282,7 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
                     ))
                 }
             }
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
@@ -262,7 +303,7 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
             Some(types)
         }
         Err(err) => {
-            report.push(checks::INSTANCE_TYPES, Outcome::Fail(err.to_string()));
+            report.push(checks::INSTANCE_TYPES, call_failed(&err));
             None
         }
     };
@@ -271,17 +312,21 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
         checks::VALIDATE_ACCEPTS,
         match provider.validate_node_class(&options.node_class).await {
             Ok(()) => Outcome::Pass(String::new()),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
     let mut accepted = Vec::new();
+    let mut unwritten = None;
     for garbage in GARBAGE_PARAMETERS {
         let class = NodeClass {
             name: options.node_class.name.clone(),
             parameters: garbage.to_owned(),
         };
         match provider.validate_node_class(&class).await {
+            Err(err) if matches!(call_failed(&err), Outcome::NotImplemented(_)) => {
+                unwritten = Some(call_failed(&err));
+            }
             Err(CallError::Provider {
                 error: ProviderError::Invalid(_),
                 ..
@@ -292,7 +337,9 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
     }
     report.push(
         checks::VALIDATE_REJECTS,
-        if accepted.is_empty() {
+        if let Some(unwritten) = unwritten {
+            unwritten
+        } else if accepted.is_empty() {
             Outcome::Pass(format!(
                 "{} garbage classes rejected",
                 GARBAGE_PARAMETERS.len()
@@ -346,6 +393,12 @@ async fn lifecycle(
         checks::DELETE,
         checks::GET_AFTER_DELETE,
     ];
+    if types.is_none() {
+        for name in [checks::CREATE].iter().chain(&later) {
+            report.push(*name, Outcome::Skip("no catalog to launch from".into()));
+        }
+        return;
+    }
     let Some(claim) = test_claim(options, types) else {
         report.push(
             checks::CREATE,
@@ -360,7 +413,7 @@ async fn lifecycle(
     let created = match provider.create(&claim, &options.node_class).await {
         Ok(created) => created,
         Err(err) => {
-            report.push(checks::CREATE, Outcome::Fail(err.to_string()));
+            report.push(checks::CREATE, call_failed(&err));
             for name in later {
                 report.push(name, Outcome::Skip("create failed".into()));
             }
@@ -422,7 +475,7 @@ async fn lifecycle(
                 "second create returned {:?}, first {provider_id}: create must find the instance it launched for the claim (by the claim's name) instead of launching another",
                 again.provider_id
             )),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
@@ -437,7 +490,7 @@ async fn lifecycle(
                 "get({provider_id:?}) answered with provider-id {:?}: get must describe the instance it was asked about, or answer not-found",
                 found.provider_id
             )),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(err),
         },
     );
     report.push(
@@ -467,7 +520,7 @@ async fn lifecycle(
                 Outcome::Pass(format!("{} instances", all.len()))
             }
             Ok(all) => Outcome::Fail(format!("{} instances, not {provider_id}", all.len())),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
@@ -476,7 +529,7 @@ async fn lifecycle(
         match provider.is_drifted(&created, &options.node_class).await {
             Ok(None) => Outcome::Pass("not drifted".into()),
             Ok(Some(reason)) => Outcome::Pass(format!("drifted: {reason}")),
-            Err(err) => Outcome::Fail(err.to_string()),
+            Err(err) => call_failed(&err),
         },
     );
 
@@ -503,7 +556,7 @@ async fn delete_until_gone(
                 ..
             }) => return Outcome::Pass(format!("not-found after {attempt} call(s)")),
             Ok(()) => tokio::time::sleep(options.delete_interval).await,
-            Err(err) => return Outcome::Fail(err.to_string()),
+            Err(err) => return call_failed(&err),
         }
     }
     Outcome::Fail(format!(
@@ -518,11 +571,12 @@ fn expect_not_found<T: fmt::Debug>(result: Result<T, CallError>) -> Outcome {
             error: ProviderError::NotFound(_),
             ..
         }) => Outcome::Pass(String::new()),
+        Err(err) if matches!(call_failed(&err), Outcome::NotImplemented(_)) => call_failed(&err),
         Err(CallError::Provider { error, .. }) => Outcome::Fail(format!(
             "expected not-found, got {}",
             describe_provider_error(&error)
         )),
-        Err(err) => Outcome::Fail(err.to_string()),
+        Err(err) => call_failed(&err),
         Ok(value) => Outcome::Fail(format!("expected not-found, got {value:?}")),
     }
 }
@@ -590,4 +644,46 @@ fn summarize(problems: &[String]) -> String {
         text.push_str(&format!("\n... and {} more", problems.len() - SHOWN));
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn provider_error(function: &'static str, error: ProviderError) -> CallError {
+        CallError::Provider { function, error }
+    }
+
+    #[test]
+    fn not_implemented_is_todo_and_fails_the_run() {
+        let todo = call_failed(&provider_error(
+            "create",
+            ProviderError::Invalid("not implemented".into()),
+        ));
+        assert_eq!(
+            todo,
+            Outcome::NotImplemented("create is not implemented".into())
+        );
+        let real = call_failed(&provider_error(
+            "create",
+            ProviderError::Invalid("bad zone".into()),
+        ));
+        assert!(matches!(real, Outcome::Fail(m) if m.contains("bad zone")));
+
+        let mut report = Report::default();
+        report.push("a", Outcome::Pass(String::new()));
+        report.push("b", todo.clone());
+        report.push("c", todo);
+        assert_eq!(report.failed(), 0);
+        assert!(!report.passed(), "a function left to write fails the run");
+        assert_eq!(report.not_implemented(), vec!["create"]);
+        let text = report.to_string();
+        assert!(
+            text.contains("TODO  b: create is not implemented"),
+            "{text}"
+        );
+        assert!(text.ends_with("not implemented yet: create"), "{text}");
+        let json = serde_json::to_value(&report).unwrap();
+        assert_eq!(json["checks"][1]["outcome"], "not-implemented");
+    }
 }

@@ -1,8 +1,8 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
 //! termination), garbage collection, the NodeClass and NodePool status controllers, the
 //! provisioner that turns unschedulable pods into NodeClaims, disruption (drift and
-//! expiration) that replaces and removes them, and the metrics controller that keeps the
-//! cluster gauges of `/metrics` current.
+//! expiration) that replaces and removes them, node repair (behind its feature gate), and the
+//! metrics controller that keeps the cluster gauges of `/metrics` current.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
@@ -12,6 +12,7 @@ pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
 pub mod metrics;
+pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass_status;
 pub mod nodepool_status;
@@ -123,6 +124,12 @@ pub struct Settings {
     pub readiness: crate::serve::Readiness,
     /// Consolidation's knobs.
     pub consolidation: disruption::consolidation::Settings,
+    /// How the simulation treats pods' preferences (`--preference-policy`).
+    pub preference_policy: crate::scheduling::PreferencePolicy,
+    /// How the simulation treats `minValues` (`--min-values-policy`).
+    pub min_values_policy: crate::scheduling::MinValuesPolicy,
+    /// Node repair (`--feature-gates NodeRepair=true`): off by default, as in Karpenter.
+    pub node_repair: bool,
 }
 
 impl Default for Settings {
@@ -137,6 +144,9 @@ impl Default for Settings {
             batch: provisioner::batcher::Windows::default(),
             readiness: crate::serve::Readiness::default(),
             consolidation: disruption::consolidation::Settings::default(),
+            preference_policy: crate::scheduling::PreferencePolicy::default(),
+            min_values_policy: crate::scheduling::MinValuesPolicy::default(),
+            node_repair: false,
         }
     }
 }
@@ -350,6 +360,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
         () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
         () = metrics::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("metrics")),
+        () = node_repair::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-repair")),
     };
     for task in state_tasks {
         task.abort();

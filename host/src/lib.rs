@@ -19,6 +19,7 @@
 //!   collection and the NodeClass and NodePool status controllers.
 //! - [`metrics`]: Prometheus counters and provider call latency.
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
+//! - [`ratelimit`]: the Kubernetes client's QPS and burst limit (a token bucket tower layer).
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
 //! - [`state`]: the watches of the cluster, their caches and their retry policy.
 //! - [`simulate`]: `capstan simulate`, the provisioner and consolidation over a dump of a cluster.
@@ -31,6 +32,7 @@ pub mod controllers;
 pub mod leader;
 pub mod metrics;
 pub mod provider;
+pub mod ratelimit;
 pub mod runtime;
 pub mod scheduling;
 pub mod serve;

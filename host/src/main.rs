@@ -2,6 +2,7 @@
 //! in [`commands`].
 //!
 //! - `capstan run`: the controllers.
+//! - `capstan provider new NAME`: a provider skeleton that builds at once.
 //! - `capstan provider inspect FILE`: what a component is and whether this host can run it.
 //! - `capstan provider test FILE`: the conformance kit.
 //! - `capstan provider package FILE --name NAME`: a ConfigMap and a Provider that ship it.
@@ -25,9 +26,11 @@ struct Cli {
     /// Log format.
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "CAPSTAN_LOG_FORMAT")]
     log_format: LogFormat,
-    /// Log level or filter (`info`, `capstan=debug`); RUST_LOG wins if set.
-    #[arg(long, global = true, default_value = "warn", env = "CAPSTAN_LOG_LEVEL")]
-    log_level: String,
+    /// Log level or filter (`debug`, `info`, `error`, `capstan=debug`; also `CAPSTAN_LOG_LEVEL`);
+    /// RUST_LOG wins if set. Default: `info` for `run` (Karpenter's), `warn` for the others (their
+    /// output is the report).
+    #[arg(long, global = true, env = "LOG_LEVEL")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -52,13 +55,26 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Err(err) = init_tracing(cli.log_format, &cli.log_level) {
+    let log_level = cli
+        .log_level
+        .clone()
+        .filter(|level| !level.is_empty())
+        .or_else(|| {
+            std::env::var("CAPSTAN_LOG_LEVEL")
+                .ok()
+                .filter(|l| !l.is_empty())
+        })
+        .unwrap_or_else(|| match cli.command {
+            Command::Run(_) => "info".to_owned(),
+            _ => "warn".to_owned(),
+        });
+    if let Err(err) = init_tracing(cli.log_format, &log_level) {
         eprintln!("error: {err:#}");
         return ExitCode::from(2);
     }
     let result = match cli.command {
         Command::Provider(command) => commands::provider::run(command),
-        Command::Run(args) => commands::run::run(args),
+        Command::Run(args) => commands::run::run(args, &log_level),
         Command::Simulate(args) => commands::simulate::run(args),
     };
     result.unwrap_or_else(|err| {

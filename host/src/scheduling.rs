@@ -55,6 +55,7 @@
 pub mod cluster;
 pub mod convert;
 pub mod pod;
+pub mod policy;
 // The requirements algebra, quantities and taints are the shared model's (`capstan-model`), the
 // same code the guest SDK uses; re-exported here under their old paths.
 pub use capstan_model::{quantity, requirements, taints};
@@ -70,6 +71,7 @@ pub use pod::{
     HostPort, Namespaces, NodeInclusionPolicy, Pod, PodAffinityTerm, PreferredTerm,
     TopologySpreadConstraint, WeightedPodAffinityTerm, WhenUnsatisfiable,
 };
+pub use policy::{MinValuesPolicy, PreferencePolicy};
 pub use requirements::{Incompatibility, Operator, Requirement, Requirements, ValueSet};
 pub use resources::{ResourceLimits, Resources};
 pub use result::{ChosenOffering, NewClaim, PodIndex, SchedulingResult, Target};
@@ -87,6 +89,10 @@ pub struct SchedulerOptions {
     /// build) and every key an instance type defines. A pod may require these on a new NodeClaim
     /// whose pool leaves them open.
     pub well_known_labels: Vec<String>,
+    /// Whether pods' preferences count (`--preference-policy`; default `Respect`).
+    pub preference_policy: PreferencePolicy,
+    /// Whether `minValues` can be relaxed (`--min-values-policy`; default `Strict`).
+    pub min_values_policy: MinValuesPolicy,
 }
 
 impl Default for SchedulerOptions {
@@ -94,6 +100,8 @@ impl Default for SchedulerOptions {
         Self {
             max_instance_types: 600,
             well_known_labels: Vec::new(),
+            preference_policy: PreferencePolicy::Respect,
+            min_values_policy: MinValuesPolicy::Strict,
         }
     }
 }
@@ -113,5 +121,14 @@ pub struct SchedulingInput {
 
 /// Runs the simulation. See the module documentation for the algorithm.
 pub fn solve(input: &SchedulingInput) -> SchedulingResult {
+    // `Ignore` drops the pending pods' preferences up front (Karpenter ignores them the same way,
+    // for the pods it schedules); the solver then has nothing to relax.
+    if input.options.preference_policy == PreferencePolicy::Ignore
+        && input.pods.iter().any(policy::has_preferences)
+    {
+        let mut stripped = input.clone();
+        stripped.pods.iter_mut().for_each(policy::drop_preferences);
+        return solver::solve(&stripped);
+    }
     solver::solve(input)
 }

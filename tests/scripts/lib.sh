@@ -50,7 +50,12 @@ ensure_go() {
   fi
 }
 
-# Builds the guest providers (kwok, chaos) into $CAPSTAN_WASM_DIR.
+# The Python guest toolchain (componentize-py and pytest, pinned) in a venv under $CAPSTAN_CACHE;
+# exports CAPSTAN_PYTHON_VENV.
+# shellcheck source=../../providers-wasm/python/toolchain.sh
+source "$REPO_ROOT/providers-wasm/python/toolchain.sh"
+
+# Builds the guest providers (Rust, and Python with componentize-py) into $CAPSTAN_WASM_DIR.
 build_providers() {
   ensure_rust
   log "building wasm providers into $CAPSTAN_WASM_DIR"
@@ -177,6 +182,8 @@ task_unit() {
   (cd "$REPO_ROOT" && cargo test --workspace --locked --doc)
   log "guest unit tests"
   (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" cargo test --workspace --locked)
+  log "Python guest SDK and provider tests (pytest)"
+  (cd "$REPO_ROOT/providers-wasm/python" && PYTHONDONTWRITEBYTECODE=1 "$CAPSTAN_PYTHON_VENV/bin/python" -m pytest -q -p no:cacheprovider)
 }
 
 # Integration and e2e tests (host/tests, tests/support/tests) on the real control plane.

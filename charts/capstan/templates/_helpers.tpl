@@ -54,3 +54,15 @@ app.kubernetes.io/part-of: capstan
 {{- define "capstan.providerConfigMap" -}}
 {{- printf "%s-provider-%s" (include "capstan.fullname" .) .Values.provider.name | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+FEATURE_GATES from settings.featureGates, as Karpenter's chart writes it: each camelCase key with
+its first letter upper-cased (nodeRepair -> NodeRepair=false), in key order.
+*/}}
+{{- define "capstan.featureGates" -}}
+{{- $gates := list -}}
+{{- range $name, $on := .Values.settings.featureGates -}}
+{{- $gates = append $gates (printf "%s%s=%t" (upper (substr 0 1 $name)) (substr 1 (len $name) $name) $on) -}}
+{{- end -}}
+{{- join "," $gates -}}
+{{- end -}}

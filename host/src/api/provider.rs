@@ -108,6 +108,14 @@ impl std::fmt::Debug for ProviderConfigEntry {
 pub struct ProviderSource {
     /// The ConfigMap key holding the component (binaryData; `.gz` or `.zst` keys are decompressed).
     pub config_map: ConfigMapKeySource,
+    /// Further ConfigMaps, in `configMap.namespace`, holding the same key: a component too large
+    /// for one ConfigMap even compressed is split, and the parts' bytes follow `configMap`'s in
+    /// this order (concatenated, then decompressed as the key says). `capstan provider package`
+    /// splits large components and names every part after the component's digest, so an update
+    /// switches versions at once when the Provider changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub parts: Vec<String>,
     /// Optional pin: the hex sha256 of the (decompressed) component. A different component is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(r"^[a-f0-9]{64}$"))]

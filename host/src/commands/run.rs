@@ -12,12 +12,14 @@ use clap::Args;
 use capstan::capability::grants::Grants;
 use capstan::controllers::{self, ProvidersSetup};
 use capstan::provider::{Loader, ProviderSource, Registry};
+use capstan::ratelimit::RateLimitLayer;
 use capstan::runtime::Limits;
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
+use capstan::scheduling::{MinValuesPolicy, PreferencePolicy};
 use capstan::{leader, serve};
 
 use super::{
-    CacheArgs, block_on, client, kube_config, parse_duration, parse_short_duration, read_component,
+    CacheArgs, block_on, kube_config, parse_duration, parse_short_duration, read_component,
     read_grants,
 };
 
@@ -54,11 +56,26 @@ pub struct RunArgs {
     #[arg(long)]
     selector: Option<String>,
     /// Close a provisioning batch after this long without a new unschedulable pod.
-    #[arg(long, default_value = "1s", value_parser = parse_short_duration)]
+    #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_short_duration)]
     batch_idle_duration: Duration,
     /// Close a provisioning batch this long after its first pod at the latest.
-    #[arg(long, default_value = "10s", value_parser = parse_short_duration)]
+    #[arg(long, env = "BATCH_MAX_DURATION", default_value = "10s", value_parser = parse_short_duration)]
     batch_max_duration: Duration,
+    /// Requests per second to the API server, on average (a token bucket; Karpenter's
+    /// `KUBE_CLIENT_QPS`).
+    #[arg(long, env = "KUBE_CLIENT_QPS", default_value_t = 200, value_parser = clap::value_parser!(u32).range(1..))]
+    kube_client_qps: u32,
+    /// Requests to the API server at once before the QPS limit applies.
+    #[arg(long, env = "KUBE_CLIENT_BURST", default_value_t = 300, value_parser = clap::value_parser!(u32).range(1..))]
+    kube_client_burst: u32,
+    /// How the simulation treats preferences (preferred affinities, `ScheduleAnyway` spreads):
+    /// `Respect` (relaxed one at a time when a pod does not fit) or `Ignore`.
+    #[arg(long, env = "PREFERENCE_POLICY", default_value = "Respect")]
+    preference_policy: PreferencePolicy,
+    /// How `minValues` binds a new NodeClaim: `Strict`, or `BestEffort` (opened with fewer values
+    /// when there are not enough).
+    #[arg(long, env = "MIN_VALUES_POLICY", default_value = "Strict")]
+    min_values_policy: MinValuesPolicy,
     #[command(flatten)]
     cache: CacheArgs,
     /// Read `Provider` source ConfigMaps only in this namespace (none: any namespace; the Helm
@@ -68,48 +85,78 @@ pub struct RunArgs {
     /// Do not load providers from `Provider` resources (only `--provider` files serve).
     #[arg(long)]
     no_provider_resources: bool,
-    /// Where `/metrics` listens (`0` turns it off).
-    #[arg(
-        long,
-        default_value = "0.0.0.0:8080",
-        overrides_with = "metrics_bind_address"
-    )]
-    metrics_bind_address: String,
+    /// The port `/metrics` listens on, on every address (`--metrics-bind-address` wins).
+    #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
+    metrics_port: u16,
+    /// The port `/healthz` and `/readyz` listen on (`--health-probe-bind-address` wins).
+    #[arg(long, env = "HEALTH_PROBE_PORT", default_value_t = 8081)]
+    health_probe_port: u16,
+    /// Where `/metrics` listens, `ADDRESS:PORT` (`0` turns it off).
+    #[arg(long, overrides_with = "metrics_bind_address")]
+    metrics_bind_address: Option<String>,
     /// Where `/healthz` and `/readyz` listen (`0` turns them off).
+    #[arg(long, overrides_with = "health_probe_bind_address")]
+    health_probe_bind_address: Option<String>,
+    /// Run the controllers without a Lease (leader election is on by default: one of several
+    /// replicas runs them).
     #[arg(
         long,
-        default_value = "0.0.0.0:8081",
-        overrides_with = "health_probe_bind_address"
+        env = "DISABLE_LEADER_ELECTION",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        overrides_with = "disable_leader_election"
     )]
-    health_probe_bind_address: String,
-    /// Run the controllers only while holding a Lease (for several replicas).
-    #[arg(long)]
+    disable_leader_election: bool,
+    /// Leader election is on by default; kept for earlier command lines.
+    #[arg(long, hide = true)]
     leader_elect: bool,
-    /// Namespace of the leader-election Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    leader_election_namespace: String,
+    /// Namespace of the leader-election Lease (default: `$POD_NAMESPACE`, else `default`).
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
     /// Name of the leader-election Lease.
-    #[arg(long, default_value = "capstan")]
+    #[arg(long, env = "LEADER_ELECTION_NAME", default_value = "capstan")]
     leader_election_name: String,
     /// How long a leader that stopped renewing keeps the Lease (renew deadline 2/3 of it, retry
     /// period 2/15).
     #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
     leader_election_lease_duration: Duration,
-    /// Feature gates, as Karpenter spells them: `SpotToSpotConsolidation=true` (default false)
-    /// lets consolidation replace a spot node with a cheaper spot node.
+    /// Feature gates, as Karpenter spells them (`NAME=true|false,...`): `NodeRepair` (default
+    /// false) replaces nodes the provider's repair policies call unhealthy;
+    /// `SpotToSpotConsolidation` (default false) lets consolidation replace a spot node with a
+    /// cheaper spot node. Karpenter's other gates are accepted and ignored with a warning.
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     feature_gates: FeatureGates,
     /// How long a consolidation decision waits before it is re-checked against the cluster and
     /// carried out (Karpenter: 15 s).
     #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
     consolidation_validation_delay: Duration,
+    /// Print the settings this command line and environment give, as JSON, and exit.
+    #[arg(long)]
+    print_settings: bool,
 }
 
 /// The feature gates `capstan run` (and `capstan simulate`) know.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct FeatureGates {
+    pub(crate) node_repair: bool,
     pub(crate) spot_to_spot_consolidation: bool,
+    /// Karpenter's gates Capstan does not implement, as given (`NAME=value`): accepted, so that
+    /// Karpenter's settings keep working, and logged as ignored.
+    pub(crate) ignored: Vec<String>,
 }
+
+/// Karpenter's feature gates (v1.15) that Capstan accepts without acting on them.
+const KARPENTER_ONLY_GATES: &[&str] = &[
+    "ReservedCapacity",
+    "NodeOverlay",
+    "StaticCapacity",
+    "CapacityBuffer",
+    "TerminateFirstDrift",
+    "TerminateFirstRepair",
+    "PodDeletionCostManagement",
+];
 
 pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
     let mut gates = FeatureGates::default();
@@ -122,10 +169,16 @@ pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
             .parse()
             .map_err(|_| format!("feature gate {name}: {value:?} is not true or false"))?;
         match name.trim() {
+            "NodeRepair" => gates.node_repair = value,
             "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = value,
+            other if KARPENTER_ONLY_GATES.contains(&other) => {
+                gates.ignored.push(format!("{other}={value}"));
+            }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?} (known: SpotToSpotConsolidation)"
+                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation; \
+                     accepted and ignored: {})",
+                    KARPENTER_ONLY_GATES.join(", ")
                 ));
             }
         }
@@ -133,8 +186,76 @@ pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
     Ok(gates)
 }
 
+impl RunArgs {
+    /// Where `/metrics` listens: `--metrics-bind-address`, else every address on `--metrics-port`.
+    fn metrics_address(&self) -> String {
+        self.metrics_bind_address
+            .clone()
+            .unwrap_or_else(|| format!("0.0.0.0:{}", self.metrics_port))
+    }
+
+    /// Where the probes listen: `--health-probe-bind-address`, else `--health-probe-port`.
+    fn health_probe_address(&self) -> String {
+        self.health_probe_bind_address
+            .clone()
+            .unwrap_or_else(|| format!("0.0.0.0:{}", self.health_probe_port))
+    }
+
+    /// The Lease's namespace: the flag or `LEADER_ELECTION_NAMESPACE`, else `$POD_NAMESPACE`,
+    /// else `default`.
+    fn lease_namespace(&self) -> String {
+        self.leader_election_namespace
+            .clone()
+            .filter(|ns| !ns.is_empty())
+            .or_else(|| {
+                std::env::var("POD_NAMESPACE")
+                    .ok()
+                    .filter(|ns| !ns.is_empty())
+            })
+            .unwrap_or_else(|| "default".to_owned())
+    }
+
+    /// The settings as Karpenter names them, for the startup log line and `--print-settings`.
+    fn settings_report(&self, log_level: &str) -> serde_json::Value {
+        serde_json::json!({
+            "batchIdleDuration": format!("{:?}", self.batch_idle_duration),
+            "batchMaxDuration": format!("{:?}", self.batch_max_duration),
+            "logLevel": log_level,
+            "kubeClientQPS": self.kube_client_qps,
+            "kubeClientBurst": self.kube_client_burst,
+            "leaderElection": !self.disable_leader_election,
+            "leaderElectionName": self.leader_election_name,
+            "leaderElectionNamespace": self.lease_namespace(),
+            "metricsAddress": self.metrics_address(),
+            "healthProbeAddress": self.health_probe_address(),
+            "featureGates": {
+                "nodeRepair": self.feature_gates.node_repair,
+                "spotToSpotConsolidation": self.feature_gates.spot_to_spot_consolidation,
+                "ignored": self.feature_gates.ignored,
+            },
+            "preferencePolicy": self.preference_policy.to_string(),
+            "minValuesPolicy": self.min_values_policy.to_string(),
+        })
+    }
+}
+
 /// Runs the controllers until they fail or the process gets SIGTERM or SIGINT.
-pub fn run(args: RunArgs) -> Result<ExitCode> {
+pub fn run(args: RunArgs, log_level: &str) -> Result<ExitCode> {
+    let settings = args.settings_report(log_level);
+    if args.print_settings {
+        println!("{}", serde_json::to_string_pretty(&settings)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    tracing::info!(settings = %settings, "settings");
+    if args.leader_elect && args.disable_leader_election {
+        tracing::warn!("--leader-elect and --disable-leader-election: leader election is off");
+    }
+    for gate in &args.feature_gates.ignored {
+        tracing::warn!(
+            gate,
+            "Karpenter feature gate not implemented by Capstan; ignored"
+        );
+    }
     block_on(run_async(args))
 }
 
@@ -148,10 +269,21 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             .context("cannot find a Kubernetes configuration")?,
     };
     workload_config.default_retry = false;
-    let workload =
-        kube::Client::try_from(workload_config).context("cannot create the Kubernetes client")?;
+    let rate_limit = RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst);
+    let workload = kube::client::ClientBuilder::try_from(workload_config)
+        .context("cannot create the Kubernetes client")?
+        .with_layer(&rate_limit)
+        .build();
     let management = match &args.management_kubeconfig {
-        Some(path) => Some(client(path).await?),
+        Some(path) => Some(
+            kube::client::ClientBuilder::try_from(kube_config(path).await?)
+                .context("cannot create the management cluster's client")?
+                .with_layer(&RateLimitLayer::new(
+                    args.kube_client_qps,
+                    args.kube_client_burst,
+                ))
+                .build(),
+        ),
         None => None,
     };
     let mut grants_by_name = HashMap::new();
@@ -163,8 +295,8 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
     let registry = Arc::new(Registry::new());
     let readiness = serve::Readiness::new();
     serve::start(
-        &args.metrics_bind_address,
-        &args.health_probe_bind_address,
+        &args.metrics_address(),
+        &args.health_probe_address(),
         Arc::clone(&registry),
         readiness.clone(),
     )
@@ -195,6 +327,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
         bail!("--grants {name}=...: no --provider {name}");
     }
     let lease_client = workload.clone();
+    let lease_namespace = args.lease_namespace();
     let providers = (!args.no_provider_resources).then(|| ProvidersSetup {
         loader,
         settings: controllers::providers::Settings {
@@ -225,14 +358,17 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
                 validation_delay: args.consolidation_validation_delay,
                 ..controllers::disruption::consolidation::Settings::default()
             },
+            preference_policy: args.preference_policy,
+            min_values_policy: args.min_values_policy,
+            node_repair: args.feature_gates.node_repair,
             ..controllers::Settings::default()
         },
         providers,
     };
     let shutdown = shutdown_signal()?;
-    if args.leader_elect {
+    if !args.disable_leader_election {
         let lease = leader::LeaseConfig::new(
-            args.leader_election_namespace,
+            lease_namespace,
             args.leader_election_name,
             leader::default_identity(),
             args.leader_election_lease_duration,

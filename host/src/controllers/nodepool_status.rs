@@ -342,50 +342,76 @@ async fn write_status(
 
 /// Sets `NodeRegistrationHealthy` on pool `name` (best effort: failures are logged).
 pub async fn set_registration_health(ctx: &Context, name: &str, healthy: bool, message: &str) {
+    let (status, reason) = if healthy {
+        (ConditionStatus::True, "Healthy")
+    } else {
+        (ConditionStatus::False, "RegistrationFailed")
+    };
+    let written = set_pool_condition(
+        ctx,
+        name,
+        NODE_REGISTRATION_HEALTHY,
+        status,
+        reason,
+        message,
+    )
+    .await;
+    if let Some(pool) = written
+        && !healthy
+    {
+        ctx.events
+            .warning(&pool, "NodeRegistrationUnhealthy", message)
+            .await;
+    }
+}
+
+/// Sets condition `type_` on pool `name` (best effort: failures are logged); the pool when the
+/// condition was written (none when it already said so, the pool is gone or the write failed).
+pub async fn set_pool_condition(
+    ctx: &Context,
+    name: &str,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+) -> Option<NodePool> {
     let api: Api<NodePool> = Api::all(ctx.client.clone());
     for _ in 0..5 {
         let pool = match api.get_opt(name).await {
             Ok(Some(pool)) => pool,
-            Ok(None) => return,
+            Ok(None) => return None,
             Err(err) => {
                 tracing::warn!(nodepool = %name, error = %err, "cannot read nodepool");
-                return;
+                return None;
             }
         };
         let mut updated = pool.clone();
-        let status = updated.status.get_or_insert_with(Default::default);
-        let (s, reason) = if healthy {
-            (ConditionStatus::True, "Healthy")
-        } else {
-            (ConditionStatus::False, "RegistrationFailed")
-        };
+        let conditions = &mut updated
+            .status
+            .get_or_insert_with(Default::default)
+            .conditions;
         if !set_condition(
-            &mut status.conditions,
-            NODE_REGISTRATION_HEALTHY,
-            s,
+            conditions,
+            type_,
+            status,
             Some(reason),
             Some(message),
             pool.metadata.generation,
             now(),
         ) {
-            return;
+            return None;
         }
-        match write_status(ctx, &pool, status).await {
-            Ok(_) => {
-                if !healthy {
-                    ctx.events
-                        .warning(&pool, "NodeRegistrationUnhealthy", message)
-                        .await;
-                }
-                return;
-            }
+        let next = updated.status.as_ref()?;
+        match write_status(ctx, &pool, next).await {
+            Ok(_) => return Some(pool),
             Err(err) if super::is_conflict(&err) => {
-                tracing::debug!(nodepool = %name, "registration health: write conflict; retrying");
+                tracing::debug!(nodepool = %name, condition = type_, "write conflict; retrying");
             }
             Err(err) => {
                 tracing::warn!(nodepool = %name, error = %err, "cannot update nodepool status");
-                return;
+                return None;
             }
         }
     }
+    None
 }

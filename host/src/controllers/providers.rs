@@ -1,6 +1,7 @@
 //! The Provider controller: loads each `capstan.dev/v1alpha1` Provider's component from its
-//! ConfigMap into the [`Registry`](crate::provider::Registry), and hot-reloads it when the
-//! ConfigMap or the Provider changes.
+//! ConfigMap (or the ConfigMaps a split component's parts are in) into the
+//! [`Registry`](crate::provider::Registry), and hot-reloads it when one of them or the Provider
+//! changes.
 //!
 //! Loading is read → decompress → verify the pin → compile (through the on-disk cache) →
 //! validate (WIT package, version, exports) → link with the Provider's grants and limits → a
@@ -305,7 +306,9 @@ impl ProviderController {
                         let source = &provider.spec.source.config_map;
                         let ca = provider.spec.egress_ca_bundle.as_ref();
                         source.namespace == namespace
-                            && (source.name == name || ca.is_some_and(|ca| ca.name == name))
+                            && (source.name == name
+                                || provider.spec.source.parts.contains(&name)
+                                || ca.is_some_and(|ca| ca.name == name))
                     })
                     .map(|provider| ObjectRef::from_obj(provider.as_ref()))
                     .collect::<Vec<_>>()
@@ -559,15 +562,20 @@ async fn load(
         Err(rejection) => return Ok(Err(rejection)),
     };
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source_ref.namespace);
-    let Some(config_map) = api.get_opt(&source_ref.name).await? else {
-        return Ok(Err(SourceError::ConfigMapNotFound {
-            namespace: source_ref.namespace.clone(),
-            name: source_ref.name.clone(),
-        }
-        .into()));
-    };
-    let component = match source::from_config_map(
-        &config_map,
+    // The ConfigMap, then the parts a split component continues in, in order.
+    let mut parts = Vec::with_capacity(1 + spec.source.parts.len());
+    for part in std::iter::once(&source_ref.name).chain(&spec.source.parts) {
+        let Some(config_map) = api.get_opt(part).await? else {
+            return Ok(Err(SourceError::ConfigMapNotFound {
+                namespace: source_ref.namespace.clone(),
+                name: part.clone(),
+            }
+            .into()));
+        };
+        parts.push(config_map);
+    }
+    let component = match source::from_config_maps(
+        &parts,
         &source_ref.key,
         ctx.settings.max_component_size,
         spec.source.sha256.as_deref(),

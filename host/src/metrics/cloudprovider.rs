@@ -26,6 +26,8 @@ pub mod controller {
     pub const DISRUPTION: &str = "disruption";
     /// The NodeClass status controller.
     pub const NODECLASS: &str = "nodeclass.status";
+    /// Node repair.
+    pub const NODE_REPAIR: &str = "node.repair";
 }
 
 /// Provider call durations and errors, and the instance-type catalog.

@@ -3,7 +3,10 @@
 //!
 //! A ConfigMap holds at most 1 MiB, so a component may be compressed: a key ending in `.gz` is
 //! gzip, one ending in `.zst` is zstd, anything else is the raw component. Decompression stops at
-//! the size limit, so a compression bomb costs at most that much memory.
+//! the size limit, so a compression bomb costs at most that much memory. A component too large for
+//! one ConfigMap even compressed (a Python provider carries CPython) is split into parts: the same
+//! key in several ConfigMaps, whose bytes are concatenated in order before decompression
+//! ([`from_config_maps`]); the sha256 pin covers the whole decompressed component.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -230,6 +233,34 @@ pub fn from_config_map(
     max_size: usize,
     pin: Option<&str>,
 ) -> Result<Component, SourceError> {
+    from_config_maps(std::slice::from_ref(config_map), key, max_size, pin)
+}
+
+/// Reads a component split into parts: `key` of each ConfigMap, concatenated in order, then
+/// decompressed as the key says. One ConfigMap is the usual, unsplit source. The stored bytes are
+/// bounded by `max_size` too (compression never makes a component larger than that).
+pub fn from_config_maps(
+    parts: &[ConfigMap],
+    key: &str,
+    max_size: usize,
+    pin: Option<&str>,
+) -> Result<Component, SourceError> {
+    let mut stored: Vec<u8> = Vec::new();
+    for config_map in parts {
+        let part = stored_bytes(config_map, key)?;
+        if stored.len().saturating_add(part.len()) > max_size {
+            return Err(SourceError::TooLarge { limit: max_size });
+        }
+        if parts.len() == 1 {
+            return decode(part, Compression::of_key(key), max_size, pin);
+        }
+        stored.extend_from_slice(part);
+    }
+    decode(&stored, Compression::of_key(key), max_size, pin)
+}
+
+/// The bytes stored under `key` of `config_map` (binaryData, non-empty).
+fn stored_bytes<'a>(config_map: &'a ConfigMap, key: &str) -> Result<&'a [u8], SourceError> {
     let id = format!(
         "{}/{}",
         config_map.metadata.namespace.as_deref().unwrap_or_default(),
@@ -273,7 +304,7 @@ pub fn from_config_map(
             key: key.to_owned(),
         });
     }
-    decode(&stored.0, Compression::of_key(key), max_size, pin)
+    Ok(&stored.0)
 }
 
 /// Compresses a component for a ConfigMap key (`capstan provider package`).
@@ -429,6 +460,47 @@ mod tests {
                 .unwrap_err()
                 .reason(),
             "SourceEmpty"
+        );
+    }
+
+    #[test]
+    fn parts_concatenate_before_decompression_and_the_pin_covers_the_whole() {
+        let component: Vec<u8> = (0..60_000u32)
+            .flat_map(|i| (i % 97).to_le_bytes())
+            .collect();
+        let digest = sha256_hex(&component);
+        for compression in [Compression::None, Compression::Gzip, Compression::Zstd] {
+            let stored = encode(&component, compression);
+            let key = format!("provider.wasm{}", compression.suffix());
+            let parts: Vec<ConfigMap> = stored
+                .chunks(stored.len().div_ceil(3))
+                .map(|chunk| config_map(&[(key.as_str(), chunk)], &[]))
+                .collect();
+            assert_eq!(parts.len(), 3);
+            let decoded = from_config_maps(&parts, &key, 1 << 20, Some(&digest)).unwrap();
+            assert_eq!(decoded.bytes, component, "{compression}");
+            assert_eq!(decoded.stored_size, stored.len());
+            // Parts out of order are another component: the pin refuses it (or it does not
+            // decompress).
+            let swapped = [parts[1].clone(), parts[0].clone(), parts[2].clone()];
+            assert!(from_config_maps(&swapped, &key, 1 << 20, Some(&digest)).is_err());
+            // A part missing its key names the key.
+            let broken = [parts[0].clone(), config_map(&[("other", b"x")], &[])];
+            assert_eq!(
+                from_config_maps(&broken, &key, 1 << 20, None)
+                    .unwrap_err()
+                    .reason(),
+                "SourceKeyNotFound"
+            );
+        }
+        // The stored bytes are bounded as well as the decompressed ones.
+        let parts = [
+            config_map(&[("p.wasm", &[1u8; 600])], &[]),
+            config_map(&[("p.wasm", &[1u8; 600])], &[]),
+        ];
+        assert_eq!(
+            from_config_maps(&parts, "p.wasm", 1000, None).unwrap_err(),
+            SourceError::TooLarge { limit: 1000 }
         );
     }
 }

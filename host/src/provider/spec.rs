@@ -296,6 +296,7 @@ mod tests {
                     name: "kwok".into(),
                     key: "provider.wasm".into(),
                 },
+                parts: Vec::new(),
                 sha256: None,
             },
             grants,

@@ -189,6 +189,7 @@ macro_rules! capstan_imports {
 
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
+pub mod wit_files;
 
 /// The package every provider's contract lives in.
 pub const PACKAGE_NAMESPACE: &str = "capstan";

@@ -23,6 +23,9 @@ use wasmtime::{
 pub const DEFAULT_EPOCH_TICK: Duration = Duration::from_millis(5);
 /// By default the pooling allocator has room for this many live component instances.
 pub const DEFAULT_MAX_INSTANCES: u32 = 256;
+/// Core instances reserved per component instance in the pooling allocator: enough for a Python
+/// (componentize-py) component's 14.
+pub const CORE_INSTANCES_PER_COMPONENT: u32 = 16;
 /// By default no instance may have more linear memory than this (the per-provider memory limit is
 /// capped here).
 pub const DEFAULT_MEMORY_CEILING: u64 = 1 << 30;
@@ -180,9 +183,12 @@ impl EngineBuilder {
         let instances = self.max_instances;
         let mut pool = PoolingAllocationConfig::new();
         pool.total_component_instances(instances)
-            // A wasm32-wasip2 component holds a handful of core instances (the program, the
-            // WASI glue and shims), one or two memories and a few tables.
-            .total_core_instances(instances.saturating_mul(8))
+            // A Rust wasm32-wasip2 component holds a handful of core instances (the program, the
+            // WASI glue and shims), one or two memories and a few tables; a componentize-py
+            // (Python) component holds 14 (CPython, libc, the WASI adapter and their shims), so
+            // 16 per component keeps every instance slot usable whatever the providers' language
+            // (address space mostly: slots are reserved up front, committed when used).
+            .total_core_instances(instances.saturating_mul(CORE_INSTANCES_PER_COMPONENT))
             .total_memories(instances.saturating_mul(2))
             .total_tables(instances.saturating_mul(4))
             .total_stacks(instances)

@@ -72,6 +72,11 @@ impl CallLimiter {
         }
     }
 
+    /// Linear memory granted to the call's instance so far, in bytes.
+    pub(crate) fn memory_used(&self) -> usize {
+        self.memory_used
+    }
+
     /// Whether a memory growth was refused during the call.
     pub(crate) fn memory_refused(&self) -> bool {
         self.memory_refused

@@ -146,6 +146,7 @@ struct Counters {
     peak_in_flight: AtomicUsize,
     calls: AtomicU64,
     failed: AtomicU64,
+    peak_memory: AtomicUsize,
 }
 
 /// A copy of a provider's call counters.
@@ -159,6 +160,9 @@ pub struct CallStats {
     pub calls: u64,
     /// Calls that failed for any reason but the provider's own typed error.
     pub failed: u64,
+    /// The most linear memory one call's instance ever had, in bytes (what a call costs: a
+    /// Python provider's instance starts with CPython's heap).
+    pub peak_memory_bytes: usize,
 }
 
 struct InFlight<'a>(&'a Counters);
@@ -295,6 +299,7 @@ impl ProviderPre {
             peak_in_flight: c.peak_in_flight.load(Ordering::SeqCst),
             calls: c.calls.load(Ordering::Relaxed),
             failed: c.failed.load(Ordering::Relaxed),
+            peak_memory_bytes: c.peak_memory.load(Ordering::Relaxed),
         }
     }
 
@@ -500,6 +505,10 @@ impl Call<'_> {
     /// The call's result, with a wasmtime error classified. The store (and instance) is dropped
     /// with `self`, trap or not.
     fn finish<T>(self, result: wasmtime::Result<T>) -> Result<T, CallError> {
+        self.provider
+            .counters
+            .peak_memory
+            .fetch_max(self.store.data().limiter.memory_used(), Ordering::Relaxed);
         result.map_err(|err| classify(self.provider, self.function, &self.store, err, false))
     }
 }

@@ -33,6 +33,7 @@ use topology::{DomainId, GroupId, GroupKind, Topology};
 use super::SchedulingInput;
 use super::cluster::{InstanceType, NodePoolView};
 use super::pod::{HostPort, Pod, host_port_conflict};
+use super::policy::MinValuesPolicy;
 use super::requirements::{Requirement, Requirements, ValueSet};
 use super::resources::{ResourceLimits, Resources};
 use super::result::{ChosenOffering, NewClaim, SchedulingResult, Target};
@@ -1145,7 +1146,9 @@ impl<'a> Solver<'a> {
                 if let Some(min) = r.min_values() {
                     let min = min as usize;
                     let have = ps.catalog.distinct_values(&scratch.mask, r.key(), min);
-                    if have < min {
+                    // BestEffort opens the claim anyway; its minValues is lowered at the end.
+                    if have < min && self.input.options.min_values_policy == MinValuesPolicy::Strict
+                    {
                         bail!(
                             want,
                             "minValues {min} for {} not met: only {have} value(s) remain",
@@ -1313,6 +1316,15 @@ impl<'a> Solver<'a> {
             }
         }
         chosen.sort_unstable();
+        if self.input.options.min_values_policy == MinValuesPolicy::BestEffort {
+            relax_min_values(&mut requirements, &chosen, |i, key| {
+                ps.view.instance_types[ps.catalog.types[priced[i].2]]
+                    .requirements
+                    .set_of(key)
+                    .map(|s| s.values().to_vec())
+                    .unwrap_or_default()
+            });
+        }
         let options: Vec<String> = chosen.iter().map(|&i| priced[i].1.to_owned()).collect();
         // The same names in name order, which is the set's own order: building it is a copy.
         let mut by_name: Vec<usize> = chosen.iter().map(|&i| priced[i].2).collect();
@@ -1344,6 +1356,31 @@ impl<'a> Solver<'a> {
             },
             pods: bin.pods.clone(),
         })
+    }
+}
+
+/// Lowers each `minValues` of `requirements` that the instance types `chosen` cannot meet to the
+/// number of distinct values they have (`values_of(i, key)`: type `i`'s values of `key`), as
+/// Karpenter's `BestEffort` policy records on the claim what it could keep.
+fn relax_min_values(
+    requirements: &mut Requirements,
+    chosen: &[usize],
+    values_of: impl Fn(usize, &str) -> Vec<String>,
+) {
+    let short: Vec<(String, u32)> = requirements
+        .iter()
+        .filter_map(|r| {
+            let min = r.min_values()?;
+            let have: BTreeSet<String> =
+                chosen.iter().flat_map(|&i| values_of(i, r.key())).collect();
+            let have = u32::try_from(have.len()).unwrap_or(u32::MAX);
+            (have < min).then(|| (r.key().to_owned(), have.max(1)))
+        })
+        .collect();
+    for (key, have) in short {
+        if let Some(r) = requirements.remove(&key) {
+            requirements.add(r.with_min_values(Some(have)));
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use kube::api::{DeleteParams, DynamicObject, ListParams};
 use kube::config::Kubeconfig;
 use kube::{Api, Client, ResourceExt};
 
+use crate::cli::with_print_settings;
 use crate::fixtures::providers_dir;
 use crate::leader_election::{Replica, http_get, kwok_pool, nodepool_pods, wait_running};
 use crate::lifecycle::{Names, RUN_LABEL, cluster};
@@ -151,17 +152,27 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         .iter()
         .filter_map(|a| a.as_str())
         .collect();
-    for want in [
-        "run",
-        "--leader-elect",
-        "--leader-election-name=rel-capstan",
-        "--cache-dir=/var/cache/capstan",
-        "--metrics-bind-address=0.0.0.0:8080",
-        "--health-probe-bind-address=0.0.0.0:8081",
-        "--log-level=info",
-    ] {
+    for want in ["run", "--cache-dir=/var/cache/capstan"] {
         assert!(args.contains(&want), "{want} not in {args:?}");
     }
+    // Karpenter's settings are environment variables, under Karpenter's names and defaults.
+    let env = plain_env(container);
+    assert_env(
+        &env,
+        &[
+            ("LOG_LEVEL", "info"),
+            ("LEADER_ELECTION_NAME", "rel-capstan"),
+            ("DISABLE_LEADER_ELECTION", "false"),
+            ("METRICS_PORT", "8080"),
+            ("HEALTH_PROBE_PORT", "8081"),
+            ("BATCH_MAX_DURATION", "10s"),
+            ("BATCH_IDLE_DURATION", "1s"),
+            (
+                "FEATURE_GATES",
+                "NodeRepair=false,SpotToSpotConsolidation=false",
+            ),
+        ],
+    );
     let mounts = container["volumeMounts"].as_array().unwrap();
     assert!(
         mounts
@@ -250,6 +261,22 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
         "--set",
         "provider.limits.concurrency=4",
         "--set",
+        "provider.egress[0]=https://api.example.com",
+        "--set",
+        "provider.egressCABundle.name=ca",
+        "--set",
+        "provider.egressCABundle.key=ca.crt",
+        "--set",
+        "provider.config[0].name=endpoint",
+        "--set",
+        "provider.config[0].value=https://api.example.com/v1",
+        "--set",
+        "provider.config[1].name=api-key",
+        "--set",
+        "provider.config[1].secretKeyRef.name=creds",
+        "--set",
+        "provider.config[1].secretKeyRef.key=key",
+        "--set",
         "managementKubeconfig.secretName=mgmt",
         "--set",
         "metrics.serviceMonitor.enabled=true",
@@ -266,6 +293,24 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
     );
     assert_eq!(provider["grants"][0]["resources"][0], "configmaps");
     assert_eq!(provider["limits"]["concurrency"], 4);
+    assert_eq!(
+        provider["egress"],
+        serde_json::json!(["https://api.example.com"])
+    );
+    assert_eq!(
+        provider["egressCABundle"],
+        serde_json::json!({"name": "ca", "key": "ca.crt"})
+    );
+    assert_eq!(
+        provider["config"],
+        serde_json::json!([
+            {"name": "endpoint", "value": "https://api.example.com/v1"},
+            {"name": "api-key", "secretKeyRef": {"name": "creds", "key": "key"}},
+        ])
+    );
+    // What the chart renders is what the Provider CRD takes.
+    let spec: capstan::api::ProviderSpec = serde_json::from_value(provider.clone()).unwrap();
+    assert_eq!(spec.config.len(), 2);
     // The provider's grant reaches the host's RBAC, `core` spelled as RBAC's "".
     let rules = find(&objects, "ClusterRole", "rel-capstan-providers").data["rules"].clone();
     assert!(
@@ -285,6 +330,122 @@ fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rb
         "{args}"
     );
     find(&objects, "ServiceMonitor", "rel-capstan");
+}
+
+/// The container's environment variables that have a plain value, by name.
+fn plain_env(container: &serde_json::Value) -> std::collections::BTreeMap<String, String> {
+    container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_owned(),
+                e["value"].as_str()?.to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// Asserts the environment has each `(name, value)`.
+fn assert_env(env: &std::collections::BTreeMap<String, String>, want: &[(&str, &str)]) {
+    for (name, value) in want {
+        assert_eq!(
+            env.get(*name).map(String::as_str),
+            Some(*value),
+            "{name}: {env:?}"
+        );
+    }
+}
+
+/// A values file written the way a Karpenter user writes it (the keys both charts have, including
+/// Karpenter's feature gates Capstan does not implement): rendered into Karpenter's environment
+/// variables, which the host reads and reports (`capstan run --print-settings` with the
+/// Deployment's own arguments and environment).
+#[test]
+fn karpenter_style_helm_values_become_the_hosts_settings() {
+    let values = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("{}-karpenter-values.yaml", unique_name("kv")));
+    std::fs::write(
+        &values,
+        "logLevel: debug\n\
+         settings:\n\
+         \x20 batchMaxDuration: 20s\n\
+         \x20 batchIdleDuration: 2s\n\
+         \x20 preferencePolicy: Ignore\n\
+         \x20 minValuesPolicy: BestEffort\n\
+         \x20 featureGates:\n\
+         \x20   nodeRepair: true\n\
+         \x20   spotToSpotConsolidation: true\n\
+         \x20   reservedCapacity: true\n\
+         \x20   nodeOverlay: false\n",
+    )
+    .unwrap();
+    let objects = template(&[
+        "--values",
+        values.to_str().unwrap(),
+        "--set",
+        "settings.kubeClientQPS=50",
+        "--set",
+        "settings.kubeClientBurst=75",
+    ]);
+    let deployment = &find(&objects, "Deployment", "rel-capstan").data;
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let env = plain_env(container);
+    assert_env(
+        &env,
+        &[
+            ("LOG_LEVEL", "debug"),
+            ("BATCH_MAX_DURATION", "20s"),
+            ("BATCH_IDLE_DURATION", "2s"),
+            ("PREFERENCE_POLICY", "Ignore"),
+            ("MIN_VALUES_POLICY", "BestEffort"),
+            ("KUBE_CLIENT_QPS", "50"),
+            ("KUBE_CLIENT_BURST", "75"),
+            (
+                "FEATURE_GATES",
+                "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+            ),
+        ],
+    );
+
+    // The host with the Deployment's arguments and environment (and nothing else of ours).
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let out = with_print_settings(&args, &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let settings: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(settings["logLevel"], "debug");
+    assert_eq!(settings["batchMaxDuration"], "20s");
+    assert_eq!(settings["batchIdleDuration"], "2s");
+    assert_eq!(settings["preferencePolicy"], "Ignore");
+    assert_eq!(settings["minValuesPolicy"], "BestEffort");
+    assert_eq!(settings["kubeClientQPS"], 50);
+    assert_eq!(settings["kubeClientBurst"], 75);
+    assert_eq!(settings["leaderElection"], true);
+    assert_eq!(settings["leaderElectionName"], "rel-capstan");
+    assert_eq!(settings["metricsAddress"], "0.0.0.0:8080");
+    assert_eq!(settings["healthProbeAddress"], "0.0.0.0:8081");
+    assert_eq!(settings["featureGates"]["nodeRepair"], true);
+    assert_eq!(settings["featureGates"]["spotToSpotConsolidation"], true);
+    assert_eq!(
+        settings["featureGates"]["ignored"],
+        serde_json::json!(["NodeOverlay=false", "ReservedCapacity=true"])
+    );
+
+    // A gate neither Karpenter nor Capstan has is refused, naming it.
+    let out = with_print_settings(&["run"], [("FEATURE_GATES", "NodeRepair=true,Drift=true")]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unknown feature gate \"Drift\""),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The metric names a PromQL expression reads (`karpenter_*` and `capstan_*`).
@@ -391,7 +552,19 @@ fn the_schema_rejects_bad_values_naming_them() {
         ("logLevel=loud", "/logLevel"),
         ("replicas=two", "/replicas"),
         ("logFormat=xml", "/logFormat"),
-        ("batch.idleDuration=soon", "/batch/idleDuration"),
+        (
+            "settings.batchIdleDuration=soon",
+            "/settings/batchIdleDuration",
+        ),
+        (
+            "settings.preferencePolicy=Sometimes",
+            "/settings/preferencePolicy",
+        ),
+        (
+            "settings.featureGates.nodeRepair=maybe",
+            "/settings/featureGates/nodeRepair",
+        ),
+        ("settings.clusterName=prod", "clusterName"),
         (
             "leaderElection.leaseDuration=15",
             "/leaderElection/leaseDuration",
@@ -400,6 +573,8 @@ fn the_schema_rejects_bad_values_naming_them() {
         ("image.digest=latest", "/image/digest"),
         ("provider.enabled=true", "/provider/wasmBase64"),
         ("provider.sha256=abc", "/provider/sha256"),
+        ("provider.egress[0]=ftp://x", "/provider/egress/0"),
+        ("provider.config[0].name=k", "/provider/config/0"),
         (
             "rbac.providerRules[0].verbs[0]=own",
             "/rbac/providerRules/0/verbs/0",

@@ -137,3 +137,114 @@ fn test_without_a_cluster_skips_cluster_checks_and_reports_failures() {
     let checks = report["checks"].as_array().unwrap();
     assert!(checks.iter().any(|c| c["outcome"] == "skip"));
 }
+
+/// `capstan ARGS --print-settings` with nothing in its environment but `env`.
+pub(crate) fn with_print_settings<K, V>(
+    args: &[&str],
+    env: impl IntoIterator<Item = (K, V)>,
+) -> Output
+where
+    K: AsRef<std::ffi::OsStr>,
+    V: AsRef<std::ffi::OsStr>,
+{
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .arg("--print-settings")
+        .env_clear()
+        .envs(env)
+        .output()
+        .expect("run capstan")
+}
+
+/// `capstan run ARGS --print-settings` with only the environment `env`: the JSON.
+fn print_settings(args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
+    let out = with_print_settings(&[&["run"][..], args].concat(), env.iter().copied());
+    assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn run_settings_take_karpenters_defaults_env_vars_and_flags() {
+    // Karpenter's defaults, leader election on.
+    let defaults = print_settings(&[], &[]);
+    assert_eq!(defaults["batchMaxDuration"], "10s");
+    assert_eq!(defaults["batchIdleDuration"], "1s");
+    assert_eq!(defaults["logLevel"], "info");
+    assert_eq!(defaults["kubeClientQPS"], 200);
+    assert_eq!(defaults["kubeClientBurst"], 300);
+    assert_eq!(defaults["leaderElection"], true);
+    assert_eq!(defaults["leaderElectionNamespace"], "default");
+    assert_eq!(defaults["metricsAddress"], "0.0.0.0:8080");
+    assert_eq!(defaults["healthProbeAddress"], "0.0.0.0:8081");
+    assert_eq!(defaults["featureGates"]["nodeRepair"], false);
+    assert_eq!(defaults["preferencePolicy"], "Respect");
+    assert_eq!(defaults["minValuesPolicy"], "Strict");
+
+    // Environment variables as Karpenter names them; a flag wins over its variable.
+    let env = [
+        ("BATCH_MAX_DURATION", "30s"),
+        ("BATCH_IDLE_DURATION", "500ms"),
+        ("LOG_LEVEL", "debug"),
+        ("KUBE_CLIENT_QPS", "20"),
+        ("DISABLE_LEADER_ELECTION", "true"),
+        ("POD_NAMESPACE", "karpenter"),
+        ("METRICS_PORT", "9090"),
+        ("PREFERENCE_POLICY", "Ignore"),
+    ];
+    let from_env = print_settings(&[], &env);
+    assert_eq!(from_env["batchMaxDuration"], "30s");
+    assert_eq!(from_env["batchIdleDuration"], "500ms");
+    assert_eq!(from_env["logLevel"], "debug");
+    assert_eq!(from_env["kubeClientQPS"], 20);
+    assert_eq!(from_env["leaderElection"], false);
+    assert_eq!(from_env["leaderElectionNamespace"], "karpenter");
+    assert_eq!(from_env["metricsAddress"], "0.0.0.0:9090");
+    assert_eq!(from_env["preferencePolicy"], "Ignore");
+    let flags = print_settings(
+        &[
+            "--batch-max-duration",
+            "5s",
+            "--kube-client-qps",
+            "7",
+            "--disable-leader-election=false",
+            "--metrics-bind-address",
+            "127.0.0.1:0",
+            "--log-level",
+            "error",
+        ],
+        &env,
+    );
+    assert_eq!(flags["batchMaxDuration"], "5s");
+    assert_eq!(flags["kubeClientQPS"], 7);
+    assert_eq!(flags["leaderElection"], true);
+    assert_eq!(flags["metricsAddress"], "127.0.0.1:0");
+    assert_eq!(flags["logLevel"], "error");
+
+    // Capstan's earlier flags still work.
+    let old = print_settings(&["--leader-elect", "--health-probe-bind-address", "0"], &[]);
+    assert_eq!(old["leaderElection"], true);
+    assert_eq!(old["healthProbeAddress"], "0");
+    assert_eq!(
+        print_settings(&["--disable-leader-election"], &[])["leaderElection"],
+        false
+    );
+
+    // Bad values are refused, naming the setting.
+    for (args, env, named) in [
+        (
+            &["--preference-policy", "Sometimes"][..],
+            &[][..],
+            "preference-policy",
+        ),
+        (
+            &[][..],
+            &[("MIN_VALUES_POLICY", "Loose")][..],
+            "min-values-policy",
+        ),
+        (&["--kube-client-qps", "0"][..], &[][..], "kube-client-qps"),
+    ] {
+        let out = with_print_settings(&[&["run"][..], args].concat(), env.iter().copied());
+        assert!(!out.status.success(), "{args:?} {env:?} accepted");
+        assert!(text(&out.stderr).contains(named), "{}", text(&out.stderr));
+    }
+}

@@ -10,7 +10,7 @@ use capstan::conformance::{self, Outcome, checks};
 use capstan::runtime::Limits;
 use capstan_test_support::ControlPlane;
 
-use crate::fixtures::{chaos, class, kwok_compiled, runtime};
+use crate::fixtures::{chaos, class, kwok_compiled, kwok_file, kwok_in, runtime};
 
 /// What kwok needs: Nodes, and their status.
 pub const KWOK_GRANTS: &str = r#"
@@ -26,8 +26,8 @@ fn kwok_grants() -> Grants {
     parse::from_text(KWOK_GRANTS).unwrap()
 }
 
-#[tokio::test]
-async fn kwok_passes_on_a_real_cluster() {
+/// The kit on the kwok provider built in `language`, in process.
+async fn kwok_passes_on_a_real_cluster(language: &str) {
     let cp = ControlPlane::shared().await.expect("control plane");
     let caps = Capabilities::builder("kwok")
         .grants(kwok_grants())
@@ -37,21 +37,31 @@ async fn kwok_passes_on_a_real_cluster() {
         ))
         .build();
     let provider = runtime()
-        .instantiate_pre(kwok_compiled(), Limits::default(), caps.clone())
+        .instantiate_pre(kwok_in(language), Limits::default(), caps.clone())
         .unwrap();
     let options = conformance::Options {
         delete_interval: Duration::from_millis(200),
         ..conformance::Options::default()
     };
     let report = conformance::run(&provider, &options).await;
-    println!("{report}");
-    assert!(report.passed(), "{report}");
-    assert_eq!(report.skipped(), 0, "{report}");
+    println!("{language}: {report}");
+    assert!(report.passed(), "{language}: {report}");
+    assert_eq!(report.skipped(), 0, "{language}: {report}");
     assert_eq!(
         caps.metrics().snapshot().kube_denied,
         0,
-        "kwok stays inside its grants"
+        "kwok ({language}) stays inside its grants"
     );
+}
+
+#[tokio::test]
+async fn kwok_in_rust_passes_on_a_real_cluster() {
+    kwok_passes_on_a_real_cluster("rust").await;
+}
+
+#[tokio::test]
+async fn kwok_in_python_passes_on_a_real_cluster() {
+    kwok_passes_on_a_real_cluster("python").await;
 }
 
 #[tokio::test]
@@ -93,7 +103,7 @@ async fn chaos_failures_are_reported_per_check() {
     match &report.check(checks::INSTANCE_TYPES).unwrap().outcome {
         Outcome::Pass(_) => {}
         Outcome::Fail(message) => assert!(!message.contains("trapped"), "{message}"),
-        Outcome::Skip(why) => panic!("skipped: {why}"),
+        other => panic!("neither passed nor failed: {other:?}"),
     }
     assert!(
         matches!(
@@ -129,18 +139,17 @@ fn kwok_grants_parse() {
     assert_eq!(kwok_grants().0.len(), 2);
 }
 
-#[tokio::test]
-async fn kwok_passes_through_the_cli() {
+/// `capstan provider test` on the kwok provider built in `language`.
+async fn kwok_passes_through_the_cli(language: &str) {
     let cp = ControlPlane::shared().await.expect("control plane");
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("cli-conformance");
     std::fs::create_dir_all(&dir).unwrap();
-    let grants = dir.join("kwok-grants.yaml");
+    let grants = dir.join(format!("kwok-{language}-grants.yaml"));
     std::fs::write(&grants, KWOK_GRANTS).unwrap();
-    let kwok = crate::fixtures::providers_dir().join("kwok.wasm");
     let kubeconfig = cp.kubeconfig_path().to_path_buf();
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args(["provider", "test", "--no-cache"])
-        .arg(&kwok)
+        .arg(kwok_file(language))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .arg("--grants")
@@ -151,7 +160,7 @@ async fn kwok_passes_through_the_cli() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{stdout}\n{}",
+        "{language}: {stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("PASS  create is idempotent"), "{stdout}");
@@ -159,6 +168,16 @@ async fn kwok_passes_through_the_cli() {
         stdout.trim_end().ends_with("0 failed, 0 skipped"),
         "{stdout}"
     );
+}
+
+#[tokio::test]
+async fn kwok_in_rust_passes_through_the_cli() {
+    kwok_passes_through_the_cli("rust").await;
+}
+
+#[tokio::test]
+async fn kwok_in_python_passes_through_the_cli() {
+    kwok_passes_through_the_cli("python").await;
 }
 
 /// Runs the kit on chaos's `instance` mode with `bad` answers mixed into its parameters.

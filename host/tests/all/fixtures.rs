@@ -72,6 +72,12 @@ pub fn kwok_bytes() -> &'static [u8] {
     BYTES.get_or_init(|| wasm("kwok"))
 }
 
+/// `kwok-python.wasm`: the kwok provider in Python (componentize-py).
+pub fn kwok_python_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| wasm("kwok-python"))
+}
+
 /// One runtime for the whole test binary (one engine, as in production).
 pub fn runtime() -> &'static Runtime {
     static RUNTIME: OnceLock<Runtime> = OnceLock::new();
@@ -93,6 +99,35 @@ pub fn chaos_compiled() -> &'static Compiled {
 pub fn kwok_compiled() -> &'static Compiled {
     static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| runtime().compile(kwok_bytes()).expect("kwok compiles"))
+}
+
+/// `kwok-python.wasm`, compiled once.
+pub fn kwok_python_compiled() -> &'static Compiled {
+    static COMPILED: OnceLock<Compiled> = OnceLock::new();
+    COMPILED.get_or_init(|| {
+        runtime()
+            .compile(kwok_python_bytes())
+            .expect("kwok-python compiles")
+    })
+}
+
+/// The kwok provider built in `language` (`rust`: `kwok.wasm`, `python`: `kwok-python.wasm`),
+/// compiled once: tests that run a scenario with each take it as a parameter.
+pub fn kwok_in(language: &str) -> &'static Compiled {
+    match language {
+        "rust" => kwok_compiled(),
+        "python" => kwok_python_compiled(),
+        other => panic!("no kwok provider in {other}"),
+    }
+}
+
+/// The file of the kwok provider built in `language` (see [`kwok_in`]).
+pub fn kwok_file(language: &str) -> PathBuf {
+    providers_dir().join(match language {
+        "rust" => "kwok.wasm",
+        "python" => "kwok-python.wasm",
+        other => panic!("no kwok provider in {other}"),
+    })
 }
 
 /// `cloudstack.wasm` (contract 0.2), compiled once.

@@ -836,7 +836,7 @@ async fn the_image_runs_under_runc_as_the_chart_runs_it_and_provisions_nodes() {
         &release,
         &release_ns,
         &format!(
-            "batch:\n  idleDuration: 500ms\nmetrics:\n  port: {metrics_port}\nhealth:\n  port: \
+            "settings:\n  batchIdleDuration: 500ms\nmetrics:\n  port: {metrics_port}\nhealth:\n  port: \
              {health_port}\nextraArgs:\n  - --selector={}\n",
             names.selector()
         ),

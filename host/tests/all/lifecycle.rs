@@ -97,6 +97,12 @@ pub fn write_once(name: &str, contents: &str) -> PathBuf {
 impl Host {
     /// Starts `capstan run` with kwok and chaos against `cp`, managing `names`' objects.
     pub fn start(cp: &ControlPlane, names: &Names, extra: &[&str]) -> Self {
+        Self::start_with_kwok(cp, names, extra, &providers_dir().join("kwok.wasm"))
+    }
+
+    /// [`Host::start`] with `kwok` (a file) as the `kwok` provider: the same scenario runs on
+    /// the kwok provider built in each language.
+    pub fn start_with_kwok(cp: &ControlPlane, names: &Names, extra: &[&str], kwok: &Path) -> Self {
         let providers = providers_dir();
         let log = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!(
             "{}-{}.log",
@@ -112,7 +118,7 @@ impl Host {
         let mut cmd = Command::new(bin);
         cmd.args(["--log-level", "info,capstan=debug", "run"])
             .arg("--provider")
-            .arg(format!("kwok={}", providers.join("kwok.wasm").display()))
+            .arg(format!("kwok={}", kwok.display()))
             .arg("--provider")
             .arg(format!("chaos={}", providers.join("chaos.wasm").display()))
             .arg("--grants")
@@ -127,6 +133,9 @@ impl Host {
             // name others; the last one wins).
             .args(["--metrics-bind-address", "127.0.0.1:0"])
             .args(["--health-probe-bind-address", "127.0.0.1:0"])
+            // Leader election is on by default; hosts of concurrent tests share one API server
+            // and manage disjoint objects (`--selector`), so none waits for another's Lease.
+            .arg("--disable-leader-election")
             .args(extra)
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())

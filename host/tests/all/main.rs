@@ -26,6 +26,8 @@ mod image;
 mod leader_election;
 mod lifecycle;
 mod metrics;
+mod node_repair;
+mod provider_new;
 mod providers;
 mod provisioner;
 mod provisioner_e2e;

@@ -177,6 +177,7 @@ impl Setup {
                     name: config_map.to_owned(),
                     key: key.to_owned(),
                 },
+                parts: Vec::new(),
                 sha256: None,
             },
             grants: Vec::new(),
@@ -206,9 +207,21 @@ impl Setup {
 
     /// Waits until the registry serves `digest` under `name`, and returns it.
     pub async fn wait_serving(&self, name: &str, digest: &str) -> Arc<ProviderPre> {
+        self.wait_serving_within(name, digest, Duration::from_secs(60))
+            .await
+    }
+
+    /// [`Setup::wait_serving`] with another timeout (a large component compiles for a while the
+    /// first time).
+    pub async fn wait_serving_within(
+        &self,
+        name: &str,
+        digest: &str,
+        timeout: Duration,
+    ) -> Arc<ProviderPre> {
         let registry = Arc::clone(&self.registry);
         capstan_test_support::wait_until(
-            Duration::from_secs(60),
+            timeout,
             &format!("provider {name} serving {digest}"),
             || {
                 let registry = Arc::clone(&registry);

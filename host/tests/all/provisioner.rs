@@ -15,6 +15,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use crate::fixtures::kwok_file;
 use crate::lifecycle::{
     Host, Names, cleanup, cluster, events, node_class, node_pool, node_pool_json,
 };
@@ -39,11 +40,17 @@ pub(crate) async fn teardown(client: &Client, names: &Names, ns: &str) {
     cleanup(client, names).await;
 }
 
-#[tokio::test]
-async fn pending_pods_get_packed_nodes_and_run() {
+/// Pending pods → packed nodes → Running → deleted → gone, with the kwok provider built in
+/// `language` (see [`kwok_file`]).
+async fn pending_pods_get_packed_nodes_run_and_go(language: &str) {
     let (cp, client) = cluster().await;
-    let names = Names::new("prov");
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "500ms"]);
+    let names = Names::new(&format!("prov-{language}"));
+    let host = Host::start_with_kwok(
+        cp,
+        &names,
+        &["--batch-idle-duration", "500ms"],
+        &kwok_file(language),
+    );
     let (class, pool) = (names.name("nc"), names.name("pool"));
     node_class(&client, &names, &class, "kwok", json!({"maxCpu": 4})).await;
     node_pool(&client, node_pool_json(&names, &pool, &class)).await;
@@ -84,7 +91,7 @@ async fn pending_pods_get_packed_nodes_and_run() {
     nodes.sort();
     nodes.dedup();
     println!(
-        "10 pods Running in {elapsed:?} on {} node(s) from {} NodeClaim(s)",
+        "kwok in {language}: 10 pods Running in {elapsed:?} on {} node(s) from {} NodeClaim(s)",
         nodes.len(),
         claims.len()
     );
@@ -127,7 +134,55 @@ async fn pending_pods_get_packed_nodes_and_run() {
             .is_some_and(|n| n.starts_with("Pod should schedule on: nodeclaim/"))),
         "{nominated:?}"
     );
+
+    // Deleted: the pods, then the claims; the host drains, deletes the Nodes through the
+    // provider and drops the claims.
+    let deleting = Instant::now();
+    api.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await
+    .unwrap();
+    let claim_api = Api::<NodeClaim>::all(client.clone());
+    for claim in &claims {
+        let _ = claim_api
+            .delete(&claim.name_any(), &DeleteParams::default())
+            .await;
+    }
+    let gone = wait_until(Duration::from_secs(120), "claims and nodes gone", || {
+        let (client, names, nodes, node_api) = (client.clone(), &names, &nodes, node_api.clone());
+        async move {
+            let left = self::claims(&client, names).await.len();
+            let mut nodes_left = 0;
+            for node in nodes {
+                if node_api.get_opt(node).await?.is_some() {
+                    nodes_left += 1;
+                }
+            }
+            Ok::<_, kube::Error>((left == 0 && nodes_left == 0).then_some(()))
+        }
+    })
+    .await;
+    if let Err(err) = gone {
+        panic!("{err}\nhost log:\n{}", host.log_tail());
+    }
+    println!(
+        "kwok in {language}: claims and nodes gone {:?} after deletion",
+        deleting.elapsed()
+    );
+    host.check_alive();
     teardown(&client, &names, &ns).await;
+}
+
+#[tokio::test]
+async fn pending_pods_get_packed_nodes_and_run() {
+    pending_pods_get_packed_nodes_run_and_go("rust").await;
+}
+
+#[tokio::test]
+async fn pending_pods_get_packed_nodes_and_run_with_kwok_in_python() {
+    pending_pods_get_packed_nodes_run_and_go("python").await;
 }
 
 #[tokio::test]

@@ -14,7 +14,7 @@ use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::Pods;
 
 /// Waits until `names`' run has `count` claims not being deleted, all initialized.
-async fn wait_live(
+pub(crate) async fn wait_live(
     client: &kube::Client,
     names: &Names,
     host: &Host,

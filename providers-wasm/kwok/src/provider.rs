@@ -14,6 +14,10 @@ use crate::node::{self, HASH_ANNOTATION, IMAGE_ANNOTATION, Node, Provenance};
 use crate::params::Parameters;
 use crate::selection::{self, NoLaunch};
 
+/// A node condition that simulates a fault (Karpenter's kwok provider's name): a node with it
+/// `True` for 30 seconds is repaired. kwok's stages never touch it.
+pub const UNHEALTHY_CONDITION: &str = "KWOKUnhealthy";
+
 /// The kwok provider.
 pub struct Kwok;
 
@@ -200,7 +204,15 @@ impl Guest for Kwok {
     }
 
     fn repair_policies() -> Vec<RepairPolicy> {
-        capstan_provider_sdk::ready_repair_policies(30 * 60)
+        // As Karpenter's kwok provider: Ready=False/Unknown for 10 minutes, and a simulated fault
+        // kwok's stages leave alone (they reset Ready to True) with a short toleration for tests.
+        let mut policies = capstan_provider_sdk::ready_repair_policies(10 * 60);
+        policies.push(RepairPolicy {
+            condition_type: UNHEALTHY_CONDITION.to_string(),
+            condition_status: "True".to_string(),
+            toleration_seconds: 30,
+        });
+        policies
     }
 
     fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {

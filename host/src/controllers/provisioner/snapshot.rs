@@ -253,7 +253,10 @@ impl Snapshot {
     /// The simulation input: pending pods, pools with their instance types and remaining limits,
     /// existing nodes with their pods, in-flight claims and DaemonSet templates.
     pub async fn input(&self, ctx: &Context, cache: &InstanceTypeCache) -> Built {
-        self.input_from(&FromProviders { ctx, cache }).await
+        let mut built = self.input_from(&FromProviders { ctx, cache }).await;
+        built.input.options.preference_policy = ctx.settings.preference_policy;
+        built.input.options.min_values_policy = ctx.settings.min_values_policy;
+        built
     }
 
     /// [`Snapshot::input`] with instance types from `source`.

@@ -715,6 +715,73 @@ fn existing_nodes_only_take_pods_whose_requirements_their_labels_meet() {
 }
 
 #[test]
+fn best_effort_min_values_opens_the_claim_with_what_is_left() {
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::exists(INSTANCE_TYPE).with_min_values(Some(3)));
+    // Only c8 and c16 fit 6 CPU: Strict refuses (min_values_keeps_enough_instance_types),
+    // BestEffort opens the claim on the two and records minValues 2.
+    let mut inp = input(vec![pod("big", 6000, GI)], vec![p]);
+    inp.options.min_values_policy = MinValuesPolicy::BestEffort;
+    let result = solve(&inp);
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.instance_type_options, vec!["c8", "c16"]);
+    assert_eq!(
+        claim
+            .requirements
+            .get(INSTANCE_TYPE)
+            .and_then(Requirement::min_values),
+        Some(2)
+    );
+    // A claim that meets minValues keeps it under BestEffort too.
+    let mut p = pool("default");
+    p.requirements
+        .add(Requirement::exists(INSTANCE_TYPE).with_min_values(Some(3)));
+    let mut inp = input(vec![pod("a", 500, GI)], vec![p]);
+    inp.options.min_values_policy = MinValuesPolicy::BestEffort;
+    let claim = &solve(&inp).new_claims[0];
+    assert_eq!(
+        claim
+            .requirements
+            .get(INSTANCE_TYPE)
+            .and_then(Requirement::min_values),
+        Some(3)
+    );
+}
+
+#[test]
+fn ignore_preference_policy_drops_preferences_from_the_simulation() {
+    // Respect honours the preferred zone; Ignore places the pod as if it had no preference
+    // (the cheapest offering's zone, zone-1), and drops a ScheduleAnyway spread with it.
+    let mut p = pod("p", 500, GI);
+    p.preferred_node_affinity.push(PreferredTerm {
+        weight: 10,
+        requirements: Requirements::new().with(Requirement::in_(ZONE, ["zone-2"])),
+    });
+    let respect = solve(&input(vec![p.clone()], vec![pool("default")]));
+    assert_eq!(zone_of(&respect.new_claims[0]), "zone-2");
+    let mut inp = input(vec![p], vec![pool("default")]);
+    inp.options.preference_policy = PreferencePolicy::Ignore;
+    let ignore = solve(&inp);
+    assert_ne!(zone_of(&ignore.new_claims[0]), "zone-2");
+
+    let mut p = pod("p", 500, GI);
+    p.topology_spread.push(TopologySpreadConstraint {
+        when_unsatisfiable: WhenUnsatisfiable::ScheduleAnyway,
+        ..spread(ZONE, &[("app", "web")])
+    });
+    assert!(policy::has_preferences(&p));
+    policy::drop_preferences(&mut p);
+    assert!(!policy::has_preferences(&p));
+    assert!(p.topology_spread.is_empty());
+}
+
+#[test]
 fn min_values_keeps_enough_instance_types() {
     let mut p = pool("default");
     p.requirements

@@ -1,5 +1,6 @@
-//! `capstan provider package`: manifests that parse, carry the component exactly (raw or
-//! compressed), pin it, hold the grants, and load when applied to the real API server.
+//! `capstan provider package`: manifests that parse, carry the component exactly (raw,
+//! compressed, or split into parts), pin it, hold the grants, and load (and hot-reload) when
+//! applied to the real API server.
 
 use std::process::{Command, Stdio};
 
@@ -8,8 +9,13 @@ use capstan::provider::source::{self, Compression, sha256_hex};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
-use super::Setup;
-use crate::fixtures::{kwok_bytes, providers_dir};
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{Setup, variant};
+use crate::fixtures::{kwok_bytes, kwok_python_bytes, providers_dir};
 
 fn package(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -19,18 +25,70 @@ fn package(args: &[&str]) -> std::process::Output {
         .expect("run capstan")
 }
 
-/// The ConfigMap and Provider in the output, in that order.
-fn parse(stdout: &[u8]) -> (ConfigMap, Provider) {
+/// The ConfigMaps and the Provider in the output, in that order.
+fn parse_all(stdout: &[u8]) -> (Vec<ConfigMap>, Provider) {
     let text = String::from_utf8(stdout.to_vec()).unwrap();
-    let docs: Vec<&str> = text
+    let mut docs: Vec<&str> = text
         .split("\n---\n")
         .filter(|doc| doc.trim_start().starts_with('{'))
         .collect();
-    assert_eq!(docs.len(), 2, "{text}");
-    (
-        serde_json::from_str(docs[0]).unwrap(),
-        serde_json::from_str(docs[1]).unwrap(),
+    assert!(docs.len() >= 2, "{text}");
+    let provider = serde_json::from_str(docs.pop().unwrap()).unwrap();
+    let config_maps = docs
+        .into_iter()
+        .map(|doc| serde_json::from_str(doc).unwrap())
+        .collect();
+    (config_maps, provider)
+}
+
+/// The one ConfigMap and the Provider in the output.
+fn parse(stdout: &[u8]) -> (ConfigMap, Provider) {
+    let (mut config_maps, provider) = parse_all(stdout);
+    assert_eq!(config_maps.len(), 1);
+    (config_maps.remove(0), provider)
+}
+
+/// Applies `capstan provider package` output with `kubectl apply --server-side`, the Provider
+/// labelled for `setup`'s controller; returns the ConfigMaps and the Provider applied.
+async fn apply(setup: &Setup, stdout: &[u8]) -> (Vec<ConfigMap>, Provider) {
+    let (config_maps, mut provider) = parse_all(stdout);
+    // The test controller selects its run label: add it, as an admin would add their own labels.
+    provider
+        .labels_mut()
+        .insert(crate::lifecycle::RUN_LABEL.into(), setup.names.run.clone());
+    let text = String::from_utf8(stdout.to_vec()).unwrap();
+    let provider_json = serde_json::to_string(&provider).unwrap();
+    let docs: Vec<String> = text
+        .split("\n---\n")
+        .map(|doc| {
+            if doc.contains("\"kind\": \"Provider\"") {
+                provider_json.clone()
+            } else {
+                doc.to_owned()
+            }
+        })
+        .collect();
+    let (cp, _) = crate::lifecycle::cluster().await;
+    let mut kubectl = cp.kubectl();
+    let mut child = kubectl
+        .args(["apply", "--server-side", "-f", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(
+        &mut child.stdin.take().unwrap(),
+        docs.join("\n---\n").as_bytes(),
     )
+    .unwrap();
+    let applied = child.wait_with_output().unwrap();
+    assert!(
+        applied.status.success(),
+        "{}",
+        String::from_utf8_lossy(&applied.stderr)
+    );
+    (config_maps, provider)
 }
 
 #[test]
@@ -127,44 +185,8 @@ async fn packaged_manifests_apply_and_load() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    // The test controller selects its run label: add it, as an admin would add their own labels.
-    let (_, mut provider) = parse(&out.stdout);
+    let (_, provider) = apply(&setup, &out.stdout).await;
     assert_eq!(provider.spec.grants.len(), 2);
-    provider
-        .labels_mut()
-        .insert(crate::lifecycle::RUN_LABEL.into(), setup.names.run.clone());
-    let text = String::from_utf8(out.stdout).unwrap();
-    let provider_json = serde_json::to_string(&provider).unwrap();
-    let docs: Vec<String> = text
-        .split("\n---\n")
-        .map(|doc| {
-            if doc.contains("\"kind\": \"Provider\"") {
-                provider_json.clone()
-            } else {
-                doc.to_owned()
-            }
-        })
-        .collect();
-    let (cp, _) = crate::lifecycle::cluster().await;
-    let mut kubectl = cp.kubectl();
-    let mut child = kubectl
-        .args(["apply", "--server-side", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    std::io::Write::write_all(
-        &mut child.stdin.take().unwrap(),
-        docs.join("\n---\n").as_bytes(),
-    )
-    .unwrap();
-    let applied = child.wait_with_output().unwrap();
-    assert!(
-        applied.status.success(),
-        "{}",
-        String::from_utf8_lossy(&applied.stderr)
-    );
     let pre = setup.wait_serving(&name, &sha256_hex(kwok_bytes())).await;
     assert_eq!(pre.name().await.unwrap(), "kwok");
     let provider = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
@@ -172,6 +194,156 @@ async fn packaged_manifests_apply_and_load() {
         provider.status.unwrap().wit_version.as_deref(),
         Some("0.1.0")
     );
+    let _ = kube::Api::<Provider>::all(setup.client.clone())
+        .delete(&name, &Default::default())
+        .await;
+}
+
+/// The kwok provider in Python is too large for one ConfigMap even compressed: it ships split
+/// into parts, loads, serves calls, and hot-reloads to a new version (new parts) and to the Rust
+/// build (one ConfigMap) while calls run, none failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
+    let setup = Setup::start("pyparts", |_| {}).await;
+    let name = setup.names.name("kwok-py");
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("package-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let grants = dir.join("pyparts-grants.yaml");
+    std::fs::write(&grants, crate::conformance::KWOK_GRANTS).unwrap();
+    let v2 = variant(kwok_python_bytes(), 2);
+    let v2_file = dir.join("kwok-python-v2.wasm");
+    std::fs::write(&v2_file, &v2).unwrap();
+    let versions = [
+        providers_dir().join("kwok-python.wasm"),
+        v2_file,
+        providers_dir().join("kwok.wasm"),
+    ];
+    let digests = [
+        sha256_hex(kwok_python_bytes()),
+        sha256_hex(&v2),
+        sha256_hex(kwok_bytes()),
+    ];
+    let ship = |file: &std::path::Path| {
+        let out = package(&[
+            file.to_str().unwrap(),
+            "--name",
+            &name,
+            "--namespace",
+            &setup.namespace,
+            "--grants",
+            grants.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+
+    // Packaged up front: the reloads below time applying, not packaging.
+    let packages: Vec<Vec<u8>> = versions.iter().map(|file| ship(file)).collect();
+    // A Python component compiles for a while the first time (tens of seconds in a debug build on
+    // a busy machine); the compiled artifact is cached after that.
+    let compile_wait = Duration::from_secs(240);
+    let started = std::time::Instant::now();
+    let (config_maps, provider) = apply(&setup, &packages[0]).await;
+    assert!(config_maps.len() > 1, "a Python component is split");
+    assert_eq!(provider.spec.source.parts.len(), config_maps.len() - 1);
+    assert_eq!(provider.spec.source.config_map.key, "provider.wasm.gz");
+    let stored: usize = config_maps
+        .iter()
+        .map(|cm| {
+            let size = cm.binary_data.as_ref().unwrap()["provider.wasm.gz"].0.len();
+            assert!(
+                size <= capstan::provider::package::CONFIG_MAP_BUDGET,
+                "{size}"
+            );
+            size
+        })
+        .sum();
+    let component = source::from_config_maps(
+        &config_maps,
+        "provider.wasm.gz",
+        32 << 20,
+        provider.spec.source.sha256.as_deref(),
+    )
+    .unwrap();
+    assert_eq!(component.bytes, kwok_python_bytes());
+    let pre = setup
+        .wait_serving_within(&name, &digests[0], compile_wait)
+        .await;
+    eprintln!(
+        "kwok-python: {} bytes, {stored} bytes gzip in {} ConfigMaps, serving {:?} after apply",
+        kwok_python_bytes().len(),
+        config_maps.len(),
+        started.elapsed()
+    );
+    assert_eq!(pre.name().await.unwrap(), "kwok");
+    let types = pre
+        .get_instance_types(
+            &crate::fixtures::pool("p"),
+            &crate::fixtures::class(serde_json::json!({})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(types.instance_types.len(), 72);
+    setup.wait_loaded(&name, &digests[0]).await;
+
+    // Callers: 2 tasks calling name() through the registry while versions change.
+    let stop = Arc::new(AtomicBool::new(false));
+    let calls = Arc::new(AtomicU64::new(0));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let served = Arc::new(Mutex::new(HashSet::<String>::new()));
+    let mut callers = Vec::new();
+    for _ in 0..2 {
+        let (stop, calls, failures, served) = (
+            Arc::clone(&stop),
+            Arc::clone(&calls),
+            Arc::clone(&failures),
+            Arc::clone(&served),
+        );
+        let registry = Arc::clone(&setup.registry);
+        let name = name.clone();
+        callers.push(tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                match registry.get(&name) {
+                    None => failures.lock().unwrap().push("provider missing".into()),
+                    Some(provider) => match provider.name().await {
+                        Ok(reported) if reported == "kwok" => {
+                            served.lock().unwrap().insert(provider.sha256().to_owned());
+                        }
+                        Ok(other) => failures.lock().unwrap().push(format!("name() = {other}")),
+                        Err(err) => failures.lock().unwrap().push(err.to_string()),
+                    },
+                }
+                calls.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+    for ((file, package), digest) in versions.iter().zip(&packages).zip(&digests).skip(1) {
+        let at = std::time::Instant::now();
+        apply(&setup, package).await;
+        setup.wait_serving_within(&name, digest, compile_wait).await;
+        eprintln!("reloaded to {} in {:?}", file.display(), at.elapsed());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for caller in callers {
+        caller.await.unwrap();
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "failed calls: {failures:?}");
+    assert!(calls.load(Ordering::Relaxed) > 10);
+    let served = served.lock().unwrap().clone();
+    for digest in &digests {
+        assert!(
+            served.contains(digest),
+            "version {digest} never served a call"
+        );
+    }
+    setup.wait_loaded(&name, &digests[2]).await;
     let _ = kube::Api::<Provider>::all(setup.client.clone())
         .delete(&name, &Default::default())
         .await;

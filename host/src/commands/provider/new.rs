@@ -1,0 +1,303 @@
+//! `capstan provider new NAME --lang rust|python`: a provider skeleton that builds at once, with every
+//! export answering `invalid("not implemented")`, the contract's WIT files as this host runs them,
+//! a README, a Makefile (`build`, `test`, `package`) and an empty grants file.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, ValueEnum};
+
+use capstan::runtime::bindings::WitVersion;
+use capstan::runtime::bindings::wit_files;
+
+/// Arguments of `capstan provider new`.
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// The provider's name (a DNS label: lowercase letters, digits and `-`; it becomes the
+    /// Provider resource's name and `name()`'s answer).
+    name: String,
+    /// The language of the skeleton.
+    #[arg(long, value_enum, default_value_t = Lang::Rust)]
+    lang: Lang,
+    /// Where to write it (default: `./NAME`). Must not exist or be empty.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The contract version (`0.1`, or `0.2` for outbound HTTP and configuration values).
+    #[arg(long, default_value = "0.2", value_parser = parse_contract)]
+    contract: WitVersion,
+}
+
+/// Languages `provider new` writes skeletons in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Lang {
+    /// Rust with wit-bindgen, built by cargo for `wasm32-wasip2`.
+    Rust,
+    /// Python with componentize-py (pinned in `requirements.txt`) and Capstan's Python SDK.
+    Python,
+}
+
+/// One language's skeleton: files (path, template) and the words its README needs.
+struct Skeleton {
+    files: &'static [(&'static str, &'static str)],
+    language: &'static str,
+    build_note: &'static str,
+    file_notes: &'static str,
+}
+
+const README: &str = include_str!("new/README.md.tmpl");
+const GRANTS: &str = include_str!("new/grants.yaml.tmpl");
+
+const RUST: Skeleton = Skeleton {
+    files: &[
+        ("Cargo.toml", include_str!("new/rust/Cargo.toml.tmpl")),
+        ("src/lib.rs", include_str!("new/rust/lib.rs.tmpl")),
+        ("Makefile", include_str!("new/rust/Makefile.tmpl")),
+    ],
+    language: "Rust",
+    build_note: "`cargo build --release --target wasm32-wasip2`; the component is \
+                 `target/wasm32-wasip2/release/{{crate}}.wasm`",
+    file_notes: "- `src/lib.rs`: the provider, one function per export of the contract.\n\
+                 - `Cargo.toml`: its own workspace; `wit-bindgen` generates the contract's bindings.\n\
+                 - `Makefile`: `build`, `test`, `package`.",
+};
+
+/// A module of the Python SDK, copied into a Python skeleton as `capstan_provider/FILE`: the
+/// skeleton stands alone, and the SDK is the one this repository's tests run.
+macro_rules! python_sdk {
+    ($file:literal) => {
+        (
+            concat!("capstan_provider/", $file),
+            include_str!(concat!(
+                "../../../../providers-wasm/python/sdk/capstan_provider/",
+                $file
+            )),
+        )
+    };
+}
+
+const PYTHON_FILES: &[(&str, &str)] = &[
+    ("app.py", include_str!("new/python/app.py.tmpl")),
+    ("Makefile", include_str!("new/python/Makefile.tmpl")),
+    (
+        "tests/test_app.py",
+        include_str!("new/python/test_app.py.tmpl"),
+    ),
+    (
+        "requirements.txt",
+        include_str!("../../../../providers-wasm/python/requirements.txt"),
+    ),
+    python_sdk!("__init__.py"),
+    python_sdk!("catalog.py"),
+    python_sdk!("errors.py"),
+    python_sdk!("host.py"),
+    python_sdk!("kube.py"),
+    python_sdk!("labels.py"),
+    python_sdk!("params.py"),
+    python_sdk!("provider.py"),
+    python_sdk!("quantity.py"),
+    python_sdk!("requirements.py"),
+    python_sdk!("resources.py"),
+    python_sdk!("types.py"),
+];
+
+const PYTHON: Skeleton = Skeleton {
+    files: PYTHON_FILES,
+    language: "Python",
+    build_note: "componentize-py from `requirements.txt` in a venv under `.venv`; the component is \
+                 `{{name}}.wasm`",
+    file_notes: "- `app.py`: the provider, one method per export of the contract (class `CloudProvider`).\n\
+                 - `capstan_provider/`: Capstan's Python SDK (catalog builder, requirements, quantities, \
+                 labels, typed `kube`, parameters).\n\
+                 - `requirements.txt`: componentize-py and pytest, pinned with hashes.\n\
+                 - `tests/`: pytest tests of the pure logic (`make unit`).\n\
+                 - `Makefile`: `build`, `test`, `package`, `unit`.",
+};
+
+fn skeleton(lang: Lang) -> &'static Skeleton {
+    match lang {
+        Lang::Rust => &RUST,
+        Lang::Python => &PYTHON,
+    }
+}
+
+fn parse_contract(text: &str) -> Result<WitVersion, String> {
+    let mut parts = text.trim_start_matches('v').split('.');
+    let major = parts.next().and_then(|p| p.parse().ok());
+    let minor = parts.next().and_then(|p| p.parse().ok());
+    match (major, minor) {
+        (Some(major), Some(minor)) => WitVersion::for_version(major, minor).ok_or_else(|| {
+            format!(
+                "contract {text} is not one this host runs ({})",
+                WitVersion::supported_list()
+            )
+        }),
+        _ => Err(format!("{text:?} is not a contract version like 0.2")),
+    }
+}
+
+/// Why `name` cannot name a provider, if it cannot (a DNS-1123 label, as Provider names are).
+pub fn name_problem(name: &str) -> Option<String> {
+    let ok_chars = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    let ends_ok = name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit());
+    (name.is_empty() || name.len() > 63 || !ok_chars || !ends_ok).then(|| {
+        format!(
+            "{name:?} is not a provider name: 1-63 lowercase letters, digits and '-', \
+             starting with a letter and ending with a letter or digit"
+        )
+    })
+}
+
+/// The files of a skeleton: relative path → contents.
+pub fn render(name: &str, lang: Lang, contract: WitVersion) -> Vec<(PathBuf, String)> {
+    let skeleton = skeleton(lang);
+    let crate_name = name.replace('-', "_");
+    let contract_text = format!("{}.0", contract.as_str());
+    let fill = |text: &str| {
+        text.replace("{{build_note}}", skeleton.build_note)
+            .replace("{{files}}", skeleton.file_notes)
+            .replace("{{language}}", skeleton.language)
+            .replace("{{contract}}", &contract_text)
+            .replace("{{crate}}", &crate_name)
+            .replace("{{name}}", name)
+    };
+    let mut out: Vec<(PathBuf, String)> = skeleton
+        .files
+        .iter()
+        .chain([("README.md", README), ("grants.yaml", GRANTS)].iter())
+        .map(|(path, text)| (PathBuf::from(path), fill(text)))
+        .collect();
+    out.extend(
+        wit_files::files(contract)
+            .iter()
+            .map(|(path, text)| (Path::new("wit").join(path), (*text).to_owned())),
+    );
+    out
+}
+
+/// Writes the skeleton.
+pub fn run(args: &NewArgs) -> Result<ExitCode> {
+    if let Some(problem) = name_problem(&args.name) {
+        bail!(problem);
+    }
+    let dir = args
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(&args.name));
+    if dir.exists() {
+        let mut entries =
+            fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+        if entries.next().is_some() {
+            bail!(
+                "{} exists and is not empty; choose another --dir",
+                dir.display()
+            );
+        }
+    }
+    let files = render(&args.name, args.lang, args.contract);
+    for (path, text) in &files {
+        let path = dir.join(path);
+        if let Some(parent) = path.parent() {
+            fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
+        fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    println!(
+        "wrote {} ({} provider {}, contract capstan:provider@{}.0, {} files)",
+        dir.display(),
+        skeleton(args.lang).language,
+        args.name,
+        args.contract.as_str(),
+        files.len()
+    );
+    println!(
+        "next: cd {} && make test   (builds, then lists what is not implemented)",
+        dir.display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_dns_labels() {
+        for good in ["a", "my-cloud", "cloud2", &"a".repeat(63)] {
+            assert_eq!(name_problem(good), None, "{good}");
+        }
+        for bad in ["", "My", "-a", "a-", "1a", "a_b", "a.b", &"a".repeat(64)] {
+            assert!(name_problem(bad).is_some(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn contract_versions_parse_as_the_host_knows_them() {
+        assert_eq!(parse_contract("0.2"), Ok(WitVersion::V0_2));
+        assert_eq!(parse_contract("v0.1"), Ok(WitVersion::V0_1));
+        assert_eq!(parse_contract("0.2.0"), Ok(WitVersion::V0_2));
+        assert!(
+            parse_contract("0.9")
+                .unwrap_err()
+                .contains("not one this host runs")
+        );
+        assert!(parse_contract("x").is_err());
+    }
+
+    #[test]
+    fn a_rust_skeleton_fills_every_placeholder_and_carries_the_contract() {
+        let files = render("my-cloud", Lang::Rust, WitVersion::V0_2);
+        for (path, text) in &files {
+            assert!(
+                !text.contains("{{"),
+                "{} keeps a placeholder",
+                path.display()
+            );
+        }
+        let get = |p: &str| {
+            files
+                .iter()
+                .find(|(path, _)| path == Path::new(p))
+                .map(|(_, t)| t.as_str())
+                .unwrap_or_else(|| panic!("no {p}"))
+        };
+        assert!(get("Cargo.toml").contains("name = \"my_cloud\""));
+        assert!(get("src/lib.rs").contains("\"my-cloud\".to_string()"));
+        assert!(get("README.md").contains("capstan:provider@0.2.0"));
+        assert!(get("Makefile").contains("release/my_cloud.wasm"));
+        assert!(get("wit/provider.wit").contains("package capstan:provider@0.2.0"));
+        assert!(get("wit/deps/http/http.wit").contains("wasi:http"));
+        let old = render("my-cloud", Lang::Rust, WitVersion::V0_1);
+        assert!(!old.iter().any(|(p, _)| p.starts_with("wit/deps")));
+    }
+
+    #[test]
+    fn a_python_skeleton_fills_every_placeholder_and_carries_the_sdk() {
+        let files = render("my-cloud", Lang::Python, WitVersion::V0_1);
+        for (path, text) in &files {
+            assert!(
+                !text.contains("{{"),
+                "{} keeps a placeholder",
+                path.display()
+            );
+        }
+        let get = |p: &str| {
+            files
+                .iter()
+                .find(|(path, _)| path == Path::new(p))
+                .map(|(_, t)| t.as_str())
+                .unwrap_or_else(|| panic!("no {p}"))
+        };
+        assert!(get("app.py").contains("return \"my-cloud\""));
+        assert!(get("Makefile").contains("my-cloud.wasm"));
+        assert!(get("requirements.txt").contains("componentize-py=="));
+        assert!(get("capstan_provider/catalog.py").contains("class CatalogBuilder"));
+        assert!(get("README.md").contains("Python"));
+        assert!(get("wit/provider.wit").contains("package capstan:provider@0.1.0"));
+    }
+}

@@ -1,0 +1,338 @@
+//! Node repair (`--feature-gates NodeRepair=true`, off by default as in Karpenter): a node whose
+//! condition matches one of its provider's `repair-policies()` for longer than the policy's
+//! toleration has its NodeClaim deleted, forcefully, and its pods are provisioned for anew.
+//!
+//! As Karpenter's node health controller:
+//!
+//! - the policies are the provider's (the provider of the claim's NodeClass), asked once per
+//!   loaded version;
+//! - the toleration runs from the condition's `lastTransitionTime`; among several matching
+//!   conditions the one whose toleration ends first counts;
+//! - repair stops while more than 20% of the pool's nodes (rounded up: one of three may be)
+//!   match a policy at all, however recently, with a `NodeRepairBlocked` Warning Event on the
+//!   node, its claim and its NodePool (once per 15 minutes each) and the pool's condition
+//!   `NodeRepairAllowed=False` (`TooManyUnhealthyNodes`, `True` again once it is over); nodes of
+//!   claims without a pool are counted together;
+//! - the claim gets `karpenter.sh/nodeclaim-termination-timestamp` = now before it is deleted, so
+//!   termination deletes its pods at once, PodDisruptionBudgets and `do-not-disrupt`
+//!   notwithstanding (an unhealthy node's pods are not served anyway), and does not wait for
+//!   volumes to detach; then the instance is deleted through the provider as for any claim.
+//!
+//! Each repair is a `NodeRepair` Warning Event on the node and the claim, a log line and
+//! `karpenter_nodeclaims_disrupted_total{reason="unhealthy"}`.
+
+pub mod decision;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use crate::api::labels::{NODECLAIM_TERMINATION_TIMESTAMP, NODEPOOL};
+use crate::api::shared::find_condition;
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool};
+use crate::controllers::nodeclaim::termination::format_deadline;
+use crate::controllers::nodepool_status::set_pool_condition;
+use crate::controllers::{Context, ControllerError, resolve};
+use crate::metrics::cloudprovider::controller;
+
+use self::decision::{Decision, Policy};
+
+/// The NodePool condition that says whether repair is stopped in the pool.
+pub const NODE_REPAIR_ALLOWED: &str = "NodeRepairAllowed";
+
+/// How often the nodes are looked at (the caches are read; no API request unless a node is
+/// repaired or blocked).
+pub const INTERVAL: Duration = Duration::from_secs(5);
+
+/// How long a `NodeRepairBlocked` Event about one object is not repeated (Karpenter: 15 min).
+const BLOCKED_EVENT_EVERY: Duration = Duration::from_secs(15 * 60);
+
+/// Runs node repair while the gate is on; does nothing (forever) when it is off.
+pub async fn run(ctx: Arc<Context>) {
+    if !ctx.settings.node_repair {
+        return std::future::pending().await;
+    }
+    tracing::info!("node repair on (feature gate NodeRepair)");
+    let mut repair = NodeRepair::default();
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        if let Err(err) = repair.pass(&ctx).await {
+            tracing::warn!(error = %err, "node repair pass failed; retrying");
+        }
+    }
+}
+
+/// The repair policies of each loaded provider version, and when blocked Events were published.
+#[derive(Default)]
+struct NodeRepair {
+    /// By provider name: the version's digest and its policies.
+    policies: HashMap<String, (String, Arc<[Policy]>)>,
+    /// By object UID.
+    blocked_events: HashMap<String, Instant>,
+}
+
+/// A managed node with its claim and its provider's policies.
+struct Managed {
+    node: Arc<Node>,
+    claim: Arc<NodeClaim>,
+    policies: Arc<[Policy]>,
+}
+
+impl NodeRepair {
+    /// One look at every managed node.
+    async fn pass(&mut self, ctx: &Context) -> Result<(), ControllerError> {
+        let view = ctx.state.view();
+        let classes: HashMap<String, NodeClass> = view
+            .classes
+            .iter()
+            .map(|(name, class)| (name.clone(), class.as_ref().clone()))
+            .collect();
+        let claims: HashMap<&str, &Arc<NodeClaim>> = view
+            .claims
+            .iter()
+            .filter_map(|c| Some((c.status.as_ref()?.node_name.as_deref()?, c)))
+            .collect();
+        // Nodes by pool ("" for claims without one), each with its provider's policies.
+        let mut pools: BTreeMap<String, Vec<Managed>> = BTreeMap::new();
+        for node in &view.nodes {
+            if !ctx.selector.matches(node.labels()) {
+                continue;
+            }
+            let Some(claim) = claims.get(node.name_any().as_str()) else {
+                continue;
+            };
+            let Some(policies) = self.policies_for(ctx, claim, &classes).await else {
+                continue;
+            };
+            let pool = claim.labels().get(NODEPOOL).cloned().unwrap_or_default();
+            pools.entry(pool).or_default().push(Managed {
+                node: Arc::clone(node),
+                claim: Arc::clone(claim),
+                policies,
+            });
+        }
+        let now = Timestamp::now();
+        // A pool whose repair was stopped and has no managed node left is allowed again.
+        for pool in &view.pools {
+            if !pools.contains_key(&pool.name_any()) {
+                pool_condition(ctx, pool, 0, 0).await;
+            }
+        }
+        for (pool, nodes) in &pools {
+            let unhealthy = nodes
+                .iter()
+                .filter(|m| decision::is_unhealthy(&m.node, &m.policies))
+                .count();
+            if let Some(pool) = view.pools.iter().find(|p| p.name_any() == *pool) {
+                pool_condition(ctx, pool, unhealthy, nodes.len()).await;
+            }
+            if unhealthy == 0 {
+                continue;
+            }
+            for managed in nodes {
+                match decision::decide(
+                    &managed.node,
+                    &managed.policies,
+                    now,
+                    unhealthy,
+                    nodes.len(),
+                ) {
+                    Decision::Healthy | Decision::Wait(_) => {}
+                    Decision::Blocked { unhealthy, total } => {
+                        self.blocked(ctx, pool, managed, unhealthy, total, &view.pools)
+                            .await;
+                    }
+                    Decision::Repair(found) => repair(ctx, managed, &found).await?,
+                }
+            }
+        }
+        let horizon = BLOCKED_EVENT_EVERY;
+        self.blocked_events.retain(|_, at| at.elapsed() < horizon);
+        Ok(())
+    }
+
+    /// The repair policies of `claim`'s provider (asked once per loaded version); none when the
+    /// provider cannot be resolved or the call fails (logged; asked again next pass).
+    async fn policies_for(
+        &mut self,
+        ctx: &Context,
+        claim: &NodeClaim,
+        classes: &HashMap<String, NodeClass>,
+    ) -> Option<Arc<[Policy]>> {
+        let resolved = resolve::resolve_in(ctx, &claim.spec.node_class_ref, classes).ok()?;
+        let digest = resolved.provider.sha256();
+        if let Some((cached, policies)) = self.policies.get(&resolved.provider_name)
+            && cached == digest
+        {
+            return Some(Arc::clone(policies));
+        }
+        let started = Instant::now();
+        let result = resolved.provider.repair_policies().await;
+        ctx.observe_call(
+            controller::NODE_REPAIR,
+            &resolved.provider_name,
+            "repair-policies",
+            "",
+            &result,
+            started,
+        );
+        match result {
+            Ok(policies) => {
+                let policies: Arc<[Policy]> = policies.iter().map(Policy::from).collect();
+                tracing::debug!(provider = %resolved.provider_name, ?policies, "repair policies");
+                self.policies.insert(
+                    resolved.provider_name,
+                    (digest.to_owned(), Arc::clone(&policies)),
+                );
+                Some(policies)
+            }
+            Err(err) => {
+                tracing::warn!(provider = %resolved.provider_name, error = %err, "repair-policies failed");
+                None
+            }
+        }
+    }
+
+    /// `NodeRepairBlocked` on the node, its claim and its pool, each at most once per 15 minutes.
+    async fn blocked(
+        &mut self,
+        ctx: &Context,
+        pool: &str,
+        managed: &Managed,
+        unhealthy: usize,
+        total: usize,
+        pools: &[Arc<NodePool>],
+    ) {
+        let scope = if pool.is_empty() {
+            "of the NodeClaims without a NodePool".to_owned()
+        } else {
+            format!("in NodePool {pool}")
+        };
+        let note = format!(
+            "more than {}% of nodes are unhealthy {scope} ({unhealthy} of {total}; at most {} may be): node repair stopped",
+            decision::ALLOWED_UNHEALTHY_PERCENT,
+            decision::allowed_unhealthy(total),
+        );
+        let reason = "NodeRepairBlocked";
+        if self.first_in_a_while(managed.node.uid()) {
+            tracing::warn!(node = %managed.node.name_any(), %note, "node repair blocked");
+            ctx.events
+                .warning(managed.node.as_ref(), reason, &note)
+                .await;
+        }
+        if self.first_in_a_while(managed.claim.uid()) {
+            ctx.events
+                .warning(managed.claim.as_ref(), reason, &note)
+                .await;
+        }
+        if let Some(pool) = pools.iter().find(|p| p.name_any() == pool)
+            && self.first_in_a_while(pool.uid())
+        {
+            ctx.events.warning(pool.as_ref(), reason, &note).await;
+        }
+    }
+
+    /// Whether an Event about `uid` may go out now (none in the last 15 minutes); notes it.
+    fn first_in_a_while(&mut self, uid: Option<String>) -> bool {
+        let Some(uid) = uid else { return false };
+        match self.blocked_events.get(&uid) {
+            Some(at) if at.elapsed() < BLOCKED_EVENT_EVERY => false,
+            _ => {
+                self.blocked_events.insert(uid, Instant::now());
+                true
+            }
+        }
+    }
+}
+
+/// Keeps `pool`'s `NodeRepairAllowed` condition: `False` (`TooManyUnhealthyNodes`, with the
+/// counts) while more than 20% of its `total` nodes are `unhealthy`; `True` (`Allowed`) again
+/// afterwards. Written only when it changes, and never on a pool that has not been stopped.
+async fn pool_condition(ctx: &Context, pool: &NodePool, unhealthy: usize, total: usize) {
+    let current = pool
+        .status
+        .as_ref()
+        .and_then(|s| find_condition(&s.conditions, NODE_REPAIR_ALLOWED));
+    let allowed = decision::allowed_unhealthy(total);
+    let (status, reason, message) = if unhealthy > allowed {
+        (
+            ConditionStatus::False,
+            "TooManyUnhealthyNodes",
+            format!(
+                "{unhealthy} of {total} nodes are unhealthy, more than {}% ({allowed}): node repair stopped",
+                decision::ALLOWED_UNHEALTHY_PERCENT
+            ),
+        )
+    } else if current.is_some_and(|c| c.status == ConditionStatus::False) {
+        (ConditionStatus::True, "Allowed", String::new())
+    } else {
+        return;
+    };
+    if current.is_some_and(|c| c.status == status && c.message.as_deref() == Some(&message)) {
+        return;
+    }
+    set_pool_condition(
+        ctx,
+        &pool.name_any(),
+        NODE_REPAIR_ALLOWED,
+        status,
+        reason,
+        &message,
+    )
+    .await;
+}
+
+/// Deletes `managed`'s claim with a termination deadline of now.
+async fn repair(
+    ctx: &Context,
+    managed: &Managed,
+    found: &decision::Unhealthy,
+) -> Result<(), ControllerError> {
+    let claim = managed.claim.as_ref();
+    if claim.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let name = claim.name_any();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let deadline = format_deadline(Timestamp::now());
+    let patch = json!({"metadata": {"annotations": {NODECLAIM_TERMINATION_TIMESTAMP: deadline}}});
+    match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(err) => return Err(err.into()),
+    }
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+        Err(err) => return Err(err.into()),
+    }
+    let pool = claim.labels().get(NODEPOOL).map_or("", String::as_str);
+    let note = format!(
+        "node {} has had condition {}={} for more than {:?} (its provider's repair policy): \
+         deleting NodeClaim {name} now, without waiting for its pods",
+        managed.node.name_any(),
+        found.condition_type,
+        found.condition_status,
+        found.toleration,
+    );
+    tracing::info!(nodeclaim = %name, node = %managed.node.name_any(), nodepool = pool,
+        condition = %found.condition_type, status = %found.condition_status, "deleting unhealthy node");
+    ctx.metrics.lifecycle.disrupted(claim, "unhealthy", "");
+    let reason = "NodeRepair";
+    ctx.events
+        .warning(managed.node.as_ref(), reason, &note)
+        .await;
+    ctx.events.warning(claim, reason, &note).await;
+    Ok(())
+}

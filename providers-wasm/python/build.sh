@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds the Python guest components with componentize-py into OUT_DIR, printing each path and
+# size; cached by input digest (the sources, the WIT world and the toolchain's pins) under
+# $CAPSTAN_CACHE/python-components, so an unchanged provider is copied, not rebuilt.
+#
+#   providers-wasm/python/build.sh OUT_DIR
+#
+# Artifacts: kwok-python.wasm (contract 0.1.0).
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="$(realpath -m "${1:?usage: build.sh OUT_DIR}")"
+wit="$here/../../wit/since_v0.1.0"
+cache="${CAPSTAN_CACHE:-$HOME/.cache/capstan}/python-components"
+# shellcheck source=providers-wasm/python/toolchain.sh
+source "$here/toolchain.sh"
+ensure_python_toolchain
+
+# build NAME APP_DIR: the component of APP_DIR's app.py with the SDK on its path.
+build() {
+  local name=$1 app=$2 digest tmp
+  digest=$(
+    cd "$here" && {
+      find "$app" sdk -type f -name '*.py' -not -path '*/tests/*' | LC_ALL=C sort | xargs sha256sum
+      find "$wit" -type f | LC_ALL=C sort | xargs sha256sum
+      sha256sum requirements.txt
+    } | sha256sum | cut -c1-16
+  )
+  mkdir -p "$cache" "$out"
+  if [ ! -f "$cache/$name-$digest.wasm" ]; then
+    tmp=$(mktemp -d)
+    (cd "$tmp" && "$CAPSTAN_PYTHON_VENV/bin/componentize-py" -d "$wit" -w cloud-provider-world \
+      componentize -p "$here/$app" -p "$here/sdk" app -o "$tmp/$name.wasm" >/dev/null)
+    mv "$tmp/$name.wasm" "$cache/$name-$digest.wasm"
+    rm -rf "$tmp"
+  fi
+  cp "$cache/$name-$digest.wasm" "$out/$name.wasm"
+  printf '%s\t%s bytes\n' "$out/$name.wasm" "$(wc -c <"$out/$name.wasm")"
+}
+
+build kwok-python kwok

@@ -1,0 +1,149 @@
+"""The ``cloud-provider`` export: glue between the contract, the pure modules and the ``kube``
+import. Every kube call targets ``v1/Node`` (cluster-scoped) in the workload cluster."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capstan_provider import errors, host, kube
+from capstan_provider.provider import Provider, lookup, ready_repair_policies
+from capstan_provider.quantity import QuantityError
+from capstan_provider.requirements import RequirementError, Requirements
+from capstan_provider.resources import parse_resources
+from capstan_provider.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
+
+from . import catalog, drift, node
+from .params import Parameters
+from .selection import NoLaunch, cheapest
+
+NODES = kube.Target.workload("v1", "Node")
+
+
+def _node_name(pid: str) -> str:
+    name = node.name_from_provider_id(pid)
+    if name is None:
+        raise errors.not_found(f"{pid!r} is not a kwok provider ID")
+    return name
+
+
+def _managed_node(name: str, launch: bool) -> dict[str, Any] | None:
+    try:
+        found = kube.get_opt(NODES.object(name))
+    except kube.KubeCallError as e:
+        raise e.provider_error(launch) from None
+    return found if found is not None and node.is_managed(found) else None
+
+
+def _existing(claim: NodeClaim) -> NodeClaim | None:
+    """The claim for a node that already exists under the claim's name (a retried ``create``)."""
+    try:
+        found = kube.get_opt(NODES.object(claim.name))
+    except kube.KubeCallError as e:
+        raise e.provider_error(True) from None
+    if found is None:
+        return None
+    if not node.is_managed(found):
+        raise errors.create_failed("NodeNameTaken", f"a Node named {claim.name} exists and is not managed by the kwok provider")
+    if node.is_deleting(found):
+        raise errors.retryable(f"the Node {claim.name} from an earlier launch is still being deleted")
+    return node.launched_claim(found, claim)
+
+
+class Kwok(Provider):
+    """The kwok provider, in Python."""
+
+    def name(self) -> str:
+        return node.PROVIDER_NAME
+
+    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> Catalog:
+        return catalog.to_catalog(catalog.build(Parameters.parse(class_.parameters)))
+
+    def create(self, claim: NodeClaim, class_: NodeClass) -> NodeClaim:
+        params = Parameters.parse(class_.parameters)
+        launched = _existing(claim)
+        if launched is not None:
+            return launched
+        entries = catalog.build(params)
+        try:
+            requirements = Requirements.of(claim.requirements)
+            requests = parse_resources(claim.requests)
+        except (RequirementError, QuantityError) as e:
+            raise errors.invalid(str(e)) from None
+        try:
+            launch = cheapest(entries, requirements, requests)
+        except NoLaunch as e:
+            raise errors.insufficient_capacity(str(e)) from None
+        if params.launch_delay() > 0:
+            host.sleep_millis(params.launch_delay())
+        body = node.build(claim, launch, node.Provenance(class_.name, params.hash(), params.image(), host.now_millis()))
+        try:
+            created = kube.create(NODES, body)
+        except kube.KubeCallError as e:
+            if not e.is_conflict():
+                raise e.provider_error(True) from None
+            # Another attempt created it first: return that one.
+            again = _existing(claim)
+            if again is None:
+                raise errors.retryable(f"Node {claim.name} conflicted and vanished") from None
+            return again
+        if not node.has_status(created):
+            # The API server kept no status: write it through the status subresource.
+            try:
+                created = kube.patch_merge(NODES.object(claim.name, "status"), {"status": body["status"]})
+            except kube.KubeCallError as e:
+                host.warn(f"could not set status of Node {claim.name}: {e}")
+                created = {**created, "status": body["status"]}
+        host.info(f"launched {claim.name} as {launch.entry.name} in {launch.offer.zone} ({launch.offer.capacity_type})")
+        return node.launched_claim(created, claim)
+
+    def delete(self, claim: NodeClaim) -> None:
+        if claim.provider_id is not None:
+            name = _node_name(claim.provider_id)
+        else:
+            name = claim.node_name or claim.name
+        found = _managed_node(name, False)
+        if found is None:
+            raise errors.not_found(f"Node {name} is gone")
+        if node.is_deleting(found):
+            return
+        try:
+            kube.delete(NODES.object(name))
+        except kube.KubeCallError as e:
+            if e.is_not_found():
+                raise errors.not_found(f"Node {name} is gone") from None
+            raise e.provider_error(False) from None
+
+    def get(self, provider_id: str) -> NodeClaim:
+        name = _node_name(provider_id)
+        found = _managed_node(name, False)
+        if found is None:
+            raise errors.not_found(f"no kwok Node {name}")
+        return node.to_claim(found)
+
+    def list(self) -> list[NodeClaim]:
+        try:
+            items = kube.list_items(NODES, label_selector=f"{node.PROVIDER_LABEL}={node.PROVIDER_NAME}")
+        except kube.KubeCallError as e:
+            raise e.provider_error(False) from None
+        return [node.to_claim(n) for n in items if node.is_managed(n)]
+
+    def is_drifted(self, claim: NodeClaim, class_: NodeClass) -> str | None:
+        params = Parameters.parse(class_.parameters)
+        current_hash, current_image = params.hash(), params.image()
+        # The claim carries what `create` recorded when the host kept its annotations; otherwise
+        # ask the node.
+        if lookup(claim.annotations, node.HASH_ANNOTATION) is not None:
+            image = lookup(claim.annotations, node.IMAGE_ANNOTATION) or claim.image_id
+            return drift.reason(lookup(claim.annotations, node.HASH_ANNOTATION), image, current_hash, current_image)
+        if claim.provider_id is None:
+            return None
+        found = _managed_node(_node_name(claim.provider_id), False)
+        if found is None:
+            return None
+        return drift.reason(node.annotation(found, node.HASH_ANNOTATION), node.annotation(found, node.IMAGE_ANNOTATION), current_hash, current_image)
+
+    def repair_policies(self) -> list[RepairPolicy]:
+        return ready_repair_policies(30 * 60)
+
+    def validate_node_class(self, class_: NodeClass) -> None:
+        catalog.build(Parameters.parse(class_.parameters))

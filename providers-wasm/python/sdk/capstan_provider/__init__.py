@@ -1,0 +1,23 @@
+"""Guest SDK for Capstan providers written in Python (componentize-py).
+
+A provider is a WebAssembly component implementing ``capstan:provider/cloud-provider-world@0.1.0``
+(``wit/since_v0.1.0/provider.wit``). componentize-py generates the bindings (the ``wit_world``
+package); this package adds what every provider needs on top of them:
+
+- :mod:`.catalog`: :class:`~.catalog.CatalogBuilder` fills the flat instance-type catalog
+  ``get-instance-types`` returns; :func:`~.catalog.expand` reads one back.
+- :mod:`.requirements`: requirement constructors (``in_``, ``not_in``, ``gt``, ...) and
+  Karpenter's matching rules (:class:`~.requirements.Requirements`).
+- :mod:`.quantity`: Kubernetes quantities as exact integers.
+- :mod:`.resources`: resource lists with fit checks.
+- :mod:`.labels`: well-known labels, taints and values.
+- :mod:`.kube`: the ``kube`` import with JSON decoded and errors mapped onto the contract's.
+- :mod:`.errors`: the contract's ``provider-error`` cases as exceptions to raise.
+- :mod:`.params`: NodeClass parameters with errors that name the field.
+- :mod:`.host`: log, sleep, clock and the per-provider cache.
+- :mod:`.provider`: a base class with every export stubbed.
+
+Everything but the host imports runs natively, so provider logic is tested with pytest.
+"""
+
+__version__ = "0.1.0"
