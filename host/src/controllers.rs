@@ -1,7 +1,8 @@
 //! The controllers: the NodeClaim lifecycle (launch, registration, initialization, liveness,
 //! termination), garbage collection, the NodeClass and NodePool status controllers, the
 //! provisioner that turns unschedulable pods into NodeClaims, disruption (drift and
-//! expiration) that replaces and removes them, and node repair (behind its feature gate).
+//! expiration) that replaces and removes them, node repair (behind its feature gate), and the
+//! metrics controller that keeps the cluster gauges of `/metrics` current.
 //!
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
@@ -10,6 +11,7 @@ pub mod disruption;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
+pub mod metrics;
 pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass_status;
@@ -31,11 +33,10 @@ use kube::Client;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
 
-use crate::metrics::{self, Metrics};
+use crate::metrics::Metrics;
 use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
 use crate::runtime::CallError;
-use crate::runtime::provider::describe_provider_error;
 use crate::state::ClusterState;
 
 pub use self::selector::Selector;
@@ -257,25 +258,26 @@ impl Context {
             .remove(key);
     }
 
-    /// Records a provider call's latency.
+    /// Records a provider call of `controller` (Karpenter's controller name, see
+    /// [`crate::metrics::cloudprovider::controller`]) for `nodepool` (empty when it covers
+    /// several): its duration and, when it failed, its error category.
     pub fn observe_call<T>(
         &self,
+        controller: &str,
         provider: &str,
         function: &str,
+        nodepool: &str,
         result: &Result<T, CallError>,
         started: Instant,
     ) {
-        let outcome = match result {
-            Ok(_) => "ok".to_owned(),
-            Err(CallError::Provider { error, .. }) => describe_provider_error(error)
-                .split(':')
-                .next()
-                .unwrap_or("error")
-                .to_owned(),
-            Err(_) => "host-error".to_owned(),
-        };
-        self.metrics
-            .provider_call(provider, function, &outcome, started.elapsed());
+        self.metrics.cloudprovider.observe(
+            controller,
+            provider,
+            function,
+            nodepool,
+            started.elapsed(),
+            result,
+        );
     }
 }
 
@@ -342,7 +344,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         nodes,
         state,
         instance_types: provisioner::instance_types::InstanceTypeCache::default(),
-        metrics: metrics::global(),
+        metrics: crate::metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
@@ -357,6 +359,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = provisioner::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("provisioner")),
         () = disruption::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("disruption")),
         () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
+        () = metrics::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("metrics")),
         () = node_repair::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-repair")),
     };
     for task in state_tasks {

@@ -1,23 +1,44 @@
-//! Prometheus metrics of the controllers, in the OpenMetrics text format (`prometheus-client`).
+//! Prometheus metrics, in the OpenMetrics text format (`prometheus-client`).
 //!
-//! Counters of NodeClaims launched, registered, initialized, terminated and failed (by reason),
-//! and a histogram of provider call latency by WIT function. [`global`] is the process-wide set;
-//! [`render`] gives its text for the `/metrics` endpoint.
+//! What Karpenter has a name for is exported under Karpenter's name, type, labels and label
+//! values (`karpenter_nodeclaims_*`, `karpenter_nodes_*`, `karpenter_pods_*`,
+//! `karpenter_scheduler_*`, `karpenter_nodepools_*`, `karpenter_voluntary_disruption_*`,
+//! `karpenter_cloudprovider_*`, `karpenter_cluster_state_*`), so dashboards and alerts built on
+//! Karpenter keep working; the rest is Capstan's own (`capstan_*`: providers, their loads and
+//! capabilities, launch failures by reason, consolidation savings). `docs/metrics.md` lists them
+//! all.
+//!
+//! Counters and histograms are fed where things happen ([`lifecycle`], [`cloudprovider`],
+//! [`disruption`], [`scheduler`], [`own`]); the gauges of what the cluster holds (nodes, pools,
+//! pods) are rebuilt from the cluster state by the metrics controller ([`state`]), each time as
+//! a whole, so a deleted pool or node leaves no series behind. [`global`] is the process-wide
+//! set; [`render`] gives its text for the `/metrics` endpoint.
 //!
 //! Label values a provider (or a user) controls, such as the reason of a `create-failed`, pass
-//! through [`BoundedValues`]: at most [`MAX_LABEL_VALUES`] distinct values per metric and
-//! NodePool, and [`OTHER`] for the rest, so no answer of a provider grows the set of series.
+//! through [`BoundedValues`].
 
-use std::collections::{HashMap, HashSet};
+pub mod bounded;
+pub mod cloudprovider;
+pub mod disruption;
+pub mod labels;
+pub mod lifecycle;
+pub mod own;
+pub mod scheduler;
+pub mod state;
+
+use std::sync::atomic::AtomicU64;
 use std::sync::{Mutex, OnceLock, PoisonError};
-use std::time::Duration;
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-use prometheus_client::registry::Registry;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::{MetricType, TypedMetric};
+use prometheus_client::registry::{Metric, Registry};
+
+pub use self::bounded::{BoundedValues, MAX_LABEL_VALUES, OTHER};
+pub use self::labels::Labels;
 
 /// Why metrics could not be rendered.
 #[derive(Debug, thiserror::Error)]
@@ -27,81 +48,78 @@ pub enum MetricsError {
     Encode(#[from] std::fmt::Error),
 }
 
-type Labels = Vec<(String, String)>;
+/// Counters by label set.
+pub type Counters = Family<Labels, Counter>;
+/// Gauges (floating point) by label set.
+pub type Gauges = Family<Labels, Gauge<f64, AtomicU64>>;
+/// Histograms by label set, each with the buckets of its constructor.
+pub type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
 
-/// Distinct values a bounded label takes per metric and scope before new ones count as [`OTHER`].
-pub const MAX_LABEL_VALUES: usize = 32;
-/// The value that stands for every value past the bound.
-pub const OTHER: &str = "other";
+/// Karpenter's `DurationBuckets`: controller-runtime's thresholds plus long ones (seconds).
+pub const DURATION_BUCKETS: [f64; 45] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.45, 0.5, 0.6, 0.7, 0.8, 0.9,
+    1.0, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0,
+    25.0, 30.0, 40.0, 50.0, 60.0, 120.0, 150.0, 300.0, 450.0, 600.0,
+];
 
-/// Distinct values seen of labels whose values come from outside the host, per scope (a metric
-/// and a NodePool, say): the first `cap` pass as they are, later new ones become the `other`
-/// value ([`OTHER`] for metrics).
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// A histogram family with Karpenter's duration buckets.
+pub fn durations() -> Histograms {
+    Histograms::new_with_constructor(duration_histogram)
+}
+
+/// Registers metrics under a prefix and records the full name of each, as it renders (a
+/// counter's with `_total`): the registry does not render a family without series, so the names
+/// are how the docs, the dashboard and the tests know what the host exports.
 #[derive(Debug)]
-pub struct BoundedValues {
-    cap: usize,
-    other: &'static str,
-    seen: Mutex<HashMap<String, HashSet<String>>>,
+pub struct Registrar<'a> {
+    registry: &'a mut Registry,
+    prefix: String,
+    names: &'a mut Vec<String>,
 }
 
-impl BoundedValues {
-    /// At most `cap` distinct values per scope, then [`OTHER`].
-    pub fn new(cap: usize) -> Self {
-        Self::with_other(cap, OTHER)
+impl Registrar<'_> {
+    /// Registers `metric` as `<prefix>_<name>`.
+    pub fn register<M: Metric + TypedMetric>(&mut self, name: &str, help: &str, metric: M) {
+        let suffix = if matches!(M::TYPE, MetricType::Counter) {
+            "_total"
+        } else {
+            ""
+        };
+        self.names.push(format!("{}_{name}{suffix}", self.prefix));
+        self.registry.register(name, help, metric);
     }
 
-    /// At most `cap` distinct values per scope, then `other`.
-    pub fn with_other(cap: usize, other: &'static str) -> Self {
-        Self {
-            cap,
-            other,
-            seen: Mutex::new(HashMap::new()),
+    /// A registrar under `<prefix>_<sub>`.
+    pub fn sub(&mut self, sub: &str) -> Registrar<'_> {
+        Registrar {
+            prefix: format!("{}_{sub}", self.prefix),
+            registry: self.registry.sub_registry_with_prefix(sub),
+            names: self.names,
         }
-    }
-
-    /// `value` if it was seen in `scope` before or there is room for it, else the `other` value.
-    pub fn admit<'a>(&self, scope: &str, value: &'a str) -> &'a str {
-        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        let values = seen.entry(scope.to_owned()).or_default();
-        if values.contains(value) {
-            return value;
-        }
-        if values.len() < self.cap {
-            values.insert(value.to_owned());
-            return value;
-        }
-        self.other
     }
 }
 
-/// Metrics of the NodeClaim lifecycle and of provider calls.
+/// Every metric of the host.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Mutex<Registry>,
-    launched: Family<Labels, Counter>,
-    registered: Family<Labels, Counter>,
-    initialized: Family<Labels, Counter>,
-    terminated: Family<Labels, Counter>,
-    failed: Family<Labels, Counter>,
-    garbage_collected: Family<Labels, Counter>,
-    disrupted: Family<Labels, Counter>,
-    disruption_decisions: Family<Labels, Counter>,
-    consolidation_savings: Family<Labels, Histogram, fn() -> Histogram>,
-    provider_calls: Family<Labels, Histogram, fn() -> Histogram>,
-    provider_loads: Family<Labels, Counter>,
-    provider_load_duration: Family<Labels, Histogram, fn() -> Histogram>,
-    instance_types_ready: Family<Labels, Gauge>,
-    reasons: BoundedValues,
-}
-
-fn savings_histogram() -> Histogram {
-    // $0.001/h .. ~$65/h.
-    Histogram::new(exponential_buckets(0.001, 2.0, 17))
-}
-
-fn latency_histogram() -> Histogram {
-    // 0.5 ms .. ~16 s.
-    Histogram::new(exponential_buckets(0.0005, 2.0, 16))
+    names: Vec<String>,
+    /// NodeClaim and Node lifecycle counters and durations.
+    pub lifecycle: lifecycle::Lifecycle,
+    /// CloudProvider (provider call) durations and errors, and the instance-type catalog.
+    pub cloudprovider: cloudprovider::CloudProvider,
+    /// Voluntary disruption decisions.
+    pub disruption: disruption::Disruption,
+    /// The provisioner's scheduling simulation and pod startup.
+    pub scheduler: scheduler::Scheduler,
+    /// Gauges of what the cluster holds, rebuilt as a whole.
+    pub state: state::State,
+    /// Capstan's own metrics.
+    pub own: own::Own,
 }
 
 impl Default for Metrics {
@@ -111,215 +129,47 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// A fresh set, registered under the `capstan` prefix.
+    /// A fresh set: Karpenter's names under `karpenter_`, Capstan's own under `capstan_`.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("capstan");
-        let launched = Family::<Labels, Counter>::default();
-        let registered = Family::<Labels, Counter>::default();
-        let initialized = Family::<Labels, Counter>::default();
-        let terminated = Family::<Labels, Counter>::default();
-        let failed = Family::<Labels, Counter>::default();
-        let garbage_collected = Family::<Labels, Counter>::default();
-        let disrupted = Family::<Labels, Counter>::default();
-        let disruption_decisions = Family::<Labels, Counter>::default();
-        let consolidation_savings =
-            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(savings_histogram);
-        let provider_calls =
-            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let provider_loads = Family::<Labels, Counter>::default();
-        let provider_load_duration =
-            Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(latency_histogram);
-        let instance_types_ready = Family::<Labels, Gauge>::default();
-        registry.register(
-            "nodeclaims_launched",
-            "NodeClaims whose instance the provider launched",
-            launched.clone(),
-        );
-        registry.register(
-            "nodeclaims_registered",
-            "NodeClaims whose Node registered",
-            registered.clone(),
-        );
-        registry.register(
-            "nodeclaims_initialized",
-            "NodeClaims whose Node initialized",
-            initialized.clone(),
-        );
-        registry.register(
-            "nodeclaims_terminated",
-            "NodeClaims terminated (finalizer removed)",
-            terminated.clone(),
-        );
-        registry.register(
-            "nodeclaims_failed",
-            "NodeClaim failures, by reason",
-            failed.clone(),
-        );
-        registry.register(
-            "instances_garbage_collected",
-            "Leaked instances and orphaned NodeClaims removed by garbage collection",
-            garbage_collected.clone(),
-        );
-        registry.register(
-            "nodeclaims_disrupted",
-            "NodeClaims deleted by disruption, by pool and reason (drifted, expired)",
-            disrupted.clone(),
-        );
-        registry.register(
-            "disruption_decisions",
-            "Disruption decisions, by decision (replace, delete, blocked, rolled-back) and reason",
-            disruption_decisions.clone(),
-        );
-        registry.register(
-            "consolidation_savings_dollars_per_hour",
-            "What each consolidation decision saves, in the providers' price unit per hour, by reason",
-            consolidation_savings.clone(),
-        );
-        registry.register(
-            "provider_call_duration_seconds",
-            "Latency of provider calls, by provider, function and outcome",
-            provider_calls.clone(),
-        );
-        registry.register(
-            "provider_loads",
-            "Provider (re)loads from Provider resources: result loaded or refused, with the reason",
-            provider_loads.clone(),
-        );
-        registry.register(
-            "provider_load_duration_seconds",
-            "Time from reading a Provider's source to the new version serving",
-            provider_load_duration.clone(),
-        );
-        registry.register(
-            "nodeclass_instance_types_ready",
-            "1 while the provider answers get-instance-types with a catalog the host takes for every NodePool of the NodeClass, else 0",
-            instance_types_ready.clone(),
-        );
+        let mut registry = Registry::default();
+        let mut names = Vec::new();
+        let mut karpenter = Registrar {
+            registry: registry.sub_registry_with_prefix("karpenter"),
+            prefix: "karpenter".to_owned(),
+            names: &mut names,
+        };
+        let lifecycle = lifecycle::Lifecycle::register(&mut karpenter);
+        let cloudprovider = cloudprovider::CloudProvider::register(&mut karpenter);
+        let disruption = disruption::Disruption::register(&mut karpenter);
+        let scheduler = scheduler::Scheduler::register(&mut karpenter);
+        let state = state::State::register(&mut karpenter);
+        let own = own::Own::register(&mut Registrar {
+            registry: registry.sub_registry_with_prefix("capstan"),
+            prefix: "capstan".to_owned(),
+            names: &mut names,
+        });
         Self {
             registry: Mutex::new(registry),
-            launched,
-            registered,
-            initialized,
-            terminated,
-            failed,
-            garbage_collected,
-            disrupted,
-            disruption_decisions,
-            consolidation_savings,
-            provider_calls,
-            provider_loads,
-            provider_load_duration,
-            instance_types_ready,
-            reasons: BoundedValues::new(MAX_LABEL_VALUES),
+            names,
+            lifecycle,
+            cloudprovider,
+            disruption,
+            scheduler,
+            state,
+            own,
         }
     }
 
-    fn pool(nodepool: &str) -> Labels {
-        vec![("nodepool".to_owned(), nodepool.to_owned())]
+    /// The name of every metric registered, as it renders (`karpenter_nodeclaims_created_total`,
+    /// ...), series or not.
+    pub fn names(&self) -> &[String] {
+        &self.names
     }
 
-    /// A claim launched.
-    pub fn launched(&self, nodepool: &str) {
-        self.launched.get_or_create(&Self::pool(nodepool)).inc();
-    }
-
-    /// A claim registered.
-    pub fn registered(&self, nodepool: &str) {
-        self.registered.get_or_create(&Self::pool(nodepool)).inc();
-    }
-
-    /// A claim initialized.
-    pub fn initialized(&self, nodepool: &str) {
-        self.initialized.get_or_create(&Self::pool(nodepool)).inc();
-    }
-
-    /// A claim terminated.
-    pub fn terminated(&self, nodepool: &str) {
-        self.terminated.get_or_create(&Self::pool(nodepool)).inc();
-    }
-
-    /// A claim failed (`InsufficientCapacity`, `LaunchFailed`, `RegistrationTimeout`, ...).
-    /// The reason may come from the provider: see [`BoundedValues`].
-    pub fn failed(&self, nodepool: &str, reason: &str) {
-        let reason = self.reasons.admit(&format!("failed/{nodepool}"), reason);
-        let mut labels = Self::pool(nodepool);
-        labels.push(("reason".to_owned(), reason.to_owned()));
-        self.failed.get_or_create(&labels).inc();
-    }
-
-    /// Garbage collection removed something (`instance` or `nodeclaim`).
-    pub fn garbage_collected(&self, kind: &str) {
-        self.garbage_collected
-            .get_or_create(&vec![("kind".to_owned(), kind.to_owned())])
-            .inc();
-    }
-
-    /// Disruption deleted a claim of `nodepool` for `reason`.
-    pub fn disrupted(&self, nodepool: &str, reason: &str) {
-        let reason = self.reasons.admit(&format!("disrupted/{nodepool}"), reason);
-        let mut labels = Self::pool(nodepool);
-        labels.push(("reason".to_owned(), reason.to_owned()));
-        self.disrupted.get_or_create(&labels).inc();
-    }
-
-    /// Disruption decided `decision` for `reason`.
-    pub fn disruption_decision(&self, decision: &str, reason: &str) {
-        let reason = self.reasons.admit("disruption_decisions", reason);
-        let labels = vec![
-            ("decision".to_owned(), decision.to_owned()),
-            ("reason".to_owned(), reason.to_owned()),
-        ];
-        self.disruption_decisions.get_or_create(&labels).inc();
-    }
-
-    /// A consolidation decision for `reason` saves `per_hour`.
-    pub fn consolidation_savings(&self, reason: &str, per_hour: f64) {
-        let labels = vec![("reason".to_owned(), reason.to_owned())];
-        self.consolidation_savings
-            .get_or_create(&labels)
-            .observe(per_hour);
-    }
-
-    /// A provider call took `elapsed`; `outcome` is `ok` or the error kind.
-    pub fn provider_call(&self, provider: &str, function: &str, outcome: &str, elapsed: Duration) {
-        let labels = vec![
-            ("provider".to_owned(), provider.to_owned()),
-            ("function".to_owned(), function.to_owned()),
-            ("outcome".to_owned(), outcome.to_owned()),
-        ];
-        self.provider_calls
-            .get_or_create(&labels)
-            .observe(elapsed.as_secs_f64());
-    }
-
-    /// A Provider's source was loaded (`reason` `Loaded`, with how long it took) or refused
-    /// (`reason` the condition reason).
-    pub fn provider_load(&self, provider: &str, reason: &str, took: Option<Duration>) {
-        let result = if took.is_some() { "loaded" } else { "refused" };
-        let labels = vec![
-            ("provider".to_owned(), provider.to_owned()),
-            ("result".to_owned(), result.to_owned()),
-            ("reason".to_owned(), reason.to_owned()),
-        ];
-        self.provider_loads.get_or_create(&labels).inc();
-        if let Some(took) = took {
-            self.provider_load_duration
-                .get_or_create(&vec![("provider".to_owned(), provider.to_owned())])
-                .observe(took.as_secs_f64());
-        }
-    }
-
-    /// Whether the instance types of NodeClass `nodeclass` are usable now.
-    pub fn instance_types_ready(&self, nodeclass: &str, ready: bool) {
-        self.instance_types_ready
-            .get_or_create(&vec![("nodeclass".to_owned(), nodeclass.to_owned())])
-            .set(i64::from(ready));
-    }
-
-    /// NodeClass `nodeclass` is gone: its series goes too.
-    pub fn forget_nodeclass(&self, nodeclass: &str) {
-        self.instance_types_ready
-            .remove(&vec![("nodeclass".to_owned(), nodeclass.to_owned())]);
+    /// Runs `update` while no scrape reads the metrics (a scrape sees all of it or none).
+    pub fn exclusive<R>(&self, update: impl FnOnce() -> R) -> R {
+        let _registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
+        update()
     }
 
     /// The metrics in the OpenMetrics text format.
@@ -347,26 +197,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn renders_counters_and_latency() {
+    fn renders_both_prefixes_and_eof() {
         let m = Metrics::new();
-        m.launched("default");
-        m.launched("default");
-        m.failed("default", "InsufficientCapacity");
-        m.provider_call("kwok", "create", "ok", Duration::from_millis(3));
+        m.lifecycle.launched("default");
+        m.own
+            .provider_load("kwok", "Loaded", Some(std::time::Duration::from_millis(4)));
         let text = m.render().unwrap();
         assert!(
-            text.contains(r#"capstan_nodeclaims_launched_total{nodepool="default"} 2"#),
+            text.contains(r#"karpenter_nodeclaims_launched_total{nodepool="default"} 1"#),
             "{text}"
         );
         assert!(
             text.contains(
-                r#"capstan_nodeclaims_failed_total{nodepool="default",reason="InsufficientCapacity"} 1"#
-            ),
-            "{text}"
-        );
-        assert!(
-            text.contains(
-                r#"capstan_provider_call_duration_seconds_count{provider="kwok",function="create",outcome="ok"} 1"#
+                r#"capstan_provider_loads_total{provider="kwok",result="loaded",reason="Loaded"} 1"#
             ),
             "{text}"
         );
@@ -374,112 +217,37 @@ mod tests {
     }
 
     #[test]
-    fn renders_provider_loads() {
+    fn every_metric_is_named_once_and_documented() {
         let m = Metrics::new();
-        m.provider_load("kwok", "Loaded", Some(Duration::from_millis(400)));
-        m.provider_load("kwok", "PinMismatch", None);
-        m.provider_load("kwok", "PinMismatch", None);
-        let text = m.render().unwrap();
-        for line in [
-            r#"capstan_provider_loads_total{provider="kwok",result="loaded",reason="Loaded"} 1"#,
-            r#"capstan_provider_loads_total{provider="kwok",result="refused",reason="PinMismatch"} 2"#,
-            r#"capstan_provider_load_duration_seconds_count{provider="kwok"} 1"#,
-        ] {
-            assert!(text.contains(line), "{line} missing in {text}");
+        let docs = include_str!("../../docs/metrics.md");
+        let mut seen = std::collections::HashSet::new();
+        for name in m.names() {
+            assert!(seen.insert(name), "{name} registered twice");
+            assert!(
+                name.starts_with("karpenter_") || name.starts_with("capstan_"),
+                "{name}"
+            );
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "docs/metrics.md does not list {name}"
+            );
         }
-    }
-
-    #[test]
-    fn every_lifecycle_counter_and_call_latency_renders() {
-        let m = Metrics::new();
-        m.launched("p");
-        m.registered("p");
-        m.initialized("p");
-        m.terminated("p");
-        for reason in [
-            "LaunchTimeout",
-            "RegistrationTimeout",
-            "RegistrationTimeout",
-        ] {
-            m.failed("p", reason);
-        }
-        m.garbage_collected("instance");
-        m.provider_call("kwok", "create", "ok", Duration::from_millis(2));
-        m.provider_call("kwok", "delete", "not-found", Duration::from_millis(1));
-        m.provider_call("chaos", "create", "launch-timeout", Duration::from_secs(4));
-        let text = m.render().unwrap();
-        for line in [
-            r#"capstan_nodeclaims_launched_total{nodepool="p"} 1"#,
-            r#"capstan_nodeclaims_registered_total{nodepool="p"} 1"#,
-            r#"capstan_nodeclaims_initialized_total{nodepool="p"} 1"#,
-            r#"capstan_nodeclaims_terminated_total{nodepool="p"} 1"#,
-            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="LaunchTimeout"} 1"#,
-            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="RegistrationTimeout"} 2"#,
-            r#"capstan_instances_garbage_collected_total{kind="instance"} 1"#,
-            r#"capstan_provider_call_duration_seconds_count{provider="kwok",function="delete",outcome="not-found"} 1"#,
-            r#"capstan_provider_call_duration_seconds_count{provider="chaos",function="create",outcome="launch-timeout"} 1"#,
-            r#"capstan_provider_call_duration_seconds_sum{provider="chaos",function="create",outcome="launch-timeout"} 4.0"#,
-            "# TYPE capstan_nodeclaims_failed counter",
-            "# TYPE capstan_provider_call_duration_seconds histogram",
-        ] {
-            assert!(text.contains(line), "missing {line}:\n{text}");
-        }
-    }
-
-    #[test]
-    fn a_thousand_provider_reasons_make_a_bounded_set_of_series() {
-        let m = Metrics::new();
-        m.failed("p", "InsufficientCapacity");
-        for i in 0..1000 {
-            m.failed("p", &format!("QuotaExceeded{i}"));
-        }
-        m.failed("p", "InsufficientCapacity");
-        m.failed("q", "LaunchTimeout");
-        let text = m.render().unwrap();
-        let series: Vec<&str> = text
-            .lines()
-            .filter(|l| l.starts_with("capstan_nodeclaims_failed_total{nodepool=\"p\""))
-            .collect();
-        assert_eq!(series.len(), MAX_LABEL_VALUES + 1, "{text}");
-        for line in [
-            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="InsufficientCapacity"} 2"#,
-            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="QuotaExceeded0"} 1"#,
-            r#"capstan_nodeclaims_failed_total{nodepool="p",reason="other"} 969"#,
-            r#"capstan_nodeclaims_failed_total{nodepool="q",reason="LaunchTimeout"} 1"#,
-        ] {
-            assert!(text.contains(line), "missing {line}:\n{text}");
-        }
-    }
-
-    #[test]
-    fn instance_types_ready_is_set_and_cleared() {
-        let m = Metrics::new();
-        m.instance_types_ready("nc", false);
-        let line = r#"capstan_nodeclass_instance_types_ready{nodeclass="nc"}"#;
-        assert!(m.render().unwrap().contains(&format!("{line} 0")));
-        m.instance_types_ready("nc", true);
-        assert!(m.render().unwrap().contains(&format!("{line} 1")));
-        m.forget_nodeclass("nc");
-        assert!(!m.render().unwrap().contains(line));
-    }
-
-    #[test]
-    fn bounded_values_keep_what_they_admitted() {
-        let bounded = BoundedValues::new(2);
-        assert_eq!(bounded.admit("s", "a"), "a");
-        assert_eq!(bounded.admit("s", "b"), "b");
-        assert_eq!(bounded.admit("s", "c"), OTHER);
-        assert_eq!(bounded.admit("s", "a"), "a");
-        assert_eq!(bounded.admit("t", "c"), "c");
+        assert!(
+            m.names()
+                .iter()
+                .any(|n| n == "karpenter_nodeclaims_created_total")
+        );
+        assert!(m.names().iter().any(|n| n == "karpenter_nodepools_usage"));
+        assert!(m.names().len() >= 45, "{}", m.names().len());
     }
 
     #[test]
     fn global_render_works() {
-        global().terminated("p");
+        global().lifecycle.launched("p");
         assert!(
             render()
                 .unwrap()
-                .contains("capstan_nodeclaims_terminated_total")
+                .contains("karpenter_nodeclaims_launched_total")
         );
     }
 }

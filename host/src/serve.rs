@@ -20,7 +20,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 
 use crate::capability::metrics::MetricsSnapshot;
-use crate::metrics::MetricsError;
+use crate::metrics::{Metrics, MetricsError};
 use crate::provider::Registry;
 
 pub use self::readiness::Readiness;
@@ -80,55 +80,72 @@ pub fn metrics_text(providers: &Registry) -> Result<String, MetricsError> {
 /// Reads one counter of a snapshot.
 type Counted = fn(&MetricsSnapshot) -> u64;
 
+/// The prefix of the capability counters.
+const CAPABILITY_PREFIX: &str = "capstan_provider";
+
+/// The capability counters: name (under [`CAPABILITY_PREFIX`]), help, value.
+const CAPABILITY_COUNTERS: [(&str, &str, Counted); 9] = [
+    (
+        "kube_calls",
+        "kube import calls made by a provider (allowed or not)",
+        |s| s.kube_calls,
+    ),
+    (
+        "kube_denied",
+        "kube import calls refused by the provider's grants",
+        |s| s.kube_denied,
+    ),
+    (
+        "kube_failed",
+        "allowed kube import calls that failed",
+        |s| s.kube_failed,
+    ),
+    ("log_lines", "host.log lines written by a provider", |s| {
+        s.log_lines
+    }),
+    ("cache_hits", "host cache lookups that hit", |s| {
+        s.cache_hits
+    }),
+    ("cache_misses", "host cache lookups that missed", |s| {
+        s.cache_misses
+    }),
+    (
+        "http_requests",
+        "outbound wasi:http requests made by a provider (allowed or not)",
+        |s| s.http_requests,
+    ),
+    (
+        "http_denied",
+        "outbound wasi:http requests refused by the provider's egress grants",
+        |s| s.http_denied,
+    ),
+    (
+        "http_failed",
+        "allowed outbound wasi:http requests that failed",
+        |s| s.http_failed,
+    ),
+];
+
+/// The name of every metric `/metrics` can carry (the controllers' and the capability
+/// counters), series or not.
+pub fn exported_names(metrics: &Metrics) -> Vec<String> {
+    let mut names = metrics.names().to_vec();
+    names.extend(
+        CAPABILITY_COUNTERS
+            .iter()
+            .map(|(name, _, _)| format!("{CAPABILITY_PREFIX}_{name}_total")),
+    );
+    names
+}
+
 /// Appends the capability counters of `snapshots` (provider name, counters) and `# EOF`.
 fn encode_capabilities(
     text: &mut String,
     snapshots: &[(String, MetricsSnapshot)],
 ) -> Result<(), MetricsError> {
     type Labels = Vec<(String, String)>;
-    let mut registry = prometheus_client::registry::Registry::with_prefix("capstan_provider");
-    let counters: [(&str, &str, Counted); 9] = [
-        (
-            "kube_calls",
-            "kube import calls made by a provider (allowed or not)",
-            |s| s.kube_calls,
-        ),
-        (
-            "kube_denied",
-            "kube import calls refused by the provider's grants",
-            |s| s.kube_denied,
-        ),
-        (
-            "kube_failed",
-            "allowed kube import calls that failed",
-            |s| s.kube_failed,
-        ),
-        ("log_lines", "host.log lines written by a provider", |s| {
-            s.log_lines
-        }),
-        ("cache_hits", "host cache lookups that hit", |s| {
-            s.cache_hits
-        }),
-        ("cache_misses", "host cache lookups that missed", |s| {
-            s.cache_misses
-        }),
-        (
-            "http_requests",
-            "outbound wasi:http requests made by a provider (allowed or not)",
-            |s| s.http_requests,
-        ),
-        (
-            "http_denied",
-            "outbound wasi:http requests refused by the provider's egress grants",
-            |s| s.http_denied,
-        ),
-        (
-            "http_failed",
-            "allowed outbound wasi:http requests that failed",
-            |s| s.http_failed,
-        ),
-    ];
-    for (name, help, value) in counters {
+    let mut registry = prometheus_client::registry::Registry::with_prefix(CAPABILITY_PREFIX);
+    for (name, help, value) in CAPABILITY_COUNTERS {
         let family = Family::<Labels, Counter>::default();
         for (provider, snapshot) in snapshots {
             family
@@ -313,7 +330,7 @@ mod tests {
 
     #[tokio::test]
     async fn metrics_include_the_controllers_and_end_with_eof() {
-        crate::metrics::global().launched("serve-test");
+        crate::metrics::global().lifecycle.launched("serve-test");
         let endpoints = Endpoints {
             metrics: Some(Arc::new(Registry::new())),
             probes: None,
@@ -323,7 +340,7 @@ mod tests {
         assert_eq!(response.headers()[header::CONTENT_TYPE], OPENMETRICS);
         let text = body(response).await;
         assert!(
-            text.contains(r#"capstan_nodeclaims_launched_total{nodepool="serve-test"}"#),
+            text.contains(r#"karpenter_nodeclaims_launched_total{nodepool="serve-test"}"#),
             "{text}"
         );
         assert_eq!(text.matches("# EOF").count(), 1, "{text}");

@@ -100,7 +100,7 @@ impl InstanceTypeSource for FromRegistry {
         let started = Instant::now();
         let types = self
             .cache
-            .get(&resolved.provider, pool, &resolved.node_class)
+            .get("simulate", &resolved.provider, pool, &resolved.node_class)
             .await;
         tracing::debug!(
             nodepool = %pool.name_any(),

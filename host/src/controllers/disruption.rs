@@ -44,6 +44,7 @@ use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::{Context, ControllerError};
+use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
 use crate::state::View;
 
@@ -196,6 +197,9 @@ async fn drift_claim(
     persist_status(ctx, &mut claim).await?;
     if let Some(reason) = reason {
         tracing::info!(nodeclaim = %claim.name_any(), reason, "drifted");
+        ctx.metrics
+            .lifecycle
+            .drifted(&reason, &nodeclaim::nodepool(&claim));
         ctx.events
             .normal(&claim, "Drifted", format!("NodeClaim drifted: {reason}"))
             .await;
@@ -229,7 +233,11 @@ async fn instance_type_gone(
         .classes
         .get(&pool.spec.template.spec.node_class_ref.name)?;
     let provider = ctx.registry.get(&class.spec.provider)?;
-    let types = ctx.instance_types.get(&provider, pool, class).await.ok()?;
+    let types = ctx
+        .instance_types
+        .get(controller::DISRUPTION, &provider, pool, class)
+        .await
+        .ok()?;
     drift::instance_type_not_found(&types, claim).then(|| INSTANCE_TYPE_NOT_FOUND.to_owned())
 }
 
@@ -270,7 +278,14 @@ async fn provider_reason(
     let result = provider
         .is_drifted(&request, &provider_convert::node_class_to_wit(class))
         .await;
-    ctx.observe_call(&class.spec.provider, "is-drifted", &result, started);
+    ctx.observe_call(
+        controller::DISRUPTION,
+        &class.spec.provider,
+        "is-drifted",
+        &nodeclaim::nodepool(claim),
+        &result,
+        started,
+    );
     match result {
         Ok(reason) => {
             Ok(reason.map(|r| crate::controllers::nodeclaim::launch::condition_reason(&r)))
@@ -306,8 +321,8 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
             format!("NodeClaim expired after {}", claim.spec.expire_after),
         )
         .await;
-    ctx.metrics.disrupted(&pool, "expired");
-    ctx.metrics.disruption_decision("delete", "expired");
+    ctx.metrics.lifecycle.disrupted(claim, "expired", "");
+    tracing::debug!(nodepool = %pool, "expiring");
     nodeclaim::delete(ctx, claim).await
 }
 
@@ -333,6 +348,9 @@ async fn start_disruptions(
             drifted.entry(pool_name.as_str()).or_default().push(m);
         }
     }
+    ctx.metrics
+        .disruption
+        .eligible("Drifted", drifted.values().map(Vec::len).sum());
     for (pool_name, mut machines) in drifted {
         let Some(pool) = pools.get(pool_name) else {
             continue;
@@ -354,7 +372,7 @@ async fn start_disruptions(
             }
         };
         if allowed == 0 {
-            ctx.metrics.disruption_decision("blocked", "drifted");
+            ctx.metrics.own.disruption_blocked("drifted");
             ctx.events
                 .normal(
                     *pool,

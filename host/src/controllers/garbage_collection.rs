@@ -18,10 +18,12 @@ use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
 use super::nodeclaim::{self, is_true, provider_id};
+use crate::api::labels::NODEPOOL;
 use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::shared::find_condition;
 use crate::api::{NodeClaim, NodeClass};
 use crate::controllers::{Context, ControllerError, millis_since};
+use crate::metrics::cloudprovider::controller::GARBAGE_COLLECTION as GC;
 use crate::provider::convert;
 use crate::runtime::types::ProviderError;
 
@@ -53,7 +55,7 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
     for (name, provider) in ctx.registry.all() {
         let started = Instant::now();
         let result = provider.list().await;
-        ctx.observe_call(&name, "list", &result, started);
+        ctx.observe_call(GC, &name, "list", "", &result, started);
         let instances = match result {
             Ok(instances) => instances,
             Err(err) => {
@@ -83,7 +85,8 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
             }
             let started = Instant::now();
             let result = provider.delete(&instance).await;
-            ctx.observe_call(&name, "delete", &result, started);
+            let pool = labels.get(NODEPOOL).map_or("", String::as_str);
+            ctx.observe_call(GC, &name, "delete", pool, &result, started);
             match result {
                 Ok(()) => {}
                 Err(err) if matches!(err.provider_error(), Some(ProviderError::NotFound(_))) => {}
@@ -92,7 +95,7 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
                     continue;
                 }
             }
-            ctx.metrics.garbage_collected("instance");
+            ctx.metrics.own.instance_garbage_collected();
             tracing::info!(provider = %name, instance = %id, "garbage-collected a leaked instance");
         }
         listed.insert(name, ids);
@@ -145,7 +148,9 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
             )
             .await;
         nodeclaim::delete(ctx, claim).await?;
-        ctx.metrics.garbage_collected("nodeclaim");
+        ctx.metrics
+            .lifecycle
+            .disrupted(claim, "garbage_collected", "");
     }
     Ok(())
 }

@@ -19,7 +19,7 @@
 //!   volumes to detach; then the instance is deleted through the provider as for any claim.
 //!
 //! Each repair is a `NodeRepair` Warning Event on the node and the claim, a log line and
-//! `capstan_nodeclaims_disrupted_total{reason="unhealthy"}`.
+//! `karpenter_nodeclaims_disrupted_total{reason="unhealthy"}`.
 
 pub mod decision;
 
@@ -39,6 +39,7 @@ use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool};
 use crate::controllers::nodeclaim::termination::format_deadline;
 use crate::controllers::nodepool_status::set_pool_condition;
 use crate::controllers::{Context, ControllerError, resolve};
+use crate::metrics::cloudprovider::controller;
 
 use self::decision::{Decision, Policy};
 
@@ -175,7 +176,14 @@ impl NodeRepair {
         }
         let started = Instant::now();
         let result = resolved.provider.repair_policies().await;
-        ctx.observe_call(&resolved.provider_name, "repair-policies", &result, started);
+        ctx.observe_call(
+            controller::NODE_REPAIR,
+            &resolved.provider_name,
+            "repair-policies",
+            "",
+            &result,
+            started,
+        );
         match result {
             Ok(policies) => {
                 let policies: Arc<[Policy]> = policies.iter().map(Policy::from).collect();
@@ -320,7 +328,7 @@ async fn repair(
     );
     tracing::info!(nodeclaim = %name, node = %managed.node.name_any(), nodepool = pool,
         condition = %found.condition_type, status = %found.condition_status, "deleting unhealthy node");
-    ctx.metrics.disrupted(pool, "unhealthy");
+    ctx.metrics.lifecycle.disrupted(claim, "unhealthy", "");
     let reason = "NodeRepair";
     ctx.events
         .warning(managed.node.as_ref(), reason, &note)

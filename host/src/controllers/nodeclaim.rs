@@ -113,7 +113,7 @@ pub async fn reconcile(
         return match termination::finalize(&claim, &ctx).await? {
             Step::Continue => {
                 finalizer::remove(&api, claim.as_ref(), TERMINATION_FINALIZER).await?;
-                ctx.metrics.terminated(&nodepool(&claim));
+                ctx.metrics.lifecycle.terminated(&claim);
                 ctx.reset_backoff(&backoff_key(&claim));
                 ctx.events
                     .normal(claim.as_ref(), "Terminated", "instance and Node are gone")

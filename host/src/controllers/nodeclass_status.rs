@@ -23,6 +23,7 @@ use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeClassStatus};
 use crate::controllers::finalizer;
 use crate::controllers::provisioner::ProvisionError;
 use crate::controllers::{Context, ControllerError, now};
+use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
 use crate::runtime::types::ProviderError;
 
@@ -93,7 +94,14 @@ async fn validate(ctx: &Context, class: &NodeClass) -> (ConditionStatus, &'stati
     let result = provider
         .validate_node_class(&convert::node_class_to_wit(class))
         .await;
-    ctx.observe_call(name, "validate-node-class", &result, started);
+    ctx.observe_call(
+        controller::NODECLASS,
+        name,
+        "validate-node-class",
+        "",
+        &result,
+        started,
+    );
     match result {
         Ok(()) => (ConditionStatus::True, "Ready", String::new()),
         Err(err) => match err.provider_error() {
@@ -137,20 +145,14 @@ async fn instance_types(
     let mut reason = "InstanceTypesReady";
     let mut failures = Vec::new();
     for pool in &pools {
-        let started = Instant::now();
-        let result = ctx.instance_types.get(&provider, pool, class).await;
+        let result = ctx
+            .instance_types
+            .get(controller::NODECLASS, &provider, pool, class)
+            .await;
         if let Err(err) = result {
             reason = match &err {
                 ProvisionError::InstanceType(_) => "InvalidCatalog",
-                ProvisionError::Call(call) => {
-                    ctx.observe_call::<()>(
-                        &class.spec.provider,
-                        "get-instance-types",
-                        &Err(call.clone()),
-                        started,
-                    );
-                    "GetInstanceTypesFailed"
-                }
+                ProvisionError::Call(_) => "GetInstanceTypesFailed",
                 _ => "InstanceTypesUnavailable",
             };
             failures.push(format!("NodePool {}: {err}", pool.name_any()));
@@ -207,7 +209,7 @@ async fn finalize(class: &NodeClass, ctx: &Context) -> Result<Action, Controller
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     finalizer::remove(&Api::all(ctx.client.clone()), class, FINALIZER).await?;
-    ctx.metrics.forget_nodeclass(&name);
+    ctx.metrics.own.forget_nodeclass(&name);
     Ok(Action::await_change())
 }
 
@@ -236,6 +238,7 @@ pub async fn reconcile(
     };
     if valid == ConditionStatus::True {
         ctx.metrics
+            .own
             .instance_types_ready(&class.name_any(), types == ConditionStatus::True);
     }
     let (status, reason, message) = if valid != ConditionStatus::True {

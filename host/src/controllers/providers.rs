@@ -486,7 +486,9 @@ async fn reconcile(
                 record.rejection = None;
             });
             tracing::info!(provider = %name, %digest, wit = %wit, took_ms = took.as_millis() as u64, "provider loaded");
-            crate::metrics::global().provider_load(&name, "Loaded", Some(took));
+            crate::metrics::global()
+                .own
+                .provider_load(&name, "Loaded", Some(took));
             ctx.events
                 .normal(
                     provider.as_ref(),
@@ -504,7 +506,9 @@ async fn reconcile(
                 record.rejection = Some(rejection.clone());
             });
             if record.rejection.as_ref() != Some(&rejection) {
-                crate::metrics::global().provider_load(&name, rejection.reason, None);
+                crate::metrics::global()
+                    .own
+                    .provider_load(&name, rejection.reason, None);
                 let serving_note = match &serving {
                     Some(pre) => format!("; still serving sha256 {}", pre.sha256()),
                     None => "; no version is serving".to_owned(),

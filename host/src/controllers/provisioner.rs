@@ -33,6 +33,7 @@ use crate::api::nodeclaim::ResourceRequirements;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
 use crate::controllers::Context;
+use crate::metrics::cloudprovider::controller::PROVISIONER;
 use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
 
@@ -160,6 +161,14 @@ pub async fn run(ctx: Arc<Context>) {
     resync.abort();
 }
 
+/// A fresh id for one scheduling simulation (`karpenter_scheduler_queue_depth`'s
+/// `scheduling_id`).
+fn next_scheduling_id() -> String {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        .to_string()
+}
+
 /// What one run did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
@@ -193,7 +202,18 @@ pub async fn provision(
         return Ok(Outcome::default());
     }
     let built = snapshot.input(ctx, cache).await;
+    let scheduling_id = next_scheduling_id();
+    let solving = Instant::now();
+    ctx.metrics
+        .scheduler
+        .solving(PROVISIONER, &scheduling_id, snapshot.pending.len());
     let result = scheduling::solve(&built.input);
+    ctx.metrics.scheduler.solved(
+        PROVISIONER,
+        &scheduling_id,
+        solving.elapsed(),
+        built.rejected.len() + result.unschedulable.len(),
+    );
     // The guard (see [`nominations`]), judged on the nominations of earlier batches: if every
     // pending pod already waits for a claim that is still coming up, no new claim is created,
     // whatever the simulation says.
@@ -273,6 +293,9 @@ pub async fn provision(
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
+                ctx.metrics
+                    .lifecycle
+                    .created("provisioned", &new.node_pool, false);
                 let name = created.name_any();
                 nominations.nominate(new.pods.iter().map(uid_of), &name);
                 tracing::info!(

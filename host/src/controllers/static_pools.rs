@@ -123,6 +123,7 @@ async fn reconcile(
         for _ in have..want {
             let claim = claim_for(&new, pool, &ctx.selector.equality_labels());
             let made = api.create(&PostParams::default(), &claim).await?;
+            ctx.metrics.lifecycle.created("provisioned", &name, false);
             tracing::info!(nodepool = %name, nodeclaim = %made.name_any(), replicas = want, "static nodepool: created nodeclaim");
             ctx.events
                 .normal(

@@ -83,6 +83,8 @@ fn helm_lint_strict_is_clean() {
             "provider.enabled=true",
             "--set",
             "provider.wasmBase64=AGFzbQ==",
+            "--set",
+            "dashboards.enabled=true",
         ][..],
     ] {
         let mut cmd = helm(None);
@@ -443,6 +445,104 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
         String::from_utf8_lossy(&out.stderr).contains("unknown feature gate \"Drift\""),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The metric names a PromQL expression reads (`karpenter_*` and `capstan_*`).
+pub(crate) fn metric_names(expr: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let bytes = expr.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let rest = &expr[i..];
+        let starts = (rest.starts_with("karpenter_") || rest.starts_with("capstan_"))
+            && (i == 0 || !(bytes[i - 1].is_ascii_alphanumeric() || bytes[i - 1] == b'_'));
+        if starts {
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .unwrap_or(rest.len());
+            names.push(rest[..end].to_owned());
+            i += end;
+        } else {
+            i += 1;
+        }
+    }
+    names
+}
+
+#[test]
+fn the_grafana_dashboard_renders_when_enabled_and_queries_only_exported_metrics() {
+    let off = template(&[]);
+    assert!(
+        !off.iter().any(|o| o.name_any() == "rel-capstan-dashboard"),
+        "the dashboard is off by default"
+    );
+    let objects = template(&[
+        "--set",
+        "dashboards.enabled=true",
+        "--set",
+        "dashboards.labels.team=platform",
+    ]);
+    let config_map = find(&objects, "ConfigMap", "rel-capstan-dashboard");
+    let labels = config_map.labels();
+    assert_eq!(
+        labels.get("grafana_dashboard").map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(labels.get("team").map(String::as_str), Some("platform"));
+    let text = config_map.data["data"]["capstan.json"].as_str().unwrap();
+    let dashboard: serde_json::Value = serde_json::from_str(text).expect("valid JSON");
+    let file = std::fs::read_to_string(chart().join("dashboards/capstan.json")).unwrap();
+    assert_eq!(
+        dashboard,
+        serde_json::from_str::<serde_json::Value>(&file).unwrap(),
+        "the ConfigMap carries the file"
+    );
+    // What the host exports (the registry's names: a family renders only once it has series).
+    let exported = capstan::serve::exported_names(&capstan::metrics::Metrics::new());
+    let mut queried = std::collections::BTreeSet::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for target in panel["targets"].as_array().unwrap() {
+            queried.extend(metric_names(target["expr"].as_str().unwrap()));
+        }
+    }
+    assert!(queried.len() >= 20, "{queried:?}");
+    for name in &queried {
+        // A histogram's series are its name with `_bucket`, `_count` or `_sum`.
+        let histogram = ["_bucket", "_count", "_sum"]
+            .iter()
+            .filter_map(|suffix| name.strip_suffix(suffix))
+            .any(|base| exported.iter().any(|e| e == base));
+        assert!(
+            exported.contains(name) || histogram,
+            "the dashboard queries {name}, which the host does not export"
+        );
+    }
+    for wanted in [
+        "karpenter_nodepools_usage",
+        "karpenter_nodeclaims_launched_total",
+        "karpenter_nodeclaims_terminated_total",
+        "karpenter_nodeclaims_disrupted_total",
+        "karpenter_pods_startup_duration_seconds_bucket",
+        "karpenter_scheduler_scheduling_duration_seconds_bucket",
+        "karpenter_voluntary_disruption_decisions_total",
+        "karpenter_cloudprovider_errors_total",
+        "capstan_provider_loads_total",
+    ] {
+        assert!(queried.contains(wanted), "the dashboard shows {wanted}");
+    }
+}
+
+#[test]
+fn metric_names_are_read_from_promql() {
+    assert_eq!(
+        metric_names(
+            r#"histogram_quantile(0.99, sum by (le) (rate(karpenter_pods_startup_duration_seconds_bucket[5m]))) / my_karpenter_x + capstan_provider_loads_total{a="b"}"#
+        ),
+        [
+            "karpenter_pods_startup_duration_seconds_bucket",
+            "capstan_provider_loads_total"
+        ]
     );
 }
 

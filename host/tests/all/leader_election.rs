@@ -214,7 +214,7 @@ impl Drop for Replica {
 }
 
 /// The `address=` of the first log line containing `message`.
-fn address_in(log: &str, message: &str) -> Option<String> {
+pub(crate) fn address_in(log: &str, message: &str) -> Option<String> {
     let line = log.lines().find(|l| l.contains(message))?;
     let start = line.find("address=")? + "address=".len();
     Some(
@@ -374,7 +374,7 @@ async fn run(cp: &ControlPlane, client: &Client) {
     let (status, metrics) = http_get(&a.metrics_address().unwrap(), "/metrics").await;
     assert_eq!(status, 200);
     assert!(
-        metrics.contains("capstan_nodeclaims_launched_total"),
+        metrics.contains("karpenter_nodeclaims_launched_total"),
         "{metrics}"
     );
     assert!(

@@ -26,6 +26,7 @@ mod hostile;
 mod image;
 mod leader_election;
 mod lifecycle;
+mod metrics;
 mod node_repair;
 mod nominated;
 mod pool_limits;

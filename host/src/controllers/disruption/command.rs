@@ -17,6 +17,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -29,8 +30,21 @@ use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::claim_for;
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
+use crate::metrics::labels as metric_labels;
 use crate::scheduling;
 use crate::state::View;
+
+/// The consolidation policy of pool `name` as Karpenter's metrics spell it (empty if the pool
+/// is gone).
+fn consolidation_policy(ctx: &Context, name: &str) -> &'static str {
+    ctx.state
+        .pools
+        .store()
+        .get(&ObjectRef::new(name))
+        .map_or("", |pool| {
+            metric_labels::consolidation_policy(pool.spec.disruption.consolidation_policy)
+        })
+}
 
 /// `<reason>/<replacements>` from the annotation.
 fn parse(value: &str) -> Option<(&str, usize)> {
@@ -71,8 +85,7 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
             "Cannot disrupt NodeClaim: pods would not schedule elsewhere: {}",
             stuck.join(", ")
         );
-        ctx.metrics
-            .disruption_decision("blocked", &reason.to_lowercase());
+        ctx.metrics.own.disruption_blocked(reason);
         ctx.events
             .normal(m.claim, "DisruptionBlocked", why.clone())
             .await;
@@ -145,16 +158,18 @@ pub async fn launch(
             .get_or_insert_with(Default::default);
         annotations.insert(REPLACES.to_owned(), names.join(","));
         let created = api.create(&PostParams::default(), &replacement).await?;
+        ctx.metrics.lifecycle.created(reason, &new.node_pool, false);
         launched.push(created.name_any());
     }
     tracing::info!(nodeclaims = ?names, reason, replacements = ?launched, note, "disrupting");
-    ctx.metrics.disruption_decision(
+    ctx.metrics.disruption.decision(
         if launched.is_empty() {
             "delete"
         } else {
             "replace"
         },
-        &reason.to_lowercase(),
+        reason,
+        machines.len(),
     );
     let note = if launched.is_empty() {
         format!("Disrupting NodeClaim ({reason}): {note}")
@@ -236,7 +251,9 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             ctx.events
                 .normal(m.node, "DisruptionTerminating", note)
                 .await;
-            ctx.metrics.disrupted(&pool, &reason.to_lowercase());
+            ctx.metrics
+                .lifecycle
+                .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
             nodeclaim::delete(ctx, m.claim).await?;
         }
     }
@@ -333,7 +350,7 @@ async fn give_up(ctx: &Context, m: &Machine<'_>, why: &str) -> Result<(), Contro
         .get(DISRUPTION_ANNOTATION)
         .and_then(|v| parse(v))
         .map_or_else(|| "unknown".to_owned(), |(r, _)| r.to_lowercase());
-    ctx.metrics.disruption_decision("rolled-back", &reason);
+    ctx.metrics.disruption.queue_failure("replace", &reason, 1);
     ctx.events
         .warning(
             &claim,

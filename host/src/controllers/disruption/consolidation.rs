@@ -33,6 +33,7 @@ use crate::consolidation::{
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
+use crate::metrics::labels as metric_labels;
 use crate::state::View;
 
 /// Consolidation's settings.
@@ -156,6 +157,19 @@ pub async fn pass(
         return Ok(());
     };
     tracing::debug!(elapsed = ?started.elapsed(), candidates = cluster.candidates.len(), found = found.is_some(), "consolidation search");
+    let disruption = &ctx.metrics.disruption;
+    disruption.eligible("Underutilized", cluster.candidates.len());
+    let (reason, candidates) = found.as_ref().map_or(("Underutilized", 1), |c| {
+        (c.reason.as_str(), c.candidates.len())
+    });
+    disruption.evaluated(
+        reason,
+        metric_labels::consolidation_type(reason, candidates),
+        started.elapsed(),
+    );
+    if started.elapsed() >= timeout {
+        disruption.consolidation_timeout(metric_labels::consolidation_type(reason, candidates));
+    }
     for (i, why) in refused {
         let c = &cluster.candidates[i];
         unconsolidatable(ctx, memory, view, &c.claim, &why).await;
@@ -305,7 +319,9 @@ async fn reject(
         why,
         "consolidation decision dropped at validation"
     );
-    ctx.metrics.disruption_decision("rejected", reason);
+    ctx.metrics
+        .disruption
+        .failed_validation(metric_labels::consolidation_type(reason, 1));
     Ok(())
 }
 
@@ -338,7 +354,7 @@ async fn start(
         cmd.price_after,
         cmd.savings()
     );
-    ctx.metrics.consolidation_savings(reason, cmd.savings());
+    ctx.metrics.own.consolidation_savings(reason, cmd.savings());
     command::launch(ctx, &chosen, reason, &replacements, &note).await
 }
 

@@ -134,7 +134,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     }
     set(claim, INITIALIZED, ConditionStatus::True, "Initialized", "");
     persist_status(ctx, claim).await?;
-    ctx.metrics.initialized(&nodepool(claim));
+    ctx.metrics.lifecycle.initialized(&nodepool(claim));
     ctx.events
         .normal(
             claim,

@@ -28,6 +28,7 @@ use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
 use crate::controllers::resolve::{self, Resolved};
 use crate::controllers::unavailable_offerings::Narrowed;
 use crate::controllers::{Context, ControllerError};
+use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
 use crate::runtime::CallError;
 use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
@@ -72,7 +73,9 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             ) {
                 persist_status(ctx, claim).await?;
                 ctx.events.warning(claim, "LaunchFailed", message).await;
-                ctx.metrics.failed(&nodepool(claim), "InvalidRequirements");
+                ctx.metrics
+                    .own
+                    .failed(&nodepool(claim), "InvalidRequirements");
             }
             return Ok(Step::Stop(Action::await_change()));
         }
@@ -94,7 +97,12 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
                 claim.name_any(),
                 resolved.provider_name
             );
-            ctx.metrics.failed(&nodepool(claim), "InsufficientCapacity");
+            ctx.metrics
+                .own
+                .failed(&nodepool(claim), "InsufficientCapacity");
+            ctx.metrics
+                .lifecycle
+                .disrupted(claim, "insufficient_capacity", "");
             ctx.events
                 .warning(claim, "InsufficientCapacityError", message)
                 .await;
@@ -109,15 +117,28 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     let budget = liveness::launch_budget(claim, ctx);
     let Ok(result) = tokio::time::timeout(budget, resolved.provider.create(&request, &class)).await
     else {
-        ctx.metrics.provider_call(
+        let timed_out: Result<(), CallError> = Err(CallError::WallTimeout {
+            function: "create",
+            limit: budget,
+        });
+        ctx.observe_call(
+            controller::NODECLAIM_LIFECYCLE,
             &resolved.provider_name,
             "create",
-            "launch-timeout",
-            started.elapsed(),
+            &nodepool(claim),
+            &timed_out,
+            started,
         );
         return liveness::launch_timed_out(claim, ctx).await;
     };
-    ctx.observe_call(&resolved.provider_name, "create", &result, started);
+    ctx.observe_call(
+        controller::NODECLAIM_LIFECYCLE,
+        &resolved.provider_name,
+        "create",
+        &nodepool(claim),
+        &result,
+        started,
+    );
     match result {
         Ok(created) => launched(claim, ctx, &resolved, &created).await,
         Err(err) => failed(claim, ctx, &resolved.provider_name, err).await,
@@ -178,7 +199,7 @@ async fn launched(
     if !transition {
         return Ok(Step::Continue);
     }
-    ctx.metrics.launched(&nodepool(claim));
+    ctx.metrics.lifecycle.launched(&nodepool(claim));
     let instance_type = launched
         .labels
         .get(INSTANCE_TYPE)
@@ -202,7 +223,10 @@ async fn failed(
     let pool = nodepool(claim);
     match err.provider_error() {
         Some(ProviderError::InsufficientCapacity(message)) => {
-            ctx.metrics.failed(&pool, "InsufficientCapacity");
+            ctx.metrics.own.failed(&pool, "InsufficientCapacity");
+            ctx.metrics
+                .lifecycle
+                .disrupted(claim, "insufficient_capacity", "");
             let marked = ctx
                 .unavailable_offerings
                 .record_insufficient_capacity(provider, &claim.spec.requirements);
@@ -218,7 +242,10 @@ async fn failed(
             Ok(Step::Stop(Action::await_change()))
         }
         Some(ProviderError::NodeClassNotReady(message)) => {
-            ctx.metrics.failed(&pool, "NodeClassNotReady");
+            ctx.metrics.own.failed(&pool, "NodeClassNotReady");
+            ctx.metrics
+                .lifecycle
+                .disrupted(claim, "nodeclass_not_ready", "");
             ctx.events
                 .warning(claim, "NodeClassNotReady", message.clone())
                 .await;
@@ -228,14 +255,14 @@ async fn failed(
         Some(ProviderError::CreateFailed(failure)) => {
             let reason = condition_reason(&failure.reason);
             let message = failure.message.clone();
-            ctx.metrics.failed(&pool, &reason);
+            ctx.metrics.own.failed(&pool, &reason);
             retry(claim, ctx, &reason, &message).await
         }
         Some(ProviderError::Retryable(message)) => {
             let key = launch_key(claim);
             let delay = ctx.backoff(&key);
             if ctx.failures(&key) >= 3 {
-                ctx.metrics.failed(&pool, "LaunchFailed");
+                ctx.metrics.own.failed(&pool, "LaunchFailed");
                 if set(
                     claim,
                     LAUNCHED,
@@ -254,7 +281,7 @@ async fn failed(
             Ok(Step::Stop(Action::requeue(delay)))
         }
         _ => {
-            ctx.metrics.failed(&pool, "LaunchFailed");
+            ctx.metrics.own.failed(&pool, "LaunchFailed");
             retry(claim, ctx, "LaunchFailed", &err.to_string()).await
         }
     }

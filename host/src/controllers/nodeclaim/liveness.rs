@@ -44,7 +44,10 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             "Node for NodeClaim {} did not register within {timeout:?}",
             claim.name_any()
         );
-        ctx.metrics.failed(&pool, "RegistrationTimeout");
+        ctx.metrics.own.failed(&pool, "RegistrationTimeout");
+        ctx.metrics
+            .lifecycle
+            .disrupted(claim, "registration_timeout", "");
         ctx.events
             .warning(claim, "RegistrationTimeout", message.clone())
             .await;
@@ -70,7 +73,8 @@ pub fn launch_budget(claim: &NodeClaim, ctx: &Context) -> Duration {
 /// The claim did not launch in time: count it, record an Event, delete the claim.
 pub async fn launch_timed_out(claim: &NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
     let timeout = ctx.settings.launch_timeout;
-    ctx.metrics.failed(&nodepool(claim), "LaunchTimeout");
+    ctx.metrics.own.failed(&nodepool(claim), "LaunchTimeout");
+    ctx.metrics.lifecycle.disrupted(claim, "launch_timeout", "");
     ctx.events
         .warning(
             claim,

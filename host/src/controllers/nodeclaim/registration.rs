@@ -11,6 +11,7 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
 use super::{Step, is_true, nodepool, nodes_of, owner_reference, persist_status, set};
+use crate::api::labels::ZONE;
 use crate::api::labels::{
     REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
 };
@@ -70,7 +71,8 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     set(claim, REGISTERED, ConditionStatus::True, "Registered", "");
     persist_status(ctx, claim).await?;
     let pool = nodepool(claim);
-    ctx.metrics.registered(&pool);
+    let zone = crate::metrics::labels::label(claim.metadata.labels.as_ref(), ZONE).to_owned();
+    ctx.metrics.lifecycle.registered(&pool, &zone);
     ctx.events
         .normal(claim, "Registered", format!("Node {node} registered"))
         .await;

@@ -44,6 +44,8 @@ use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::resolve;
 use crate::controllers::{Context, ControllerError, millis_since};
+use crate::metrics::cloudprovider::controller;
+use crate::metrics::lifecycle::{nodepool_of, seconds_since};
 use crate::provider::convert;
 use crate::runtime::types::ProviderError;
 
@@ -88,7 +90,9 @@ pub async fn finalize(claim: &NodeClaim, ctx: &Context) -> Result<Step, Controll
                 Err(err) => return Err(err.into()),
             }
         }
-        remove_node_finalizer(&node_api, &name).await?;
+        if let Some(node) = remove_node_finalizer(&node_api, &name).await? {
+            ctx.metrics.lifecycle.node_terminated(&node);
+        }
     }
     let Some(id) = provider_id(&claim).map(str::to_owned) else {
         // Never launched (or the launch never got recorded: garbage collection finds that
@@ -108,9 +112,27 @@ pub async fn finalize(claim: &NodeClaim, ctx: &Context) -> Result<Step, Controll
     let request = convert::node_claim_to_wit(&claim)?;
     let started = Instant::now();
     let result = provider.delete(&request).await;
-    ctx.observe_call(&provider_name, "delete", &result, started);
+    ctx.observe_call(
+        controller::NODECLAIM_LIFECYCLE,
+        &provider_name,
+        "delete",
+        nodepool_of(&claim),
+        &result,
+        started,
+    );
     match result {
         Err(err) if matches!(err.provider_error(), Some(ProviderError::NotFound(_))) => {
+            let terminating = claim
+                .status
+                .as_ref()
+                .and_then(|s| find_condition(&s.conditions, INSTANCE_TERMINATING))
+                .filter(|c| c.is_true());
+            if let Some(since) = terminating {
+                ctx.metrics.lifecycle.instance_terminated(
+                    nodepool_of(&claim),
+                    seconds_since(&since.last_transition_time),
+                );
+            }
             Ok(Step::Continue)
         }
         Ok(()) => {
@@ -236,13 +258,16 @@ async fn prepare_node(
     Ok(false)
 }
 
-async fn remove_node_finalizer(api: &Api<Node>, name: &str) -> Result<(), ControllerError> {
+async fn remove_node_finalizer(
+    api: &Api<Node>,
+    name: &str,
+) -> Result<Option<Node>, ControllerError> {
     let node = match api.get_opt(name).await? {
         Some(node) => node,
-        None => return Ok(()),
+        None => return Ok(None),
     };
     if !node.finalizers().iter().any(|f| f == TERMINATION_FINALIZER) {
-        return Ok(());
+        return Ok(None);
     }
     let rest: Vec<&String> = node
         .finalizers()
@@ -255,8 +280,8 @@ async fn remove_node_finalizer(api: &Api<Node>, name: &str) -> Result<(), Contro
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Ok(_) => Ok(Some(node)),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
         Err(err) => Err(err.into()),
     }
 }
@@ -296,6 +321,7 @@ async fn drain(
             Some(_) => {
                 set(claim, DRAINED, ConditionStatus::True, "Drained", "");
                 persist_status(ctx, claim).await?;
+                ctx.metrics.lifecycle.node_drained(nodepool_of(claim));
             }
         }
         return Ok(Some(list.items));

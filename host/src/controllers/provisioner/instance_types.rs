@@ -11,6 +11,7 @@ use kube::ResourceExt;
 
 use crate::api::{NodeClass, NodePool};
 use crate::controllers::{Context, resolve};
+use crate::metrics::cloudprovider::controller;
 use crate::provider::convert::catalog::{AmountView, CatalogView, RequirementView};
 use crate::provider::convert::{node_class_to_wit, node_pool_to_wit};
 use crate::runtime::ProviderPre;
@@ -65,7 +66,10 @@ impl InstanceTypeSource for FromProviders<'_> {
             .map_err(|unresolved| ProvisionError::Pool(unresolved.to_string()))?;
         let (class, provider) = (&resolved.node_class, &resolved.provider);
         let started = Instant::now();
-        let result = self.cache.get(provider, pool, class).await;
+        let result = self
+            .cache
+            .get(controller::PROVISIONER, provider, pool, class)
+            .await;
         if let Err(ProvisionError::Call(err)) = &result {
             tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");
         }
@@ -108,9 +112,11 @@ impl InstanceTypeCache {
         }
     }
 
-    /// The instance types `provider` offers for `pool` with `class`.
+    /// The instance types `provider` offers for `pool` with `class`; a call to the provider
+    /// (a miss) is timed for `controller` (`karpenter_cloudprovider_*`).
     pub async fn get(
         &self,
+        controller: &str,
         provider: &ProviderPre,
         pool: &NodePool,
         class: &NodeClass,
@@ -127,10 +133,22 @@ impl InstanceTypeCache {
         {
             return Ok(Arc::clone(types));
         }
-        let catalog = provider
+        let started = Instant::now();
+        let result = provider
             .get_instance_types(&node_pool_to_wit(pool)?, &node_class_to_wit(class))
-            .await?;
+            .await;
+        let metrics = crate::metrics::global();
+        metrics.cloudprovider.observe(
+            controller,
+            provider.capabilities().provider(),
+            "get-instance-types",
+            &key.pool,
+            started.elapsed(),
+            &result,
+        );
+        let catalog = result?;
         let types: Arc<[InstanceType]> = from_catalog(&catalog)?.into();
+        metrics.exclusive(|| metrics.cloudprovider.catalog(&key.pool, &types));
         let mut entries = self.lock();
         entries.retain(|_, (at, _)| at.elapsed() < self.ttl);
         entries.insert(key, (Instant::now(), Arc::clone(&types)));
