@@ -476,8 +476,19 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
     }
 
     // Scale down: one NodeClaim goes; its node's series go with it.
-    let gone = &made[0];
-    let gone_node = gone.status.as_ref().unwrap().node_name.clone().unwrap();
+    // The claims as they are now (the list above may predate a claim's status naming its node).
+    let (gone, gone_node) = wait_until(Duration::from_secs(30), "a claim naming its node", || {
+        let (client, names) = (client.clone(), names.clone());
+        async move {
+            Ok::<_, String>(claims(&client, &names).await.into_iter().find_map(|c| {
+                let node = c.status.as_ref()?.node_name.clone()?;
+                Some((c, node))
+            }))
+        }
+    })
+    .await
+    .unwrap();
+    let gone = &gone;
     Api::<capstan::api::NodeClaim>::all(client.clone())
         .delete(&gone.name_any(), &DeleteParams::default())
         .await
