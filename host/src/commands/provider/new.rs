@@ -249,9 +249,9 @@ mod tests {
         assert!(parse_contract("x").is_err());
     }
 
-    #[test]
-    fn a_rust_skeleton_fills_every_placeholder_and_carries_the_contract() {
-        let files = render("my-cloud", Lang::Rust, WitVersion::V0_2);
+    /// The skeleton's files by path, each checked to have no placeholder left.
+    fn rendered(lang: Lang, contract: WitVersion) -> std::collections::HashMap<PathBuf, String> {
+        let files = render("my-cloud", lang, contract);
         for (path, text) in &files {
             assert!(
                 !text.contains("{{"),
@@ -259,45 +259,37 @@ mod tests {
                 path.display()
             );
         }
-        let get = |p: &str| {
-            files
-                .iter()
-                .find(|(path, _)| path == Path::new(p))
-                .map(|(_, t)| t.as_str())
-                .unwrap_or_else(|| panic!("no {p}"))
-        };
-        assert!(get("Cargo.toml").contains("name = \"my_cloud\""));
-        assert!(get("src/lib.rs").contains("\"my-cloud\".to_string()"));
-        assert!(get("README.md").contains("capstan:provider@0.2.0"));
-        assert!(get("Makefile").contains("release/my_cloud.wasm"));
-        assert!(get("wit/provider.wit").contains("package capstan:provider@0.2.0"));
-        assert!(get("wit/deps/http/http.wit").contains("wasi:http"));
-        let old = render("my-cloud", Lang::Rust, WitVersion::V0_1);
-        assert!(!old.iter().any(|(p, _)| p.starts_with("wit/deps")));
+        files.into_iter().collect()
+    }
+
+    fn get<'a>(files: &'a std::collections::HashMap<PathBuf, String>, path: &str) -> &'a str {
+        files
+            .get(Path::new(path))
+            .map(String::as_str)
+            .unwrap_or_else(|| panic!("no {path}"))
+    }
+
+    #[test]
+    fn a_rust_skeleton_fills_every_placeholder_and_carries_the_contract() {
+        let files = rendered(Lang::Rust, WitVersion::V0_2);
+        assert!(get(&files, "Cargo.toml").contains("name = \"my_cloud\""));
+        assert!(get(&files, "src/lib.rs").contains("\"my-cloud\".to_string()"));
+        assert!(get(&files, "README.md").contains("capstan:provider@0.2.0"));
+        assert!(get(&files, "Makefile").contains("release/my_cloud.wasm"));
+        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.2.0"));
+        assert!(get(&files, "wit/deps/http/http.wit").contains("wasi:http"));
+        let old = rendered(Lang::Rust, WitVersion::V0_1);
+        assert!(!old.keys().any(|p| p.starts_with("wit/deps")));
     }
 
     #[test]
     fn a_python_skeleton_fills_every_placeholder_and_carries_the_sdk() {
-        let files = render("my-cloud", Lang::Python, WitVersion::V0_1);
-        for (path, text) in &files {
-            assert!(
-                !text.contains("{{"),
-                "{} keeps a placeholder",
-                path.display()
-            );
-        }
-        let get = |p: &str| {
-            files
-                .iter()
-                .find(|(path, _)| path == Path::new(p))
-                .map(|(_, t)| t.as_str())
-                .unwrap_or_else(|| panic!("no {p}"))
-        };
-        assert!(get("app.py").contains("return \"my-cloud\""));
-        assert!(get("Makefile").contains("my-cloud.wasm"));
-        assert!(get("requirements.txt").contains("componentize-py=="));
-        assert!(get("capstan_provider/catalog.py").contains("class CatalogBuilder"));
-        assert!(get("README.md").contains("Python"));
-        assert!(get("wit/provider.wit").contains("package capstan:provider@0.1.0"));
+        let files = rendered(Lang::Python, WitVersion::V0_1);
+        assert!(get(&files, "app.py").contains("return \"my-cloud\""));
+        assert!(get(&files, "Makefile").contains("my-cloud.wasm"));
+        assert!(get(&files, "requirements.txt").contains("componentize-py=="));
+        assert!(get(&files, "capstan_provider/catalog.py").contains("class CatalogBuilder"));
+        assert!(get(&files, "README.md").contains("Python"));
+        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.1.0"));
     }
 }
