@@ -123,16 +123,21 @@ class CatalogBuilder:
             self._string_ids[text] = index
         return index
 
-    def _value_span(self, values: list[str]) -> Span:
-        ids = tuple(self.string(v) for v in values)
+    @staticmethod
+    def _intern_span(ids: tuple[int, ...], flat: list[int], spans: dict[tuple[int, ...], Span]) -> Span:
+        """The span of ``flat`` holding ``ids``, appended the first time this run of ids is seen."""
         if not ids:
             return _EMPTY
-        span = self._value_spans.get(ids)
+        span = spans.get(ids)
         if span is None:
-            span = Span(len(self._values), len(ids))
-            self._values.extend(ids)
-            self._value_spans[ids] = span
+            span = Span(len(flat), len(ids))
+            flat.extend(ids)
+            spans[ids] = span
         return span
+
+    def _value_span(self, values: list[str]) -> Span:
+        ids = tuple(self.string(v) for v in values)
+        return self._intern_span(ids, self._values, self._value_spans)
 
     def _requirement(self, r: Requirement) -> int:
         key = (r.key, r.operator, tuple(r.values), r.min_values)
@@ -145,14 +150,7 @@ class CatalogBuilder:
 
     def _requirement_list(self, requirements: list[Requirement]) -> Span:
         ids = tuple(self._requirement(r) for r in requirements)
-        if not ids:
-            return _EMPTY
-        span = self._list_spans.get(ids)
-        if span is None:
-            span = Span(len(self._requirement_lists), len(ids))
-            self._requirement_lists.extend(ids)
-            self._list_spans[ids] = span
-        return span
+        return self._intern_span(ids, self._requirement_lists, self._list_spans)
 
     def _amount_list(self, resources: Mapping[str, Quantity]) -> Span:
         key = tuple((self.string(name), q.milli_value()) for name, q in sorted(resources.items()))
