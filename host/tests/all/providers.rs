@@ -354,3 +354,87 @@ pub fn memory_limit(quantity: &str) -> ProviderLimits {
         ..ProviderLimits::default()
     }
 }
+
+/// Tasks calling `name()` through the registry every 20 ms, as the controllers call providers,
+/// while a test changes the provider's version underneath them.
+pub struct Callers {
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    calls: Arc<std::sync::atomic::AtomicU64>,
+    failures: Arc<std::sync::Mutex<Vec<String>>>,
+    served: Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// What [`Callers`] saw.
+pub struct CallerReport {
+    /// Calls made (a missing provider is a failure, not a call).
+    pub calls: u64,
+    /// Every failed call: the provider missing, a wrong name, an error.
+    pub failures: Vec<String>,
+    /// The sha256 of every version that answered a call.
+    pub served: std::collections::HashSet<String>,
+}
+
+impl Callers {
+    /// Starts `tasks` callers of provider `name`, expecting `name()` to answer `expected`.
+    pub fn start(
+        registry: &Arc<Registry>,
+        name: &str,
+        expected: &'static str,
+        tasks: usize,
+    ) -> Self {
+        use std::sync::atomic::Ordering;
+        let callers = Callers {
+            stop: Arc::default(),
+            calls: Arc::default(),
+            failures: Arc::default(),
+            served: Arc::default(),
+            tasks: Vec::new(),
+        };
+        let tasks = (0..tasks)
+            .map(|_| {
+                let (stop, calls, failures, served) = (
+                    Arc::clone(&callers.stop),
+                    Arc::clone(&callers.calls),
+                    Arc::clone(&callers.failures),
+                    Arc::clone(&callers.served),
+                );
+                let registry = Arc::clone(registry);
+                let name = name.to_owned();
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::Relaxed) {
+                        let Some(provider) = registry.get(&name) else {
+                            failures.lock().unwrap().push("provider missing".into());
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                            continue;
+                        };
+                        match provider.name().await {
+                            Ok(reported) if reported == expected => {
+                                served.lock().unwrap().insert(provider.sha256().to_owned());
+                            }
+                            Ok(other) => failures.lock().unwrap().push(format!("name() = {other}")),
+                            Err(err) => failures.lock().unwrap().push(err.to_string()),
+                        }
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                })
+            })
+            .collect();
+        Callers { tasks, ..callers }
+    }
+
+    /// Stops the callers and reports what they saw.
+    pub async fn stop(self) -> CallerReport {
+        use std::sync::atomic::Ordering;
+        self.stop.store(true, Ordering::Relaxed);
+        for task in self.tasks {
+            task.await.unwrap();
+        }
+        CallerReport {
+            calls: self.calls.load(Ordering::Relaxed),
+            failures: self.failures.lock().unwrap().clone(),
+            served: self.served.lock().unwrap().clone(),
+        }
+    }
+}

@@ -9,12 +9,9 @@ use capstan::provider::source::{self, Compression, sha256_hex};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::ResourceExt;
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::{Setup, variant};
+use super::{Callers, Setup, variant};
 use crate::fixtures::{kwok_bytes, kwok_python_bytes, providers_dir};
 
 fn package(args: &[&str]) -> std::process::Output {
@@ -291,37 +288,7 @@ async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
     setup.wait_loaded(&name, &digests[0]).await;
 
     // Callers: 2 tasks calling name() through the registry while versions change.
-    let stop = Arc::new(AtomicBool::new(false));
-    let calls = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let served = Arc::new(Mutex::new(HashSet::<String>::new()));
-    let mut callers = Vec::new();
-    for _ in 0..2 {
-        let (stop, calls, failures, served) = (
-            Arc::clone(&stop),
-            Arc::clone(&calls),
-            Arc::clone(&failures),
-            Arc::clone(&served),
-        );
-        let registry = Arc::clone(&setup.registry);
-        let name = name.clone();
-        callers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                match registry.get(&name) {
-                    None => failures.lock().unwrap().push("provider missing".into()),
-                    Some(provider) => match provider.name().await {
-                        Ok(reported) if reported == "kwok" => {
-                            served.lock().unwrap().insert(provider.sha256().to_owned());
-                        }
-                        Ok(other) => failures.lock().unwrap().push(format!("name() = {other}")),
-                        Err(err) => failures.lock().unwrap().push(err.to_string()),
-                    },
-                }
-                calls.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }));
-    }
+    let callers = Callers::start(&setup.registry, &name, "kwok", 2);
     for ((file, package), digest) in versions.iter().zip(&packages).zip(&digests).skip(1) {
         let at = std::time::Instant::now();
         apply(&setup, package).await;
@@ -329,14 +296,10 @@ async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
         eprintln!("reloaded to {} in {:?}", file.display(), at.elapsed());
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for caller in callers {
-        caller.await.unwrap();
-    }
-    let failures = failures.lock().unwrap().clone();
+    let report = callers.stop().await;
+    let (failures, served) = (report.failures, report.served);
     assert!(failures.is_empty(), "failed calls: {failures:?}");
-    assert!(calls.load(Ordering::Relaxed) > 10);
-    let served = served.lock().unwrap().clone();
+    assert!(report.calls > 10);
     for digest in &digests {
         assert!(
             served.contains(digest),

@@ -1,16 +1,14 @@
 //! Hot reload under load: calls keep running while the source ConfigMap changes 20 times; none
 //! fails and every new version serves.
 
-use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use capstan::api::provider::Provider;
 use kube::Api;
 use kube::api::DeleteParams;
 
-use super::{Setup, variant};
+use super::{CallerReport, Callers, Setup, variant};
 use crate::fixtures::chaos_bytes;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -31,39 +29,7 @@ async fn twenty_reloads_under_load_fail_no_call() {
 
     // Callers: 4 tasks, each a call every 20 ms (≈200 calls/s in all), through the registry as
     // the controllers call providers.
-    let stop = Arc::new(AtomicBool::new(false));
-    let calls = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
-    let served = Arc::new(Mutex::new(HashSet::<String>::new()));
-    let mut callers = Vec::new();
-    for _ in 0..4 {
-        let (stop, calls, failures, served) = (
-            Arc::clone(&stop),
-            Arc::clone(&calls),
-            Arc::clone(&failures),
-            Arc::clone(&served),
-        );
-        let registry = Arc::clone(&setup.registry);
-        let name = name.clone();
-        callers.push(tokio::spawn(async move {
-            while !stop.load(Ordering::Relaxed) {
-                let Some(provider) = registry.get(&name) else {
-                    failures.lock().unwrap().push("provider missing".into());
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                match provider.name().await {
-                    Ok(reported) if reported == "chaos" => {
-                        served.lock().unwrap().insert(provider.sha256().to_owned());
-                    }
-                    Ok(other) => failures.lock().unwrap().push(format!("name() = {other}")),
-                    Err(err) => failures.lock().unwrap().push(err.to_string()),
-                }
-                calls.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        }));
-    }
+    let callers = Callers::start(&setup.registry, &name, "chaos", 4);
 
     let started = Instant::now();
     let mut latencies = Vec::new();
@@ -88,14 +54,12 @@ async fn twenty_reloads_under_load_fail_no_call() {
         // Let the callers see this version before the next update.
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    stop.store(true, Ordering::Relaxed);
-    for caller in callers {
-        caller.await.unwrap();
-    }
+    let CallerReport {
+        calls,
+        failures,
+        served,
+    } = callers.stop().await;
     let elapsed = started.elapsed();
-    let calls = calls.load(Ordering::Relaxed);
-    let failures = failures.lock().unwrap().clone();
-    let served = served.lock().unwrap().clone();
     let rate = calls as f64 / elapsed.as_secs_f64();
     latencies.sort();
     eprintln!(
