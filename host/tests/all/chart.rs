@@ -53,6 +53,16 @@ fn run(mut cmd: Command) -> (bool, String, String) {
     )
 }
 
+/// A rendered container's `args`.
+fn container_args(container: &serde_json::Value) -> Vec<&str> {
+    container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect()
+}
+
 /// `helm template` with `args`; the rendered objects.
 fn template(args: &[&str]) -> Vec<DynamicObject> {
     let mut cmd = helm(None);
@@ -146,12 +156,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert!(container["resources"]["requests"]["cpu"].is_string());
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
+    let args = container_args(container);
     for want in ["run", "--cache-dir=/var/cache/capstan"] {
         assert!(args.contains(&want), "{want} not in {args:?}");
     }
@@ -410,12 +415,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     );
 
     // The host with the Deployment's arguments and environment (and nothing else of ours).
-    let args: Vec<&str> = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|a| a.as_str())
-        .collect();
+    let args = container_args(container);
     let out = with_print_settings(&args, &env);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");

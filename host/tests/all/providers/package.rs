@@ -22,6 +22,31 @@ fn package(args: &[&str]) -> std::process::Output {
         .expect("run capstan")
 }
 
+/// `capstan provider package FILE --name NAME --namespace NS --grants GRANTS`, which must
+/// succeed: the manifests it prints.
+fn package_with_grants(
+    file: &std::path::Path,
+    name: &str,
+    namespace: &str,
+    grants: &std::path::Path,
+) -> Vec<u8> {
+    let out = package(&[
+        file.to_str().unwrap(),
+        "--name",
+        name,
+        "--namespace",
+        namespace,
+        "--grants",
+        grants.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
 /// The ConfigMaps and the Provider in the output, in that order.
 fn parse_all(stdout: &[u8]) -> (Vec<ConfigMap>, Provider) {
     let text = String::from_utf8(stdout.to_vec()).unwrap();
@@ -168,21 +193,13 @@ async fn packaged_manifests_apply_and_load() {
     let name = setup.names.name("kwok");
     let grants = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("package-grants.yaml");
     std::fs::write(&grants, crate::conformance::KWOK_GRANTS).unwrap();
-    let out = package(&[
-        providers_dir().join("kwok.wasm").to_str().unwrap(),
-        "--name",
+    let manifests = package_with_grants(
+        &providers_dir().join("kwok.wasm"),
         &name,
-        "--namespace",
         &setup.namespace,
-        "--grants",
-        grants.to_str().unwrap(),
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        &grants,
     );
-    let (_, provider) = apply(&setup, &out.stdout).await;
+    let (_, provider) = apply(&setup, &manifests).await;
     assert_eq!(provider.spec.grants.len(), 2);
     let pre = setup.wait_serving(&name, &sha256_hex(kwok_bytes())).await;
     assert_eq!(pre.name().await.unwrap(), "kwok");
@@ -220,23 +237,7 @@ async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
         sha256_hex(&v2),
         sha256_hex(kwok_bytes()),
     ];
-    let ship = |file: &std::path::Path| {
-        let out = package(&[
-            file.to_str().unwrap(),
-            "--name",
-            &name,
-            "--namespace",
-            &setup.namespace,
-            "--grants",
-            grants.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out.stdout
-    };
+    let ship = |file: &std::path::Path| package_with_grants(file, &name, &setup.namespace, &grants);
 
     // Packaged up front: the reloads below time applying, not packaging.
     let packages: Vec<Vec<u8>> = versions.iter().map(|file| ship(file)).collect();
