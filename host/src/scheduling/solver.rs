@@ -18,6 +18,8 @@ mod topology;
 #[cfg(test)]
 mod index_tests;
 #[cfg(test)]
+mod reach_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -345,23 +347,33 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// Spread groups that count only the nodes a pod could use (its node affinity, or its
-    /// tolerations under `nodeTaintsPolicy: Honor`) take part only in the domains such nodes can
-    /// have: those of the pools and instance types the filter admits, and of the existing nodes
-    /// and in-flight claims it admits. As in kube-scheduler, a zone only another pool's nodes
-    /// reach (say, amd64 nodes for arm64 pods) does not hold the skew down at zero.
+    /// Spread groups on a key other than the hostname take part only in the domains where a node
+    /// they count can be: those of the existing nodes and in-flight claims they admit, and those a
+    /// pool could still *launch* a node they admit in. As in kube-scheduler, a zone only another
+    /// pool's nodes reach (say, amd64 nodes for arm64 pods, or, under `nodeTaintsPolicy: Honor`,
+    /// nodes behind an untolerated taint) does not hold the skew down at zero; and neither does a
+    /// zone only a pool reaches that can launch nothing there for these pods: its limits leave
+    /// room for no instance type (or none that holds the smallest of the pods), or none of its
+    /// types fits them at all. Pools that are not Ready or static never reach the solver.
     fn register_reachable(&mut self) {
         let input = self.input;
         let well_known = |k: &str| self.well_known.contains(k);
+        // Per group, the least of its pods' requests, resource by resource: a type that cannot
+        // hold that holds none of them.
+        let mut least: Vec<Option<Resources>> = vec![None; self.topology.group_count()];
+        for state in &self.pods {
+            for &g in &state.owned {
+                match &mut least[g] {
+                    Some(r) => r.min_assign(&state.requests),
+                    slot @ None => *slot = Some(state.requests.clone()),
+                }
+            }
+        }
         let mut found: Vec<(GroupId, BTreeSet<&str>)> = Vec::new();
         for g in 0..self.topology.group_count() {
             let spec = self.topology.spec(g);
             let key = self.topology.group_key(g);
-            if spec.kind != GroupKind::Spread
-                || spec.inverse
-                || !spec.filters_nodes()
-                || Some(key) == self.hostname_key
-            {
+            if spec.kind != GroupKind::Spread || spec.inverse || Some(key) == self.hostname_key {
                 continue;
             }
             let key_name = self.topology.key_name(key);
@@ -384,9 +396,13 @@ impl<'a> Solver<'a> {
                         continue;
                     }
                     let mut any_type = false;
-                    for &i in &pool.catalog.types {
+                    for (t, &i) in pool.catalog.types.iter().enumerate() {
                         let it = &pool.view.instance_types[i];
-                        if it.requirements.intersects(term).is_err() {
+                        let launchable = pool.catalog.within_limits.contains(t)
+                            && least[g]
+                                .as_ref()
+                                .is_none_or(|r| r.fits_in(&pool.catalog.alloc[t]));
+                        if !launchable || it.requirements.intersects(term).is_err() {
                             continue;
                         }
                         any_type = true;
