@@ -444,7 +444,11 @@ impl<'a> Solver<'a> {
                 .inflight_claims
                 .iter()
                 .map(|c| (&c.requirements, &c.taints[..]))
-                .chain(self.bins[self.fixed..].iter().map(|b| (&b.requirements, b.taints)));
+                .chain(
+                    self.bins[self.fixed..]
+                        .iter()
+                        .map(|b| (&b.requirements, b.taints)),
+                );
             for (requirements, taints) in claims {
                 if spec.admits_taints(taints)
                     && terms

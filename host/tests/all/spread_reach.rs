@@ -171,7 +171,14 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
         .tolerations(tolerate.clone())
         .create()
         .await;
-    wait_running(&client, &host, &ns, tiny_running + 6, Duration::from_secs(120)).await;
+    wait_running(
+        &client,
+        &host,
+        &ns,
+        tiny_running + 6,
+        Duration::from_secs(120),
+    )
+    .await;
 
     // 3. Six arm64 pods spread over zones.
     Pods::new(&client, &names, &ns, "spread")
@@ -187,7 +194,14 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
         }]}))
         .create()
         .await;
-    wait_running(&client, &host, &ns, tiny_running + 12, Duration::from_secs(120)).await;
+    wait_running(
+        &client,
+        &host,
+        &ns,
+        tiny_running + 12,
+        Duration::from_secs(120),
+    )
+    .await;
     let spread = pods(&client, &ns, "spread-").await;
     let zones = running_per_zone(&client, &spread).await;
     assert_eq!(
@@ -211,7 +225,10 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
         .map(|p| p.name_any())
         .collect();
     assert_eq!(waiting.len(), 6 - tiny_running, "{waiting:?}");
-    assert!(waiting.iter().all(|p| p.starts_with("tiny-")), "{waiting:?}");
+    assert!(
+        waiting.iter().all(|p| p.starts_with("tiny-")),
+        "{waiting:?}"
+    );
     println!("spread pods per zone: {zones:?}; {tiny_running} tiny pods run under the limit");
 
     Api::<Pod>::namespaced(client.clone(), &ns)

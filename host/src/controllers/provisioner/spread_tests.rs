@@ -33,7 +33,12 @@ impl InstanceTypeSource for FourZones {
                 .with(Requirement::in_(CAPACITY_TYPE, ["spot", "on-demand"])),
             offerings: ZONES
                 .iter()
-                .flat_map(|z| [Offering::new(*z, "spot", 0.1), Offering::new(*z, "on-demand", 0.2)])
+                .flat_map(|z| {
+                    [
+                        Offering::new(*z, "spot", 0.1),
+                        Offering::new(*z, "on-demand", 0.2),
+                    ]
+                })
                 .collect(),
             capacity: scheduling::Resources::new(4000, 16 << 30, 110),
             overhead: scheduling::Resources::default(),
@@ -193,7 +198,11 @@ async fn a_pool_at_its_limits_not_ready_or_static_reaches_no_zone() {
     assert_eq!(used, ["arm-spot-only", "tiny-limit"]);
 
     // With room for every pod: the heaviest pool takes them all, over all four zones.
-    let (zones, used) = solve(pools(|p| p["spec"]["limits"]["cpu"] = json!("16")), Vec::new()).await;
+    let (zones, used) = solve(
+        pools(|p| p["spec"]["limits"]["cpu"] = json!("16")),
+        Vec::new(),
+    )
+    .await;
     assert_eq!(zones.len(), 4, "{zones:?}");
     assert!(zones.values().all(|&n| n == 1 || n == 2), "{zones:?}");
     assert_eq!(used, ["tiny-limit"]);

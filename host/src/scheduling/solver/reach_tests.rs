@@ -53,7 +53,8 @@ fn pools(cpu_left: i64) -> Vec<NodePoolView> {
     let mut arm = NodePoolView::new("arm-spot-only", types());
     arm.weight = 50;
     arm.requirements.add(Requirement::in_(ARCH, ["arm64"]));
-    arm.requirements.add(Requirement::in_(CAPACITY_TYPE, ["spot"]));
+    arm.requirements
+        .add(Requirement::in_(CAPACITY_TYPE, ["spot"]));
     arm.requirements
         .add(Requirement::not_in(ZONE, ["test-zone-d"]));
     arm.taints
@@ -63,7 +64,8 @@ fn pools(cpu_left: i64) -> Vec<NodePoolView> {
     general.requirements.add(Requirement::in_(ARCH, ["amd64"]));
     let mut tiny = NodePoolView::new("tiny-limit", types());
     tiny.weight = 100;
-    tiny.requirements.add(Requirement::in_(POOL_LABEL, ["tiny"]));
+    tiny.requirements
+        .add(Requirement::in_(POOL_LABEL, ["tiny"]));
     tiny.limits = Some(ResourceLimits::default().with("cpu", 4000));
     tiny.remaining = Some(ResourceLimits::default().with("cpu", cpu_left));
     vec![arm, general, tiny]
@@ -138,7 +140,11 @@ fn node(name: &str, pool: &str, zone: &str, arch: &str, pods: Vec<Pod>) -> Exist
 /// What the cluster holds once the first two steps are done: `tiny-limit`'s one node
 /// (its 4 CPU limit spent) runs three tiny pods, and two full arm nodes run the six arm64 pods.
 fn cluster() -> Vec<ExistingNode> {
-    let arm = |from: usize| (from..from + 3).map(|i| arm_pod(&format!("arm-{i}"), "arm")).collect();
+    let arm = |from: usize| {
+        (from..from + 3)
+            .map(|i| arm_pod(&format!("arm-{i}"), "arm"))
+            .collect()
+    };
     vec![
         node(
             "tiny-1",
