@@ -21,6 +21,7 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::lifecycle::{Host, Names, capstan_notes, cluster, condition, node_class, node_pool};
+use crate::pool_limits::pending;
 use crate::provisioner::{namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, pool_json, wait_running};
 
@@ -163,14 +164,14 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
     );
 
     // 2. Six 1-CPU arm64 pods tolerating the arm taint.
-    let tolerate = json!([{"key": ARM_TAINT, "operator": "Exists", "effect": "NoSchedule"}]);
-    Pods::new(&client, &names, &ns, "arm")
-        .count(6)
-        .cpu("1")
-        .node_selector(json!({GROUP: names.run, "kubernetes.io/arch": "arm64"}))
-        .tolerations(tolerate.clone())
-        .create()
-        .await;
+    let arm_pods = |prefix| {
+        Pods::new(&client, &names, &ns, prefix)
+            .count(6)
+            .cpu("1")
+            .node_selector(json!({GROUP: names.run, "kubernetes.io/arch": "arm64"}))
+            .tolerations(json!([{"key": ARM_TAINT, "operator": "Exists", "effect": "NoSchedule"}]))
+    };
+    arm_pods("arm").create().await;
     wait_running(
         &client,
         &host,
@@ -181,11 +182,7 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
     .await;
 
     // 3. Six arm64 pods spread over zones.
-    Pods::new(&client, &names, &ns, "spread")
-        .count(6)
-        .cpu("1")
-        .node_selector(json!({GROUP: names.run, "kubernetes.io/arch": "arm64"}))
-        .tolerations(tolerate)
+    arm_pods("spread")
         .spec(json!({"topologySpreadConstraints": [{
             "maxSkew": 1,
             "topologyKey": ZONE,
@@ -215,15 +212,7 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
         host.log_tail()
     );
     // Only tiny pods wait, for the limit.
-    let waiting: Vec<String> = Api::<Pod>::namespaced(client.clone(), &ns)
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|p| p.spec.as_ref().is_none_or(|s| s.node_name.is_none()))
-        .map(|p| p.name_any())
-        .collect();
+    let waiting = pending(&client, &ns).await;
     assert_eq!(waiting.len(), 6 - tiny_running, "{waiting:?}");
     assert!(
         waiting.iter().all(|p| p.starts_with("tiny-")),

@@ -197,12 +197,26 @@ fn zones(counts: &[(&str, usize)]) -> BTreeMap<String, usize> {
     counts.iter().map(|(z, n)| ((*z).to_owned(), *n)).collect()
 }
 
-fn unschedulable_names(inp: &SchedulingInput, result: &SchedulingResult) -> Vec<String> {
-    result
-        .unschedulable
-        .iter()
-        .map(|(p, why)| format!("{}: {why}", inp.pods[*p].name))
-        .collect()
+/// Solves `pods` with `node_pools` on the issue's [`cluster`]; returns the input with the result.
+fn run(pods: Vec<Pod>, node_pools: Vec<NodePoolView>) -> (SchedulingInput, SchedulingResult) {
+    let inp = SchedulingInput {
+        pods,
+        node_pools,
+        existing_nodes: cluster(),
+        ..SchedulingInput::default()
+    };
+    let result = solve(&inp);
+    (inp, result)
+}
+
+/// Every pod placed, the spread pods two per zone a, b, c.
+fn assert_two_per_zone_abc(pods: Vec<Pod>, node_pools: Vec<NodePoolView>) {
+    let (inp, result) = run(pods, node_pools);
+    assert!(result.unschedulable.is_empty(), "{result:?}");
+    assert_eq!(
+        per_zone(&inp, &result, is_spread),
+        zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
+    );
 }
 
 /// The issue, as it stood: three tiny pods wait for `tiny-limit`, six spread pods arrive. Zone d
@@ -212,13 +226,7 @@ fn unschedulable_names(inp: &SchedulingInput, result: &SchedulingResult) -> Vec<
 fn a_pool_at_its_limits_does_not_widen_the_zones_of_a_spread() {
     let mut pods: Vec<Pod> = (3..6).map(tiny_pod).collect();
     pods.extend((0..6).map(spread_pod));
-    let inp = SchedulingInput {
-        pods,
-        node_pools: pools(0),
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
+    let (inp, result) = run(pods, pools(0));
     assert_eq!(
         per_zone(&inp, &result, is_spread),
         zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
@@ -232,12 +240,15 @@ fn a_pool_at_its_limits_does_not_widen_the_zones_of_a_spread() {
             .all(|c| c.node_pool == "arm-spot-only"),
         "{result:?}"
     );
-    let waiting = unschedulable_names(&inp, &result);
+    let waiting: Vec<String> = result
+        .unschedulable
+        .iter()
+        .map(|(p, why)| format!("{}: {why}", inp.pods[*p].name))
+        .collect();
     assert_eq!(waiting.len(), 3, "{waiting:?}");
     assert!(
-        waiting
-            .iter()
-            .all(|w| w.starts_with("tiny-") && w.contains("nodepool tiny-limit limit cpu exceeded")),
+        waiting.iter().all(|w| w.starts_with("tiny-")
+            && w.contains("nodepool tiny-limit limit cpu exceeded")),
         "{waiting:?}"
     );
 }
@@ -246,18 +257,7 @@ fn a_pool_at_its_limits_does_not_widen_the_zones_of_a_spread() {
 /// in what is left): zone d is still out of reach, and all six place.
 #[test]
 fn limits_that_leave_room_only_for_types_too_small_do_not_widen_either() {
-    let inp = SchedulingInput {
-        pods: (0..6).map(spread_pod).collect(),
-        node_pools: pools(1000),
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
-    assert!(result.unschedulable.is_empty(), "{result:?}");
-    assert_eq!(
-        per_zone(&inp, &result, is_spread),
-        zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
-    );
+    assert_two_per_zone_abc((0..6).map(spread_pod).collect(), pools(1000));
 }
 
 /// Six spread pods already run two per zone a, b, c on `arm-spot-only`; two more arrive. While
@@ -301,16 +301,11 @@ fn the_zone_comes_back_when_the_limit_leaves_room_again() {
 }
 
 /// With room under its limit, `tiny-limit` (the heaviest pool, no taint, any arch) reaches zone
-/// d for arm64 pods: the spread uses all four zones.
+/// d for arm64 pods: the spread uses all four zones (its limit runs out after four claims; the
+/// claims it opened keep zone d a domain).
 #[test]
 fn a_pool_with_room_widens_the_zones_as_before() {
-    let inp = SchedulingInput {
-        pods: (0..6).map(spread_pod).collect(),
-        node_pools: pools(16_000),
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
+    let (inp, result) = run((0..6).map(spread_pod).collect(), pools(16_000));
     assert!(result.unschedulable.is_empty(), "{result:?}");
     let counts = per_zone(&inp, &result, is_spread);
     assert_eq!(counts.len(), 4, "{counts:?}");
@@ -323,18 +318,7 @@ fn a_pool_with_room_widens_the_zones_as_before() {
 fn a_pool_that_is_not_provisioning_reaches_no_zone() {
     let mut node_pools = pools(16_000);
     node_pools.retain(|p| p.name != "tiny-limit");
-    let inp = SchedulingInput {
-        pods: (0..6).map(spread_pod).collect(),
-        node_pools,
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
-    assert!(result.unschedulable.is_empty(), "{result:?}");
-    assert_eq!(
-        per_zone(&inp, &result, is_spread),
-        zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
-    );
+    assert_two_per_zone_abc((0..6).map(spread_pod).collect(), node_pools);
 }
 
 /// `tiny-limit` has room and reaches zone d, but the pods' own node affinity leaves zone d out:
@@ -344,18 +328,7 @@ fn a_zone_the_pods_own_affinity_excludes_is_no_domain() {
     let pods = (0..6)
         .map(|i| spread_pod(i).require(Requirement::not_in(ZONE, ["test-zone-d"])))
         .collect();
-    let inp = SchedulingInput {
-        pods,
-        node_pools: pools(16_000),
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
-    assert!(result.unschedulable.is_empty(), "{result:?}");
-    assert_eq!(
-        per_zone(&inp, &result, is_spread),
-        zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
-    );
+    assert_two_per_zone_abc(pods, pools(16_000));
 }
 
 /// A spread that ignores node affinity (`nodeAffinityPolicy: Ignore`) counts every zone a node
@@ -363,29 +336,18 @@ fn a_zone_the_pods_own_affinity_excludes_is_no_domain() {
 /// kube-scheduler; but a zone only a pool at its limits reaches is still no domain.
 #[test]
 fn a_spread_that_ignores_affinity_still_skips_pools_at_their_limits() {
-    let ignoring = |i: usize| {
-        let mut p = spread_pod(i);
-        p.topology_spread[0].node_affinity_policy = NodeInclusionPolicy::Ignore;
-        p
+    let ignoring = || {
+        (0..6)
+            .map(|i| {
+                let mut p = spread_pod(i);
+                p.topology_spread[0].node_affinity_policy = NodeInclusionPolicy::Ignore;
+                p
+            })
+            .collect::<Vec<_>>()
     };
     let mut arm_only = pools(0);
     arm_only.retain(|p| p.name != "general");
-    let inp = SchedulingInput {
-        pods: (0..6).map(ignoring).collect(),
-        node_pools: arm_only,
-        existing_nodes: cluster(),
-        ..SchedulingInput::default()
-    };
-    let result = solve(&inp);
-    assert!(result.unschedulable.is_empty(), "{result:?}");
-    assert_eq!(
-        per_zone(&inp, &result, is_spread),
-        zones(&[("test-zone-a", 2), ("test-zone-b", 2), ("test-zone-c", 2)]),
-    );
-    let inp = SchedulingInput {
-        node_pools: pools(0),
-        ..inp
-    };
-    let result = solve(&inp);
+    assert_two_per_zone_abc(ignoring(), arm_only);
+    let (_, result) = run(ignoring(), pools(0));
     assert_eq!(result.unschedulable.len(), 3, "{result:?}");
 }
