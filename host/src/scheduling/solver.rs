@@ -376,7 +376,7 @@ impl<'a> Solver<'a> {
             }
         }
         let mut found: Vec<(GroupId, BTreeSet<&str>)> = Vec::new();
-        for g in 0..self.topology.group_count() {
+        for (g, least) in least.iter().enumerate() {
             let spec = self.topology.spec(g);
             let key = self.topology.group_key(g);
             if spec.kind != GroupKind::Spread || spec.inverse || Some(key) == self.hostname_key {
@@ -405,7 +405,7 @@ impl<'a> Solver<'a> {
                     for (t, &i) in pool.catalog.types.iter().enumerate() {
                         let it = &pool.view.instance_types[i];
                         let launchable = pool.catalog.within_limits.contains(t)
-                            && least[g]
+                            && least
                                 .as_ref()
                                 .is_none_or(|r| r.fits_in(&pool.catalog.alloc[t]));
                         if !launchable || it.requirements.intersects(term).is_err() {
