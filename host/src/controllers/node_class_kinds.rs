@@ -164,7 +164,8 @@ async fn report(ctx: &Context, assignment: &Assignment, providers: &[Provider]) 
 async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
     let resource = served::api_resource(&kind, &served);
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
-    let mut events = watcher(api.clone(), watcher::Config::default())
+    // `--selector` applies, as to NodeClasses: hosts sharing a cluster keep to their own classes.
+    let mut events = watcher(api.clone(), ctx.watcher_config())
         .backoff(crate::state::watch_backoff())
         .boxed();
     let mut listing: HashSet<String> = HashSet::new();

@@ -271,3 +271,81 @@ pub async fn launching_provider(
         Err(other) => Ok(Err(other)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::api::NodeClassSpec;
+
+    fn reference(group: &str, kind: &str, name: &str) -> NodeClassReference {
+        NodeClassReference {
+            group: group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn served_classes_resolve_by_kind_and_name() {
+        let class = |provider: &str| {
+            NodeClass::new(
+                "default",
+                NodeClassSpec {
+                    provider: provider.into(),
+                    parameters: None,
+                },
+            )
+        };
+        let classes: HashMap<String, NodeClass> = [
+            ("default".to_owned(), class("capstan-provider")),
+            (
+                "KWOKNodeClass.karpenter.kwok.sh/default".to_owned(),
+                class("kwok"),
+            ),
+        ]
+        .into();
+        let registry = Registry::new();
+        // Each reference finds its own class (no provider is loaded: the names say which).
+        let kwok = resolve_with(
+            &registry,
+            &reference("karpenter.kwok.sh", "KWOKNodeClass", "default"),
+            &classes,
+        );
+        assert!(
+            matches!(&kwok, Err(Unresolved::ProviderNotFound { provider, .. }) if provider == "kwok"),
+            "{kwok:?}"
+        );
+        let capstan = resolve_with(&registry, &reference(GROUP, KIND, "default"), &classes);
+        assert!(
+            matches!(&capstan, Err(Unresolved::ProviderNotFound { provider, .. }) if provider == "capstan-provider")
+        );
+        // Missing: a served kind's claim is deleted, a capstan.dev NodeClass's waits.
+        let missing = resolve_with(
+            &registry,
+            &reference("karpenter.kwok.sh", "KWOKNodeClass", "other"),
+            &classes,
+        )
+        .unwrap_err();
+        assert_eq!(missing.reason(), "NodeClassNotFound");
+        assert_eq!(
+            missing.deletes_claim(),
+            Some(("InsufficientCapacityError", "insufficient_capacity"))
+        );
+        let missing = resolve_with(&registry, &reference(GROUP, KIND, "other"), &classes)
+            .unwrap_err();
+        assert_eq!(missing, Unresolved::NodeClassNotFound("other".into()));
+        assert_eq!(missing.deletes_claim(), None);
+        let not_ready = Unresolved::NodeClassNotReady {
+            kind: "KWOKNodeClass.karpenter.kwok.sh".into(),
+            name: "default".into(),
+            message: "NodeClass is not ready".into(),
+        };
+        assert_eq!(not_ready.reason(), "NodeClassNotReady");
+        assert_eq!(
+            not_ready.deletes_claim(),
+            Some(("NodeClassNotReady", "nodeclass_not_ready"))
+        );
+    }
+}

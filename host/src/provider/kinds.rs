@@ -280,7 +280,7 @@ mod tests {
         let served = a.get("karpenter.kwok.sh", "KWOKNodeClass").unwrap();
         assert_eq!(served.provider, "kwok");
         assert_eq!(served.api_version_as, "karpenter.kwok.sh/v1");
-        assert_eq!(a.reports["kwok"].condition().0, true);
+        assert!(a.reports["kwok"].condition().0);
         assert!(a.get("karpenter.kwok.sh", "Other").is_none());
     }
 

@@ -59,20 +59,26 @@ impl DeclaredKind {
     }
 }
 
-/// The raw text of the section in `bytes`, if there is one (the first one found, walking the
-/// component and its nested modules in order). The bytes are parsed already (validate walks them).
+/// The raw text of the section in `bytes`, if there is one (walking the component and its
+/// nested modules in order, every section, so that a truncated or corrupt file fails here with the
+/// parser's message). Two such sections are refused.
 pub fn section(bytes: &[u8]) -> Result<Option<String>, String> {
+    let mut found = None;
     for payload in wasmparser::Parser::new(0).parse_all(bytes) {
         let payload = payload.map_err(|err| err.to_string())?;
         if let wasmparser::Payload::CustomSection(reader) = payload
             && reader.name() == SECTION
         {
-            return String::from_utf8(reader.data().to_vec())
-                .map(Some)
-                .map_err(|_| format!("the {SECTION} section is not UTF-8"));
+            if found.is_some() {
+                return Err(format!("the component has more than one {SECTION} section"));
+            }
+            found = Some(
+                String::from_utf8(reader.data().to_vec())
+                    .map_err(|_| format!("the {SECTION} section is not UTF-8"))?,
+            );
         }
     }
-    Ok(None)
+    Ok(found)
 }
 
 /// Parses the section's text into the kinds it declares.

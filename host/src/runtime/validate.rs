@@ -151,8 +151,9 @@ pub fn inspect(bytes: &[u8], max_size: usize) -> Result<ComponentInfo, ValidateE
             &bytes[4..8]
         )));
     }
-    // Walk every section once: a truncated or corrupt file fails here with the parser's message
-    // (WIT decoding alone reads only the type information it needs).
+    // Walk every section once (reading the node class kinds on the way): a truncated or corrupt
+    // file fails here with the parser's message (WIT decoding alone reads only the type
+    // information it needs).
     let declared = node_class_kinds::section(bytes).map_err(ValidateError::Malformed)?;
     let node_class_kinds = match declared {
         Some(text) => node_class_kinds::parse(&text)?,
