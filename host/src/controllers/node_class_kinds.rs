@@ -99,7 +99,7 @@ fn apply(
         ctx.state.served.set_assignment(assignment.clone());
     }
     watches.retain(|kind, (served, task)| {
-        let keep = assignment.kinds.get(kind) == Some(served) && !task.is_finished();
+        let keep = assignment.kinds.get(kind) == Some(&*served) && !task.is_finished();
         if !keep {
             task.abort();
         }
