@@ -216,10 +216,13 @@ async fn observe(
         .as_ref()
         .map(|s| s.conditions.clone())
         .unwrap_or_default();
+    // Written once per generation at least, as Karpenter's status controllers do (a CRD's
+    // default condition carries none).
     let same = find_condition(&old, "Ready").is_some_and(|c| {
         c.status == status
             && c.reason.as_deref() == Some(reason)
             && c.message.as_deref().unwrap_or_default() == message
+            && c.observed_generation == object.metadata.generation
     });
     if same {
         return;
@@ -232,7 +235,11 @@ async fn observe(
         .cloned()
         .unwrap_or_default();
     raw.retain(|c| c.get("type").and_then(serde_json::Value::as_str) != Some("Ready"));
-    let mut ready = Vec::new();
+    // From the object's own condition, so its transition time moves only with its status.
+    let mut ready: Vec<Condition> = old
+        .into_iter()
+        .filter(|c| c.type_ == "Ready")
+        .collect();
     set_condition(
         &mut ready,
         "Ready",
