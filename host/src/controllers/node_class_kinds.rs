@@ -23,9 +23,9 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use crate::api::ConditionStatus;
 use crate::api::provider::Provider;
 use crate::api::shared::{Condition, find_condition, set_condition};
-use crate::api::ConditionStatus;
 use crate::controllers::{Context, now};
 use crate::provider::kinds::{self, Assignment, Claimant, GroupKind, Served};
 use crate::state::served;
@@ -236,10 +236,7 @@ async fn observe(
         .unwrap_or_default();
     raw.retain(|c| c.get("type").and_then(serde_json::Value::as_str) != Some("Ready"));
     // From the object's own condition, so its transition time moves only with its status.
-    let mut ready: Vec<Condition> = old
-        .into_iter()
-        .filter(|c| c.type_ == "Ready")
-        .collect();
+    let mut ready: Vec<Condition> = old.into_iter().filter(|c| c.type_ == "Ready").collect();
     set_condition(
         &mut ready,
         "Ready",

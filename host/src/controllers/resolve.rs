@@ -85,7 +85,9 @@ impl Unresolved {
             Unresolved::ServedNodeClassNotFound { .. } => {
                 Some(("InsufficientCapacityError", "insufficient_capacity"))
             }
-            Unresolved::NodeClassNotReady { .. } => Some(("NodeClassNotReady", "nodeclass_not_ready")),
+            Unresolved::NodeClassNotReady { .. } => {
+                Some(("NodeClassNotReady", "nodeclass_not_ready"))
+            }
             _ => None,
         }
     }
@@ -128,10 +130,8 @@ pub async fn node_class(
             return Ok(Err(unsupported(reference)));
         };
         let kind = GroupKind::new(&reference.group, &reference.kind);
-        let api: Api<DynamicObject> = Api::all_with(
-            ctx.client.clone(),
-            &served::api_resource(&kind, &serving),
-        );
+        let api: Api<DynamicObject> =
+            Api::all_with(ctx.client.clone(), &served::api_resource(&kind, &serving));
         return Ok(match api.get_opt(&reference.name).await? {
             Some(object) => Ok(served::to_node_class(&object, &serving)),
             None => Err(served_not_found(reference)),
@@ -333,8 +333,8 @@ mod tests {
             missing.deletes_claim(),
             Some(("InsufficientCapacityError", "insufficient_capacity"))
         );
-        let missing = resolve_with(&registry, &reference(GROUP, KIND, "other"), &classes)
-            .unwrap_err();
+        let missing =
+            resolve_with(&registry, &reference(GROUP, KIND, "other"), &classes).unwrap_err();
         assert_eq!(missing, Unresolved::NodeClassNotFound("other".into()));
         assert_eq!(missing.deletes_claim(), None);
         let not_ready = Unresolved::NodeClassNotReady {

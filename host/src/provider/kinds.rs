@@ -307,13 +307,17 @@ mod tests {
         for order in [&claimants[..], &reversed[..]] {
             let a = assign(order);
             assert_eq!(
-                a.get("karpenter.kwok.sh", "KWOKNodeClass").unwrap().provider,
+                a.get("karpenter.kwok.sh", "KWOKNodeClass")
+                    .unwrap()
+                    .provider,
                 "z-old"
             );
             let (ok, reason, message) = a.reports["b-new"].condition();
             assert!(!ok);
             assert_eq!(reason, "NodeClassKindConflict");
-            assert!(message.contains("KWOKNodeClass.karpenter.kwok.sh is served by Provider z-old"));
+            assert!(
+                message.contains("KWOKNodeClass.karpenter.kwok.sh is served by Provider z-old")
+            );
             assert!(a.reports["z-old"].condition().0);
         }
     }

@@ -119,7 +119,9 @@ fn declared(crd: &serde_json::Value) -> Result<DeclaredKind, String> {
     let kind = text(&["spec", "names", "kind"]).ok_or("spec.names.kind is missing")?;
     let plural = text(&["spec", "names", "plural"]).ok_or("spec.names.plural is missing")?;
     if text(&["spec", "scope"]).as_deref() != Some("Cluster") {
-        return Err(format!("{kind}.{group} is not cluster-scoped (spec.scope: Cluster)"));
+        return Err(format!(
+            "{kind}.{group} is not cluster-scoped (spec.scope: Cluster)"
+        ));
     }
     if group == crate::api::nodeclass::GROUP {
         return Err(format!(
@@ -182,28 +184,43 @@ mod tests {
         assert_eq!(kinds.len(), 1);
         let kind = &kinds[0];
         assert_eq!(
-            (kind.group.as_str(), kind.version.as_str(), kind.kind.as_str()),
+            (
+                kind.group.as_str(),
+                kind.version.as_str(),
+                kind.kind.as_str()
+            ),
             ("karpenter.kwok.sh", "v1alpha1", "KWOKNodeClass")
         );
         assert_eq!(kind.plural, "kwoknodeclasses");
         assert!(kind.status);
-        assert_eq!(kind.crd["metadata"]["name"], "kwoknodeclasses.karpenter.kwok.sh");
+        assert_eq!(
+            kind.crd["metadata"]["name"],
+            "kwoknodeclasses.karpenter.kwok.sh"
+        );
         assert!(parse("").unwrap().is_empty());
     }
 
     #[test]
     fn refuses_what_is_not_a_cluster_scoped_crd_of_its_own_group() {
-        assert!(matches!(parse("{a: 1}"), Err(DeclarationError::NotAList(_))));
+        assert!(matches!(
+            parse("{a: 1}"),
+            Err(DeclarationError::NotAList(_))
+        ));
         let namespaced = CRD.replace("scope: Cluster", "scope: Namespaced");
         assert!(
             matches!(parse(&namespaced), Err(DeclarationError::BadCrd { index: 0, ref message }) if message.contains("cluster-scoped"))
         );
         let capstan = CRD.replace("group: karpenter.kwok.sh", "group: capstan.dev");
-        assert!(matches!(parse(&capstan), Err(DeclarationError::BadCrd { .. })));
+        assert!(matches!(
+            parse(&capstan),
+            Err(DeclarationError::BadCrd { .. })
+        ));
         let twice = format!("{CRD}{}", CRD.trim_start());
         assert_eq!(
             parse(&twice),
-            Err(DeclarationError::Duplicate("KWOKNodeClass.karpenter.kwok.sh".into()))
+            Err(DeclarationError::Duplicate(
+                "KWOKNodeClass.karpenter.kwok.sh".into()
+            ))
         );
         let no_storage = CRD.replace("storage: true", "storage: false");
         assert!(parse(&no_storage).is_err());

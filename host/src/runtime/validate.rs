@@ -10,8 +10,8 @@ use sha2::{Digest, Sha256};
 use wit_parser::decoding::{DecodedWasm, decode};
 use wit_parser::{Resolve, WorldItem, WorldKey};
 
-use crate::runtime::node_class_kinds::{self, DeclarationError, DeclaredKind};
 use crate::runtime::bindings::{EXPORT_INTERFACE, PACKAGE_NAME, PACKAGE_NAMESPACE, WitVersion};
+use crate::runtime::node_class_kinds::{self, DeclarationError, DeclaredKind};
 
 /// The default size limit of a component (32 MiB).
 pub const DEFAULT_MAX_COMPONENT_SIZE: usize = 32 << 20;

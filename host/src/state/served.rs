@@ -99,7 +99,12 @@ impl ServedClasses {
 
     /// Who serves what, now.
     pub fn assignment(&self) -> Arc<Assignment> {
-        Arc::clone(&self.assignment.read().unwrap_or_else(PoisonError::into_inner))
+        Arc::clone(
+            &self
+                .assignment
+                .read()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Replaces the assignment; forgets the objects of kinds no longer served.
@@ -237,21 +242,40 @@ mod tests {
         assignment.kinds.insert(kind.clone(), served());
         store.set_assignment(assignment.clone());
         for name in ["a", "b"] {
-            let mut class = NodeClass::new(name, NodeClassSpec {
-                provider: "kwok".into(),
-                parameters: None,
-            });
+            let mut class = NodeClass::new(
+                name,
+                NodeClassSpec {
+                    provider: "kwok".into(),
+                    parameters: None,
+                },
+            );
             class.metadata.name = Some(name.into());
             store.insert(&kind, class);
         }
         assert_eq!(store.all().len(), 2);
         store.retain(&kind, &["a".to_owned()].into_iter().collect());
-        assert!(store.all().contains_key("KWOKNodeClass.karpenter.kwok.sh/a"));
+        assert!(
+            store
+                .all()
+                .contains_key("KWOKNodeClass.karpenter.kwok.sh/a")
+        );
         assert_eq!(store.all().len(), 1);
         store.remove(&kind, "a");
         assert!(store.all().is_empty());
-        store.insert(&kind, NodeClass::new("c", NodeClassSpec { provider: "kwok".into(), parameters: None }));
+        store.insert(
+            &kind,
+            NodeClass::new(
+                "c",
+                NodeClassSpec {
+                    provider: "kwok".into(),
+                    parameters: None,
+                },
+            ),
+        );
         store.set_assignment(Assignment::default());
-        assert!(store.all().is_empty(), "a kind no longer served drops its objects");
+        assert!(
+            store.all().is_empty(),
+            "a kind no longer served drops its objects"
+        );
     }
 }

@@ -628,7 +628,11 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
         capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
     )
     .unwrap();
-    let kinds: Vec<&str> = info.node_class_kinds.iter().map(|k| k.kind.as_str()).collect();
+    let kinds: Vec<&str> = info
+        .node_class_kinds
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
     assert_eq!(kinds, ["CloudStackNodeClass"]);
     let crd_file = crate::lifecycle::write_once(
         "cloudstack-node-class-crds.json",
@@ -638,7 +642,10 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
     let host = world.host(cp);
 
     let objects = capstan_test_support::parse_yaml("README example", README_EXAMPLE).unwrap();
-    let discovery = kube::Discovery::new(world.client.clone()).run().await.unwrap();
+    let discovery = kube::Discovery::new(world.client.clone())
+        .run()
+        .await
+        .unwrap();
     for object in &objects {
         let types = object.types.clone().unwrap();
         let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
@@ -653,9 +660,13 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
         .unwrap_or_else(|e| panic!("{} {}: {e}", types.kind, object.name_any()));
         // Applied unchanged; then labelled so that this test's host (`--selector`) manages it.
         let label = json!({"metadata": {"labels": {RUN_LABEL: world.names.run}}});
-        api.patch(&object.name_any(), &PatchParams::default(), &Patch::Merge(&label))
-            .await
-            .unwrap();
+        api.patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
     }
 
     let classes: Api<kube::api::DynamicObject> = Api::all_with(
@@ -668,14 +679,18 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
             plural: "cloudstacknodeclasses".into(),
         },
     );
-    wait_until(Duration::from_secs(60), "CloudStackNodeClass Ready", || async {
-        host.check_alive();
-        let class = classes.get("default").await.map_err(|e| e.to_string())?;
-        let ready = class.data["status"]["conditions"]
-            .as_array()
-            .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
-        Ok::<_, String>(ready.filter(|c| c["status"] == "True"))
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "CloudStackNodeClass Ready",
+        || async {
+            host.check_alive();
+            let class = classes.get("default").await.map_err(|e| e.to_string())?;
+            let ready = class.data["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+            Ok::<_, String>(ready.filter(|c| c["status"] == "True"))
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
 
@@ -690,7 +705,11 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
     let vms = world.live_vms();
     assert_eq!(vms.len(), 1, "{vms:?}");
     let vm = &vms[0];
-    assert_eq!(vm.service_offering_id, readme::MEDIUM, "the cheaper of medium and large");
+    assert_eq!(
+        vm.service_offering_id,
+        readme::MEDIUM,
+        "the cheaper of medium and large"
+    );
     assert_eq!(vm.zone_id, readme::ZONE);
     assert_eq!(vm.template_id, readme::UBUNTU);
     assert_eq!(vm.nics[0].network_id, readme::NETWORK);
@@ -701,9 +720,15 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
     .unwrap();
     assert_eq!(vm.user_data.as_deref(), sent.as_str());
     let node_name = running[0].spec.as_ref().unwrap().node_name.clone().unwrap();
-    let node = Api::<Node>::all(world.client.clone()).get(&node_name).await.unwrap();
+    let node = Api::<Node>::all(world.client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
     let labels = node.labels();
-    assert_eq!(labels["karpenter.k8s.cloudstack/cloudstacknodeclass"], "default");
+    assert_eq!(
+        labels["karpenter.k8s.cloudstack/cloudstacknodeclass"],
+        "default"
+    );
     assert_eq!(labels["node.kubernetes.io/instance-type"], "medium");
     assert_eq!(labels["topology.kubernetes.io/zone"], "zone-01");
 

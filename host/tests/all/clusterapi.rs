@@ -719,7 +719,11 @@ async fn a_cluster_api_node_class_pool_launches() {
         capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
     )
     .unwrap();
-    let kinds: Vec<&str> = info.node_class_kinds.iter().map(|k| k.kind.as_str()).collect();
+    let kinds: Vec<&str> = info
+        .node_class_kinds
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
     assert_eq!(kinds, ["ClusterAPINodeClass"]);
     let crd_file = crate::lifecycle::write_once(
         "clusterapi-node-class-crds.json",
@@ -746,7 +750,10 @@ async fn a_cluster_api_node_class_pool_launches() {
         "spec": {"scalableResourceSelector": {"matchLabels": {"capstan.dev/test-run": names.run}}},
     }))
     .unwrap();
-    classes.create(&PostParams::default(), &object).await.unwrap();
+    classes
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
     let mut pool_json = node_pool_json(&names, &pool, &class);
     pool_json["spec"]["template"]["spec"]["nodeClassRef"] = json!({
         "group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": class,
@@ -762,9 +769,18 @@ async fn a_cluster_api_node_class_pool_launches() {
         .await;
     let running = wait_running(&client, &host, &ns, 1, Duration::from_secs(180)).await;
     let node_name = running[0].spec.as_ref().unwrap().node_name.clone().unwrap();
-    let node = Api::<Node>::all(client.clone()).get(&node_name).await.unwrap();
-    assert_eq!(node.labels()["karpenter.cluster.x-k8s.io/clusterapinodeclass"], class);
-    assert_eq!(node.labels()["node.kubernetes.io/instance-type"], "kinds-md");
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    assert_eq!(
+        node.labels()["karpenter.cluster.x-k8s.io/clusterapinodeclass"],
+        class
+    );
+    assert_eq!(
+        node.labels()["node.kubernetes.io/instance-type"],
+        "kinds-md"
+    );
     assert_eq!(world.replicas("kinds-md").await, 1);
     let ready = classes.get(&class).await.unwrap().data["status"]["conditions"]
         .as_array()

@@ -39,7 +39,9 @@ fn kwok_classes(client: &Client) -> Api<DynamicObject> {
 async fn with_kwok_crd() -> (&'static capstan_test_support::ControlPlane, Client) {
     let (cp, client) = cluster().await;
     let crds = upstream::paths(&KARPENTER_CRDS).unwrap_or_else(|err| panic!("{err}"));
-    cp.install_crds_from_files(&crds).await.expect("Karpenter CRDs");
+    cp.install_crds_from_files(&crds)
+        .await
+        .expect("Karpenter CRDs");
     (cp, client)
 }
 
@@ -71,10 +73,20 @@ async fn kwok_pool(client: &Client, names: &Names, pool: &str, class: &str) {
 }
 
 /// Creates NodeClaim `name` of pool `pool` and KWOKNodeClass `class`, with extra labels.
-async fn kwok_claim(client: &Client, names: &Names, name: &str, pool: &str, class: &str, labels: Value) {
+async fn kwok_claim(
+    client: &Client,
+    names: &Names,
+    name: &str,
+    pool: &str,
+    class: &str,
+    labels: Value,
+) {
     let mut json = claim_json(names, name, pool, class);
     json["spec"]["nodeClassRef"] = kwok_ref(class);
-    if let (Some(into), Some(extra)) = (json["metadata"]["labels"].as_object_mut(), labels.as_object()) {
+    if let (Some(into), Some(extra)) = (
+        json["metadata"]["labels"].as_object_mut(),
+        labels.as_object(),
+    ) {
         into.extend(extra.clone());
     }
     claim(client, json).await;
@@ -168,19 +180,27 @@ async fn a_kwok_node_class_pool_provisions_nodes_with_karpenters_labels() {
     let names = Names::new("kinds-kwok");
     let host = Host::start(cp, &names, &[]);
     let (class, pool) = (names.name("kwoknc"), names.name("pool"));
-    let created = kwok_class(&client, &names, &class, json!({"nodeRegistrationDelay": "3s"})).await;
+    let created = kwok_class(
+        &client,
+        &names,
+        &class,
+        json!({"nodeRegistrationDelay": "3s"}),
+    )
+    .await;
     kwok_pool(&client, &names, &pool, &class).await;
 
     let generation = created.metadata.generation;
-    wait_until(Duration::from_secs(60), "KWOKNodeClass validated by the host", || async {
-        host.check_alive();
-        let object = kwok_classes(&client).get(&class).await?;
-        Ok::<_, kube::Error>(
-            ready(&object).filter(|(status, reason, observed)| {
+    wait_until(
+        Duration::from_secs(60),
+        "KWOKNodeClass validated by the host",
+        || async {
+            host.check_alive();
+            let object = kwok_classes(&client).get(&class).await?;
+            Ok::<_, kube::Error>(ready(&object).filter(|(status, reason, observed)| {
                 status == "True" && reason == "Ready" && *observed == generation
-            }),
-        )
-    })
+            }))
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
 
@@ -192,15 +212,27 @@ async fn a_kwok_node_class_pool_provisions_nodes_with_karpenters_labels() {
         .await;
     let running = wait_running(&client, &host, &ns, 1, Duration::from_secs(120)).await;
     let node_name = running[0].spec.as_ref().unwrap().node_name.clone().unwrap();
-    let node = Api::<Node>::all(client.clone()).get(&node_name).await.unwrap();
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
     let labels = node.labels();
-    assert_eq!(labels["karpenter.kwok.sh/kwoknodeclass"], class, "{labels:?}");
+    assert_eq!(
+        labels["karpenter.kwok.sh/kwoknodeclass"], class,
+        "{labels:?}"
+    );
     assert_eq!(labels["karpenter.sh/nodepool"], pool);
     let cpu = &labels["karpenter.kwok.sh/instance-cpu"];
-    assert_eq!(&labels["karpenter.kwok.sh/instance-size"], cpu, "the vCPU count, as Karpenter's kwok");
+    assert_eq!(
+        &labels["karpenter.kwok.sh/instance-size"], cpu,
+        "the vCPU count, as Karpenter's kwok"
+    );
     assert!(cpu.parse::<u32>().is_ok(), "{cpu}");
     let memory = &labels["karpenter.kwok.sh/instance-memory"];
-    assert!(memory.ends_with("Gi"), "a quantity, as Karpenter's kwok: {memory}");
+    assert!(
+        memory.ends_with("Gi"),
+        "a quantity, as Karpenter's kwok: {memory}"
+    );
     assert_eq!(labels["kwok.x-k8s.io/node"], "fake");
 
     // The claim carries the node class label too, and its Node registered after the delay.
@@ -214,13 +246,18 @@ async fn a_kwok_node_class_pool_provisions_nodes_with_karpenters_labels() {
     let seconds = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| t.0.as_second();
     let waited = seconds(node.metadata.creation_timestamp.as_ref().unwrap())
         - seconds(claims[0].metadata.creation_timestamp.as_ref().unwrap());
-    assert!(waited >= 2, "the Node registered {waited} s after its claim, not after 3s");
+    assert!(
+        waited >= 2,
+        "the Node registered {waited} s after its claim, not after 3s"
+    );
 
     let _ = Api::<Namespace>::all(client.clone())
         .delete(&ns, &DeleteParams::default())
         .await;
     cleanup(&client, &names).await;
-    let _ = kwok_classes(&client).delete(&class, &DeleteParams::default()).await;
+    let _ = kwok_classes(&client)
+        .delete(&class, &DeleteParams::default())
+        .await;
 }
 
 /// As in Karpenter: a claim whose KWOKNodeClass does not exist is deleted, and so is one whose
@@ -234,7 +271,15 @@ async fn a_missing_or_not_ready_kwok_node_class_deletes_the_claim() {
     let (missing_class, missing_pool) = (names.name("no-such-class"), names.name("pool-missing"));
     kwok_pool(&client, &names, &missing_pool, &missing_class).await;
     let missing = names.name("missing");
-    kwok_claim(&client, &names, &missing, &missing_pool, &missing_class, json!({})).await;
+    kwok_claim(
+        &client,
+        &names,
+        &missing,
+        &missing_pool,
+        &missing_class,
+        json!({}),
+    )
+    .await;
     wait_claim_gone(&client, &host, &missing, Duration::from_secs(60)).await;
 
     let (class, pool) = (names.name("notready"), names.name("pool"));
@@ -251,19 +296,23 @@ async fn a_missing_or_not_ready_kwok_node_class_deletes_the_claim() {
     )
     .await;
     // The policy takes a moment to apply: set Ready=False until it stays so.
-    wait_until(Duration::from_secs(60), "KWOKNodeClass held not ready", || async {
-        host.check_alive();
-        let patch = json!({"status": {"conditions": [{
-            "type": "Ready", "status": "False", "reason": "TestingNotReady",
-            "message": "NodeClass is not ready", "lastTransitionTime": "2024-01-01T01:01:01Z",
-        }]}});
-        kwok_classes(&client)
-            .patch_status(&class, &PatchParams::default(), &Patch::Merge(&patch))
-            .await?;
-        tokio::time::sleep(Duration::from_secs(3)).await;
-        let object = kwok_classes(&client).get(&class).await?;
-        Ok::<_, kube::Error>(ready(&object).filter(|(status, _, _)| status == "False"))
-    })
+    wait_until(
+        Duration::from_secs(60),
+        "KWOKNodeClass held not ready",
+        || async {
+            host.check_alive();
+            let patch = json!({"status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "TestingNotReady",
+                "message": "NodeClass is not ready", "lastTransitionTime": "2024-01-01T01:01:01Z",
+            }]}});
+            kwok_classes(&client)
+                .patch_status(&class, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            let object = kwok_classes(&client).get(&class).await?;
+            Ok::<_, kube::Error>(ready(&object).filter(|(status, _, _)| status == "False"))
+        },
+    )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
     let not_ready = names.name("notready-claim");
@@ -273,7 +322,9 @@ async fn a_missing_or_not_ready_kwok_node_class_deletes_the_claim() {
     assert!(log.contains("NodeClassNotReady"), "{}", host.log_tail());
 
     cleanup(&client, &names).await;
-    let _ = kwok_classes(&client).delete(&class, &DeleteParams::default()).await;
+    let _ = kwok_classes(&client)
+        .delete(&class, &DeleteParams::default())
+        .await;
 }
 
 /// kwok launches the instance and its Node registers afterwards: a Node the API server refuses
@@ -302,7 +353,15 @@ async fn a_node_that_cannot_register_leaves_the_claim_launched_until_the_registr
     tokio::time::sleep(Duration::from_secs(3)).await;
 
     let name = names.name("claim");
-    kwok_claim(&client, &names, &name, &pool, &class, json!({"registration": "fail"})).await;
+    kwok_claim(
+        &client,
+        &names,
+        &name,
+        &pool,
+        &class,
+        json!({"registration": "fail"}),
+    )
+    .await;
     let launched = wait_condition(
         &client,
         &host,
@@ -316,7 +375,10 @@ async fn a_node_that_cannot_register_leaves_the_claim_launched_until_the_registr
     let provider_id = launched.status.clone().unwrap().provider_id.unwrap();
     // Launched, not registered, for a while.
     for _ in 0..5 {
-        let claim = Api::<NodeClaim>::all(client.clone()).get(&name).await.unwrap();
+        let claim = Api::<NodeClaim>::all(client.clone())
+            .get(&name)
+            .await
+            .unwrap();
         assert_eq!(
             condition(&claim, "Launched").map(|(s, _)| s).as_deref(),
             Some("True")
@@ -342,5 +404,7 @@ async fn a_node_that_cannot_register_leaves_the_claim_launched_until_the_registr
     );
 
     cleanup(&client, &names).await;
-    let _ = kwok_classes(&client).delete(&class, &DeleteParams::default()).await;
+    let _ = kwok_classes(&client)
+        .delete(&class, &DeleteParams::default())
+        .await;
 }

@@ -313,9 +313,14 @@ mod tests {
         assert_eq!(params.template_selector_terms[0].tags["version"], "22.04");
         assert!(params.user_data.unwrap().starts_with("#!/bin/bash"));
         let other = serde_json::json!({"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "spec": {}});
-        assert!(matches!(Parameters::parse(&other.to_string()), Err(ProviderError::Invalid(_))));
+        assert!(matches!(
+            Parameters::parse(&other.to_string()),
+            Err(ProviderError::Invalid(_))
+        ));
         let typo = serde_json::json!({"apiVersion": "karpenter.k8s.cloudstack/v1", "kind": "CloudStackNodeClass", "spec": {"zonee": "x"}});
-        assert!(matches!(Parameters::parse(&typo.to_string()), Err(ProviderError::Invalid(m)) if m.contains("zonee")));
+        assert!(
+            matches!(Parameters::parse(&typo.to_string()), Err(ProviderError::Invalid(m)) if m.contains("zonee"))
+        );
     }
 
     pub(crate) const MINIMAL: &str = r#"{"serviceOfferingSelectorTerms":[{"name":"small"}],

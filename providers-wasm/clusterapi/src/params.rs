@@ -109,9 +109,7 @@ impl LabelSelectorRequirement {
         };
         match self.operator.as_str() {
             "In" => needs_values("In").map(|()| format!("{} in ({})", self.key, values())),
-            "NotIn" => {
-                needs_values("NotIn").map(|()| format!("{} notin ({})", self.key, values()))
-            }
+            "NotIn" => needs_values("NotIn").map(|()| format!("{} notin ({})", self.key, values())),
             "Exists" => no_values("Exists").map(|()| self.key.clone()),
             "DoesNotExist" => no_values("DoesNotExist").map(|()| format!("!{}", self.key)),
             other => Err(ProviderError::Invalid(format!(
@@ -198,7 +196,9 @@ impl Parameters {
                 .iter()
                 .enumerate()
                 .map(|(i, r)| {
-                    r.to_selector(&format!("spec.scalableResourceSelector.matchExpressions[{i}]"))
+                    r.to_selector(&format!(
+                        "spec.scalableResourceSelector.matchExpressions[{i}]"
+                    ))
                 })
                 .collect::<Result<Vec<_>, _>>()?;
             return Ok(Parameters {
@@ -283,7 +283,9 @@ mod tests {
         assert!(p.all_namespaces && p.selector.is_empty() && p.expressions.is_empty());
         let bad = serde_json::json!({"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
             "spec": {"scalableResourceSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}});
-        assert!(matches!(Parameters::parse(&bad.to_string()), Err(ProviderError::Invalid(m)) if m.contains("needs values")));
+        assert!(
+            matches!(Parameters::parse(&bad.to_string()), Err(ProviderError::Invalid(m)) if m.contains("needs values"))
+        );
     }
 
     #[test]

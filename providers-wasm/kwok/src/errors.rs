@@ -42,9 +42,9 @@ mod tests {
         assert!(!registration_refused(&Error::Kube(KubeError::Invalid(
             "spec.taints: invalid".into()
         ))));
-        assert!(!registration_refused(&Error::Kube(KubeError::PermissionDenied(
-            "admission denied by grants".into()
-        ))));
+        assert!(!registration_refused(&Error::Kube(
+            KubeError::PermissionDenied("admission denied by grants".into())
+        )));
     }
 
     fn kube(e: KubeError, launch: bool) -> ProviderError {

@@ -71,7 +71,9 @@ pub fn served_object(parameters: &str) -> Option<ServedObject> {
     let value: serde_json::Value = serde_json::from_str(parameters).ok()?;
     let object = value.as_object()?;
     let shaped = object.len() == 3
-        && object.get("apiVersion").is_some_and(serde_json::Value::is_string)
+        && object
+            .get("apiVersion")
+            .is_some_and(serde_json::Value::is_string)
         && object.get("kind").is_some_and(serde_json::Value::is_string)
         && object.get("spec").is_some_and(serde_json::Value::is_object);
     if !shaped {

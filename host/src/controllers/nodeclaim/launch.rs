@@ -302,13 +302,18 @@ async fn node_class_unusable(
     let Some((event, metric)) = unresolved.deletes_claim() else {
         return Ok(Step::Continue);
     };
-    ctx.metrics.own.failed(&nodepool(claim), unresolved.reason());
+    ctx.metrics
+        .own
+        .failed(&nodepool(claim), unresolved.reason());
     ctx.metrics.lifecycle.disrupted(claim, metric, "");
     ctx.events
         .warning(
             claim,
             event,
-            format!("NodeClaim {} could not launch: {unresolved}", claim.name_any()),
+            format!(
+                "NodeClaim {} could not launch: {unresolved}",
+                claim.name_any()
+            ),
         )
         .await;
     delete(ctx, claim).await?;
