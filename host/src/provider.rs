@@ -7,6 +7,7 @@
 
 pub mod convert;
 pub mod kinds;
+pub mod launch_answer;
 pub mod package;
 pub mod registry;
 pub mod source;

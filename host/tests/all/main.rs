@@ -30,6 +30,7 @@ mod metrics;
 mod node_class_kinds;
 mod node_repair;
 mod nominated;
+mod pool_deletion;
 mod pool_limits;
 mod provider_new;
 mod providers;
