@@ -12,6 +12,7 @@ pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
 pub mod metrics;
+pub mod node_class_kinds;
 pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass_status;
@@ -353,6 +354,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
     let result = tokio::select! {
         () = nodeclaim::run(Arc::clone(&ctx), node_changes) => Err(ControllerError::Stopped("nodeclaim")),
         () = nodeclass_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodeclass-status")),
+        () = node_class_kinds::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-class-kinds")),
         () = nodepool_status::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-status")),
         () = nodepool_status::report_unparseable(Arc::clone(&ctx)) => Err(ControllerError::Stopped("nodepool-parse-report")),
         () = garbage_collection::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("garbage-collection")),

@@ -18,6 +18,7 @@ pub mod cache;
 mod call_state;
 pub mod engine;
 pub mod limits;
+pub mod node_class_kinds;
 pub mod provider;
 pub mod validate;
 
@@ -219,7 +220,8 @@ impl Runtime {
             compiled.info.sha256.clone(),
             limits,
             caps,
-        ))
+        )
+        .with_node_class_kinds(compiled.info.node_class_kinds.clone()))
     }
 
     /// [`Runtime::compile`] then [`Runtime::instantiate_pre`].

@@ -8,10 +8,12 @@
 //!   reconcile triggered by a change always reads that change (or a newer one) from the store.
 //! - [`cluster`]: [`ClusterState`], the caches the provisioner and disruption decide over, and
 //!   [`View`], one moment of them.
+//! - [`served`]: node classes of the kinds providers serve, and who serves which kind.
 
 pub mod backoff;
 pub mod cache;
 pub mod cluster;
+pub mod served;
 
 pub use self::backoff::watch_backoff;
 pub use self::cache::Cache;

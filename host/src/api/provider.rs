@@ -68,6 +68,34 @@ pub struct ProviderSpec {
     pub config: Vec<ProviderConfigEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ProviderLimits>,
+    /// The node class kinds this provider serves besides `capstan.dev` NodeClass. Absent: every
+    /// kind its component declares. A list restricts it to those kinds, and may remap: a kind the
+    /// component does not declare is served when it names `version`, `plural` and `servedAs`, the
+    /// declared kind the provider receives its objects as. A kind another Provider serves already
+    /// (the older one keeps it) is refused, and the `NodeClassKinds` condition says so.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_class_kinds: Option<Vec<NodeClassKindSpec>>,
+}
+
+/// One node class kind a Provider serves (see `ProviderSpec::node_class_kinds`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeClassKindSpec {
+    /// API group (`karpenter.kwok.sh`).
+    #[schemars(length(min = 1, max = 253))]
+    pub group: String,
+    /// Kind (`KWOKNodeClass`).
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The version to watch (default: the declared kind's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The resource's plural (default: the declared kind's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plural: Option<String>,
+    /// A declared kind (`Kind.group`) the provider receives this kind's objects as.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub served_as: Option<String>,
 }
 
 /// A key of a ConfigMap or Secret in the provider source namespace.

@@ -47,6 +47,7 @@ use crate::controllers::{Context, ControllerError};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
 use crate::state::View;
+use crate::state::served::class_key;
 
 use self::candidates::{Machine, eligible, held, machines, pool_counts};
 use self::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
@@ -231,7 +232,7 @@ async fn instance_type_gone(
 ) -> Option<String> {
     let class = view
         .classes
-        .get(&pool.spec.template.spec.node_class_ref.name)?;
+        .get(&class_key(&pool.spec.template.spec.node_class_ref))?;
     let provider = ctx.registry.get(&class.spec.provider)?;
     let types = ctx
         .instance_types
@@ -250,7 +251,7 @@ async fn provider_reason(
     view: &View,
 ) -> Result<Option<String>, ControllerError> {
     let current = drift_reason(claim);
-    let Some(class) = view.classes.get(&claim.spec.node_class_ref.name) else {
+    let Some(class) = view.classes.get(&class_key(&claim.spec.node_class_ref)) else {
         return Ok(current);
     };
     let uid = claim.uid().unwrap_or_default();

@@ -108,6 +108,13 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
         .items
         .into_iter()
         .map(|c| (c.name_any(), c.spec.provider))
+        .chain(
+            ctx.state
+                .served
+                .all()
+                .into_iter()
+                .map(|(key, class)| (key, class.spec.provider.clone())),
+        )
         .collect();
     for claim in &claims {
         if claim.metadata.deletion_timestamp.is_some()
@@ -125,7 +132,7 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
             .and_then(|s| find_condition(&s.conditions, LAUNCHED))
             .is_some_and(|c| millis_since(&c.last_transition_time) >= grace_ms);
         let Some(ids) = classes
-            .get(&claim.spec.node_class_ref.name)
+            .get(&crate::state::served::class_key(&claim.spec.node_class_ref))
             .and_then(|provider| listed.get(provider))
         else {
             continue;

@@ -77,7 +77,10 @@ fn error_policy(class: Arc<NodeClass>, err: &ControllerError, ctx: Arc<Context>)
 }
 
 /// What validation says: status, reason, message.
-async fn validate(ctx: &Context, class: &NodeClass) -> (ConditionStatus, &'static str, String) {
+pub(crate) async fn validate(
+    ctx: &Context,
+    class: &NodeClass,
+) -> (ConditionStatus, &'static str, String) {
     let name = &class.spec.provider;
     let Some(provider) = ctx.registry.get(name) else {
         let loaded = ctx.registry.names();

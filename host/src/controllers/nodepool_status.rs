@@ -44,7 +44,14 @@ pub async fn run(ctx: Arc<Context>) {
         .map(|pool| Ok(pool.as_ref().clone()));
     let controller = Controller::for_stream(changes, pools.clone())
         .trigger_backoff(crate::state::watch_backoff())
-        .reconcile_all_on(futures::stream::once(futures::future::ready(())));
+        .reconcile_all_on(futures::stream::select(
+            futures::stream::once(futures::future::ready(())),
+            // Node classes of served kinds changed (their objects or who serves them).
+            futures::stream::unfold(ctx.state.served.subscribe(), |mut rx| async move {
+                rx.changed().await.ok()?;
+                Some(((), rx))
+            }),
+        ));
     controller
         .watches(
             Api::<NodeClaim>::all(ctx.client.clone()),

@@ -1,20 +1,28 @@
-//! From a `nodeClassRef` to the NodeClass and its live provider.
+//! From a `nodeClassRef` to the node class and its live provider: a `capstan.dev` NodeClass names
+//! its provider in `spec.provider`; an object of a kind a provider serves (`KWOKNodeClass`, ...)
+//! belongs to that provider ([`crate::state::served`]).
 
 use std::sync::Arc;
 
 use kube::Api;
+use kube::api::DynamicObject;
 
 use crate::api::nodeclass::{GROUP, KIND};
-use crate::api::{NodeClass, NodeClassReference};
+use crate::api::shared::find_condition;
+use crate::api::{ConditionStatus, NodeClass, NodeClassReference};
 use crate::controllers::Context;
 use crate::provider::Registry;
+use crate::provider::kinds::GroupKind;
 use crate::runtime::ProviderPre;
+use crate::state::served::{self, class_key, is_capstan};
 
 /// Why a reference leads to no provider. Each has a condition reason.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Unresolved {
     /// The reference is not to a `capstan.dev` NodeClass.
-    #[error("nodeClassRef {group}/{kind} {name} is not a {GROUP} {KIND}")]
+    #[error(
+        "nodeClassRef {group}/{kind} {name} is neither a {GROUP} {KIND} nor a kind a loaded provider serves"
+    )]
     UnsupportedNodeClassRef {
         /// Its group.
         group: String,
@@ -26,6 +34,26 @@ pub enum Unresolved {
     /// No such NodeClass.
     #[error("NodeClass {0} not found")]
     NodeClassNotFound(String),
+    /// No such object of a kind a provider serves. As in Karpenter, a claim that cannot launch
+    /// for this is deleted.
+    #[error("{kind} {name} not found")]
+    ServedNodeClassNotFound {
+        /// `Kind.group`.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
+    /// An object of a kind a provider serves whose `Ready` condition is `False`. As in
+    /// Karpenter, a claim that cannot launch for this is deleted.
+    #[error("{kind} {name} is not ready: {message}")]
+    NodeClassNotReady {
+        /// `Kind.group`.
+        kind: String,
+        /// Its name.
+        name: String,
+        /// Its `Ready` condition's message.
+        message: String,
+    },
     /// The NodeClass names a provider that is not loaded.
     #[error("NodeClass {node_class} uses provider {provider}, which is not loaded")]
     ProviderNotFound {
@@ -40,11 +68,43 @@ impl Unresolved {
     /// The condition and Event reason.
     pub fn reason(&self) -> &'static str {
         match self {
-            Unresolved::UnsupportedNodeClassRef { .. } | Unresolved::NodeClassNotFound(_) => {
-                "NodeClassNotFound"
-            }
+            Unresolved::UnsupportedNodeClassRef { .. }
+            | Unresolved::NodeClassNotFound(_)
+            | Unresolved::ServedNodeClassNotFound { .. } => "NodeClassNotFound",
+            Unresolved::NodeClassNotReady { .. } => "NodeClassNotReady",
             Unresolved::ProviderNotFound { .. } => "ProviderNotFound",
         }
+    }
+
+    /// Whether a claim that cannot launch for this is deleted, as Karpenter does (its kwok
+    /// provider answers a missing node class with insufficient capacity, one whose `Ready` is
+    /// `False` with `NodeClassNotReady`): the Event reason and the disruption metric's reason.
+    /// A missing `capstan.dev` NodeClass keeps the claim waiting, as it always did.
+    pub fn deletes_claim(&self) -> Option<(&'static str, &'static str)> {
+        match self {
+            Unresolved::ServedNodeClassNotFound { .. } => {
+                Some(("InsufficientCapacityError", "insufficient_capacity"))
+            }
+            Unresolved::NodeClassNotReady { .. } => {
+                Some(("NodeClassNotReady", "nodeclass_not_ready"))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn unsupported(reference: &NodeClassReference) -> Unresolved {
+    Unresolved::UnsupportedNodeClassRef {
+        group: reference.group.clone(),
+        kind: reference.kind.clone(),
+        name: reference.name.clone(),
+    }
+}
+
+fn served_not_found(reference: &NodeClassReference) -> Unresolved {
+    Unresolved::ServedNodeClassNotFound {
+        kind: GroupKind::new(&reference.group, &reference.kind).to_string(),
+        name: reference.name.clone(),
     }
 }
 
@@ -59,17 +119,23 @@ pub struct Resolved {
     pub provider: Arc<ProviderPre>,
 }
 
-/// Looks up the NodeClass only.
+/// Looks up the node class only, on the API server (not a cache: a class created a moment ago
+/// is found).
 pub async fn node_class(
     ctx: &Context,
     reference: &NodeClassReference,
 ) -> Result<Result<NodeClass, Unresolved>, kube::Error> {
-    if reference.group != GROUP || reference.kind != KIND {
-        return Ok(Err(Unresolved::UnsupportedNodeClassRef {
-            group: reference.group.clone(),
-            kind: reference.kind.clone(),
-            name: reference.name.clone(),
-        }));
+    if !is_capstan(reference) {
+        let Some(serving) = ctx.state.served.serving(reference) else {
+            return Ok(Err(unsupported(reference)));
+        };
+        let kind = GroupKind::new(&reference.group, &reference.kind);
+        let api: Api<DynamicObject> =
+            Api::all_with(ctx.client.clone(), &served::api_resource(&kind, &serving));
+        return Ok(match api.get_opt(&reference.name).await? {
+            Some(object) => Ok(served::to_node_class(&object, &serving)),
+            None => Err(served_not_found(reference)),
+        });
     }
     let api: Api<NodeClass> = Api::all(ctx.client.clone());
     Ok(api
@@ -90,32 +156,64 @@ pub async fn resolve(
     Ok(with_provider(&ctx.registry, reference, node_class))
 }
 
+/// [`resolve`] for a launch: a served node class whose `Ready` condition is `False` is
+/// [`Unresolved::NodeClassNotReady`] (a `capstan.dev` NodeClass launches whatever its status,
+/// its provider's `create` decides).
+pub async fn resolve_for_launch(
+    ctx: &Context,
+    reference: &NodeClassReference,
+) -> Result<Result<Resolved, Unresolved>, kube::Error> {
+    let resolved = match resolve(ctx, reference).await? {
+        Ok(resolved) => resolved,
+        Err(unresolved) => return Ok(Err(unresolved)),
+    };
+    if is_capstan(reference) {
+        return Ok(Ok(resolved));
+    }
+    let conditions = resolved
+        .node_class
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    Ok(match find_condition(conditions, "Ready") {
+        Some(ready) if ready.status == ConditionStatus::False => {
+            Err(Unresolved::NodeClassNotReady {
+                kind: GroupKind::new(&reference.group, &reference.kind).to_string(),
+                name: reference.name.clone(),
+                message: ready.message.clone().unwrap_or_default(),
+            })
+        }
+        _ => Ok(resolved),
+    })
+}
+
 /// Resolves `reference` against NodeClasses already read (the cluster state's), by name.
 pub fn resolve_in(
     ctx: &Context,
     reference: &NodeClassReference,
     classes: &std::collections::HashMap<String, NodeClass>,
 ) -> Result<Resolved, Unresolved> {
+    if !is_capstan(reference) && ctx.state.served.serving(reference).is_none() {
+        return Err(unsupported(reference));
+    }
     resolve_with(&ctx.registry, reference, classes)
 }
 
-/// [`resolve_in`] with the providers of `registry` (`capstan simulate` has no [`Context`]).
+/// [`resolve_in`] with the providers of `registry` (`capstan simulate` has no [`Context`]);
+/// `classes` are keyed by [`class_key`].
 pub fn resolve_with(
     registry: &Registry,
     reference: &NodeClassReference,
     classes: &std::collections::HashMap<String, NodeClass>,
 ) -> Result<Resolved, Unresolved> {
-    if reference.group != GROUP || reference.kind != KIND {
-        return Err(Unresolved::UnsupportedNodeClassRef {
-            group: reference.group.clone(),
-            kind: reference.kind.clone(),
-            name: reference.name.clone(),
-        });
-    }
-    let node_class = classes
-        .get(&reference.name)
-        .cloned()
-        .ok_or_else(|| Unresolved::NodeClassNotFound(reference.name.clone()))?;
+    let node_class = match classes.get(&class_key(reference)) {
+        Some(class) => class.clone(),
+        None if is_capstan(reference) => {
+            return Err(Unresolved::NodeClassNotFound(reference.name.clone()));
+        }
+        None => return Err(served_not_found(reference)),
+    };
     with_provider(registry, reference, node_class)
 }
 
@@ -151,6 +249,7 @@ pub async fn launching_provider(
         Ok(resolved) => Ok(Ok((resolved.provider_name, resolved.provider))),
         Err(
             unresolved @ (Unresolved::NodeClassNotFound(_)
+            | Unresolved::ServedNodeClassNotFound { .. }
             | Unresolved::UnsupportedNodeClassRef { .. }),
         ) => {
             let recorded = claim
@@ -170,5 +269,83 @@ pub async fn launching_provider(
             })
         }
         Err(other) => Ok(Err(other)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+    use crate::api::NodeClassSpec;
+
+    fn reference(group: &str, kind: &str, name: &str) -> NodeClassReference {
+        NodeClassReference {
+            group: group.into(),
+            kind: kind.into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn served_classes_resolve_by_kind_and_name() {
+        let class = |provider: &str| {
+            NodeClass::new(
+                "default",
+                NodeClassSpec {
+                    provider: provider.into(),
+                    parameters: None,
+                },
+            )
+        };
+        let classes: HashMap<String, NodeClass> = [
+            ("default".to_owned(), class("capstan-provider")),
+            (
+                "KWOKNodeClass.karpenter.kwok.sh/default".to_owned(),
+                class("kwok"),
+            ),
+        ]
+        .into();
+        let registry = Registry::new();
+        // Each reference finds its own class (no provider is loaded: the names say which).
+        let kwok = resolve_with(
+            &registry,
+            &reference("karpenter.kwok.sh", "KWOKNodeClass", "default"),
+            &classes,
+        );
+        assert!(
+            matches!(&kwok, Err(Unresolved::ProviderNotFound { provider, .. }) if provider == "kwok"),
+            "{kwok:?}"
+        );
+        let capstan = resolve_with(&registry, &reference(GROUP, KIND, "default"), &classes);
+        assert!(
+            matches!(&capstan, Err(Unresolved::ProviderNotFound { provider, .. }) if provider == "capstan-provider")
+        );
+        // Missing: a served kind's claim is deleted, a capstan.dev NodeClass's waits.
+        let missing = resolve_with(
+            &registry,
+            &reference("karpenter.kwok.sh", "KWOKNodeClass", "other"),
+            &classes,
+        )
+        .unwrap_err();
+        assert_eq!(missing.reason(), "NodeClassNotFound");
+        assert_eq!(
+            missing.deletes_claim(),
+            Some(("InsufficientCapacityError", "insufficient_capacity"))
+        );
+        let missing =
+            resolve_with(&registry, &reference(GROUP, KIND, "other"), &classes).unwrap_err();
+        assert_eq!(missing, Unresolved::NodeClassNotFound("other".into()));
+        assert_eq!(missing.deletes_claim(), None);
+        let not_ready = Unresolved::NodeClassNotReady {
+            kind: "KWOKNodeClass.karpenter.kwok.sh".into(),
+            name: "default".into(),
+            message: "NodeClass is not ready".into(),
+        };
+        assert_eq!(not_ready.reason(), "NodeClassNotReady");
+        assert_eq!(
+            not_ready.deletes_claim(),
+            Some(("NodeClassNotReady", "nodeclass_not_ready"))
+        );
     }
 }

@@ -86,6 +86,9 @@ pub struct Package {
     pub sha256: String,
     /// The compression used.
     pub compression: Compression,
+    /// The CRDs of the node class kinds the component declares (its `capstan:node-class-crds`
+    /// section), applied before the Provider that serves them.
+    pub crds: Vec<serde_json::Value>,
 }
 
 /// Packages `component`.
@@ -149,6 +152,7 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: options.limits.clone(),
+            node_class_kinds: None,
         },
     );
     provider.metadata.labels = Some(labels);
@@ -157,16 +161,25 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
         provider,
         sha256: info.sha256,
         compression,
+        crds: info
+            .node_class_kinds
+            .iter()
+            .map(|kind| kind.crd.clone())
+            .collect(),
     })
 }
 
 /// The manifests as multi-document YAML for `kubectl apply --server-side -f -` (server-side: a client-side apply would copy the component into an annotation, which is limited to 256 KiB).
 pub fn to_yaml(package: &Package) -> Result<String, serde_json::Error> {
     // JSON is YAML; one document per object keeps the output exact and `kubectl`-ready. The
-    // ConfigMaps come first, so the Provider never names a part the server does not have yet.
-    let mut docs = Vec::with_capacity(package.config_maps.len() + 1);
+    // ConfigMaps come first, so the Provider never names a part the server does not have yet;
+    // then the CRDs of the node class kinds the component serves.
+    let mut docs = Vec::with_capacity(package.config_maps.len() + package.crds.len() + 1);
     for config_map in &package.config_maps {
         docs.push(serde_json::to_string_pretty(config_map)?);
+    }
+    for crd in &package.crds {
+        docs.push(serde_json::to_string_pretty(crd)?);
     }
     docs.push(serde_json::to_string_pretty(&package.provider)?);
     let parts = match package.config_maps.len() {

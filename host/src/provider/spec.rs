@@ -304,6 +304,7 @@ mod tests {
             egress_ca_bundle: None,
             config: Vec::new(),
             limits,
+            node_class_kinds: None,
         }
     }
 

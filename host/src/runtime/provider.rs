@@ -27,6 +27,7 @@ use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0};
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
 use crate::runtime::limits::Limits;
+use crate::runtime::node_class_kinds::DeclaredKind;
 use crate::runtime::validate::ProviderExport;
 
 /// Why a call failed. Only [`CallError::Provider`] comes from the provider's own logic; the others
@@ -216,6 +217,7 @@ struct Inner {
     sha256: String,
     limits: Limits,
     caps: Arc<Capabilities>,
+    node_class_kinds: Vec<DeclaredKind>,
     permits: Semaphore,
     counters: Counters,
 }
@@ -266,9 +268,23 @@ impl ProviderPre {
                 permits: Semaphore::new(limits.concurrency),
                 limits,
                 caps,
+                node_class_kinds: Vec::new(),
                 counters: Counters::default(),
             }),
         }
+    }
+
+    /// This provider, declaring `kinds` (from its component; set before it is shared).
+    pub(crate) fn with_node_class_kinds(mut self, kinds: Vec<DeclaredKind>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.node_class_kinds = kinds;
+        }
+        self
+    }
+
+    /// The node class kinds the component declares (see [`crate::runtime::node_class_kinds`]).
+    pub fn node_class_kinds(&self) -> &[DeclaredKind] {
+        &self.inner.node_class_kinds
     }
 
     /// The exported contract.

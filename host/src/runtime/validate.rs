@@ -11,6 +11,7 @@ use wit_parser::decoding::{DecodedWasm, decode};
 use wit_parser::{Resolve, WorldItem, WorldKey};
 
 use crate::runtime::bindings::{EXPORT_INTERFACE, PACKAGE_NAME, PACKAGE_NAMESPACE, WitVersion};
+use crate::runtime::node_class_kinds::{self, DeclarationError, DeclaredKind};
 
 /// The default size limit of a component (32 MiB).
 pub const DEFAULT_MAX_COMPONENT_SIZE: usize = 32 << 20;
@@ -61,6 +62,9 @@ pub enum ValidateError {
         /// The supported versions.
         supported: String,
     },
+    /// Declares node class kinds it cannot serve (its `capstan:node-class-crds` section).
+    #[error(transparent)]
+    NodeClassKinds(#[from] DeclarationError),
     /// Exports the interface without every function.
     #[error("component exports {interface} without the function(s): {}", .missing.join(", "))]
     MissingExport {
@@ -105,6 +109,9 @@ pub struct ComponentInfo {
     pub exports: Vec<InterfaceInfo>,
     /// What it imports.
     pub imports: Vec<InterfaceInfo>,
+    /// The node class kinds it declares (its `capstan:node-class-crds` section).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub node_class_kinds: Vec<DeclaredKind>,
 }
 
 /// The `cloud-provider` export of a valid provider.
@@ -144,13 +151,14 @@ pub fn inspect(bytes: &[u8], max_size: usize) -> Result<ComponentInfo, ValidateE
             &bytes[4..8]
         )));
     }
-    // Walk every section once: a truncated or corrupt file fails here with the parser's message
-    // (WIT decoding alone reads only the type information it needs).
-    for payload in wasmparser::Parser::new(0).parse_all(bytes) {
-        if let Err(err) = payload {
-            return Err(ValidateError::Malformed(err.to_string()));
-        }
-    }
+    // Walk every section once (reading the node class kinds on the way): a truncated or corrupt
+    // file fails here with the parser's message (WIT decoding alone reads only the type
+    // information it needs).
+    let declared = node_class_kinds::section(bytes).map_err(ValidateError::Malformed)?;
+    let node_class_kinds = match declared {
+        Some(text) => node_class_kinds::parse(&text)?,
+        None => Vec::new(),
+    };
     // The decoder sees untrusted bytes: a bug in it must refuse this component, not take the host
     // down.
     let decoded = std::panic::catch_unwind(|| decode(bytes)).map_err(|_| {
@@ -173,6 +181,7 @@ pub fn inspect(bytes: &[u8], max_size: usize) -> Result<ComponentInfo, ValidateE
         sha256: hex::encode(Sha256::digest(bytes)),
         exports: describe_all(&world.exports),
         imports: describe_all(&world.imports),
+        node_class_kinds,
     })
 }
 

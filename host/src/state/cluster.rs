@@ -42,6 +42,8 @@ pub struct ClusterState {
     pub storage_classes: Cache<StorageClass>,
     /// CSI attach limits: how many volumes each driver may attach to a node.
     pub csi_nodes: Cache<CSINode>,
+    /// Node classes of the kinds providers serve (filled by the node class kinds controller).
+    pub served: super::served::ServedClasses,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -53,6 +55,8 @@ pub struct View {
     pub pools: Vec<Arc<NodePool>>,
     /// Managed NodePools that do not parse, by name.
     pub rejected_pools: BTreeMap<String, Rejected>,
+    /// Node classes by [`super::served::class_key`]: `capstan.dev` NodeClasses by name, the
+    /// kinds providers serve as `Kind.group/name`.
     pub classes: HashMap<String, Arc<NodeClass>>,
     pub daemonsets: Vec<Arc<DaemonSet>>,
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
@@ -170,6 +174,7 @@ impl ClusterState {
                 .state()
                 .into_iter()
                 .map(|c| (c.name_any(), c))
+                .chain(self.served.all())
                 .collect(),
             daemonsets: self.daemonsets.store().state(),
             pdbs: self.pdbs.store().state(),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use capstan::api::NodeClaim;
-use capstan_cloudstack_emulator::catalog::sample;
+use capstan_cloudstack_emulator::catalog::{Catalog, readme, sample};
 use capstan_cloudstack_emulator::{
     Config, DEFAULT_API_KEY, DEFAULT_SECRET_KEY, Emulator, EmulatorHandle, JobFailure, JobLatency,
 };
@@ -54,10 +54,20 @@ struct World {
 
 impl World {
     async fn new(prefix: &str, secret_key: &str) -> (Self, &'static ControlPlane) {
+        Self::with_catalog(prefix, secret_key, Catalog::sample()).await
+    }
+
+    /// [`World::new`] with the emulator serving `catalog`.
+    async fn with_catalog(
+        prefix: &str,
+        secret_key: &str,
+        catalog: Catalog,
+    ) -> (Self, &'static ControlPlane) {
         let (cp, client) = cluster().await;
         let cs = Emulator::start(Config {
             kube: Some(client.clone()),
             job_latency: JobLatency::duration(Duration::from_millis(300)),
+            catalog,
             ..Config::default()
         })
         .await
@@ -561,4 +571,167 @@ async fn a_new_template_drifts_the_nodes_and_replaces_them() {
         started.elapsed()
     );
     world.tear_down(&host, &ns).await;
+}
+
+/// karpenter-provider-cloudstack's README example, as the issue quotes it: a `CloudStackNodeClass`
+/// and the NodePool that uses it.
+const README_EXAMPLE: &str = r#"apiVersion: karpenter.k8s.cloudstack/v1
+kind: CloudStackNodeClass
+metadata:
+  name: default
+spec:
+  zone: zone-01
+  networkSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: my-cluster
+  serviceOfferingSelectorTerms:
+    - tags:
+        karpenter.sh/discovery: my-cluster
+  templateSelectorTerms:
+    - tags:
+        os: ubuntu
+        version: "22.04"
+  userData: |
+    #!/bin/bash
+    echo "Node initialization script"
+---
+apiVersion: karpenter.sh/v1
+kind: NodePool
+metadata:
+  name: default
+spec:
+  template:
+    spec:
+      nodeClassRef:
+        group: karpenter.k8s.cloudstack
+        kind: CloudStackNodeClass
+        name: default
+      requirements:
+        - key: karpenter.sh/capacity-type
+          operator: In
+          values: ["on-demand"]
+        - key: node.kubernetes.io/instance-type
+          operator: In
+          values: ["medium", "large"]
+"#;
+
+/// The README example applies unchanged (the CRD is the one `cloudstack.wasm` declares) and
+/// provisions against a cloud shaped like it (zone `zone-01`, offerings `medium` and `large`):
+/// the host validates the `CloudStackNodeClass` (`Ready`), a pending pod gets a `medium` VM with
+/// the example's user data, and its Node carries Karpenter's node class label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
+    let (world, cp) = World::with_catalog("cs-readme", DEFAULT_SECRET_KEY, Catalog::readme()).await;
+    // The CRDs the component declares, as `capstan provider package` ships them.
+    let info = capstan::runtime::validate::inspect(
+        &wasm("cloudstack"),
+        capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = info
+        .node_class_kinds
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
+    assert_eq!(kinds, ["CloudStackNodeClass"]);
+    let crd_file = crate::lifecycle::write_once(
+        "cloudstack-node-class-crds.json",
+        &serde_json::to_string(&info.node_class_kinds[0].crd).unwrap(),
+    );
+    cp.install_crds_from_files(&[crd_file]).await.unwrap();
+    let host = world.host(cp);
+
+    let objects = capstan_test_support::parse_yaml("README example", README_EXAMPLE).unwrap();
+    let discovery = kube::Discovery::new(world.client.clone())
+        .run()
+        .await
+        .unwrap();
+    for object in &objects {
+        let types = object.types.clone().unwrap();
+        let gvk = kube::core::GroupVersionKind::try_from(&types).unwrap();
+        let (resource, _) = discovery.resolve_gvk(&gvk).unwrap();
+        let api: Api<kube::api::DynamicObject> = Api::all_with(world.client.clone(), &resource);
+        api.patch(
+            &object.name_any(),
+            &PatchParams::apply("capstan-tests").force(),
+            &Patch::Apply(object),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{} {}: {e}", types.kind, object.name_any()));
+        // Applied unchanged; then labelled so that this test's host (`--selector`) manages it.
+        let label = json!({"metadata": {"labels": {RUN_LABEL: world.names.run}}});
+        api.patch(
+            &object.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&label),
+        )
+        .await
+        .unwrap();
+    }
+
+    let classes: Api<kube::api::DynamicObject> = Api::all_with(
+        world.client.clone(),
+        &kube::api::ApiResource {
+            group: "karpenter.k8s.cloudstack".into(),
+            version: "v1".into(),
+            api_version: "karpenter.k8s.cloudstack/v1".into(),
+            kind: "CloudStackNodeClass".into(),
+            plural: "cloudstacknodeclasses".into(),
+        },
+    );
+    wait_until(
+        Duration::from_secs(60),
+        "CloudStackNodeClass Ready",
+        || async {
+            host.check_alive();
+            let class = classes.get("default").await.map_err(|e| e.to_string())?;
+            let ready = class.data["status"]["conditions"]
+                .as_array()
+                .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+            Ok::<_, String>(ready.filter(|c| c["status"] == "True"))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+
+    let ns = cp.create_namespace_unique("cs-readme-pods").await.unwrap();
+    Pods::new(&world.client, &world.names, &ns, "app")
+        .cpu("1")
+        .memory("512Mi")
+        .node_selector(json!({"karpenter.sh/nodepool": "default"}))
+        .create()
+        .await;
+    let running = wait_running(&world.client, &host, &ns, 1, Duration::from_secs(180)).await;
+    let vms = world.live_vms();
+    assert_eq!(vms.len(), 1, "{vms:?}");
+    let vm = &vms[0];
+    assert_eq!(
+        vm.service_offering_id,
+        readme::MEDIUM,
+        "the cheaper of medium and large"
+    );
+    assert_eq!(vm.zone_id, readme::ZONE);
+    assert_eq!(vm.template_id, readme::UBUNTU);
+    assert_eq!(vm.nics[0].network_id, readme::NETWORK);
+    // Base64 of the example's user data (ByteString serializes as Base64).
+    let sent = serde_json::to_value(ByteString(
+        b"#!/bin/bash\necho \"Node initialization script\"\n".to_vec(),
+    ))
+    .unwrap();
+    assert_eq!(vm.user_data.as_deref(), sent.as_str());
+    let node_name = running[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let node = Api::<Node>::all(world.client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    let labels = node.labels();
+    assert_eq!(
+        labels["karpenter.k8s.cloudstack/cloudstacknodeclass"],
+        "default"
+    );
+    assert_eq!(labels["node.kubernetes.io/instance-type"], "medium");
+    assert_eq!(labels["topology.kubernetes.io/zone"], "zone-01");
+
+    world.tear_down(&host, &ns).await;
+    let _ = classes.delete("default", &DeleteParams::default()).await;
 }

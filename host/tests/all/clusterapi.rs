@@ -702,3 +702,100 @@ async fn concurrent_launches_share_one_scale_up() {
     .await
     .unwrap();
 }
+
+/// A NodePool referencing karpenter-provider-cluster-api's `ClusterAPINodeClass` (the CRD
+/// `clusterapi.wasm` declares, applied on the workload cluster) launches from the
+/// MachineDeployments its `scalableResourceSelector` picks, in any namespace; the Node carries
+/// Karpenter's node class label.
+#[tokio::test]
+async fn a_cluster_api_node_class_pool_launches() {
+    let names = Names::new("capi-kind");
+    let mut md = machine_deployment("kinds-md", capacity("2", "8Gi", "0.10", "3"));
+    md["metadata"]["labels"]["capstan.dev/test-run"] = json!(names.run);
+    let world = World::new("capi-kind", &[md]).await;
+    let (cp, client) = cluster().await;
+    let info = capstan::runtime::validate::inspect(
+        &std::fs::read(providers_dir().join("clusterapi.wasm")).unwrap(),
+        capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = info
+        .node_class_kinds
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
+    assert_eq!(kinds, ["ClusterAPINodeClass"]);
+    let crd_file = crate::lifecycle::write_once(
+        "clusterapi-node-class-crds.json",
+        &serde_json::to_string(&info.node_class_kinds[0].crd).unwrap(),
+    );
+    cp.install_crds_from_files(&[crd_file]).await.unwrap();
+    let host = start_host(cp, &names).await;
+
+    let (class, pool) = (names.name("capinc"), names.name("pool"));
+    let classes: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::api::ApiResource {
+            group: "karpenter.cluster.x-k8s.io".into(),
+            version: "v1alpha1".into(),
+            api_version: "karpenter.cluster.x-k8s.io/v1alpha1".into(),
+            kind: "ClusterAPINodeClass".into(),
+            plural: "clusterapinodeclasses".into(),
+        },
+    );
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1",
+        "kind": "ClusterAPINodeClass",
+        "metadata": {"name": class, "labels": {"capstan.dev/test-run": names.run}},
+        "spec": {"scalableResourceSelector": {"matchLabels": {"capstan.dev/test-run": names.run}}},
+    }))
+    .unwrap();
+    classes
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    let mut pool_json = node_pool_json(&names, &pool, &class);
+    pool_json["spec"]["template"]["spec"]["nodeClassRef"] = json!({
+        "group": "karpenter.cluster.x-k8s.io", "kind": "ClusterAPINodeClass", "name": class,
+    });
+    node_pool(&client, pool_json).await;
+    let ns = cp.create_namespace_unique("capi-kind-pods").await.unwrap();
+    Pods::new(&client, &names, &ns, "web")
+        .cpu("1")
+        .memory("256Mi")
+        .node_selector(json!({"karpenter.sh/nodepool": pool}))
+        .tolerations(json!([{"operator": "Exists"}]))
+        .create()
+        .await;
+    let running = wait_running(&client, &host, &ns, 1, Duration::from_secs(180)).await;
+    let node_name = running[0].spec.as_ref().unwrap().node_name.clone().unwrap();
+    let node = Api::<Node>::all(client.clone())
+        .get(&node_name)
+        .await
+        .unwrap();
+    assert_eq!(
+        node.labels()["karpenter.cluster.x-k8s.io/clusterapinodeclass"],
+        class
+    );
+    assert_eq!(
+        node.labels()["node.kubernetes.io/instance-type"],
+        "kinds-md"
+    );
+    assert_eq!(world.replicas("kinds-md").await, 1);
+    let ready = classes.get(&class).await.unwrap().data["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready").cloned());
+    assert_eq!(ready.map(|c| c["status"].clone()), Some(json!("True")));
+
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    cleanup(&client, &names).await;
+    wait_until(Duration::from_secs(120), "replicas back to 0", || async {
+        host.check_alive();
+        Ok::<_, String>((world.replicas("kinds-md").await == 0).then_some(()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    let _ = classes.delete(&class, &DeleteParams::default()).await;
+}

@@ -601,7 +601,10 @@ async fn pool_cost(client: &Client, pool: &str) -> (usize, f64) {
     {
         let l = n.labels();
         let cpu: f64 = l["karpenter.kwok.sh/instance-cpu"].parse().unwrap();
-        let mib: f64 = l["karpenter.kwok.sh/instance-memory"].parse().unwrap();
+        let mib: f64 = l["karpenter.kwok.sh/instance-memory"]
+            .strip_suffix("Gi")
+            .map(|gib| gib.parse::<f64>().unwrap() * 1024.0)
+            .unwrap_or_else(|| l["karpenter.kwok.sh/instance-memory"].parse().unwrap());
         let od = 0.025 * cpu + 0.001 * mib / 1024.0;
         total += if l["karpenter.sh/capacity-type"] == "spot" {
             od * 0.7

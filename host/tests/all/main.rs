@@ -27,6 +27,7 @@ mod image;
 mod leader_election;
 mod lifecycle;
 mod metrics;
+mod node_class_kinds;
 mod node_repair;
 mod nominated;
 mod pool_deletion;

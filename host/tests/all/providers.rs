@@ -185,6 +185,7 @@ impl Setup {
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: None,
+            node_class_kinds: None,
         }
     }
 

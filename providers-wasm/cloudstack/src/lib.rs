@@ -30,3 +30,8 @@ pub mod tags;
 pub use provider::CloudStack;
 
 capstan_provider_sdk::export_provider!(CloudStack);
+// karpenter-provider-cloudstack's CloudStackNodeClass, served besides capstan.dev NodeClass.
+capstan_provider_sdk::declare_node_class_crds!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/node-class-crds.yaml"
+));

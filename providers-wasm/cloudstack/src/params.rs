@@ -93,10 +93,31 @@ struct DriftFields<'a> {
     ssh_key_pair: &'a Option<String>,
 }
 
+/// karpenter-provider-cloudstack's API group, whose `CloudStackNodeClass` this provider serves.
+pub const CLOUDSTACK_GROUP: &str = "karpenter.k8s.cloudstack";
+/// The kind.
+pub const CLOUDSTACK_NODE_CLASS: &str = "CloudStackNodeClass";
+
 impl Parameters {
-    /// Parses and validates NodeClass parameters.
+    /// Parses and validates node class parameters: a `capstan.dev` NodeClass's `parameters`, or
+    /// a `CloudStackNodeClass` (`karpenter.k8s.cloudstack/v1`) as the host hands it over, whose
+    /// `spec` fields are the same (`zone`, the three selector term lists, `userData`, `tags`,
+    /// `rootDiskSize`, `diskOffering`); the endpoint then comes from the Provider's configuration
+    /// and prices from the default price model.
     pub fn parse(text: &str) -> Result<Self, ProviderError> {
-        let params: Parameters = capstan_provider_sdk::params::parse(text)?;
+        let params: Parameters = match capstan_provider_sdk::params::served_object(text) {
+            Some(served) => {
+                let group = served.api_version.split('/').next().unwrap_or_default();
+                if group != CLOUDSTACK_GROUP || served.kind != CLOUDSTACK_NODE_CLASS {
+                    return Err(ProviderError::Invalid(format!(
+                        "the cloudstack provider serves {CLOUDSTACK_NODE_CLASS}.{CLOUDSTACK_GROUP}, not {}.{group}",
+                        served.kind
+                    )));
+                }
+                served.spec()?
+            }
+            None => capstan_provider_sdk::params::parse(text)?,
+        };
         params.validate()?;
         Ok(params)
     }
@@ -273,6 +294,34 @@ fn terms<T>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_cloudstack_node_class_as_its_readme_writes_it() {
+        let served = serde_json::json!({
+            "apiVersion": "karpenter.k8s.cloudstack/v1",
+            "kind": "CloudStackNodeClass",
+            "spec": {
+                "zone": "zone-01",
+                "networkSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
+                "serviceOfferingSelectorTerms": [{"tags": {"karpenter.sh/discovery": "my-cluster"}}],
+                "templateSelectorTerms": [{"tags": {"os": "ubuntu", "version": "22.04"}}],
+                "userData": "#!/bin/bash\necho \"Node initialization script\"\n",
+            },
+        });
+        let params = Parameters::parse(&served.to_string()).unwrap();
+        assert_eq!(params.zone_names(), vec!["zone-01"]);
+        assert_eq!(params.template_selector_terms[0].tags["version"], "22.04");
+        assert!(params.user_data.unwrap().starts_with("#!/bin/bash"));
+        let other = serde_json::json!({"apiVersion": "karpenter.kwok.sh/v1alpha1", "kind": "KWOKNodeClass", "spec": {}});
+        assert!(matches!(
+            Parameters::parse(&other.to_string()),
+            Err(ProviderError::Invalid(_))
+        ));
+        let typo = serde_json::json!({"apiVersion": "karpenter.k8s.cloudstack/v1", "kind": "CloudStackNodeClass", "spec": {"zonee": "x"}});
+        assert!(
+            matches!(Parameters::parse(&typo.to_string()), Err(ProviderError::Invalid(m)) if m.contains("zonee"))
+        );
+    }
 
     pub(crate) const MINIMAL: &str = r#"{"serviceOfferingSelectorTerms":[{"name":"small"}],
         "templateSelectorTerms":[{"tags":{"capstan":"node-image"}}],

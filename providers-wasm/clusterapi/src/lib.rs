@@ -22,3 +22,8 @@ pub mod provider;
 pub use provider::ClusterApi;
 
 capstan_provider_sdk::export_provider!(ClusterApi);
+// karpenter-provider-cluster-api's ClusterAPINodeClass, served besides capstan.dev NodeClass.
+capstan_provider_sdk::declare_node_class_crds!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/node-class-crds.yaml"
+));

@@ -36,6 +36,87 @@ pub struct Parameters {
     /// How long a launch waits for others to join its scale-up. Default 200.
     #[serde(default = "default_batch")]
     pub batch_millis: u64,
+    /// Look in every namespace (a `ClusterAPINodeClass` names none), not `namespace` only.
+    #[serde(skip)]
+    pub all_namespaces: bool,
+    /// Further label selector requirements (a `ClusterAPINodeClass`'s `matchExpressions`), in
+    /// the API server's selector syntax (`key in (a,b)`, `!key`).
+    #[serde(skip)]
+    pub expressions: Vec<String>,
+}
+
+/// karpenter-provider-cluster-api's API group, whose `ClusterAPINodeClass` this provider serves.
+pub const CAPI_NODE_CLASS_GROUP: &str = "karpenter.cluster.x-k8s.io";
+/// The kind.
+pub const CAPI_NODE_CLASS: &str = "ClusterAPINodeClass";
+
+/// The `spec` of a `ClusterAPINodeClass` (`karpenter.cluster.x-k8s.io/v1alpha1`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct ClusterApiNodeClassSpec {
+    /// Which scalable resources (MachineDeployments) take part, besides the karpenter-member
+    /// label every one of them needs.
+    #[serde(default)]
+    pub scalable_resource_selector: Option<LabelSelector>,
+}
+
+/// A Kubernetes label selector.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Labels that must be present with these values.
+    #[serde(default)]
+    pub match_labels: BTreeMap<String, String>,
+    /// Requirements.
+    #[serde(default)]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One requirement of a label selector.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// Values (`In`, `NotIn`).
+    #[serde(default)]
+    pub values: Vec<String>,
+}
+
+impl LabelSelectorRequirement {
+    /// The requirement in the API server's selector syntax.
+    fn to_selector(&self, at: &str) -> Result<String, ProviderError> {
+        let values = || self.values.join(",");
+        let needs_values = |op: &str| {
+            if self.values.is_empty() {
+                Err(ProviderError::Invalid(format!(
+                    "{CAPI_NODE_CLASS} {at}: operator {op} needs values"
+                )))
+            } else {
+                Ok(())
+            }
+        };
+        let no_values = |op: &str| {
+            if self.values.is_empty() {
+                Ok(())
+            } else {
+                Err(ProviderError::Invalid(format!(
+                    "{CAPI_NODE_CLASS} {at}: operator {op} takes no values"
+                )))
+            }
+        };
+        match self.operator.as_str() {
+            "In" => needs_values("In").map(|()| format!("{} in ({})", self.key, values())),
+            "NotIn" => needs_values("NotIn").map(|()| format!("{} notin ({})", self.key, values())),
+            "Exists" => no_values("Exists").map(|()| self.key.clone()),
+            "DoesNotExist" => no_values("DoesNotExist").map(|()| format!("!{}", self.key)),
+            other => Err(ProviderError::Invalid(format!(
+                "{CAPI_NODE_CLASS} {at}.operator: {other:?} is not In, NotIn, Exists or DoesNotExist"
+            ))),
+        }
+    }
 }
 
 /// Which cluster holds the Cluster API objects.
@@ -89,13 +170,44 @@ impl Default for Parameters {
             launch_timeout_seconds: default_launch_timeout(),
             poll_millis: default_poll(),
             batch_millis: default_batch(),
+            all_namespaces: false,
+            expressions: Vec::new(),
         }
     }
 }
 
 impl Parameters {
-    /// Parses and validates.
+    /// Parses and validates: a `capstan.dev` NodeClass's `parameters`, or a
+    /// `ClusterAPINodeClass` as the host hands it over (MachineDeployments in every namespace of
+    /// the management cluster, `v1beta2`, narrowed by `scalableResourceSelector`).
     pub fn parse(text: &str) -> Result<Self, ProviderError> {
+        if let Some(served) = capstan_provider_sdk::params::served_object(text) {
+            let group = served.api_version.split('/').next().unwrap_or_default();
+            if group != CAPI_NODE_CLASS_GROUP || served.kind != CAPI_NODE_CLASS {
+                return Err(ProviderError::Invalid(format!(
+                    "the clusterapi provider serves {CAPI_NODE_CLASS}.{CAPI_NODE_CLASS_GROUP}, not {}.{group}",
+                    served.kind
+                )));
+            }
+            let spec: ClusterApiNodeClassSpec = served.spec()?;
+            let selector = spec.scalable_resource_selector.unwrap_or_default();
+            let expressions = selector
+                .match_expressions
+                .iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    r.to_selector(&format!(
+                        "spec.scalableResourceSelector.matchExpressions[{i}]"
+                    ))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return Ok(Parameters {
+                selector: selector.match_labels,
+                all_namespaces: true,
+                expressions,
+                ..Parameters::default()
+            });
+        }
         let params: Parameters = capstan_provider_sdk::params::parse(text)?;
         params.validate()?;
         Ok(params)
@@ -146,6 +258,34 @@ mod tests {
             Err(ProviderError::Invalid(m)) => m,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_cluster_api_node_class_selects_across_namespaces() {
+        let served = serde_json::json!({
+            "apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1",
+            "kind": "ClusterAPINodeClass",
+            "spec": {"scalableResourceSelector": {
+                "matchLabels": {"pool": "a"},
+                "matchExpressions": [
+                    {"key": "tier", "operator": "In", "values": ["x", "y"]},
+                    {"key": "legacy", "operator": "DoesNotExist"},
+                ],
+            }},
+        });
+        let p = Parameters::parse(&served.to_string()).unwrap();
+        assert!(p.all_namespaces);
+        assert_eq!(p.selector["pool"], "a");
+        assert_eq!(p.expressions, vec!["tier in (x,y)", "!legacy"]);
+        assert_eq!(p.group_version(), "cluster.x-k8s.io/v1beta2");
+        let empty = serde_json::json!({"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass", "spec": {}});
+        let p = Parameters::parse(&empty.to_string()).unwrap();
+        assert!(p.all_namespaces && p.selector.is_empty() && p.expressions.is_empty());
+        let bad = serde_json::json!({"apiVersion": "karpenter.cluster.x-k8s.io/v1alpha1", "kind": "ClusterAPINodeClass",
+            "spec": {"scalableResourceSelector": {"matchExpressions": [{"key": "k", "operator": "In"}]}}});
+        assert!(
+            matches!(Parameters::parse(&bad.to_string()), Err(ProviderError::Invalid(m)) if m.contains("needs values"))
+        );
     }
 
     #[test]

@@ -39,7 +39,7 @@ impl Place {
         Self {
             cluster: params.cluster.cluster(),
             version: params.api_version.clone(),
-            namespace: Some(params.namespace.clone()),
+            namespace: (!params.all_namespaces).then(|| params.namespace.clone()),
         }
     }
 
@@ -127,6 +127,10 @@ fn load_groups(
     let mut selector = MEMBER_LABEL.to_string();
     for (key, value) in &params.selector {
         selector.push_str(&format!(",{key}={value}"));
+    }
+    for expression in &params.expressions {
+        selector.push(',');
+        selector.push_str(expression);
     }
     let deployments: Vec<MachineDeployment> = kube::list(
         &place.target("MachineDeployment"),
@@ -508,6 +512,7 @@ impl Guest for ClusterApi {
         )
         .map_err(err(true))?;
         if let Some(machine) = claimed.into_iter().find(|m| !m.is_leaving()) {
+            let place = place.in_namespace(&machine.metadata.namespace);
             let group = group_of(&place, &machine);
             return wait_launched(&place, &params, machine, group.as_ref(), deadline);
         }
@@ -519,6 +524,8 @@ impl Guest for ClusterApi {
                 ProviderError::InsufficientCapacity(m)
             }
         })?;
+        // The MachineDeployment's own namespace (a ClusterAPINodeClass looks in all of them).
+        let place = place.in_namespace(&group.namespace);
         // Join the MachineDeployment's waiting launches, give others a moment to join too, then
         // take an unclaimed Machine, or raise the replicas for everyone still waiting.
         let max_age = params.ledger_max_age();
@@ -612,8 +619,12 @@ impl Guest for ClusterApi {
         }
         if groups.is_empty() {
             return Err(ProviderError::NodeClassNotReady(format!(
-                "no MachineDeployment labelled {MEMBER_LABEL} in namespace {} of the {} cluster",
-                params.namespace,
+                "no MachineDeployment labelled {MEMBER_LABEL} (and matching the selector) in {} of the {} cluster",
+                if params.all_namespaces {
+                    "any namespace".to_owned()
+                } else {
+                    format!("namespace {}", params.namespace)
+                },
                 match params.cluster.cluster() {
                     Cluster::Management => "management",
                     Cluster::Workload => "workload",

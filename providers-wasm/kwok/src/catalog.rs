@@ -19,11 +19,11 @@ pub const REGION: &str = "test-region";
 
 /// Label: instance family (`c`, `s`, `m`).
 pub const FAMILY_LABEL: &str = "karpenter.kwok.sh/instance-family";
-/// Label: instance size (`4x`).
+/// Label: instance size (Karpenter's kwok: the vCPU count, `4`, for names not shaped like AWS's).
 pub const SIZE_LABEL: &str = "karpenter.kwok.sh/instance-size";
 /// Label: vCPUs.
 pub const CPU_LABEL: &str = "karpenter.kwok.sh/instance-cpu";
-/// Label: memory in MiB.
+/// Label: memory as a quantity (`16Gi`), as Karpenter's kwok spells it.
 pub const MEMORY_LABEL: &str = "karpenter.kwok.sh/instance-memory";
 
 /// One instance type.
@@ -94,7 +94,7 @@ impl Entry {
         set(CPU_LABEL, self.cpu().to_string());
         set(
             MEMORY_LABEL,
-            (self.capacity.get(labels::RESOURCE_MEMORY).value() / (1024 * 1024)).to_string(),
+            self.capacity.get(labels::RESOURCE_MEMORY).to_string(),
         );
         out
     }
@@ -297,9 +297,9 @@ mod tests {
             vec!["on-demand", "spot"]
         );
         assert_eq!(get(FAMILY_LABEL).unwrap().1, vec!["m"]);
-        assert_eq!(get(SIZE_LABEL).unwrap().1, vec!["2x"]);
+        assert_eq!(get(SIZE_LABEL).unwrap().1, vec!["2"]);
         assert_eq!(get(CPU_LABEL).unwrap().1, vec!["2"]);
-        assert_eq!(get(MEMORY_LABEL).unwrap().1, vec!["16384"]);
+        assert_eq!(get(MEMORY_LABEL).unwrap().1, vec!["16Gi"]);
         assert_eq!(it.offerings.len(), 8);
         assert!(it.offerings.iter().all(|o| o.requirements.is_empty()));
         let capacity: Vec<&str> = it.capacity.iter().map(|(name, _)| name).collect();

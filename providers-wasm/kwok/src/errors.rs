@@ -11,9 +11,41 @@ pub fn from_kube(error: Error, launch: bool) -> ProviderError {
     error.into_provider_error(launch)
 }
 
+/// Whether the API server refused to admit a Node (a ValidatingAdmissionPolicy or an admission
+/// webhook denied it): the node's registration failed, not the launch. The host's own grant
+/// denials are not admission.
+pub fn registration_refused(error: &Error) -> bool {
+    match error.kube_error() {
+        Some(
+            capstan_provider_sdk::kube::KubeError::Invalid(message)
+            | capstan_provider_sdk::kube::KubeError::Other(message),
+        ) => {
+            let message = message.to_ascii_lowercase();
+            message.contains("admission") && message.contains("denied")
+        }
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn admission_denials_are_refused_registrations() {
+        let denied = Error::Kube(KubeError::Invalid(
+            "nodes \"n\" is forbidden: ValidatingAdmissionPolicy 'admission-policy' with binding \
+             'b' denied request: failed expression"
+                .into(),
+        ));
+        assert!(registration_refused(&denied));
+        assert!(!registration_refused(&Error::Kube(KubeError::Invalid(
+            "spec.taints: invalid".into()
+        ))));
+        assert!(!registration_refused(&Error::Kube(
+            KubeError::PermissionDenied("admission denied by grants".into())
+        )));
+    }
 
     fn kube(e: KubeError, launch: bool) -> ProviderError {
         from_kube(Error::Kube(e), launch)

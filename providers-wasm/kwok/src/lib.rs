@@ -21,3 +21,8 @@ pub mod selection;
 pub use provider::Kwok;
 
 capstan_provider_sdk::export_provider!(Kwok);
+// Karpenter's KWOKNodeClass, served besides capstan.dev NodeClass.
+capstan_provider_sdk::declare_node_class_crds!(concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/node-class-crds.yaml"
+));

@@ -16,6 +16,8 @@ pub const PROVIDER_LABEL: &str = "capstan.dev/provider";
 pub const PROVIDER_NAME: &str = "kwok";
 /// Annotation the kwok controller looks for: it then marks the node Ready and keeps its lease.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// The price label Karpenter's kwok provider puts on its nodes (for eks-node-viewer).
+pub const NODE_VIEWER_PRICE_LABEL: &str = "eks-node-viewer/instance-price";
 /// Annotation: the NodeClass parameters hash at launch (drift).
 pub const HASH_ANNOTATION: &str = "kwok.capstan.dev/parameters-hash";
 /// Annotation: the image at launch (drift, `image-id`).
@@ -180,6 +182,13 @@ pub fn build(claim: &NodeClaim, launch: &Launch<'_>, provenance: Provenance<'_>)
         labels_out.insert(labels::NODE_POOL.to_string(), pool.clone());
     }
     labels_out.insert(PROVIDER_LABEL.to_string(), PROVIDER_NAME.to_string());
+    // As Karpenter's kwok provider labels its nodes: the kwok marker, and the price for
+    // eks-node-viewer (Go's `%f`: six decimals).
+    labels_out.insert(KWOK_ANNOTATION.to_string(), "fake".to_string());
+    labels_out.insert(
+        NODE_VIEWER_PRICE_LABEL.to_string(),
+        format!("{:.6}", launch.offer.price),
+    );
 
     let annotations = BTreeMap::from([
         (KWOK_ANNOTATION.to_string(), "fake".to_string()),
@@ -411,6 +420,8 @@ mod tests {
         assert_eq!(l["tier"], "web");
         assert_eq!(l[PROVIDER_LABEL], "kwok");
         assert_eq!(node.annotation(KWOK_ANNOTATION), Some("fake"));
+        assert_eq!(node.metadata.labels[KWOK_ANNOTATION], "fake");
+        assert!(node.metadata.labels.contains_key(NODE_VIEWER_PRICE_LABEL));
         assert_eq!(node.annotation(HASH_ANNOTATION), Some("0123456789abcdef"));
         assert_eq!(node.annotation(IMAGE_ANNOTATION), Some("img-1"));
         assert_eq!(

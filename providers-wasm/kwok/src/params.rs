@@ -145,12 +145,82 @@ struct DriftFields<'a> {
     max_cpu: &'a Option<i64>,
 }
 
+/// Karpenter's `karpenter.kwok.sh` group, whose `KWOKNodeClass` this provider serves.
+pub const KWOK_GROUP: &str = "karpenter.kwok.sh";
+/// The kind.
+pub const KWOK_NODE_CLASS: &str = "KWOKNodeClass";
+
+/// The `spec` of Karpenter's `KWOKNodeClass` (`karpenter.kwok.sh/v1alpha1`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct KwokNodeClassSpec {
+    /// How long after its launch a node registers (Go duration: `30s`, `1m30s`, `1h`).
+    #[serde(default)]
+    pub node_registration_delay: Option<String>,
+}
+
+/// Milliseconds of a duration as Karpenter's CRD admits it (`^([0-9]+(s|m|h))+$`).
+pub fn duration_millis(text: &str) -> Option<u64> {
+    let mut total: u64 = 0;
+    let mut digits = String::new();
+    for c in text.chars() {
+        match c {
+            '0'..='9' => digits.push(c),
+            's' | 'm' | 'h' if !digits.is_empty() => {
+                let n: u64 = digits.parse().ok()?;
+                let unit = match c {
+                    's' => 1_000,
+                    'm' => 60_000,
+                    _ => 3_600_000,
+                };
+                total = total.checked_add(n.checked_mul(unit)?)?;
+                digits.clear();
+            }
+            _ => return None,
+        }
+    }
+    (digits.is_empty() && !text.is_empty()).then_some(total)
+}
+
 impl Parameters {
-    /// Parses and validates NodeClass parameters.
+    /// Parses and validates node class parameters: a `capstan.dev` NodeClass's `parameters`, or
+    /// a Karpenter `KWOKNodeClass` as the host hands it over (its `nodeRegistrationDelay` becomes
+    /// the delay before the node registers; the default catalog otherwise).
     pub fn parse(text: &str) -> Result<Self, ProviderError> {
+        if let Some(served) = capstan_provider_sdk::params::served_object(text) {
+            return Self::from_kwok_node_class(&served);
+        }
         let params: Parameters = capstan_provider_sdk::params::parse(text)?;
         params.validate()?;
         Ok(params)
+    }
+
+    fn from_kwok_node_class(
+        served: &capstan_provider_sdk::params::ServedObject,
+    ) -> Result<Self, ProviderError> {
+        let group = served.api_version.split('/').next().unwrap_or_default();
+        if group != KWOK_GROUP || served.kind != KWOK_NODE_CLASS {
+            return Err(ProviderError::Invalid(format!(
+                "the kwok provider serves {KWOK_NODE_CLASS}.{KWOK_GROUP}, not {}.{group}",
+                served.kind
+            )));
+        }
+        let spec: KwokNodeClassSpec = served.spec()?;
+        let delay = match &spec.node_registration_delay {
+            None => None,
+            Some(text) => {
+                let millis = duration_millis(text).ok_or_else(|| {
+                    ProviderError::Invalid(format!(
+                        "{KWOK_NODE_CLASS} spec.nodeRegistrationDelay: {text:?} is not a duration like 30s, 1m or 1h30m"
+                    ))
+                })?;
+                Some(i64::try_from(millis).unwrap_or(i64::MAX))
+            }
+        };
+        Ok(Parameters {
+            launch_delay_millis: delay,
+            ..Parameters::default()
+        })
     }
 
     /// The image nodes launched now report.
@@ -312,6 +382,46 @@ fn fnv1a(bytes: &[u8]) -> u64 {
     bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, b| {
         (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3)
     })
+}
+
+#[cfg(test)]
+mod kwok_node_class_tests {
+    use super::*;
+
+    #[test]
+    fn a_kwok_node_class_is_the_default_catalog_with_its_registration_delay() {
+        let params = Parameters::parse(
+            r#"{"apiVersion":"karpenter.kwok.sh/v1alpha1","kind":"KWOKNodeClass","spec":{"nodeRegistrationDelay":"1m30s"}}"#,
+        )
+        .unwrap();
+        assert_eq!(params.launch_delay_millis(), 90_000);
+        assert_eq!(params.instance_types, None);
+        let none = Parameters::parse(
+            r#"{"apiVersion":"karpenter.kwok.sh/v1alpha1","kind":"KWOKNodeClass","spec":{}}"#,
+        )
+        .unwrap();
+        assert_eq!(none, Parameters::default());
+        for bad in [
+            r#"{"apiVersion":"karpenter.kwok.sh/v1alpha1","kind":"KWOKNodeClass","spec":{"nodeRegistrationDelay":"5"}}"#,
+            r#"{"apiVersion":"karpenter.kwok.sh/v1alpha1","kind":"KWOKNodeClass","spec":{"other":1}}"#,
+            r#"{"apiVersion":"example.com/v1","kind":"KWOKNodeClass","spec":{}}"#,
+        ] {
+            assert!(
+                matches!(Parameters::parse(bad), Err(ProviderError::Invalid(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn durations_read_as_karpenter_admits_them() {
+        assert_eq!(duration_millis("30s"), Some(30_000));
+        assert_eq!(duration_millis("1h2m3s"), Some(3_723_000));
+        assert_eq!(duration_millis("0s"), Some(0));
+        for bad in ["", "5", "s", "1.5s", "1d", "-1s"] {
+            assert_eq!(duration_millis(bad), None, "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]

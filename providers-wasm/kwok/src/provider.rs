@@ -9,7 +9,7 @@ use capstan_provider_sdk::{
 
 use crate::catalog;
 use crate::drift::{self, Recorded};
-use crate::errors::from_kube;
+use crate::errors::{self, from_kube};
 use crate::node::{self, HASH_ANNOTATION, IMAGE_ANNOTATION, Node, Provenance};
 use crate::params::Parameters;
 use crate::selection::{self, NoLaunch};
@@ -107,6 +107,17 @@ impl Guest for Kwok {
                 return existing(&claim.name, &claim)?.ok_or_else(|| {
                     ProviderError::Retryable(format!("Node {} conflicted and vanished", claim.name))
                 });
+            }
+            Err(e) if errors::registration_refused(&e) => {
+                // The instance is up; its Node cannot register (an admission policy refuses it),
+                // as a kubelet's registration can fail on a real cloud. The claim is launched and
+                // stays unregistered until the registration timeout removes it.
+                capstan_provider_sdk::warn!(
+                    "launched {} as {}, but its Node cannot register: {e}",
+                    claim.name,
+                    launch.entry.name
+                );
+                return Ok(node::launched_claim(&body, &claim));
             }
             Err(e) => return Err(from_kube(e, true)),
         };

@@ -146,7 +146,7 @@ mod tests {
                 Requirement::exists(labels::INSTANCE_TYPE),
                 Requirement::does_not_exist("example.com/gpu"),
                 Requirement::gt(catalog::CPU_LABEL, 2),
-                Requirement::lt(catalog::MEMORY_LABEL, 20000),
+                Requirement::lt(catalog::CPU_LABEL, 8),
             ],
             &[],
         );

@@ -95,6 +95,26 @@ pub mod bindings {
     });
 }
 
+/// Declares the node class kinds the provider serves: embeds the file at `$path` (as
+/// `include_bytes!` takes it; an absolute path built from `CARGO_MANIFEST_DIR` is safest), a YAML list of their cluster-scoped
+/// `apiextensions.k8s.io/v1` CustomResourceDefinitions, in the component's
+/// `capstan:node-class-crds` custom section. The host serves these kinds for the provider and
+/// `capstan provider package` ships the CRDs; the provider receives an object of such a kind as
+/// [`params::ServedObject`] in `node-class.parameters`.
+///
+/// ```ignore
+/// capstan_provider_sdk::declare_node_class_crds!(concat!(env!("CARGO_MANIFEST_DIR"), "/node-class-crds.yaml"));
+/// ```
+#[macro_export]
+macro_rules! declare_node_class_crds {
+    ($path:expr) => {
+        #[cfg(target_arch = "wasm32")]
+        #[used]
+        #[unsafe(link_section = "capstan:node-class-crds")]
+        static CAPSTAN_NODE_CLASS_CRDS: [u8; include_bytes!($path).len()] = *include_bytes!($path);
+    };
+}
+
 /// Registers a type implementing [`Guest`] as this component's `cloud-provider` export.
 ///
 /// Invoke it once, in the provider crate: `capstan_provider_sdk::export_provider!(MyCloud);`

@@ -78,6 +78,9 @@ pub struct ServiceOffering {
     /// Storage tags (CloudStack's `tags` string of an offering).
     #[serde(default)]
     pub storage_tags: Option<String>,
+    /// Details (`serviceofferingdetails`; what an offering selector term's `tags` match).
+    #[serde(default)]
+    pub details: std::collections::BTreeMap<String, String>,
     /// Zones it is offered in; empty is every zone.
     #[serde(default)]
     pub zone_ids: Vec<String>,
@@ -209,7 +212,78 @@ pub mod sample {
     pub const KEYPAIR: &str = "capstan";
 }
 
+/// UUIDs of the catalog [`Catalog::readme`].
+pub mod readme {
+    /// Zone `zone-01`.
+    pub const ZONE: &str = "a1b2c3d4-0000-4000-8000-000000000001";
+    /// Offering `medium` (2 vCPU, 4 GiB).
+    pub const MEDIUM: &str = "5e000000-0000-4000-8000-000000000102";
+    /// Offering `large` (4 vCPU, 8 GiB).
+    pub const LARGE: &str = "5e000000-0000-4000-8000-000000000103";
+    /// Template `ubuntu-22.04-kube`, tagged `os=ubuntu`, `version=22.04`.
+    pub const UBUNTU: &str = "7e000000-0000-4000-8000-000000000122";
+    /// Network `cluster-net`, tagged `karpenter.sh/discovery=my-cluster`.
+    pub const NETWORK: &str = "4e000000-0000-4000-8000-000000000001";
+}
+
 impl Catalog {
+    /// The cloud karpenter-provider-cloudstack's README example expects: zone `zone-01`,
+    /// offerings `medium` and `large` with the detail `karpenter.sh/discovery: my-cluster`, an
+    /// Ubuntu 22.04 template tagged `os: ubuntu`, `version: "22.04"`, and a network tagged
+    /// `karpenter.sh/discovery: my-cluster`; UUIDs in [`readme`].
+    pub fn readme() -> Self {
+        use readme::*;
+        let discovery = || Tag::new("karpenter.sh/discovery", "my-cluster");
+        let offering = |id: &str, name: &str, cpu: u32, memory: u64| ServiceOffering {
+            id: id.into(),
+            name: name.into(),
+            display_text: format!("{name}: {cpu} vCPU, {} GiB", memory / 1024),
+            cpu_number: cpu,
+            cpu_speed: 2000,
+            memory,
+            gpu: None,
+            host_tags: None,
+            storage_tags: None,
+            details: [("karpenter.sh/discovery".to_owned(), "my-cluster".to_owned())].into(),
+            zone_ids: Vec::new(),
+        };
+        Catalog {
+            zones: vec![Zone {
+                id: ZONE.into(),
+                name: "zone-01".into(),
+                capacity: None,
+                tags: Vec::new(),
+            }],
+            service_offerings: vec![
+                offering(MEDIUM, "medium", 2, 4096),
+                offering(LARGE, "large", 4, 8192),
+            ],
+            templates: vec![Template {
+                id: UBUNTU.into(),
+                name: "ubuntu-22.04-kube".into(),
+                display_text: "Ubuntu 22.04 with kubelet".into(),
+                os_type_id: "05000000-0000-4000-8000-000000002204".into(),
+                os_type_name: "Ubuntu 22.04 LTS".into(),
+                arch: "x86_64".into(),
+                featured: true,
+                public: true,
+                zone_ids: vec![ZONE.into()],
+                size: 10 * 1024 * 1024 * 1024,
+                tags: vec![Tag::new("os", "ubuntu"), Tag::new("version", "22.04")],
+            }],
+            networks: vec![Network {
+                id: NETWORK.into(),
+                name: "cluster-net".into(),
+                zone_id: ZONE.into(),
+                kind: "Isolated".into(),
+                cidr: "10.2.0.0/24".into(),
+                tags: vec![discovery()],
+            }],
+            disk_offerings: Vec::new(),
+            ssh_key_pairs: Vec::new(),
+        }
+    }
+
     /// Two zones, four offerings (one GPU), two templates (x86_64 and aarch64), a network per
     /// zone, two disk offerings and a key pair; UUIDs in [`sample`].
     pub fn sample() -> Self {
@@ -225,6 +299,7 @@ impl Catalog {
                 gpu: None,
                 host_tags: None,
                 storage_tags: None,
+                details: Default::default(),
                 zone_ids: zones.iter().map(|z| z.to_string()).collect(),
             };
         let nodes_tag = vec![Tag::new("capstan", "nodes")];

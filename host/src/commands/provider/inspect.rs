@@ -60,6 +60,18 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
         for import in &info.imports {
             println!("  {}", import.name);
         }
+        if !info.node_class_kinds.is_empty() {
+            println!("node class kinds:");
+            for kind in &info.node_class_kinds {
+                println!(
+                    "  {}/{} {}{}",
+                    kind.group,
+                    kind.version,
+                    kind.kind,
+                    if kind.status { " (status)" } else { "" }
+                );
+            }
+        }
     }
     Ok(if provider.is_ok() {
         ExitCode::SUCCESS

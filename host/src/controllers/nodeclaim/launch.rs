@@ -12,6 +12,8 @@
 //! | `insufficient-capacity` | Event `InsufficientCapacityError`, offerings cached unavailable, delete the claim |
 //! | (no answer within the launch timeout) | Event `LaunchTimeout`, delete the claim |
 //! | `node-class-not-ready` | Event `NodeClassNotReady`, delete the claim |
+//! | (before `create`) a served node class missing | Event `InsufficientCapacityError`, delete the claim |
+//! | (before `create`) a served node class with `Ready=False` | Event `NodeClassNotReady`, delete the claim |
 //! | `create-failed{reason, message}` | `Launched=Unknown` with that reason; retry with backoff |
 //! | `retryable` | retry with backoff; reported once it fails three times in a row |
 //! | anything else | `Launched=Unknown`, reason `LaunchFailed`; retry with backoff |
@@ -45,8 +47,11 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     if is_true(claim, LAUNCHED) {
         return Ok(Step::Continue);
     }
-    let resolved = match resolve::resolve(ctx, &claim.spec.node_class_ref).await? {
+    let resolved = match resolve::resolve_for_launch(ctx, &claim.spec.node_class_ref).await? {
         Ok(resolved) => resolved,
+        Err(unresolved) if unresolved.deletes_claim().is_some() => {
+            return node_class_unusable(claim, ctx, &unresolved).await;
+        }
         Err(unresolved) => {
             let message = unresolved.to_string();
             if set(
@@ -304,6 +309,34 @@ async fn failed(
             retry(claim, ctx, "LaunchFailed", &err.to_string()).await
         }
     }
+}
+
+/// A served node class that is missing or not Ready: as in Karpenter, the claim goes (an Event,
+/// the disruption metric) so its pods are provisioned again.
+async fn node_class_unusable(
+    claim: &NodeClaim,
+    ctx: &Context,
+    unresolved: &resolve::Unresolved,
+) -> Result<Step, ControllerError> {
+    let Some((event, metric)) = unresolved.deletes_claim() else {
+        return Ok(Step::Continue);
+    };
+    ctx.metrics
+        .own
+        .failed(&nodepool(claim), unresolved.reason());
+    ctx.metrics.lifecycle.disrupted(claim, metric, "");
+    ctx.events
+        .warning(
+            claim,
+            event,
+            format!(
+                "NodeClaim {} could not launch: {unresolved}",
+                claim.name_any()
+            ),
+        )
+        .await;
+    delete(ctx, claim).await?;
+    Ok(Step::Stop(Action::await_change()))
 }
 
 /// What the host refuses in `launched`, `create`'s answer to `request` ([`launch_answer`]). A

@@ -54,7 +54,8 @@ fn entry(family: &str, gib_per_cpu: i128, cpu: i128, arch: &str) -> Entry {
     Entry {
         name: format!("{family}-{cpu}x-{arch}-{}", labels::OS_LINUX),
         family: Some(family.to_string()),
-        size: Some(format!("{cpu}x")),
+        // Karpenter's kwok: the vCPU count (its `parseSizeFromType` for names not shaped like AWS's).
+        size: Some(cpu.to_string()),
         arch: arch.to_string(),
         os: vec![labels::OS_LINUX.to_string()],
         capacity: ResourceList::new()

@@ -132,7 +132,7 @@ def generated() -> list[Entry]:
                     Entry(
                         name=f"{family}-{cpu}x-{arch}-{labels.OS_LINUX}",
                         family=family,
-                        size=f"{cpu}x",
+                        size=str(cpu),
                         arch=arch,
                         os=[labels.OS_LINUX],
                         capacity={

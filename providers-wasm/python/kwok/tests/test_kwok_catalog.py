@@ -34,7 +34,7 @@ def test_instance_types_carry_the_documented_requirements():
     assert get["karpenter.sh/capacity-type"][1] == ["on-demand", "spot"]
     assert get["topology.kubernetes.io/region"][1] == ["test-region"]
     assert get[FAMILY_LABEL][1] == ["m"]
-    assert get[SIZE_LABEL][1] == ["2x"]
+    assert get[SIZE_LABEL][1] == ["2"]
     assert get[CPU_LABEL][1] == ["2"]
     assert get[MEMORY_LABEL][1] == ["16384"]
     assert len(it.offerings) == 8

@@ -126,14 +126,19 @@ fn offering_json(state: &State, o: &ServiceOffering) -> Value {
         let names: Vec<&str> = o.zone_ids.iter().map(|z| zone_name(state, z)).collect();
         v["zone"] = json!(names.join(","));
     }
+    let mut details = serde_json::Map::new();
+    for (key, value) in &o.details {
+        details.insert(key.clone(), json!(value));
+    }
     if let Some(gpu) = &o.gpu {
         v["gpucardname"] = json!(gpu.card_name);
         v["vgpuprofilename"] = json!(gpu.vgpu_profile);
         v["gpucount"] = json!(gpu.count);
-        v["serviceofferingdetails"] = json!({
-            "pciDevice": gpu.card_name,
-            "vgpuType": gpu.vgpu_profile,
-        });
+        details.insert("pciDevice".into(), json!(gpu.card_name));
+        details.insert("vgpuType".into(), json!(gpu.vgpu_profile));
+    }
+    if !details.is_empty() {
+        v["serviceofferingdetails"] = serde_json::Value::Object(details);
     }
     v
 }
