@@ -74,8 +74,9 @@ fi
 KARPENTER_BIN=""
 if [[ " $CONTROLLERS " == *" karpenter "* ]]; then
 	log "Karpenter's kwok controller $KARPENTER_MODULE_VERSION (tests/bench-e2e/karpenter-kwok.sh)"
-	KARPENTER_BIN="$(KARPENTER_VERSION="$KARPENTER_MODULE_VERSION" KARPENTER_GO="$(go env GOVERSION)" \
-		bash "$ROOT/tests/bench-e2e/karpenter-kwok.sh" | head -n1)"
+	built="$(KARPENTER_VERSION="$KARPENTER_MODULE_VERSION" KARPENTER_GO="$(go env GOVERSION)" \
+		bash "$ROOT/tests/bench-e2e/karpenter-kwok.sh")"
+	KARPENTER_BIN="${built%%$'\n'*}"
 fi
 if [[ " $CONTROLLERS " == *" capstan "* ]]; then
 	[[ -x "${CAPSTAN_HOST_BIN:-}" ]] || die "CAPSTAN_HOST_BIN must name the capstan binary"
