@@ -23,6 +23,9 @@
 #                              kwok, capstan-nodeclass.yaml); auto (default): suite when the kwok
 #                              provider's package brings the KWOKNodeClass CRD, else capstan
 #   CONFORMANCE_FOCUS          a Ginkgo focus regex instead of the subset's
+#   CONFORMANCE_FEATURE_GATES  FEATURE_GATES of both controllers (default: Karpenter's defaults with
+#                              NodeRepair, StaticCapacity and CapacityBuffer on, as Karpenter's own e2e
+#                              setup deploys its kwok controller; Capstan takes Karpenter's gate names)
 #   CONFORMANCE_OUT            output directory (default $CAPSTAN_CACHE/conformance-karpenter/runs/<time>)
 #   CONFORMANCE_KEEP_GOING     1: exit 0 even when specs fail (the table is the result)
 set -euo pipefail
@@ -37,6 +40,7 @@ CONTROLLERS="${CONFORMANCE_CONTROLLERS:-capstan karpenter}"
 PARTITIONS="${CONFORMANCE_PARTITIONS:-2}"
 SUBSET="${CONFORMANCE_SUBSET:-all}"
 NODECLASS="${CONFORMANCE_NODECLASS:-auto}"
+FEATURE_GATES="${CONFORMANCE_FEATURE_GATES:-NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=true,CapacityBuffer=true}"
 OUT="${CONFORMANCE_OUT:-$CACHE/conformance-karpenter/runs/$(date +%Y%m%d-%H%M%S)}"
 export GOTOOLCHAIN=local
 
@@ -178,7 +182,7 @@ start_controller() {
 			k wait --for condition=established --timeout=60s crd/kwoknodeclasses.karpenter.kwok.sh >/dev/null
 		fi
 		echo "$nodeclass" >"$dir/nodeclass"
-		"$CAPSTAN_HOST_BIN" run --kubeconfig "$dir/cp/kubeconfig" --provider-source-namespace capstan \
+		FEATURE_GATES="$FEATURE_GATES" "$CAPSTAN_HOST_BIN" run --kubeconfig "$dir/cp/kubeconfig" --provider-source-namespace capstan \
 			--log-level info --metrics-bind-address 127.0.0.1:0 \
 			--health-probe-bind-address "127.0.0.1:$health" >"$dir/controller.log" 2>&1 &
 		PIDS+=($!)
@@ -190,7 +194,7 @@ start_controller() {
 			-f "$MODULE_DIR/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml" >/dev/null
 		k wait --for condition=established --timeout=60s crd --all >/dev/null
 		KUBECONFIG="$dir/cp/kubeconfig" DISABLE_LEADER_ELECTION=true METRICS_PORT="$(free_port)" \
-			HEALTH_PROBE_PORT="$health" LOG_LEVEL=info "$KARPENTER_BIN" >"$dir/controller.log" 2>&1 &
+			HEALTH_PROBE_PORT="$health" LOG_LEVEL=info FEATURE_GATES="$FEATURE_GATES" "$KARPENTER_BIN" >"$dir/controller.log" 2>&1 &
 		PIDS+=($!)
 		wait_http "http://127.0.0.1:$health/readyz" 180 "$!" "$dir/controller.log"
 		;;
