@@ -60,7 +60,10 @@ pub fn template_hash(pool: &NodePool) -> String {
         match duration::parse_nillable(&spec.expire_after) {
             Ok(Some(d)) => {
                 let mut n = hashstructure::Struct::new("NillableDuration");
-                n.field("Duration", Some(hashstructure::int64_value(duration_nanos(d))));
+                n.field(
+                    "Duration",
+                    Some(hashstructure::int64_value(duration_nanos(d))),
+                );
                 Some(n.finish())
             }
             // `Never`, or a spelling the CRD's pattern refuses (Karpenter could not decode the pool).
@@ -78,7 +81,10 @@ fn taints(taints: &[Taint]) -> Option<u64> {
     hashstructure::set(taints.iter().map(|taint| {
         let mut s = hashstructure::Struct::new("Taint");
         s.field("Key", hashstructure::string(&taint.key));
-        s.field("Value", taint.value.as_deref().and_then(hashstructure::string));
+        s.field(
+            "Value",
+            taint.value.as_deref().and_then(hashstructure::string),
+        );
         s.field("Effect", hashstructure::string(taint.effect.as_str()));
         s.field(
             "TimeAdded",
@@ -88,7 +94,10 @@ fn taints(taints: &[Taint]) -> Option<u64> {
                 let mut s = hashstructure::Struct::new("Time");
                 s.field(
                     "Time",
-                    Some(hashstructure::time_utc(t.0.as_second(), t.0.subsec_nanosecond())),
+                    Some(hashstructure::time_utc(
+                        t.0.as_second(),
+                        t.0.subsec_nanosecond(),
+                    )),
                 );
                 s.finish()
             }),
@@ -119,7 +128,9 @@ mod hashstructure {
 
     /// FNV-1 (multiply, then xor), 64 bits: Go's `hash/fnv.New64`.
     fn fnv1(bytes: &[u8]) -> u64 {
-        bytes.iter().fold(OFFSET, |h, b| h.wrapping_mul(PRIME) ^ u64::from(*b))
+        bytes
+            .iter()
+            .fold(OFFSET, |h, b| h.wrapping_mul(PRIME) ^ u64::from(*b))
     }
 
     fn fnv1_pair(a: u64, b: u64) -> u64 {
@@ -269,7 +280,10 @@ mod tests {
     #[test]
     fn karpenters_own_hashes() {
         let doc: Value = serde_json::from_str(include_str!("template_hash/vectors.json")).unwrap();
-        assert_eq!(doc["hashVersion"], HASH_VERSION, "Karpenter's NodePoolHashVersion");
+        assert_eq!(
+            doc["hashVersion"], HASH_VERSION,
+            "Karpenter's NodePoolHashVersion"
+        );
         let cases = doc["cases"].as_array().unwrap();
         assert!(cases.len() >= 20, "{} cases", cases.len());
         for case in cases {

@@ -32,25 +32,22 @@ pub enum Stamp {
     Current,
     /// Same version, another hash: the template changed since the claim was made.
     Drifted,
-    /// No hash, one of another version, or a pool not stamped with this version yet: write this
-    /// hash (and [`HASH_VERSION`]).
+    /// No hash, or one of another version: write this hash (and [`HASH_VERSION`]).
     Restamp(String),
 }
 
-/// The claim's hash against the pool's. As in Karpenter, while the pool itself does not carry
-/// this hash version (a pool from before a migration or an upgrade, or whose annotation was
-/// edited), its claims are re-stamped with the current hash rather than called drifted.
+/// The claim's hash against the pool's. Only the claim's own version counts, as in Karpenter's
+/// hash controller: a pool whose annotations were overwritten (a client updating it from a stale
+/// copy) must not turn its drifted claims into re-stamped ones.
 pub fn stamp(pool: &NodePool, claim: &NodeClaim) -> Stamp {
     let hash = template_hash(pool);
-    let pool_stamped =
-        pool.annotations().get(NODEPOOL_HASH_VERSION).map(String::as_str) == Some(HASH_VERSION);
     let annotations = claim.annotations();
     match (
         annotations.get(NODEPOOL_HASH_VERSION).map(String::as_str),
         annotations.get(NODEPOOL_HASH),
     ) {
         (Some(HASH_VERSION), Some(have)) if *have == hash => Stamp::Current,
-        (Some(HASH_VERSION), Some(_)) if pool_stamped => Stamp::Drifted,
+        (Some(HASH_VERSION), Some(_)) => Stamp::Drifted,
         _ => Stamp::Restamp(hash),
     }
 }
@@ -97,7 +94,7 @@ mod tests {
     fn pool(label: &str, arch: &[&str]) -> NodePool {
         serde_json::from_value(json!({
             "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": {"name": "p", "annotations": {NODEPOOL_HASH_VERSION: HASH_VERSION}},
+            "metadata": {"name": "p"},
             "spec": {"template": {
                 "metadata": {"labels": {"team": label}},
                 "spec": {
@@ -153,19 +150,15 @@ mod tests {
             let c = claim(annotations.clone(), json!({}));
             assert_eq!(stamp(&p, &c), want, "{annotations}");
         }
-        // A pool not stamped with this version yet (Karpenter's hash-version spec edits it): its
-        // claims are re-stamped, even with another hash of this version.
+        // A pool whose own stamp was overwritten (the suite updates pools from stale copies): a
+        // claim of this version with another hash is still drifted, not re-stamped.
         let mut unstamped = p.clone();
-        unstamped
-            .metadata
-            .annotations
-            .get_or_insert_default()
-            .insert(NODEPOOL_HASH_VERSION.to_owned(), "test-hash-version-1".to_owned());
+        unstamped.metadata.annotations = None;
         let c = claim(
             json!({NODEPOOL_HASH: "1", NODEPOOL_HASH_VERSION: HASH_VERSION}),
             json!({}),
         );
-        assert_eq!(stamp(&unstamped, &c), Stamp::Restamp(hash.clone()));
+        assert_eq!(stamp(&unstamped, &c), Stamp::Drifted);
         let changed = pool("b", &["amd64"]);
         let c = claim(
             json!({NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION}),
