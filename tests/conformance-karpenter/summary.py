@@ -35,8 +35,8 @@ def results(out, controller):
                 if "filter" in message or message.strip() in ("", "skipped"):
                     continue
                 specs.setdefault(name, "skipped")
-            elif status == "pending":
-                continue
+            elif status in ("pending", "interrupted"):
+                continue  # not run to the end (a run stopped by Ctrl-C): not counted
             else:  # failed, timedout, panicked, interrupted, aborted
                 specs[name] = "failed"
     return specs
