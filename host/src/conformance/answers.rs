@@ -213,11 +213,15 @@ mod tests {
         let problems = create_problems(&asked, &hostile, None);
         assert_eq!(problems.len(), 2, "{problems:?}");
         assert!(
-            problems[0].contains("karpenter.sh/nodepool=theirs would change the claim's karpenter.sh/nodepool=mine"),
+            problems[0].contains(
+                "karpenter.sh/nodepool=theirs would change the claim's karpenter.sh/nodepool=mine"
+            ),
             "{problems:?}"
         );
         assert!(
-            problems[1].contains("node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"),
+            problems[1].contains(
+                "node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"
+            ),
             "{problems:?}"
         );
     }

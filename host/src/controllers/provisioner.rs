@@ -482,4 +482,6 @@ pub fn resource_list(resources: &Resources) -> BTreeMap<String, Quantity> {
 }
 
 #[cfg(test)]
+mod spread_tests;
+#[cfg(test)]
 mod tests;

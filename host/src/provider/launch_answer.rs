@@ -344,7 +344,11 @@ mod tests {
                 claimed: "team-a".into()
             }]
         );
-        assert!(refusals[0].to_string().contains("karpenter.sh/nodepool=kwok-pool"));
+        assert!(
+            refusals[0]
+                .to_string()
+                .contains("karpenter.sh/nodepool=kwok-pool")
+        );
     }
 
     #[test]
@@ -484,8 +488,14 @@ mod tests {
     #[test]
     fn reserved_domains_match_whole_labels() {
         let d = RESERVED_LABEL_DOMAINS;
-        assert_eq!(reserved_domain("kubernetes.io/arch", d), Some("kubernetes.io"));
-        assert_eq!(reserved_domain("node.kubernetes.io/x", d), Some("kubernetes.io"));
+        assert_eq!(
+            reserved_domain("kubernetes.io/arch", d),
+            Some("kubernetes.io")
+        );
+        assert_eq!(
+            reserved_domain("node.kubernetes.io/x", d),
+            Some("kubernetes.io")
+        );
         assert_eq!(reserved_domain("notkubernetes.io/x", d), None);
         assert_eq!(reserved_domain("karpenter.kwok.sh/x", d), None);
         assert_eq!(reserved_domain("plain", d), None);

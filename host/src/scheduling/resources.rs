@@ -177,6 +177,21 @@ impl Resources {
         }
     }
 
+    /// The per-resource minimum of `self` and `other`, in place (an extended resource one side
+    /// lacks is zero).
+    pub fn min_assign(&mut self, other: &Resources) {
+        self.cpu_millis = self.cpu_millis.min(other.cpu_millis);
+        self.memory = self.memory.min(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.min(other.ephemeral_storage);
+        self.pods = self.pods.min(other.pods);
+        self.extended = self
+            .extended
+            .iter()
+            .map(|(name, value)| (name.clone(), (*value).min(other.get(name))))
+            .filter(|(_, value)| *value != 0)
+            .collect();
+    }
+
     /// Whether every resource of `self` is at most the same resource of `available` (a request
     /// for an extended resource the other side lacks does not fit).
     #[inline]

@@ -18,6 +18,8 @@ mod topology;
 #[cfg(test)]
 mod index_tests;
 #[cfg(test)]
+mod reach_tests;
+#[cfg(test)]
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -179,6 +181,9 @@ struct Solver<'a> {
     domain_filters: Vec<(usize, Vec<DomainId>)>,
     /// Per pod, the `(pool, resource)` limits that refused it a new claim on its last attempt.
     limit_hits: Vec<Vec<(usize, String)>>,
+    /// A pool's limits changed which types it can still launch: the domains spread groups
+    /// reach are worked out again before the next pod ([`Solver::register_reachable`]).
+    reach_stale: bool,
     /// Test only: place pods by scanning every bin instead of through the index.
     #[cfg(test)]
     scan: bool,
@@ -292,6 +297,7 @@ impl<'a> Solver<'a> {
             host_filters: Vec::new(),
             domain_filters: Vec::new(),
             limit_hits: vec![Vec::new(); input.pods.len()],
+            reach_stale: false,
             #[cfg(test)]
             scan: false,
         };
@@ -345,23 +351,35 @@ impl<'a> Solver<'a> {
         }
     }
 
-    /// Spread groups that count only the nodes a pod could use (its node affinity, or its
-    /// tolerations under `nodeTaintsPolicy: Honor`) take part only in the domains such nodes can
-    /// have: those of the pools and instance types the filter admits, and of the existing nodes
-    /// and in-flight claims it admits. As in kube-scheduler, a zone only another pool's nodes
-    /// reach (say, amd64 nodes for arm64 pods) does not hold the skew down at zero.
+    /// Spread groups on a key other than the hostname take part only in the domains where a node
+    /// they count can be: those of the existing nodes and in-flight claims they admit, and those a
+    /// pool could still *launch* a node they admit in. As in kube-scheduler, a zone only another
+    /// pool's nodes reach (say, amd64 nodes for arm64 pods, or, under `nodeTaintsPolicy: Honor`,
+    /// nodes behind an untolerated taint) does not hold the skew down at zero; and neither does a
+    /// zone only a pool reaches that can launch nothing there for these pods: its limits leave
+    /// room for no instance type (or none that holds the smallest of the pods), or none of its
+    /// types fits them at all. Pools that are not Ready or static never reach the solver. When a
+    /// pool's limits run out within the run, this is worked out again, the claims the run opened
+    /// counting as claims in flight.
     fn register_reachable(&mut self) {
         let input = self.input;
         let well_known = |k: &str| self.well_known.contains(k);
+        // Per group, the least of its pods' requests, resource by resource: a type that cannot
+        // hold that holds none of them.
+        let mut least: Vec<Option<Resources>> = vec![None; self.topology.group_count()];
+        for state in &self.pods {
+            for &g in &state.owned {
+                match &mut least[g] {
+                    Some(r) => r.min_assign(&state.requests),
+                    slot @ None => *slot = Some(state.requests.clone()),
+                }
+            }
+        }
         let mut found: Vec<(GroupId, BTreeSet<&str>)> = Vec::new();
-        for g in 0..self.topology.group_count() {
+        for (g, least) in least.iter().enumerate() {
             let spec = self.topology.spec(g);
             let key = self.topology.group_key(g);
-            if spec.kind != GroupKind::Spread
-                || spec.inverse
-                || !spec.filters_nodes()
-                || Some(key) == self.hostname_key
-            {
+            if spec.kind != GroupKind::Spread || spec.inverse || Some(key) == self.hostname_key {
                 continue;
             }
             let key_name = self.topology.key_name(key);
@@ -384,9 +402,13 @@ impl<'a> Solver<'a> {
                         continue;
                     }
                     let mut any_type = false;
-                    for &i in &pool.catalog.types {
+                    for (t, &i) in pool.catalog.types.iter().enumerate() {
                         let it = &pool.view.instance_types[i];
-                        if it.requirements.intersects(term).is_err() {
+                        let launchable = pool.catalog.within_limits.contains(t)
+                            && least
+                                .as_ref()
+                                .is_none_or(|r| r.fits_in(&pool.catalog.alloc[t]));
+                        if !launchable || it.requirements.intersects(term).is_err() {
                             continue;
                         }
                         any_type = true;
@@ -417,15 +439,24 @@ impl<'a> Solver<'a> {
                     values.extend(node_label(&node.labels, &node.name, key_name));
                 }
             }
-            for claim in &input.inflight_claims {
-                if spec.admits_taints(&claim.taints)
+            // Claims in flight, and the claims this run opened so far (none on the first call).
+            let claims = input
+                .inflight_claims
+                .iter()
+                .map(|c| (&c.requirements, &c.taints[..]))
+                .chain(
+                    self.bins[self.fixed..]
+                        .iter()
+                        .map(|b| (&b.requirements, b.taints)),
+                );
+            for (requirements, taints) in claims {
+                if spec.admits_taints(taints)
                     && terms
                         .iter()
-                        .any(|t| claim.requirements.compatible(t, well_known).is_ok())
+                        .any(|t| requirements.compatible(t, well_known).is_ok())
                 {
                     values.extend(
-                        claim
-                            .requirements
+                        requirements
                             .set_of(key_name)
                             .and_then(ValueSet::single_value),
                     );
@@ -436,6 +467,7 @@ impl<'a> Solver<'a> {
         for (g, values) in found {
             self.topology.set_reachable(g, values.into_iter());
         }
+        self.reach_stale = false;
     }
 
     /// Existing nodes (initialized first, then by name) and in-flight claims (by name), with the
@@ -822,6 +854,9 @@ impl<'a> Solver<'a> {
     /// Places pod `p`: existing capacity in order, then the claims this run opened (fewest pods
     /// first, then oldest), then a new claim. Only the bins the index keeps are tried.
     fn add(&mut self, p: usize) -> Result<(), String> {
+        if self.reach_stale {
+            self.register_reachable();
+        }
         self.collect_host_filters(p);
         #[cfg(test)]
         if self.scan {
@@ -1324,8 +1359,10 @@ impl<'a> Solver<'a> {
             if let (Some((t, room)), BinKind::New { pool }) = (new_floor, bin.kind) {
                 *floor = Some(t);
                 let ps = &mut self.pools[pool];
+                let before = ps.catalog.within_limits.clone();
                 ps.catalog.apply_limits(ps.view, Some(&room));
                 ps.room = Some(room);
+                self.reach_stale |= ps.catalog.within_limits != before;
             }
         }
         bin.pods.push(p);

@@ -263,7 +263,9 @@ async fn bad_create_and_get_answers_fail_their_checks() {
     .await;
     let message = failure(&report, checks::CREATE_WITHIN);
     assert!(
-        message.contains("label karpenter.sh/nodepool=kwok-pool would change the claim's karpenter.sh/nodepool="),
+        message.contains(
+            "label karpenter.sh/nodepool=kwok-pool would change the claim's karpenter.sh/nodepool="
+        ),
         "{message}"
     );
     let report = instance_report(
@@ -272,7 +274,9 @@ async fn bad_create_and_get_answers_fail_their_checks() {
     .await;
     let message = failure(&report, checks::CREATE_WITHIN);
     assert!(
-        message.contains("node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"),
+        message.contains(
+            "node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"
+        ),
         "{message}"
     );
 

@@ -37,6 +37,7 @@ mod provisioner;
 mod provisioner_e2e;
 mod runtime_isolation;
 mod simulate;
+mod spread_reach;
 mod startup_taints;
 mod static_pool;
 mod unparseable_pool;

@@ -54,8 +54,14 @@ async fn deleting_a_pool_drains_and_removes_its_claims_and_machines() {
 
     let pools = Api::<NodePool>::all(client.clone());
     let uids = [
-        (dynamic.clone(), pools.get(&dynamic).await.unwrap().uid().unwrap()),
-        (fixed.clone(), pools.get(&fixed).await.unwrap().uid().unwrap()),
+        (
+            dynamic.clone(),
+            pools.get(&dynamic).await.unwrap().uid().unwrap(),
+        ),
+        (
+            fixed.clone(),
+            pools.get(&fixed).await.unwrap().uid().unwrap(),
+        ),
     ];
     let owned = wait_until(
         Duration::from_secs(60),

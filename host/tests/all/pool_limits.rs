@@ -61,7 +61,8 @@ async fn check_limit(client: &Client, names: &Names, host: &Host) -> i64 {
     total
 }
 
-async fn pending(client: &Client, ns: &str) -> BTreeSet<String> {
+/// The pods of `ns` not bound to a node.
+pub(crate) async fn pending(client: &Client, ns: &str) -> BTreeSet<String> {
     Api::<Pod>::namespaced(client.clone(), ns)
         .list(&ListParams::default())
         .await

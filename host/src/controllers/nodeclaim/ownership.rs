@@ -45,7 +45,9 @@ pub enum Taken {
         owner: String,
     },
     /// The Node carrying the provider ID was created before the claim.
-    #[error("Node {node} was created at {node_created}, before NodeClaim {claim} ({claim_created})")]
+    #[error(
+        "Node {node} was created at {node_created}, before NodeClaim {claim} ({claim_created})"
+    )]
     NodeOlder {
         /// The Node.
         node: String,
@@ -210,7 +212,12 @@ mod tests {
             })
         );
         // The claim's own provider ID (a create answered again) is its own.
-        let launched = claim("hostile-abc", "u1", T0, json!({"providerID": "kwok://mine"}));
+        let launched = claim(
+            "hostile-abc",
+            "u1",
+            T0,
+            json!({"providerID": "kwok://mine"}),
+        );
         assert_eq!(held_by_another(&launched, "kwok://mine", [&launched]), None);
     }
 

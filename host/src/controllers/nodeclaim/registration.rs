@@ -11,7 +11,8 @@ use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
 use super::{
-    Step, is_true, nodepool, nodes_with_provider_id, owner_reference, ownership, persist_status, set,
+    Step, is_true, nodepool, nodes_with_provider_id, owner_reference, ownership, persist_status,
+    set,
 };
 use crate::api::labels::ZONE;
 use crate::api::labels::{

@@ -82,11 +82,6 @@ impl GroupSpec {
                 .all(|t| tolerations.iter().any(|tol| tol.tolerates(t)))
         })
     }
-
-    /// Whether the group counts only some nodes, by node affinity or taints.
-    pub(super) fn filters_nodes(&self) -> bool {
-        !self.node_filter.is_empty() || self.tolerations.is_some()
-    }
 }
 
 #[derive(Debug)]
@@ -96,9 +91,9 @@ struct Group {
     counts: Vec<u32>,
     /// Domains with a non-zero count.
     nonzero: u32,
-    /// Spread groups that filter nodes: the domains a pod could reach at all (by id); the others
-    /// take no part in the skew (kube-scheduler's `nodeAffinityPolicy`/`nodeTaintsPolicy`).
-    /// `None`: every domain.
+    /// Spread groups: the domains a pod could reach at all (by id), through a node that exists or
+    /// one a pool can still launch; the others take no part in the skew (kube-scheduler's
+    /// `nodeAffinityPolicy`/`nodeTaintsPolicy`). `None`: every domain.
     reachable: Option<Vec<bool>>,
 }
 

@@ -19,7 +19,13 @@ async fn provider_notes(client: &Client, provider: &str, reason: &str) -> Vec<St
 }
 
 /// Waits for a Capstan Event about the Provider `provider` whose note contains `text`.
-async fn wait_provider_note(client: &Client, host: &Host, provider: &str, reason: &str, text: &str) {
+async fn wait_provider_note(
+    client: &Client,
+    host: &Host,
+    provider: &str,
+    reason: &str,
+    text: &str,
+) {
     let found = capstan_test_support::wait_until(
         Duration::from_secs(30),
         &format!("{reason} Event about Provider {provider} saying {text}"),
@@ -55,7 +61,11 @@ async fn a_provider_cannot_move_its_claim_into_another_pool() {
     )
     .await;
     let name = names.name("claim");
-    claim(&client, claim_json(&names, &name, &hostile_pool, &hostile_class)).await;
+    claim(
+        &client,
+        claim_json(&names, &name, &hostile_pool, &hostile_class),
+    )
+    .await;
 
     let refused = wait_condition(
         &client,
@@ -80,7 +90,11 @@ async fn a_provider_cannot_move_its_claim_into_another_pool() {
         refused.labels()
     );
     assert!(
-        refused.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none(),
+        refused
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .is_none(),
         "no provider ID written"
     );
     let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
@@ -100,8 +114,14 @@ async fn a_provider_cannot_move_its_claim_into_another_pool() {
     .await;
     // Still refused on the retries: the claim never joins the other pool.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let again = Api::<NodeClaim>::all(client.clone()).get(&name).await.unwrap();
-    assert_eq!(again.labels().get("karpenter.sh/nodepool"), Some(&hostile_pool));
+    let again = Api::<NodeClaim>::all(client.clone())
+        .get(&name)
+        .await
+        .unwrap();
+    assert_eq!(
+        again.labels().get("karpenter.sh/nodepool"),
+        Some(&hostile_pool)
+    );
     host.check_alive();
     cleanup(&client, &names).await;
 }
@@ -146,7 +166,10 @@ async fn a_provider_cannot_take_over_another_providers_node() {
     // Creation timestamps have one-second resolution.
     tokio::time::sleep(Duration::from_millis(1100)).await;
 
-    for (what, target) in [("steal-claimed", &victim_id), ("steal-unmanaged", &unmanaged_id)] {
+    for (what, target) in [
+        ("steal-claimed", &victim_id),
+        ("steal-unmanaged", &unmanaged_id),
+    ] {
         let class = names.name(what);
         node_class(
             &client,
@@ -169,7 +192,11 @@ async fn a_provider_cannot_take_over_another_providers_node() {
         )
         .await;
         assert!(
-            refused.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none(),
+            refused
+                .status
+                .as_ref()
+                .and_then(|s| s.provider_id.as_ref())
+                .is_none(),
             "{what}: no provider ID written"
         );
         let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
@@ -178,9 +205,19 @@ async fn a_provider_cannot_take_over_another_providers_node() {
         } else {
             format!("Node {unmanaged} was created at")
         };
-        assert!(notes.iter().any(|n| n.contains(&expected)), "{what}: {notes:?}");
+        assert!(
+            notes.iter().any(|n| n.contains(&expected)),
+            "{what}: {notes:?}"
+        );
     }
-    wait_provider_note(&client, &host, "chaos", "ProviderIDTaken", "belongs to NodeClaim").await;
+    wait_provider_note(
+        &client,
+        &host,
+        "chaos",
+        "ProviderIDTaken",
+        "belongs to NodeClaim",
+    )
+    .await;
 
     // Neither Node changed hands.
     let victim_node = nodes_with_provider_id(&client, &victim_id).await;
@@ -190,14 +227,21 @@ async fn a_provider_cannot_take_over_another_providers_node() {
         .iter()
         .map(|o| o.name.clone())
         .collect();
-    assert_eq!(owners, vec![victim.clone()], "the victim's Node keeps one owner");
+    assert_eq!(
+        owners,
+        vec![victim.clone()],
+        "the victim's Node keeps one owner"
+    );
     assert_eq!(
         victim_node[0].labels().get("karpenter.sh/nodepool"),
         Some(&pool)
     );
     let untouched = nodes.get(&unmanaged).await.unwrap();
     assert!(untouched.owner_references().is_empty());
-    assert!(untouched.finalizers().is_empty(), "no termination finalizer on it");
+    assert!(
+        untouched.finalizers().is_empty(),
+        "no termination finalizer on it"
+    );
     host.check_alive();
     let _ = nodes.delete(&unmanaged, &Default::default()).await;
     cleanup(&client, &names).await;
