@@ -47,9 +47,10 @@ export GOTOOLCHAIN=local
 die() { echo "conformance-karpenter: $*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
 
-# The areas of the suite (its top-level containers) and the minutes each took on a 2-core machine
-# (measured: used to spread them over the partitions, longest first). CapacityBuffer belongs to the
-# NodeOverlay and CapacityBuffer issue.
+# The areas of the suite (its top-level containers) and a rough weight in minutes (estimates; Karpenter's
+# kwok controller took 21 min for Drift, NodeClaim and Expiration together on a loaded 2-core machine),
+# used to spread them over the partitions, heaviest first. A failing spec costs its 15-minute Eventually.
+# CapacityBuffer belongs to the NodeOverlay and CapacityBuffer issue.
 AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8)
 # The fast subset: the NodePool Validation specs, the NodePool hash and two short lifecycles.
 # Ginkgo matches focus regexes against the suite's description ("Regression") and the spec's text.
