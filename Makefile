@@ -7,6 +7,9 @@
 #   make unit   unit and property tests, no control plane (host lib, bins and docs; guests)
 #   make e2e    integration and e2e tests on the real control plane (host/tests, tests/support/tests),
 #               the image run with runc among them
+#   make conformance-karpenter   Karpenter's own e2e suite (its regression suite at the pinned
+#               version) against Capstan and, as the control, Karpenter's kwok controller on the same
+#               harness: passed/failed/skipped per area side by side, JUnit (a fast subset runs in e2e)
 #   make image  the host's OCI image, without Docker (image/build.sh; under ~/.cache/capstan/image)
 #   make chart  the Helm chart packaged with that image's reference and digest (image/chart.sh)
 #   make bench  the criterion benchmarks in host/benches (BENCH=scheduling for one, BENCH_ARGS=--test
@@ -16,10 +19,10 @@
 #   make bench-e2e          Capstan beside Karpenter's kwok controller: 1,000 pods, scaled to 500,
 #                           deleted; nodes, $/h, CPU and memory side by side
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream
+.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream
 
 help:
-	@sed -n '1,18p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,21p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh
@@ -27,5 +30,5 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-fmt lint unit e2e image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream:
+fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e control-plane providers upstream:
 	bash tests/scripts/task.sh $@

@@ -196,6 +196,37 @@ task_e2e() {
   log "heavy e2e tests, one at a time"
   (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
     consolidation::a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_does)
+  task_conformance_fast
+}
+
+# The release build of the host the conformance runs use, copied at once (another checkout sharing
+# the target directory may rebuild target/release/capstan meanwhile): sets CAPSTAN_HOST_BIN unless set.
+conformance_host_bin() {
+  [ -n "${CAPSTAN_HOST_BIN:-}" ] && return 0
+  log "release build of the host"
+  (cd "$REPO_ROOT" && cargo build --release --locked -p capstan --bin capstan)
+  local dir
+  dir=$(mktemp -d "${TMPDIR:-/tmp}/capstan-conformance.XXXXXX")
+  cp -f "$CARGO_TARGET_DIR/release/capstan" "$dir/capstan"
+  export CAPSTAN_HOST_BIN="$dir/capstan"
+}
+
+# `make conformance-karpenter`: Karpenter's own e2e suite (sigs.k8s.io/karpenter/test/suites/regression
+# at the pinned version) against Capstan, and against Karpenter's own kwok controller as the control,
+# each area on a control plane of its own (tests/conformance-karpenter/run.sh; its env knobs apply).
+task_conformance_karpenter() {
+  conformance_host_bin
+  log "Karpenter's regression suite: Capstan beside Karpenter's kwok controller"
+  CONFORMANCE_KEEP_GOING=${CONFORMANCE_KEEP_GOING:-1} bash "$REPO_ROOT/tests/conformance-karpenter/run.sh"
+}
+
+# The fast subset of that suite in `make test` (the NodePool Validation specs, the NodePool hash and two
+# short lifecycles, a few minutes): Capstan alone, every spec must pass.
+task_conformance_fast() {
+  conformance_host_bin
+  log "Karpenter's regression suite, fast subset, against Capstan"
+  CONFORMANCE_SUBSET=fast CONFORMANCE_CONTROLLERS=capstan CONFORMANCE_KEEP_GOING=0 \
+    bash "$REPO_ROOT/tests/conformance-karpenter/run.sh"
 }
 
 # The measurements that need a real control plane and the host binary (ignored by `make test`):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One piece of the build or of `make test`, with the setup it needs (each is a make target):
-#   task.sh fmt | lint | unit | e2e | bench | bench-disruption | bench-api-load | bench-e2e | image | chart | providers | control-plane | upstream
+#   task.sh fmt | lint | unit | e2e | conformance-karpenter | bench | bench-disruption | bench-api-load | bench-e2e | image | chart | providers | control-plane | upstream
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 case "${1:-}" in
@@ -8,6 +8,7 @@ case "${1:-}" in
   lint) ensure_rust; task_lint ;;
   unit) ensure_rust; ensure_python_toolchain; task_unit ;;
   e2e) ensure_rust; build_control_plane; build_providers; fetch_upstream; build_image; package_chart; ensure_cs_client; task_e2e ;;
+  conformance-karpenter) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_conformance_karpenter ;;
   bench) ensure_rust; build_control_plane; build_providers; task_bench ;;
   bench-disruption) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_disruption ;;
   bench-api-load) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_api_load ;;
@@ -17,5 +18,5 @@ case "${1:-}" in
   providers) build_providers ;;
   control-plane) build_control_plane ;;
   upstream) fetch_upstream ;;
-  *) echo "usage: $0 fmt|lint|unit|e2e|bench|bench-disruption|bench-api-load|bench-e2e|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
+  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
 esac

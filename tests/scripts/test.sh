@@ -4,7 +4,8 @@
 # cache, the host's OCI image and the chart packaged for it, the `cs` CloudStack client in a venv, componentize-py
 # and pytest in a venv for the Python guests), then runs the pieces that are also make targets: `lint` (format check, clippy), `unit` (unit
 # and property tests, host and guests) and `e2e` (integration and e2e tests on a real control plane:
-# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok).
+# etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok; and the fast subset of Karpenter's
+# own e2e suite against Capstan, `make conformance-karpenter` for all of it).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 start=$(date +%s)

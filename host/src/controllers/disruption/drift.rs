@@ -36,7 +36,9 @@ pub enum Stamp {
     Restamp(String),
 }
 
-/// The claim's hash against the pool's.
+/// The claim's hash against the pool's. Only the claim's own version counts, as in Karpenter's
+/// hash controller: a pool whose annotations were overwritten (a client updating it from a stale
+/// copy) must not turn its drifted claims into re-stamped ones.
 pub fn stamp(pool: &NodePool, claim: &NodeClaim) -> Stamp {
     let hash = template_hash(pool);
     let annotations = claim.annotations();
@@ -132,9 +134,14 @@ mod tests {
                 json!({NODEPOOL_HASH: "1", NODEPOOL_HASH_VERSION: HASH_VERSION}),
                 Stamp::Drifted,
             ),
-            // Karpenter's own stamp, before a migration: re-stamped, not drifted.
+            // Karpenter's own stamp of this template, before a migration: the same hash.
             (
-                json!({NODEPOOL_HASH: "1", NODEPOOL_HASH_VERSION: "v3"}),
+                json!({NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: "v3"}),
+                Stamp::Current,
+            ),
+            // An older Capstan's stamp: re-stamped, not drifted.
+            (
+                json!({NODEPOOL_HASH: "1", NODEPOOL_HASH_VERSION: "capstan-v1"}),
                 Stamp::Restamp(hash.clone()),
             ),
             (json!({}), Stamp::Restamp(hash.clone())),
@@ -143,6 +150,15 @@ mod tests {
             let c = claim(annotations.clone(), json!({}));
             assert_eq!(stamp(&p, &c), want, "{annotations}");
         }
+        // A pool whose own stamp was overwritten (the suite updates pools from stale copies): a
+        // claim of this version with another hash is still drifted, not re-stamped.
+        let mut unstamped = p.clone();
+        unstamped.metadata.annotations = None;
+        let c = claim(
+            json!({NODEPOOL_HASH: "1", NODEPOOL_HASH_VERSION: HASH_VERSION}),
+            json!({}),
+        );
+        assert_eq!(stamp(&unstamped, &c), Stamp::Drifted);
         let changed = pool("b", &["amd64"]);
         let c = claim(
             json!({NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION}),

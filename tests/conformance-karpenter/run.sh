@@ -1,0 +1,257 @@
+#!/usr/bin/env bash
+# `make conformance-karpenter`: Karpenter's own e2e suite (sigs.k8s.io/karpenter/test/suites/regression,
+# at the version pinned in tests/control-plane/upstream.env) against Capstan, and against Karpenter's own
+# kwok controller at the same version as the control, on the same harness: each partition of the suite
+# gets a control plane of its own (tests/control-plane `cp up`, kwok with Karpenter's pod stages from
+# `hack/kwok/stages` of the same module) and a controller of its own. Prints passed/failed/skipped per
+# area for each controller side by side and writes JUnit (one file per partition, and the summary).
+#
+# The suite is built once per version with `go test -c` from this directory's Go module (go.mod pins
+# the same Karpenter version) and cached in $CAPSTAN_CACHE/conformance-karpenter/<version>/; Karpenter's
+# kwok controller is built by tests/bench-e2e/karpenter-kwok.sh (cached the same way).
+#
+# Env knobs:
+#   CAPSTAN_HOST_BIN           the capstan binary (required for the capstan controller)
+#   CAPSTAN_WASM_DIR           the built wasm providers (kwok.wasm)
+#   CONFORMANCE_CONTROLLERS    "capstan karpenter" (default), or one of them
+#   CONFORMANCE_PARTITIONS     control planes per controller, run at once (default 2)
+#   CONFORMANCE_SUBSET         all (default: every area but CapacityBuffer) | fast (the Validation specs
+#                              and a few fast ones; what `make test` runs)
+#   CONFORMANCE_NODECLASS      the default node class Capstan's runs use (Karpenter's always use the
+#                              suite's own): suite: the suite's own default KWOKNodeClass, no flag;
+#                              capstan: --default-nodeclass a capstan.dev/v1alpha1 NodeClass (provider
+#                              kwok, capstan-nodeclass.yaml); auto (default): suite when the kwok
+#                              provider's package brings the KWOKNodeClass CRD, else capstan
+#   CONFORMANCE_FOCUS          a Ginkgo focus regex instead of the subset's
+#   CONFORMANCE_FEATURE_GATES  FEATURE_GATES of both controllers (default: Karpenter's defaults with
+#                              NodeRepair, StaticCapacity and CapacityBuffer on, as Karpenter's own e2e
+#                              setup deploys its kwok controller; Capstan takes Karpenter's gate names)
+#   CONFORMANCE_OUT            output directory (default $CAPSTAN_CACHE/conformance-karpenter/runs/<time>)
+#   CONFORMANCE_KEEP_GOING     1: exit 0 even when specs fail (the table is the result)
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+ROOT="$(cd "$HERE/../.." && pwd)"
+# shellcheck source=../control-plane/upstream.env
+source "$ROOT/tests/control-plane/upstream.env"
+CACHE="${CAPSTAN_CACHE:-$HOME/.cache/capstan}"
+CP="$ROOT/tests/control-plane/cp"
+CONTROLLERS="${CONFORMANCE_CONTROLLERS:-capstan karpenter}"
+PARTITIONS="${CONFORMANCE_PARTITIONS:-2}"
+SUBSET="${CONFORMANCE_SUBSET:-all}"
+NODECLASS="${CONFORMANCE_NODECLASS:-auto}"
+FEATURE_GATES="${CONFORMANCE_FEATURE_GATES:-NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=true,CapacityBuffer=true}"
+OUT="${CONFORMANCE_OUT:-$CACHE/conformance-karpenter/runs/$(date +%Y%m%d-%H%M%S)}"
+export GOTOOLCHAIN=local
+
+die() { echo "conformance-karpenter: $*" >&2; exit 1; }
+log() { printf '==> %s\n' "$*" >&2; }
+
+# The areas of the suite (its top-level containers) and a rough weight in minutes (estimates; Karpenter's
+# kwok controller took 21 min for Drift, NodeClaim and Expiration together on a loaded 2-core machine),
+# used to spread them over the partitions, heaviest first. A failing spec costs its 15-minute Eventually.
+# CapacityBuffer belongs to the NodeOverlay and CapacityBuffer issue.
+AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8)
+# The fast subset: the NodePool Validation specs, the NodePool hash and two short lifecycles.
+# Ginkgo matches focus regexes against the suite's description ("Regression") and the spec's text.
+FAST_FOCUS='^Regression (Integration Validation NodePool |Integration CRD Hash |NodeClaim StandaloneNodeClaim should create a standard NodeClaim$|Termination should terminate the node and the instance on deletion$)'
+
+[[ "$SUBSET" == all || "$SUBSET" == fast ]] || die "CONFORMANCE_SUBSET must be all or fast, not $SUBSET"
+[[ "$NODECLASS" =~ ^(suite|capstan|auto)$ ]] || die "CONFORMANCE_NODECLASS must be suite, capstan or auto, not $NODECLASS"
+[[ "$PARTITIONS" =~ ^[1-9][0-9]*$ ]] || die "CONFORMANCE_PARTITIONS must be a positive number"
+
+# --- the suite and the upstream module -------------------------------------------------------------
+
+pinned="$(cd "$HERE" && go list -m -f '{{.Version}}' "$KARPENTER_MODULE")"
+[[ "$pinned" == "$KARPENTER_MODULE_VERSION" ]] ||
+	die "$HERE/go.mod pins $KARPENTER_MODULE $pinned, tests/control-plane/upstream.env $KARPENTER_MODULE_VERSION: make them the same (go get $KARPENTER_MODULE@$KARPENTER_MODULE_VERSION && go mod tidy)"
+MODULE_DIR="$(cd "$HERE" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$KARPENTER_MODULE")"
+[[ -d "$MODULE_DIR/hack/kwok/stages" ]] || die "no hack/kwok/stages in $MODULE_DIR"
+SUITE_DIR="$CACHE/conformance-karpenter/$KARPENTER_MODULE_VERSION"
+SUITE="$SUITE_DIR/regression.test"
+if [[ ! -x "$SUITE" ]]; then
+	log "building $KARPENTER_MODULE/test/suites/regression@$KARPENTER_MODULE_VERSION (go test -c; cached in $SUITE_DIR)"
+	mkdir -p "$SUITE_DIR"
+	(cd "$HERE" && go test -c -trimpath -o "$SUITE.tmp" "$KARPENTER_MODULE/test/suites/regression") >&2
+	mv "$SUITE.tmp" "$SUITE"
+fi
+
+KARPENTER_BIN=""
+if [[ " $CONTROLLERS " == *" karpenter "* ]]; then
+	log "Karpenter's kwok controller $KARPENTER_MODULE_VERSION (tests/bench-e2e/karpenter-kwok.sh)"
+	built="$(KARPENTER_VERSION="$KARPENTER_MODULE_VERSION" KARPENTER_GO="$(go env GOVERSION)" \
+		bash "$ROOT/tests/bench-e2e/karpenter-kwok.sh")"
+	KARPENTER_BIN="${built%%$'\n'*}"
+fi
+if [[ " $CONTROLLERS " == *" capstan "* ]]; then
+	[[ -x "${CAPSTAN_HOST_BIN:-}" ]] || die "CAPSTAN_HOST_BIN must name the capstan binary"
+	KWOK_WASM="${CAPSTAN_WASM_DIR:-$CACHE/wasm}/kwok.wasm"
+	[[ -f "$KWOK_WASM" ]] || die "no kwok provider at $KWOK_WASM (make providers)"
+fi
+CP_BIN="$(bash "$CP" build)"
+
+# --- partitions -------------------------------------------------------------------------------------
+
+# The focus regex of each partition: the areas spread longest first over the least loaded partition.
+partition_focus() {
+	local n=$1 i best area minutes
+	local -a load focus
+	for ((i = 0; i < n; i++)); do load[i]=0; focus[i]=""; done
+	while read -r area minutes; do
+		best=0
+		for ((i = 1; i < n; i++)); do ((load[i] < load[best])) && best=$i; done
+		load[best]=$((load[best] + minutes))
+		focus[best]+="${focus[best]:+|}^Regression $area "
+	done < <(printf '%s\n' "${AREAS[@]}" | tr ':' ' ' | sort -k2 -nr)
+	for ((i = 0; i < n; i++)); do echo "${focus[i]}"; done
+}
+
+# kwok with Karpenter's pod stages: the control plane's default stages with its pod-delete replaced by
+# Karpenter's (which honours the pod-delete.stage.kwok.x-k8s.io/delay annotation the suite sets for
+# pre-stop hooks), plus Karpenter's pod-unhealthy.
+write_kwok_wrapper() {
+	local dir=$1
+	mkdir -p "$dir"
+	cat >"$dir/kwok" <<EOF
+#!/usr/bin/env bash
+set -euo pipefail
+args=()
+while ((\$#)); do
+	if [[ "\$1" == --config ]]; then
+		# The default stages, without pod-delete (documents split on ---).
+		awk 'BEGIN{RS="\n---\n"; ORS="\n---\n"} !/\n  name: pod-delete\n/' "\$2" >"$dir/stages.yaml"
+		for f in "$MODULE_DIR"/hack/kwok/stages/*.yaml; do cat "\$f"; printf '\n---\n'; done >>"$dir/stages.yaml"
+		args+=(--config "$dir/stages.yaml")
+		shift 2
+		continue
+	fi
+	args+=("\$1")
+	shift
+done
+exec "$CP_BIN/kwok" "\${args[@]}"
+EOF
+	chmod +x "$dir/kwok"
+}
+
+# Each partition runs in a subshell of its own, which stops its controller and control plane on exit.
+PIDS=()
+CPS=()
+cleanup() {
+	local pid d
+	for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
+	for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+	for d in "${CPS[@]}"; do bash "$CP" down --dir "$d" >/dev/null 2>&1 || true; done
+}
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+wait_http() { # wait_http URL SECONDS PID LOG
+	local deadline=$((SECONDS + $2))
+	until curl -sf -o /dev/null "$1"; do
+		kill -0 "$3" 2>/dev/null || { tail -n 30 "$4" >&2; die "the controller exited (log: $4)"; }
+		((SECONDS < deadline)) || { tail -n 30 "$4" >&2; die "$1 not ready after $2 s (log: $4)"; }
+		sleep 0.5
+	done
+}
+
+# start_controller CONTROLLER DIR: the CRDs and the controller on the control plane in DIR/cp.
+start_controller() {
+	local controller=$1 dir=$2 k health nodeclass
+	k() { "$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" "$@"; }
+	health=$(free_port)
+	case "$controller" in
+	capstan)
+		# Capstan's CRDs, and Karpenter's for the kinds the suite cleans up but Capstan does not serve
+		# (NodeOverlay, CapacityBuffer; the suite lists them after every spec).
+		k apply --server-side -f "$ROOT/crds" >/dev/null
+		k apply --server-side -f "$MODULE_DIR/pkg/apis/crds/karpenter.sh_nodeoverlays.yaml" \
+			-f "$MODULE_DIR/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >/dev/null
+		k wait --for condition=established --timeout=60s crd --all >/dev/null
+		k create namespace capstan >/dev/null
+		"$CAPSTAN_HOST_BIN" provider package "$KWOK_WASM" --name kwok --namespace capstan \
+			--grants "$ROOT/tests/scripts/demo/kwok-grants.yaml" | k apply --server-side -f - >/dev/null
+		# The node class Capstan gets: the suite's own KWOKNodeClass once the kwok provider serves it
+		# (its package brings the CRD), else a Capstan NodeClass through --default-nodeclass.
+		nodeclass=$NODECLASS
+		if [[ "$nodeclass" == auto ]]; then
+			nodeclass=capstan
+			k get crd kwoknodeclasses.karpenter.kwok.sh >/dev/null 2>&1 && nodeclass=suite
+		fi
+		if [[ "$nodeclass" == suite ]] && ! k get crd kwoknodeclasses.karpenter.kwok.sh >/dev/null 2>&1; then
+			# Asked for, but not served: the CRD from the module, so the suite runs (and shows it).
+			k apply --server-side -f "$MODULE_DIR/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml" >/dev/null
+			k wait --for condition=established --timeout=60s crd/kwoknodeclasses.karpenter.kwok.sh >/dev/null
+		fi
+		echo "$nodeclass" >"$dir/nodeclass"
+		FEATURE_GATES="$FEATURE_GATES" "$CAPSTAN_HOST_BIN" run --kubeconfig "$dir/cp/kubeconfig" --provider-source-namespace capstan \
+			--log-level info --metrics-bind-address 127.0.0.1:0 \
+			--health-probe-bind-address "127.0.0.1:$health" >"$dir/controller.log" 2>&1 &
+		PIDS+=($!)
+		wait_http "http://127.0.0.1:$health/readyz" 180 "$!" "$dir/controller.log"
+		k wait --for=condition=Ready provider/kwok --timeout=180s >/dev/null
+		;;
+	karpenter)
+		k apply --server-side -f "$MODULE_DIR/pkg/apis/crds" \
+			-f "$MODULE_DIR/kwok/apis/crds/karpenter.kwok.sh_kwoknodeclasses.yaml" >/dev/null
+		k wait --for condition=established --timeout=60s crd --all >/dev/null
+		KUBECONFIG="$dir/cp/kubeconfig" DISABLE_LEADER_ELECTION=true METRICS_PORT="$(free_port)" \
+			HEALTH_PROBE_PORT="$health" LOG_LEVEL=info FEATURE_GATES="$FEATURE_GATES" "$KARPENTER_BIN" >"$dir/controller.log" 2>&1 &
+		PIDS+=($!)
+		wait_http "http://127.0.0.1:$health/readyz" 180 "$!" "$dir/controller.log"
+		;;
+	esac
+}
+
+# run_partition CONTROLLER INDEX FOCUS: one control plane, one controller, the suite focused on FOCUS.
+run_partition() {
+	local controller=$1 i=$2 focus=$3 dir="$OUT/$1-$2" started=$SECONDS rc=0
+	local -a flags=()
+	mkdir -p "$dir"
+	write_kwok_wrapper "$dir/kwok-bin"
+	CPS+=("$dir/cp")
+	bash "$CP" up --dir "$dir/cp" --kwok-bin "$dir/kwok-bin/kwok" >"$dir/cp-up.log" 2>&1 ||
+		{ tail -n 20 "$dir/cp-up.log" >&2; die "$controller-$i: the control plane did not start"; }
+	start_controller "$controller" "$dir"
+	if [[ "$(cat "$dir/nodeclass" 2>/dev/null)" == capstan ]]; then
+		flags+=(--default-nodeclass "$HERE/capstan-nodeclass.yaml")
+	fi
+	log "$controller-$i: running [$focus] with ${flags[*]:-the default KWOKNodeClass of the suite} (log: $dir/suite.log)"
+	KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$SUITE" -test.timeout 0 -test.v \
+		--ginkgo.focus "$focus" --ginkgo.skip '^Regression CapacityBuffer ' --ginkgo.no-color --ginkgo.v \
+		--ginkgo.timeout 3h --ginkgo.junit-report "$dir/junit.xml" "${flags[@]}" \
+		>"$dir/suite.log" 2>&1 || rc=$?
+	echo "$((SECONDS - started))" >"$dir/seconds"
+	log "$controller-$i: done in $((SECONDS - started)) s (suite exit $rc)"
+}
+
+mkdir -p "$OUT"
+log "output: $OUT"
+focuses=()
+if [[ -n "${CONFORMANCE_FOCUS:-}" ]]; then
+	focuses=("$CONFORMANCE_FOCUS")
+elif [[ "$SUBSET" == fast ]]; then
+	focuses=("$FAST_FOCUS")
+else
+	mapfile -t focuses < <(partition_focus "$PARTITIONS")
+fi
+jobs_pids=()
+trap 'kill "${jobs_pids[@]}" 2>/dev/null; wait; exit 130' INT TERM
+for controller in $CONTROLLERS; do
+	for i in "${!focuses[@]}"; do
+		[[ -n "${focuses[i]}" ]] || continue
+		(
+			trap cleanup EXIT
+			trap 'exit 130' INT TERM
+			run_partition "$controller" "$i" "${focuses[i]}"
+		) &
+		jobs_pids+=($!)
+	done
+done
+failed_jobs=0
+for pid in "${jobs_pids[@]}"; do wait "$pid" || failed_jobs=$((failed_jobs + 1)); done
+
+python3 "$HERE/summary.py" "$OUT" $CONTROLLERS
+((failed_jobs == 0)) || die "$failed_jobs partition(s) could not run (see their logs in $OUT)"
+if [[ "${CONFORMANCE_KEEP_GOING:-0}" != 1 ]]; then
+	python3 "$HERE/summary.py" --check "$OUT" $CONTROLLERS
+fi
