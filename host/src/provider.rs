@@ -6,10 +6,12 @@
 //! `spec.provider` → [`Registry::get`].
 
 pub mod convert;
+pub mod oci;
 pub mod package;
 pub mod registry;
 pub mod source;
 pub mod spec;
+pub mod verify;
 
 use std::sync::Arc;
 

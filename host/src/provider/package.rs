@@ -136,11 +136,13 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
         &options.name,
         ProviderSpec {
             source: ProviderSource {
-                config_map: ConfigMapKeySource {
+                config_map: Some(ConfigMapKeySource {
                     namespace: options.namespace.clone(),
                     name: names[0].clone(),
                     key,
-                },
+                    bundle_key: None,
+                }),
+                oci: None,
                 parts: names[1..].to_vec(),
                 sha256: options.pin.then(|| info.sha256.clone()),
             },
@@ -149,6 +151,7 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: options.limits.clone(),
+            verification: None,
         },
     );
     provider.metadata.labels = Some(labels);

@@ -11,6 +11,7 @@ mod bad_updates;
 mod egress;
 mod hostile;
 mod multiple;
+mod oci;
 mod package;
 mod reload;
 
@@ -172,11 +173,13 @@ impl Setup {
     pub fn spec(&self, config_map: &str, key: &str) -> ProviderSpec {
         ProviderSpec {
             source: ProviderSource {
-                config_map: ConfigMapKeySource {
+                config_map: Some(ConfigMapKeySource {
                     namespace: self.namespace.clone(),
                     name: config_map.to_owned(),
                     key: key.to_owned(),
-                },
+                    bundle_key: None,
+                }),
+                oci: None,
                 parts: Vec::new(),
                 sha256: None,
             },
@@ -185,6 +188,7 @@ impl Setup {
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: None,
+            verification: None,
         }
     }
 

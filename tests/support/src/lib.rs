@@ -16,6 +16,7 @@
 
 mod control_plane;
 mod paths;
+pub mod supply_chain;
 pub mod upstream;
 mod wait;
 mod yaml;

@@ -1,0 +1,217 @@
+//! Signatures checked before a provider's bytes are compiled (`Provider.spec.verification`):
+//! cosign public keys, against
+//!
+//! - cosign's signatures stored in the registry beside an OCI artifact (the `sha256-<hex>.sig`
+//!   tag: a simple-signing payload naming the manifest digest, signed with the key), and
+//! - a Sigstore bundle beside a component in a ConfigMap (`cosign sign-blob --bundle`), verified
+//!   with `sigstore-verify`.
+//!
+//! A signature is accepted when any one of the keys verifies it. Transparency-log entries in a
+//! bundle are not required (the key is the trust; clusters verifying offline have no log to ask).
+
+pub mod ring_crypto;
+
+use serde::Deserialize;
+use sigstore_verify::crypto::KeyAlgorithm;
+use sigstore_verify::types::{Bundle, DerPublicKey, SignatureBytes};
+use sigstore_verify::{PublicKeyVerificationPolicy, Verifier};
+
+use crate::provider::oci::SimpleSignature;
+
+/// Why a component's signature is refused. Each has a condition reason ([`VerifyError::reason`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Verification is required and there is no signature.
+    #[error("no signature: {0}")]
+    Missing(String),
+    /// No signature verifies with any key.
+    #[error("signature invalid: {0}")]
+    Invalid(String),
+    /// A key the Provider names is unusable.
+    #[error("verification key {name}: {message}")]
+    Key {
+        /// Where the key is.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The host requires verification and the Provider has none.
+    #[error(
+        "this host requires signed providers (--require-provider-verification) and the Provider has no spec.verification"
+    )]
+    Required,
+}
+
+impl VerifyError {
+    /// The condition and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            VerifyError::Missing(_) => "SignatureMissing",
+            VerifyError::Invalid(_) => "SignatureInvalid",
+            VerifyError::Key { .. } => "InvalidVerificationKey",
+            VerifyError::Required => "VerificationRequired",
+        }
+    }
+}
+
+/// Installs the host's crypto providers (ring) for `sigstore-crypto` and for rustls (registry
+/// TLS), once; harmless when already installed.
+pub fn install_crypto() {
+    ring_crypto::install();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// One trusted public key.
+#[derive(Debug, Clone)]
+pub struct Key {
+    /// Where it came from (`ConfigMap ns/name key k`), for messages.
+    pub name: String,
+    der: DerPublicKey,
+}
+
+/// The keys a Provider trusts.
+#[derive(Debug, Clone, Default)]
+pub struct Keys(Vec<Key>);
+
+impl Keys {
+    /// Parses PEM public keys (`-----BEGIN PUBLIC KEY-----`, as `cosign generate-key-pair`
+    /// writes `cosign.pub`), each named by where it came from.
+    pub fn parse(named: Vec<(String, String)>) -> Result<Self, VerifyError> {
+        let mut keys = Vec::with_capacity(named.len());
+        for (name, pem) in named {
+            let der = DerPublicKey::from_pem(&pem).map_err(|err| VerifyError::Key {
+                name: name.clone(),
+                message: format!("not a PEM public key: {err}"),
+            })?;
+            KeyAlgorithm::from_spki(&der).map_err(|err| VerifyError::Key {
+                name: name.clone(),
+                message: err.to_string(),
+            })?;
+            keys.push(Key { name, der });
+        }
+        Ok(Self(keys))
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The first key that verifies `signature` over `data`.
+    fn verifying(&self, data: &[u8], signature: &SignatureBytes) -> Option<&Key> {
+        self.0.iter().find(|key| {
+            KeyAlgorithm::from_spki(&key.der).is_ok_and(|algorithm| {
+                sigstore_verify::crypto::verify_signature(
+                    &key.der,
+                    data,
+                    signature,
+                    algorithm.default_signing_scheme(),
+                )
+                .is_ok()
+            })
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    critical: Critical,
+}
+
+#[derive(Deserialize)]
+struct Critical {
+    image: Image,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct Image {
+    #[serde(rename = "docker-manifest-digest")]
+    digest: String,
+}
+
+/// The payload type cosign signs.
+const COSIGN_PAYLOAD_TYPE: &str = "cosign container image signature";
+
+/// Checks cosign simple-signing `signatures` of the artifact whose manifest digest is
+/// `manifest_digest`: one must name that digest and verify with one of `keys`. Returns the
+/// key's name.
+pub fn verify_simple_signing(
+    signatures: &[SimpleSignature],
+    manifest_digest: &str,
+    keys: &Keys,
+) -> Result<String, VerifyError> {
+    if signatures.is_empty() {
+        return Err(VerifyError::Missing(format!(
+            "no cosign signature of {manifest_digest} in the registry (tag {})",
+            crate::provider::oci::signature_tag(manifest_digest)
+        )));
+    }
+    let mut reasons = Vec::new();
+    for (index, signature) in signatures.iter().enumerate() {
+        let payload: Payload = match serde_json::from_slice(&signature.payload) {
+            Ok(payload) => payload,
+            Err(err) => {
+                reasons.push(format!("signature {index}: payload does not parse: {err}"));
+                continue;
+            }
+        };
+        if !payload.critical.kind.eq_ignore_ascii_case(COSIGN_PAYLOAD_TYPE) {
+            reasons.push(format!(
+                "signature {index}: payload type {:?} is not a cosign image signature",
+                payload.critical.kind
+            ));
+            continue;
+        }
+        if payload.critical.image.digest != manifest_digest {
+            reasons.push(format!(
+                "signature {index} signs {}, not {manifest_digest}",
+                payload.critical.image.digest
+            ));
+            continue;
+        }
+        let Ok(bytes) = SignatureBytes::from_base64(&signature.signature) else {
+            reasons.push(format!("signature {index} is not base64"));
+            continue;
+        };
+        match keys.verifying(&signature.payload, &bytes) {
+            Some(key) => return Ok(key.name.clone()),
+            None => reasons.push(format!("signature {index} verifies with none of the keys")),
+        }
+    }
+    Err(VerifyError::Invalid(reasons.join("; ")))
+}
+
+/// An empty trust root: key-based verification needs no certificate authority or log keys.
+fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, VerifyError> {
+    sigstore_verify::trust_root::TrustedRoot::from_json(
+        r#"{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}"#,
+    )
+    .map_err(|err| VerifyError::Invalid(format!("internal: empty trust root: {err}")))
+}
+
+/// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name.
+pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
+    install_crypto();
+    let bundle = Bundle::from_json(bundle)
+        .map_err(|err| VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}")))?;
+    let root = empty_trust_root()?;
+    let verifier = Verifier::new(&root)
+        .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
+    let mut reasons = Vec::new();
+    for key in &keys.0 {
+        let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
+        match verifier.verify(artifact, &bundle, &policy) {
+            Ok(_) => return Ok(key.name.clone()),
+            Err(err) => reasons.push(format!("{}: {err}", key.name)),
+        }
+    }
+    Err(VerifyError::Invalid(format!(
+        "the Sigstore bundle verifies with none of the keys ({})",
+        reasons.join("; ")
+    )))
+}
+
+#[cfg(test)]
+mod tests;
