@@ -38,5 +38,6 @@ mod runtime_isolation;
 mod simulate;
 mod startup_taints;
 mod static_pool;
+mod supply_chain;
 mod unparseable_pool;
 mod volume_topology;

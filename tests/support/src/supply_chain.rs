@@ -201,3 +201,142 @@ impl Drop for OciRegistry {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A scratch directory for one test's files (components, keys, bundles), with the tools run in
+/// it; removed on drop. Every step returns the tool's complaint as [`Error::Tool`].
+pub struct Workdir(PathBuf);
+
+fn io_error(path: PathBuf) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { path, source }
+}
+
+impl Workdir {
+    /// A new directory for test `name`.
+    pub fn new(name: &str) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!(
+            "capstan-oci-{name}-{}-{}",
+            std::process::id(),
+            crate::unique_name("d")
+        ));
+        std::fs::create_dir_all(&dir).map_err(io_error(dir.clone()))?;
+        Ok(Self(dir))
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+
+    /// Writes file `name`.
+    pub fn write(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let path = self.0.join(name);
+        std::fs::write(&path, bytes).map_err(io_error(path))
+    }
+
+    /// Reads file `name`.
+    pub fn read(&self, name: &str) -> Result<String> {
+        let path = self.0.join(name);
+        std::fs::read_to_string(&path).map_err(io_error(path))
+    }
+
+    /// Runs a tool here; its standard output, trimmed.
+    pub fn run(&self, tool: &str, args: &[&str]) -> Result<String> {
+        let out = run_tool(tool, args, &[("COSIGN_PASSWORD", "")], &self.0)?;
+        if !out.status.success() {
+            return Err(Error::Tool(format!(
+                "{tool} {args:?} exited with {}: {}\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    }
+
+    /// Pushes `bytes` to `reference` in the CNCF wasm layout (config
+    /// `application/vnd.wasm.config.v0+json`, layer `application/wasm`); its manifest digest.
+    pub fn push_cncf(&self, reference: &str, bytes: &[u8]) -> Result<String> {
+        self.write("provider.wasm", bytes)?;
+        self.write("config.json", br#"{"architecture":"wasm","os":"wasip2"}"#)?;
+        self.run(
+            "oras",
+            &[
+                "push",
+                "--plain-http",
+                "--artifact-type",
+                "application/vnd.wasm.component.v0+wasm",
+                "--config",
+                "config.json:application/vnd.wasm.config.v0+json",
+                reference,
+                "provider.wasm:application/wasm",
+            ],
+        )?;
+        self.resolve(reference)
+    }
+
+    /// Pushes `bytes` as a plain file (`oras push REF FILE`); its manifest digest.
+    pub fn push_file(&self, reference: &str, file: &str, bytes: &[u8]) -> Result<String> {
+        self.write(file, bytes)?;
+        self.run("oras", &["push", "--plain-http", reference, file])?;
+        self.resolve(reference)
+    }
+
+    /// The manifest digest `reference` resolves to.
+    pub fn resolve(&self, reference: &str) -> Result<String> {
+        self.run("oras", &["resolve", "--plain-http", reference])
+    }
+
+    /// A cosign key pair `<prefix>.key`, `<prefix>.pub` (no password); the public key's PEM.
+    pub fn cosign_key(&self, prefix: &str) -> Result<String> {
+        self.run(
+            "cosign",
+            &["generate-key-pair", "--output-key-prefix", prefix],
+        )?;
+        self.read(&format!("{prefix}.pub"))
+    }
+
+    /// Signs `reference` (by digest) with `<prefix>.key`, storing the signature in the registry
+    /// (cosign's `.sig` tag); no transparency log.
+    pub fn cosign_sign(&self, prefix: &str, reference: &str) -> Result<()> {
+        self.run(
+            "cosign",
+            &[
+                "sign",
+                "--key",
+                &format!("{prefix}.key"),
+                "--tlog-upload=false",
+                "--allow-http-registry",
+                "--allow-insecure-registry",
+                "--yes",
+                reference,
+            ],
+        )
+        .map(drop)
+    }
+
+    /// A Sigstore bundle of `bytes` signed with `<prefix>.key` (`cosign sign-blob --bundle`).
+    pub fn cosign_bundle(&self, prefix: &str, bytes: &[u8]) -> Result<String> {
+        self.write("blob.wasm", bytes)?;
+        self.run(
+            "cosign",
+            &[
+                "sign-blob",
+                "--key",
+                &format!("{prefix}.key"),
+                "--new-bundle-format",
+                "--tlog-upload=false",
+                "--bundle",
+                "blob.sigstore.json",
+                "--yes",
+                "blob.wasm",
+            ],
+        )?;
+        self.read("blob.sigstore.json")
+    }
+}
+
+impl Drop for Workdir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

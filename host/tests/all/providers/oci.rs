@@ -3,140 +3,16 @@
 //! a plain file), signed with `cosign` (keys, the `.sig` tag, `sign-blob` bundles), all three
 //! built from their pinned Go modules (`tests/control-plane/cp supply-chain`).
 
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use capstan::api::provider::{
     LocalObjectKey, OciSource, ProviderSpec, ProviderVerification, VerificationKeyRef,
 };
 use capstan::provider::source::sha256_hex;
-use capstan_test_support::supply_chain::{OciRegistry, run_tool};
+use capstan_test_support::supply_chain::{OciRegistry, Workdir as Scratch};
 
 use super::{CallerReport, Callers, Setup, variant};
 use crate::fixtures::chaos_bytes;
-
-/// A scratch directory for one test's files (components, keys, bundles).
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "capstan-oci-{name}-{}-{}",
-            std::process::id(),
-            capstan_test_support::unique_name("d")
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        Self(dir)
-    }
-
-    fn path(&self) -> &Path {
-        &self.0
-    }
-
-    fn write(&self, name: &str, bytes: &[u8]) {
-        std::fs::write(self.0.join(name), bytes).unwrap();
-    }
-
-    fn read(&self, name: &str) -> String {
-        std::fs::read_to_string(self.0.join(name)).unwrap()
-    }
-
-    /// Runs a tool here; panics with its output when it fails.
-    fn run(&self, tool: &str, args: &[&str]) -> String {
-        let out = run_tool(tool, args, &[("COSIGN_PASSWORD", "")], &self.0).expect(tool);
-        assert!(
-            out.status.success(),
-            "{tool} {args:?} failed: {}\n{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-
-    /// Pushes `bytes` to `reference` in the CNCF wasm layout (config
-    /// `application/vnd.wasm.config.v0+json`, layer `application/wasm`); its manifest digest.
-    fn push_cncf(&self, reference: &str, bytes: &[u8]) -> String {
-        self.write("provider.wasm", bytes);
-        self.write("config.json", br#"{"architecture":"wasm","os":"wasip2"}"#);
-        self.run(
-            "oras",
-            &[
-                "push",
-                "--plain-http",
-                "--artifact-type",
-                "application/vnd.wasm.component.v0+wasm",
-                "--config",
-                "config.json:application/vnd.wasm.config.v0+json",
-                reference,
-                "provider.wasm:application/wasm",
-            ],
-        );
-        self.resolve(reference)
-    }
-
-    /// Pushes `bytes` as a plain file (`oras push REF provider.wasm`); its manifest digest.
-    fn push_file(&self, reference: &str, file: &str, bytes: &[u8]) -> String {
-        self.write(file, bytes);
-        self.run("oras", &["push", "--plain-http", reference, file]);
-        self.resolve(reference)
-    }
-
-    fn resolve(&self, reference: &str) -> String {
-        self.run("oras", &["resolve", "--plain-http", reference])
-    }
-
-    /// A cosign key pair `<prefix>.key`, `<prefix>.pub` (no password); the public key's PEM.
-    fn cosign_key(&self, prefix: &str) -> String {
-        self.run(
-            "cosign",
-            &["generate-key-pair", "--output-key-prefix", prefix],
-        );
-        self.read(&format!("{prefix}.pub"))
-    }
-
-    /// Signs `reference` (by digest) with `<prefix>.key`, storing the signature in the registry.
-    fn cosign_sign(&self, prefix: &str, reference: &str) {
-        self.run(
-            "cosign",
-            &[
-                "sign",
-                "--key",
-                &format!("{prefix}.key"),
-                "--tlog-upload=false",
-                "--allow-http-registry",
-                "--allow-insecure-registry",
-                "--yes",
-                reference,
-            ],
-        );
-    }
-
-    /// A Sigstore bundle of `bytes` signed with `<prefix>.key` (`cosign sign-blob --bundle`).
-    fn cosign_bundle(&self, prefix: &str, bytes: &[u8]) -> String {
-        self.write("blob.wasm", bytes);
-        self.run(
-            "cosign",
-            &[
-                "sign-blob",
-                "--key",
-                &format!("{prefix}.key"),
-                "--new-bundle-format",
-                "--tlog-upload=false",
-                "--bundle",
-                "blob.sigstore.json",
-                "--yes",
-                "blob.wasm",
-            ],
-        );
-        self.read("blob.sigstore.json")
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// A Provider spec pulling `reference` over plain HTTP, polling tags every second.
 fn oci_spec(setup: &Setup, reference: &str) -> ProviderSpec {
@@ -168,7 +44,7 @@ fn keys_in(name: &str) -> ProviderVerification {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
     let mut registry = OciRegistry::start().expect("registry");
-    let scratch = Scratch::new("pull");
+    let scratch = Scratch::new("pull").expect("scratch");
     let cache = scratch.path().join("cache");
     let setup = Setup::start("ocipull", |settings| {
         settings.oci_cache = Some(cache.clone());
@@ -180,7 +56,7 @@ async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
     let (d1, d2) = (sha256_hex(&v1), sha256_hex(&v2));
 
     // v1 in the CNCF wasm layout.
-    let m1 = scratch.push_cncf(&reference, &v1);
+    let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
     setup.put_provider(&name, oci_spec(&setup, &reference)).await;
     setup.wait_serving(&name, &d1).await;
     let loaded = setup.wait_loaded(&name, &d1).await;
@@ -196,7 +72,7 @@ async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
     // The tag moves to v2 (pushed as a plain `oras push` file) while calls run: none fails.
     let callers = Callers::start(&setup.registry, &name, "chaos", 4);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let m2 = scratch.push_file(&reference, "chaos.wasm", &v2);
+    let m2 = scratch.push_file(&reference, "chaos.wasm", &v2).expect("push file");
     assert_ne!(m1, m2);
     setup.wait_serving(&name, &d2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -230,12 +106,12 @@ async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     let registry = OciRegistry::start().expect("registry");
-    let scratch = Scratch::new("sign");
+    let scratch = Scratch::new("sign").expect("scratch");
     let setup = Setup::start("ocisign", |_| {}).await;
     let name = setup.names.name("p");
     let reference = format!("{}/capstan/signed:v1", registry.host());
-    let public = scratch.cosign_key("release");
-    scratch.cosign_key("stranger");
+    let public = scratch.cosign_key("release").expect("cosign key");
+    scratch.cosign_key("stranger").expect("cosign key");
     setup
         .put_config_map("keys", None, Some(("cosign.pub", &public)))
         .await;
@@ -245,8 +121,8 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
         variant(chaos_bytes(), 7102),
         variant(chaos_bytes(), 7103),
     );
-    let m1 = scratch.push_cncf(&reference, &v1);
-    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m1}", registry.host()));
+    let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
+    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m1}", registry.host())).expect("cosign sign");
     let mut spec = oci_spec(&setup, &reference);
     spec.verification = Some(keys_in("keys"));
     setup.put_provider(&name, spec).await;
@@ -255,7 +131,7 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     assert!(signed_by.contains("keys"), "{signed_by}");
 
     // v2 unsigned: refused before it is compiled, v1 keeps serving.
-    scratch.push_cncf(&reference, &v2);
+    scratch.push_cncf(&reference, &v2).expect("push cncf");
     let refused = setup
         .wait_condition(&name, "Ready", "False", "SignatureMissing")
         .await;
@@ -268,8 +144,8 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
 
     // v3 signed with a key the Provider does not trust: refused too.
-    let m3 = scratch.push_cncf(&reference, &v3);
-    scratch.cosign_sign("stranger", &format!("{}/capstan/signed@{m3}", registry.host()));
+    let m3 = scratch.push_cncf(&reference, &v3).expect("push cncf");
+    scratch.cosign_sign("stranger", &format!("{}/capstan/signed@{m3}", registry.host())).expect("cosign sign");
     setup
         .wait_condition(&name, "Ready", "False", "SignatureInvalid")
         .await;
@@ -277,21 +153,21 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
 
     // Signed with the trusted key after all: it loads.
-    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m3}", registry.host()));
+    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m3}", registry.host())).expect("cosign sign");
     setup.wait_loaded(&name, &sha256_hex(&v3)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn config_map_sources_verify_a_sigstore_bundle() {
-    let scratch = Scratch::new("bundle");
+    let scratch = Scratch::new("bundle").expect("scratch");
     let setup = Setup::start("ocibundle", |_| {}).await;
     let name = setup.names.name("p");
-    let public = scratch.cosign_key("release");
+    let public = scratch.cosign_key("release").expect("cosign key");
     setup
         .put_config_map("keys", None, Some(("cosign.pub", &public)))
         .await;
     let (v1, v2) = (variant(chaos_bytes(), 7201), variant(chaos_bytes(), 7202));
-    let bundle = scratch.cosign_bundle("release", &v1);
+    let bundle = scratch.cosign_bundle("release", &v1).expect("cosign bundle");
     setup
         .put_config_map(
             "src",
@@ -330,7 +206,7 @@ async fn config_map_sources_verify_a_sigstore_bundle() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     let registry = OciRegistry::start().expect("registry");
-    let scratch = Scratch::new("refuse");
+    let scratch = Scratch::new("refuse").expect("scratch");
     let setup = Setup::start("ocirefuse", |settings| {
         settings.max_component_size = 8 << 20;
         settings.require_verification = true;
@@ -341,7 +217,7 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     // No verification on a host that requires it.
     let unverified = setup.names.name("unverified");
     let reference = format!("{}/capstan/refuse:v1", registry.host());
-    let manifest = scratch.push_cncf(&reference, &component);
+    let manifest = scratch.push_cncf(&reference, &component).expect("push cncf");
     setup
         .put_provider(&unverified, oci_spec(&setup, &reference))
         .await;
@@ -349,14 +225,14 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
         .wait_condition(&unverified, "Ready", "False", "VerificationRequired")
         .await;
 
-    let public = scratch.cosign_key("release");
+    let public = scratch.cosign_key("release").expect("cosign key");
     setup
         .put_config_map("keys", None, Some(("cosign.pub", &public)))
         .await;
     scratch.cosign_sign(
         "release",
         &format!("{}/capstan/refuse@{manifest}", registry.host()),
-    );
+    ).expect("cosign sign");
 
     // A digest pin the artifact does not match.
     let pinned = setup.names.name("pinned");
@@ -373,7 +249,7 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     let mut huge = component.clone();
     huge.resize(9 << 20, 0);
     let big_ref = format!("{}/capstan/big:v1", registry.host());
-    scratch.push_cncf(&big_ref, &huge);
+    scratch.push_cncf(&big_ref, &huge).expect("push cncf");
     let mut spec = oci_spec(&setup, &big_ref);
     spec.verification = Some(keys_in("keys"));
     setup.put_provider(&big, spec).await;
