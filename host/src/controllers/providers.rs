@@ -622,6 +622,7 @@ enum Evidence {
     /// An OCI source: cosign's signatures beside the manifest.
     Oci {
         remote: Box<Remote>,
+        manifest: Vec<u8>,
         manifest_digest: String,
     },
 }
@@ -730,6 +731,7 @@ async fn fetch_oci(
         component,
         evidence: Evidence::Oci {
             remote: Box::new(remote),
+            manifest: pulled.manifest,
             manifest_digest: pulled.manifest_digest,
         },
     }))
@@ -803,13 +805,19 @@ async fn check_signature(
         }
         Evidence::Oci {
             remote,
+            manifest,
             manifest_digest,
-        } => match oci::signatures(remote, manifest_digest).await {
-            Ok(signatures) => {
-                verify::verify_simple_signing(&signatures, manifest_digest, &keys)
-            }
-            Err(err) => return Ok(Err(err.into())),
-        },
+        } => {
+            let signatures = match oci::signatures(remote, manifest_digest).await {
+                Ok(signatures) => signatures,
+                Err(err) => return Ok(Err(err.into())),
+            };
+            let bundles = match oci::bundle_referrers(remote, manifest_digest).await {
+                Ok(bundles) => bundles,
+                Err(err) => return Ok(Err(err.into())),
+            };
+            verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)
+        }
     };
     Ok(verified.map_err(Rejection::from))
 }

@@ -25,6 +25,14 @@ use crate::provider::source::{Compression, sha256_hex};
 const MAX_MANIFEST: usize = 4 << 20;
 /// Largest cosign signature payload read.
 const MAX_SIGNATURE_PAYLOAD: usize = 64 << 10;
+/// Largest Sigstore bundle read.
+const MAX_BUNDLE: usize = 1 << 20;
+/// At most this many referrers are looked at.
+const MAX_REFERRERS: usize = 16;
+/// The media type prefix of Sigstore bundles (`application/vnd.dev.sigstore.bundle.v0.3+json`,
+/// `application/vnd.dev.sigstore.bundle+json;version=0.2`).
+pub const BUNDLE_MEDIA_TYPE_PREFIX: &str = "application/vnd.dev.sigstore.bundle";
+const OCI_INDEX: &str = "application/vnd.oci.image.index.v1+json";
 /// cosign's simple-signing layer media type.
 pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
 /// The annotation holding a simple-signing layer's base64 signature.
@@ -151,7 +159,7 @@ impl Remote {
 pub struct Pulled {
     /// The manifest's digest (`sha256:<hex>`), computed from its bytes.
     pub manifest_digest: String,
-    /// The manifest as served.
+    /// The manifest as served (what a Sigstore bundle referrer signs).
     pub manifest: Vec<u8>,
     /// The layer's bytes as stored.
     pub stored: Vec<u8>,
@@ -224,12 +232,24 @@ async fn pull_manifest(
     remote: &Remote,
     reference: &Reference,
 ) -> Result<(Vec<u8>, String), OciError> {
+    pull_manifest_as(
+        client,
+        remote,
+        reference,
+        &[layout::OCI_MANIFEST, layout::DOCKER_MANIFEST],
+    )
+    .await
+}
+
+/// [`pull_manifest`] accepting `media_types`.
+async fn pull_manifest_as(
+    client: &Client,
+    remote: &Remote,
+    reference: &Reference,
+    media_types: &[&str],
+) -> Result<(Vec<u8>, String), OciError> {
     let (bytes, _) = client
-        .pull_manifest_raw(
-            reference,
-            &remote.auth,
-            &[layout::OCI_MANIFEST, layout::DOCKER_MANIFEST],
-        )
+        .pull_manifest_raw(reference, &remote.auth, media_types)
         .await
         .map_err(|err| pull_error(&reference.whole(), err))?;
     if bytes.len() > MAX_MANIFEST {
@@ -338,6 +358,70 @@ pub async fn signatures(
         });
     }
     Ok(found)
+}
+
+/// The Sigstore bundles attached to `manifest_digest` as OCI referrers (what `cosign sign
+/// --new-bundle-format` writes): through the referrers API, or the `sha256-<hex>` tag cosign
+/// falls back to on a registry without it. None when there are none.
+pub async fn bundle_referrers(
+    remote: &Remote,
+    manifest_digest: &str,
+) -> Result<Vec<String>, OciError> {
+    let client = remote.client();
+    let subject = Reference::with_digest(
+        remote.reference.registry().to_owned(),
+        remote.reference.repository().to_owned(),
+        manifest_digest.to_owned(),
+    );
+    let listed: Vec<layout::Descriptor> = match client.pull_referrers(&subject, None).await {
+        Ok(index) => index
+            .manifests
+            .into_iter()
+            .map(|m| layout::Descriptor {
+                media_type: m.media_type,
+                digest: m.digest,
+                size: m.size,
+                annotations: m.annotations.unwrap_or_default().into_iter().collect(),
+            })
+            .collect(),
+        Err(_) => {
+            // No referrers API: cosign's fallback tag.
+            let tag = Reference::with_tag(
+                remote.reference.registry().to_owned(),
+                remote.reference.repository().to_owned(),
+                manifest_digest.replacen(':', "-", 1),
+            );
+            match pull_manifest_as(&client, remote, &tag, &[OCI_INDEX]).await {
+                Ok((index, _)) => {
+                    layout::index_manifests(&index).map_err(|source| OciError::Layout {
+                        reference: tag.whole(),
+                        source,
+                    })?
+                }
+                Err(OciError::Pull { message, .. }) if is_not_found(&message) => Vec::new(),
+                Err(err) => return Err(err),
+            }
+        }
+    };
+    let mut bundles = Vec::new();
+    for referrer in listed.into_iter().take(MAX_REFERRERS) {
+        let at = subject.clone_with_digest(referrer.digest.clone());
+        let (manifest, _) = pull_manifest(&client, remote, &at).await?;
+        let layers = layout::layers(&manifest).map_err(|source| OciError::Layout {
+            reference: at.whole(),
+            source,
+        })?;
+        for layer in layers {
+            if !layer.media_type.starts_with(BUNDLE_MEDIA_TYPE_PREFIX) {
+                continue;
+            }
+            let bytes = pull_blob(&client, &at, &layer.digest, MAX_BUNDLE).await?;
+            if let Ok(text) = String::from_utf8(bytes) {
+                bundles.push(text);
+            }
+        }
+    }
+    Ok(bundles)
 }
 
 /// Whether a client error is the registry's "no such manifest".

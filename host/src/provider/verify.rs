@@ -183,6 +183,38 @@ pub fn verify_simple_signing(
     Err(VerifyError::Invalid(reasons.join("; ")))
 }
 
+/// Checks an OCI artifact's signatures: cosign's simple-signing `signatures` (the `.sig` tag) and
+/// Sigstore `bundles` attached as referrers (over the `manifest` bytes, whose digest is
+/// `manifest_digest`). One that verifies with one of `keys` is enough. Returns the key's name.
+pub fn verify_oci(
+    signatures: &[SimpleSignature],
+    bundles: &[String],
+    manifest: &[u8],
+    manifest_digest: &str,
+    keys: &Keys,
+) -> Result<String, VerifyError> {
+    if signatures.is_empty() && bundles.is_empty() {
+        return Err(VerifyError::Missing(format!(
+            "no cosign signature of {manifest_digest} in the registry (neither the {} tag nor a Sigstore bundle referrer)",
+            crate::provider::oci::signature_tag(manifest_digest)
+        )));
+    }
+    let mut reasons = Vec::new();
+    if !signatures.is_empty() {
+        match verify_simple_signing(signatures, manifest_digest, keys) {
+            Ok(key) => return Ok(key),
+            Err(err) => reasons.push(err.to_string()),
+        }
+    }
+    for bundle in bundles {
+        match verify_bundle(manifest, bundle, keys) {
+            Ok(key) => return Ok(key),
+            Err(err) => reasons.push(err.to_string()),
+        }
+    }
+    Err(VerifyError::Invalid(reasons.join("; ")))
+}
+
 /// An empty trust root: key-based verification needs no certificate authority or log keys.
 fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, VerifyError> {
     sigstore_verify::trust_root::TrustedRoot::from_json(

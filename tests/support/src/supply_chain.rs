@@ -298,20 +298,30 @@ impl Workdir {
     /// Signs `reference` (by digest) with `<prefix>.key`, storing the signature in the registry
     /// (cosign's `.sig` tag); no transparency log.
     pub fn cosign_sign(&self, prefix: &str, reference: &str) -> Result<()> {
-        self.run(
-            "cosign",
-            &[
-                "sign",
-                "--key",
-                &format!("{prefix}.key"),
-                "--tlog-upload=false",
-                "--allow-http-registry",
-                "--allow-insecure-registry",
-                "--yes",
-                reference,
-            ],
-        )
-        .map(drop)
+        self.sign(prefix, reference, &[])
+    }
+
+    /// Signs `reference` (by digest) with `<prefix>.key` as a Sigstore bundle attached as an OCI
+    /// referrer (`--new-bundle-format`; the `sha256-<hex>` fallback tag on a registry without
+    /// the referrers API); no transparency log.
+    pub fn cosign_sign_bundle(&self, prefix: &str, reference: &str) -> Result<()> {
+        self.sign(prefix, reference, &["--new-bundle-format"])
+    }
+
+    fn sign(&self, prefix: &str, reference: &str, extra: &[&str]) -> Result<()> {
+        let key = format!("{prefix}.key");
+        let mut args = vec![
+            "sign",
+            "--key",
+            &key,
+            "--tlog-upload=false",
+            "--allow-http-registry",
+            "--allow-insecure-registry",
+            "--yes",
+        ];
+        args.extend_from_slice(extra);
+        args.push(reference);
+        self.run("cosign", &args).map(drop)
     }
 
     /// A Sigstore bundle of `bytes` signed with `<prefix>.key` (`cosign sign-blob --bundle`).

@@ -119,6 +119,19 @@ pub fn layers(manifest: &[u8]) -> Result<Vec<Descriptor>, LayoutError> {
     Ok(parsed.layers)
 }
 
+#[derive(Debug, Deserialize)]
+struct Index {
+    #[serde(default)]
+    manifests: Vec<Descriptor>,
+}
+
+/// The manifests an image index lists (the referrers of an artifact, for instance).
+pub fn index_manifests(index: &[u8]) -> Result<Vec<Descriptor>, LayoutError> {
+    let parsed: Index =
+        serde_json::from_slice(index).map_err(|err| LayoutError::Parse(err.to_string()))?;
+    Ok(parsed.manifests)
+}
+
 /// The component's layer in `manifest` (the raw JSON).
 pub fn wasm_layer(manifest: &[u8]) -> Result<WasmLayer, LayoutError> {
     let layers = layers(manifest)?;
@@ -295,6 +308,21 @@ mod tests {
             wasm_layer(&bad_digest).unwrap_err(),
             LayoutError::Digest(_)
         ));
+    }
+
+    #[test]
+    fn indexes_list_their_manifests() {
+        let index = serde_json::to_vec(&json!({
+            "schemaVersion": 2,
+            "mediaType": "application/vnd.oci.image.index.v1+json",
+            "manifests": [{"mediaType": OCI_MANIFEST, "digest": D1, "size": 877,
+                           "artifactType": "application/vnd.oci.empty.v1+json"}],
+        }))
+        .unwrap();
+        let listed = index_manifests(&index).unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].digest, D1);
+        assert!(index_manifests(b"[]").is_err());
     }
 
     #[test]

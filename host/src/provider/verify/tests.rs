@@ -185,3 +185,20 @@ fn bundles_verify_over_the_component() {
     let err = verify_bundle(&component, "{}", &signer.keys("k")).unwrap_err();
     assert!(err.to_string().contains("does not parse"), "{err}");
 }
+
+/// A bundle written by cosign itself (`cosign sign-blob --key --new-bundle-format
+/// --tlog-upload=false`, cosign v2.6.5) verifies with its public key, and not over other bytes.
+#[test]
+fn a_bundle_cosign_wrote_verifies() {
+    install_crypto();
+    let artifact = include_bytes!("testdata/artifact.txt");
+    let bundle = include_str!("testdata/artifact.sigstore.json");
+    let keys = Keys::parse(vec![(
+        "cosign.pub".into(),
+        include_str!("testdata/cosign.pub").into(),
+    )])
+    .unwrap();
+    assert_eq!(verify_bundle(artifact, bundle, &keys).unwrap(), "cosign.pub");
+    assert!(verify_bundle(b"other bytes", bundle, &keys).is_err());
+    assert!(verify_bundle(artifact, bundle, &Signer::new().keys("other")).is_err());
+}

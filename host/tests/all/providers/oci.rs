@@ -152,8 +152,11 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     setup.wait_event(&name, "SignatureInvalid").await;
     assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
 
-    // Signed with the trusted key after all: it loads.
-    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m3}", registry.host())).expect("cosign sign");
+    // Signed with the trusted key after all, as a Sigstore bundle referrer (cosign's new bundle
+    // format): it loads.
+    scratch
+        .cosign_sign_bundle("release", &format!("{}/capstan/signed@{m3}", registry.host()))
+        .expect("cosign sign --new-bundle-format");
     setup.wait_loaded(&name, &sha256_hex(&v3)).await;
 }
 
@@ -263,4 +266,81 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
         .and_then(|c| c.message)
         .unwrap_or_default();
     assert!(message.contains("limit"), "{message}");
+}
+
+/// What a pull and a verification cost next to reading the same component from a ConfigMap
+/// (the kwok provider, median of 20 rounds each, in process against the loopback registry and the
+/// real API server). Prints the numbers; `docs/supply-chain.md` quotes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_and_verify_cost_next_to_a_config_map_read() {
+    use capstan::provider::oci::{self, Remote, cache::BlobCache};
+    use capstan::provider::source;
+    use capstan::provider::verify::{self, Keys};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use oci_client::secrets::RegistryAuth;
+    use std::time::Instant;
+
+    let registry = OciRegistry::start().expect("registry");
+    let scratch = Scratch::new("measure").expect("scratch");
+    let setup = Setup::start("ocimeasure", |_| {}).await;
+    let kwok = crate::fixtures::wasm("kwok");
+    let reference = format!("{}/capstan/kwok:bench", registry.host());
+    let manifest = scratch.push_cncf(&reference, &kwok).expect("push cncf");
+    let public = scratch.cosign_key("release").expect("cosign key");
+    scratch
+        .cosign_sign("release", &format!("{}/capstan/kwok@{manifest}", registry.host()))
+        .expect("cosign sign");
+    let bundle = scratch.cosign_bundle("release", &kwok).expect("cosign bundle");
+    let keys = Keys::parse(vec![("release".into(), public)]).unwrap();
+    setup.put_source("kwok", "provider.wasm", &kwok).await;
+    let remote = Remote::parse(&reference, RegistryAuth::Anonymous, true).unwrap();
+    let cache = BlobCache::new(scratch.path().join("cache"));
+
+    fn median(mut samples: Vec<Duration>) -> Duration {
+        samples.sort();
+        samples[samples.len() / 2]
+    }
+    let rounds = 20;
+    let (mut cold, mut cached, mut sig, mut cm, mut bundled) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let at = Instant::now();
+        let pulled = oci::pull(&remote, None, 32 << 20).await.unwrap();
+        cold.push(at.elapsed());
+        assert_eq!(pulled.stored, kwok);
+
+        let at = Instant::now();
+        let pulled = oci::pull(&remote, Some(&cache), 32 << 20).await.unwrap();
+        cached.push(at.elapsed());
+
+        let at = Instant::now();
+        let signatures = oci::signatures(&remote, &pulled.manifest_digest).await.unwrap();
+        verify::verify_simple_signing(&signatures, &pulled.manifest_digest, &keys).unwrap();
+        sig.push(at.elapsed());
+
+        let at = Instant::now();
+        let config_map = Api::<ConfigMap>::namespaced(setup.client.clone(), &setup.namespace)
+            .get("kwok")
+            .await
+            .unwrap();
+        let component = source::from_config_map(&config_map, "provider.wasm", 32 << 20, None)
+            .unwrap();
+        cm.push(at.elapsed());
+        assert_eq!(component.bytes, kwok);
+
+        let at = Instant::now();
+        verify::verify_bundle(&component.bytes, &bundle, &keys).unwrap();
+        bundled.push(at.elapsed());
+    }
+    eprintln!(
+        "kwok ({} KiB): OCI pull {:?} (from the disk cache {:?}), cosign .sig fetch + verify {:?}; \
+         ConfigMap read {:?}, bundle verify {:?} (medians of {rounds})",
+        kwok.len() / 1024,
+        median(cold),
+        median(cached),
+        median(sig),
+        median(cm),
+        median(bundled),
+    );
 }
