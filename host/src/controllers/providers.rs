@@ -876,10 +876,12 @@ async fn load(
     }
     let signed_by = match &spec.verification {
         None => None,
-        Some(verification) => match check_signature(verification, &fetched, namespace, ctx).await? {
-            Ok(key) => Some(key),
-            Err(rejection) => return Ok(Err(rejection)),
-        },
+        Some(verification) => {
+            match check_signature(verification, &fetched, namespace, ctx).await? {
+                Ok(key) => Some(key),
+                Err(rejection) => return Ok(Err(rejection)),
+            }
+        }
     };
     let component = fetched.component;
     let grants = match spec::grants(spec) {

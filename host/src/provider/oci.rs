@@ -112,12 +112,13 @@ pub struct Remote {
 impl Remote {
     /// Parses `reference` (`registry/repository:tag` or `registry/repository@sha256:<hex>`).
     pub fn parse(reference: &str, auth: RegistryAuth, plain_http: bool) -> Result<Self, OciError> {
-        let parsed: Reference = reference.parse().map_err(|err: oci_client::ParseError| {
-            OciError::Reference {
-                reference: reference.to_owned(),
-                message: err.to_string(),
-            }
-        })?;
+        let parsed: Reference =
+            reference
+                .parse()
+                .map_err(|err: oci_client::ParseError| OciError::Reference {
+                    reference: reference.to_owned(),
+                    message: err.to_string(),
+                })?;
         if let Some(digest) = parsed.digest()
             && !layout::is_sha256_digest(digest)
         {
@@ -203,7 +204,8 @@ async fn pull_blob(
     if sized.content_length.is_some_and(|len| len > limit as u64) {
         return Err(OciError::TooLarge { what, limit });
     }
-    let mut bytes = Vec::with_capacity(sized.content_length.unwrap_or(0).min(limit as u64) as usize);
+    let mut bytes =
+        Vec::with_capacity(sized.content_length.unwrap_or(0).min(limit as u64) as usize);
     while let Some(chunk) = sized.stream.next().await {
         let chunk = chunk.map_err(|err| OciError::Pull {
             reference: what.clone(),
@@ -438,13 +440,21 @@ mod tests {
 
     #[test]
     fn references() {
-        let tag = Remote::parse("127.0.0.1:5000/capstan/kwok:v1", RegistryAuth::Anonymous, true)
-            .unwrap();
+        let tag = Remote::parse(
+            "127.0.0.1:5000/capstan/kwok:v1",
+            RegistryAuth::Anonymous,
+            true,
+        )
+        .unwrap();
         assert!(tag.is_tag());
         assert_eq!(tag.reference.registry(), "127.0.0.1:5000");
         assert_eq!(tag.reference.repository(), "capstan/kwok");
         let pinned = format!("ghcr.io/acme/kwok@sha256:{}", "a".repeat(64));
-        assert!(!Remote::parse(&pinned, RegistryAuth::Anonymous, false).unwrap().is_tag());
+        assert!(
+            !Remote::parse(&pinned, RegistryAuth::Anonymous, false)
+                .unwrap()
+                .is_tag()
+        );
         for bad in ["", "UPPER/Case:tag", "ghcr.io/acme/kwok@sha256:abc"] {
             let err = Remote::parse(bad, RegistryAuth::Anonymous, false).unwrap_err();
             assert_eq!(err.reason(), "InvalidReference", "{bad}: {err}");
@@ -454,6 +464,9 @@ mod tests {
     #[test]
     fn cosign_signature_tag() {
         let digest = format!("sha256:{}", "0f".repeat(32));
-        assert_eq!(signature_tag(&digest), format!("sha256-{}.sig", "0f".repeat(32)));
+        assert_eq!(
+            signature_tag(&digest),
+            format!("sha256-{}.sig", "0f".repeat(32))
+        );
     }
 }

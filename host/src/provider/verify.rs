@@ -157,7 +157,11 @@ pub fn verify_simple_signing(
                 continue;
             }
         };
-        if !payload.critical.kind.eq_ignore_ascii_case(COSIGN_PAYLOAD_TYPE) {
+        if !payload
+            .critical
+            .kind
+            .eq_ignore_ascii_case(COSIGN_PAYLOAD_TYPE)
+        {
             reasons.push(format!(
                 "signature {index}: payload type {:?} is not a cosign image signature",
                 payload.critical.kind
@@ -226,8 +230,9 @@ fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, Verify
 /// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name.
 pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
     install_crypto();
-    let bundle = Bundle::from_json(bundle)
-        .map_err(|err| VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}")))?;
+    let bundle = Bundle::from_json(bundle).map_err(|err| {
+        VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
+    })?;
     let root = empty_trust_root()?;
     let verifier = Verifier::new(&root)
         .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;

@@ -85,10 +85,8 @@ impl OciRegistry {
                 path: PathBuf::from("127.0.0.1:0"),
                 source,
             })?;
-        let dir = std::env::temp_dir().join(format!(
-            "capstan-registry-{}-{port}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("capstan-registry-{}-{port}", std::process::id()));
         let io = |path: &Path| {
             let path = path.to_path_buf();
             move |source| Error::Io { path, source }

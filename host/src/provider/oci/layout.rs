@@ -38,7 +38,9 @@ pub enum LayoutError {
     #[error("the manifest does not parse: {0}")]
     Parse(String),
     /// An index (multi-platform list): a provider is one component, for no platform.
-    #[error("the reference is an image index ({0}), not a manifest: push the component as a single-manifest artifact")]
+    #[error(
+        "the reference is an image index ({0}), not a manifest: push the component as a single-manifest artifact"
+    )]
     Index(String),
     /// No layer is a component.
     #[error(
@@ -190,7 +192,10 @@ pub fn wasm_layer(manifest: &[u8]) -> Result<WasmLayer, LayoutError> {
 /// Whether `digest` is `sha256:` and 64 lowercase hex digits.
 pub fn is_sha256_digest(digest: &str) -> bool {
     digest.strip_prefix("sha256:").is_some_and(|hex| {
-        hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     })
 }
 
@@ -293,7 +298,10 @@ mod tests {
             "manifests": [],
         }))
         .unwrap();
-        assert!(matches!(wasm_layer(&index).unwrap_err(), LayoutError::Index(_)));
+        assert!(matches!(
+            wasm_layer(&index).unwrap_err(),
+            LayoutError::Index(_)
+        ));
 
         assert!(matches!(
             wasm_layer(b"<html>not json</html>").unwrap_err(),
@@ -330,6 +338,8 @@ mod tests {
         assert!(is_sha256_digest(D1));
         assert!(!is_sha256_digest(&D1.to_uppercase()));
         assert!(!is_sha256_digest("sha256:123"));
-        assert!(!is_sha256_digest("sha512:1111111111111111111111111111111111111111111111111111111111111111"));
+        assert!(!is_sha256_digest(
+            "sha512:1111111111111111111111111111111111111111111111111111111111111111"
+        ));
     }
 }

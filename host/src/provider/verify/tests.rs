@@ -88,7 +88,10 @@ fn any_trusted_key_will_do() {
     ])
     .unwrap();
     let sig = simple(&new, payload(&digest(1)));
-    assert_eq!(verify_simple_signing(&[sig], &digest(1), &keys).unwrap(), "new");
+    assert_eq!(
+        verify_simple_signing(&[sig], &digest(1), &keys).unwrap(),
+        "new"
+    );
 }
 
 #[test]
@@ -101,8 +104,9 @@ fn refusals() {
     assert_eq!(missing.reason(), "SignatureMissing");
     assert!(missing.to_string().contains(".sig"), "{missing}");
     // Signed by another key.
-    let wrong_key = verify_simple_signing(&[simple(&stranger, payload(&digest(1)))], &digest(1), &keys)
-        .unwrap_err();
+    let wrong_key =
+        verify_simple_signing(&[simple(&stranger, payload(&digest(1)))], &digest(1), &keys)
+            .unwrap_err();
     assert_eq!(wrong_key.reason(), "SignatureInvalid");
     // A valid signature of another artifact (a tag moved to an unsigned build, the old
     // signature copied over).
@@ -198,7 +202,10 @@ fn a_bundle_cosign_wrote_verifies() {
         include_str!("testdata/cosign.pub").into(),
     )])
     .unwrap();
-    assert_eq!(verify_bundle(artifact, bundle, &keys).unwrap(), "cosign.pub");
+    assert_eq!(
+        verify_bundle(artifact, bundle, &keys).unwrap(),
+        "cosign.pub"
+    );
     assert!(verify_bundle(b"other bytes", bundle, &keys).is_err());
     assert!(verify_bundle(artifact, bundle, &Signer::new().keys("other")).is_err());
 }

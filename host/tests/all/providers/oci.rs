@@ -57,7 +57,9 @@ async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
 
     // v1 in the CNCF wasm layout.
     let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
-    setup.put_provider(&name, oci_spec(&setup, &reference)).await;
+    setup
+        .put_provider(&name, oci_spec(&setup, &reference))
+        .await;
     setup.wait_serving(&name, &d1).await;
     let loaded = setup.wait_loaded(&name, &d1).await;
     let status = loaded.status.unwrap();
@@ -72,7 +74,9 @@ async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
     // The tag moves to v2 (pushed as a plain `oras push` file) while calls run: none fails.
     let callers = Callers::start(&setup.registry, &name, "chaos", 4);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let m2 = scratch.push_file(&reference, "chaos.wasm", &v2).expect("push file");
+    let m2 = scratch
+        .push_file(&reference, "chaos.wasm", &v2)
+        .expect("push file");
     assert_ne!(m1, m2);
     setup.wait_serving(&name, &d2).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -122,7 +126,12 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
         variant(chaos_bytes(), 7103),
     );
     let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
-    scratch.cosign_sign("release", &format!("{}/capstan/signed@{m1}", registry.host())).expect("cosign sign");
+    scratch
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/signed@{m1}", registry.host()),
+        )
+        .expect("cosign sign");
     let mut spec = oci_spec(&setup, &reference);
     spec.verification = Some(keys_in("keys"));
     setup.put_provider(&name, spec).await;
@@ -145,7 +154,12 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
 
     // v3 signed with a key the Provider does not trust: refused too.
     let m3 = scratch.push_cncf(&reference, &v3).expect("push cncf");
-    scratch.cosign_sign("stranger", &format!("{}/capstan/signed@{m3}", registry.host())).expect("cosign sign");
+    scratch
+        .cosign_sign(
+            "stranger",
+            &format!("{}/capstan/signed@{m3}", registry.host()),
+        )
+        .expect("cosign sign");
     setup
         .wait_condition(&name, "Ready", "False", "SignatureInvalid")
         .await;
@@ -155,7 +169,10 @@ async fn unsigned_or_wrongly_signed_artifacts_never_run() {
     // Signed with the trusted key after all, as a Sigstore bundle referrer (cosign's new bundle
     // format): it loads.
     scratch
-        .cosign_sign_bundle("release", &format!("{}/capstan/signed@{m3}", registry.host()))
+        .cosign_sign_bundle(
+            "release",
+            &format!("{}/capstan/signed@{m3}", registry.host()),
+        )
         .expect("cosign sign --new-bundle-format");
     setup.wait_loaded(&name, &sha256_hex(&v3)).await;
 }
@@ -170,7 +187,9 @@ async fn config_map_sources_verify_a_sigstore_bundle() {
         .put_config_map("keys", None, Some(("cosign.pub", &public)))
         .await;
     let (v1, v2) = (variant(chaos_bytes(), 7201), variant(chaos_bytes(), 7202));
-    let bundle = scratch.cosign_bundle("release", &v1).expect("cosign bundle");
+    let bundle = scratch
+        .cosign_bundle("release", &v1)
+        .expect("cosign bundle");
     setup
         .put_config_map(
             "src",
@@ -220,7 +239,9 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     // No verification on a host that requires it.
     let unverified = setup.names.name("unverified");
     let reference = format!("{}/capstan/refuse:v1", registry.host());
-    let manifest = scratch.push_cncf(&reference, &component).expect("push cncf");
+    let manifest = scratch
+        .push_cncf(&reference, &component)
+        .expect("push cncf");
     setup
         .put_provider(&unverified, oci_spec(&setup, &reference))
         .await;
@@ -232,14 +253,19 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     setup
         .put_config_map("keys", None, Some(("cosign.pub", &public)))
         .await;
-    scratch.cosign_sign(
-        "release",
-        &format!("{}/capstan/refuse@{manifest}", registry.host()),
-    ).expect("cosign sign");
+    scratch
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/refuse@{manifest}", registry.host()),
+        )
+        .expect("cosign sign");
 
     // A digest pin the artifact does not match.
     let pinned = setup.names.name("pinned");
-    let mut spec = oci_spec(&setup, &format!("{}/capstan/refuse@{manifest}", registry.host()));
+    let mut spec = oci_spec(
+        &setup,
+        &format!("{}/capstan/refuse@{manifest}", registry.host()),
+    );
     spec.verification = Some(keys_in("keys"));
     spec.source.sha256 = Some("ab".repeat(32));
     setup.put_provider(&pinned, spec).await;
@@ -256,7 +282,9 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     let mut spec = oci_spec(&setup, &big_ref);
     spec.verification = Some(keys_in("keys"));
     setup.put_provider(&big, spec).await;
-    let refused = setup.wait_condition(&big, "Ready", "False", "TooLarge").await;
+    let refused = setup
+        .wait_condition(&big, "Ready", "False", "TooLarge")
+        .await;
     let message = refused
         .status
         .unwrap()
@@ -289,9 +317,14 @@ async fn pull_and_verify_cost_next_to_a_config_map_read() {
     let manifest = scratch.push_cncf(&reference, &kwok).expect("push cncf");
     let public = scratch.cosign_key("release").expect("cosign key");
     scratch
-        .cosign_sign("release", &format!("{}/capstan/kwok@{manifest}", registry.host()))
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/kwok@{manifest}", registry.host()),
+        )
         .expect("cosign sign");
-    let bundle = scratch.cosign_bundle("release", &kwok).expect("cosign bundle");
+    let bundle = scratch
+        .cosign_bundle("release", &kwok)
+        .expect("cosign bundle");
     let keys = Keys::parse(vec![("release".into(), public)]).unwrap();
     setup.put_source("kwok", "provider.wasm", &kwok).await;
     let remote = Remote::parse(&reference, RegistryAuth::Anonymous, true).unwrap();
@@ -315,7 +348,9 @@ async fn pull_and_verify_cost_next_to_a_config_map_read() {
         cached.push(at.elapsed());
 
         let at = Instant::now();
-        let signatures = oci::signatures(&remote, &pulled.manifest_digest).await.unwrap();
+        let signatures = oci::signatures(&remote, &pulled.manifest_digest)
+            .await
+            .unwrap();
         verify::verify_simple_signing(&signatures, &pulled.manifest_digest, &keys).unwrap();
         sig.push(at.elapsed());
 
@@ -324,8 +359,8 @@ async fn pull_and_verify_cost_next_to_a_config_map_read() {
             .get("kwok")
             .await
             .unwrap();
-        let component = source::from_config_map(&config_map, "provider.wasm", 32 << 20, None)
-            .unwrap();
+        let component =
+            source::from_config_map(&config_map, "provider.wasm", 32 << 20, None).unwrap();
         cm.push(at.elapsed());
         assert_eq!(component.bytes, kwok);
 
