@@ -10,7 +10,6 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use crate::paths::repo_root;
 use crate::{Error, Result};
 
 static TOOLS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::new();
@@ -20,22 +19,7 @@ static TOOLS: OnceLock<Result<BTreeMap<String, PathBuf>, String>> = OnceLock::ne
 pub fn tool(name: &str) -> Result<PathBuf> {
     let tools = TOOLS
         .get_or_init(|| {
-            let script = repo_root().join("tests").join("control-plane").join("cp");
-            let out = Command::new("bash")
-                .arg(&script)
-                .arg("supply-chain")
-                .stdin(Stdio::null())
-                .stderr(Stdio::inherit())
-                .output()
-                .map_err(|e| format!("run {}: {e}", script.display()))?;
-            if !out.status.success() {
-                return Err(format!(
-                    "{} supply-chain exited with {} (see its output above)",
-                    script.display(),
-                    out.status
-                ));
-            }
-            Ok(String::from_utf8_lossy(&out.stdout)
+            Ok(crate::paths::run_cp("supply-chain")?
                 .lines()
                 .filter_map(|line| line.split_once(' '))
                 .map(|(name, path)| (name.to_owned(), PathBuf::from(path.trim())))
