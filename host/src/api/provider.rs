@@ -4,7 +4,6 @@
 //! `sha256` can pin the exact code.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};

@@ -13,10 +13,12 @@ pub mod ring_crypto;
 
 use serde::Deserialize;
 use sigstore_verify::crypto::KeyAlgorithm;
-use sigstore_verify::types::{Bundle, DerPublicKey, SignatureBytes};
+use sigstore_verify::types::bundle::SignatureContent;
+use sigstore_verify::types::{Bundle, DerPublicKey, HashAlgorithm, SignatureBytes, Statement};
 use sigstore_verify::{PublicKeyVerificationPolicy, Verifier};
 
 use crate::provider::oci::SimpleSignature;
+use crate::provider::source::sha256_hex;
 
 /// Why a component's signature is refused. Each has a condition reason ([`VerifyError::reason`]).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -228,19 +230,36 @@ fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, Verify
 }
 
 /// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name.
+///
+/// A bundle with transparency-log entries or RFC 3161 timestamps goes through `sigstore-verify`'s
+/// verifier (the log's inclusion is not required: the key is the trust). One without either —
+/// what `cosign sign-blob --tlog-upload=false` writes, the offline case — has no signing time
+/// for that verifier to establish, and none is needed with a key: its signature is checked with
+/// `sigstore-crypto` over the artifact (a message signature) or over the DSSE envelope, whose
+/// in-toto statement must name the artifact's sha256.
 pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
     install_crypto();
-    let bundle = Bundle::from_json(bundle).map_err(|err| {
-        VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
-    })?;
+    let bundle = Bundle::from_json(bundle)
+        .map_err(|err| VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}")))?;
+    let material = &bundle.verification_material;
+    let offline = material.tlog_entries.is_empty()
+        && material.timestamp_verification_data.rfc3161_timestamps.is_empty();
     let root = empty_trust_root()?;
     let verifier = Verifier::new(&root)
         .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
     let mut reasons = Vec::new();
     for key in &keys.0 {
-        let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
-        match verifier.verify(artifact, &bundle, &policy) {
-            Ok(_) => return Ok(key.name.clone()),
+        let verified = if offline {
+            verify_keyed(artifact, &bundle, key)
+        } else {
+            let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
+            verifier
+                .verify(artifact, &bundle, &policy)
+                .map(drop)
+                .map_err(|err| err.to_string())
+        };
+        match verified {
+            Ok(()) => return Ok(key.name.clone()),
             Err(err) => reasons.push(format!("{}: {err}", key.name)),
         }
     }
@@ -248,6 +267,55 @@ pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<Strin
         "the Sigstore bundle verifies with none of the keys ({})",
         reasons.join("; ")
     )))
+}
+
+/// Checks a bundle without log entries or timestamps with `key`.
+fn verify_keyed(artifact: &[u8], bundle: &Bundle, key: &Key) -> Result<(), String> {
+    let scheme = KeyAlgorithm::from_spki(&key.der)
+        .map_err(|err| err.to_string())?
+        .default_signing_scheme();
+    let digest = sha256_hex(artifact);
+    match &bundle.content {
+        SignatureContent::MessageSignature(signature) => {
+            if let Some(declared) = &signature.message_digest
+                && (declared.algorithm != HashAlgorithm::Sha2256
+                    || hex::encode(declared.digest.as_bytes()) != digest)
+            {
+                return Err("the bundle's message digest is not the component's".into());
+            }
+            sigstore_verify::crypto::verify_signature(
+                &key.der,
+                artifact,
+                &signature.signature,
+                scheme,
+            )
+            .map_err(|err| err.to_string())
+        }
+        SignatureContent::DsseEnvelope(envelope) => {
+            sigstore_verify::crypto::verify_signature(
+                &key.der,
+                &envelope.pae(),
+                &envelope.signature.sig,
+                scheme,
+            )
+            .map_err(|err| err.to_string())?;
+            let statement: Statement = serde_json::from_slice(envelope.payload.as_bytes())
+                .map_err(|err| format!("the DSSE payload is not an in-toto statement: {err}"))?;
+            let names_it = statement.subject.iter().any(|subject| {
+                subject
+                    .digest
+                    .sha256
+                    .as_ref()
+                    .is_some_and(|hash| hash.to_hex() == digest)
+            });
+            if names_it {
+                Ok(())
+            } else {
+                Err(format!("the signed statement does not name sha256 {digest}"))
+            }
+        }
+        _ => Err("the bundle holds neither a message signature nor a DSSE envelope".into()),
+    }
 }
 
 #[cfg(test)]

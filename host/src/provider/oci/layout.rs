@@ -330,7 +330,7 @@ mod tests {
         let listed = index_manifests(&index).unwrap();
         assert_eq!(listed.len(), 1);
         assert_eq!(listed[0].digest, D1);
-        assert!(index_manifests(b"[]").is_err());
+        assert!(index_manifests(b"not json").is_err());
     }
 
     #[test]

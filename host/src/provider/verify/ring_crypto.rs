@@ -47,6 +47,7 @@ impl CryptoProvider for RingCrypto {
             HashAlgorithm::Sha2256 => &digest::SHA256,
             HashAlgorithm::Sha2384 => &digest::SHA384,
             HashAlgorithm::Sha2512 => &digest::SHA512,
+            other => return Err(Error::UnsupportedAlgorithm(format!("{other:?}"))),
         };
         Ok(Box::new(RingHash(digest::Context::new(algorithm))))
     }
