@@ -57,6 +57,12 @@ pub enum OciError {
         /// What the client said.
         message: String,
     },
+    /// The registry has no such manifest (a tag or digest that does not exist).
+    #[error("{reference}: not found in the registry")]
+    NotFound {
+        /// The reference.
+        reference: String,
+    },
     /// The manifest holds no usable component.
     #[error("{reference}: {source}")]
     Layout {
@@ -90,7 +96,7 @@ impl OciError {
     pub fn reason(&self) -> &'static str {
         match self {
             OciError::Reference { .. } => "InvalidReference",
-            OciError::Pull { .. } => "PullFailed",
+            OciError::Pull { .. } | OciError::NotFound { .. } => "PullFailed",
             OciError::Layout { .. } => "InvalidArtifact",
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::TooLarge { .. } => "TooLarge",
@@ -253,7 +259,15 @@ async fn pull_manifest_as(
     let (bytes, _) = client
         .pull_manifest_raw(reference, &remote.auth, media_types)
         .await
-        .map_err(|err| pull_error(&reference.whole(), err))?;
+        .map_err(|err| {
+            if is_not_found(&err) {
+                OciError::NotFound {
+                    reference: reference.whole(),
+                }
+            } else {
+                pull_error(&reference.whole(), err)
+            }
+        })?;
     if bytes.len() > MAX_MANIFEST {
         return Err(OciError::TooLarge {
             what: format!("the manifest of {}", reference.whole()),
@@ -338,7 +352,7 @@ pub async fn signatures(
     );
     let manifest = match pull_manifest(&client, remote, &reference).await {
         Ok((manifest, _)) => manifest,
-        Err(OciError::Pull { message, .. }) if is_not_found(&message) => return Ok(Vec::new()),
+        Err(OciError::NotFound { .. }) => return Ok(Vec::new()),
         Err(err) => return Err(err),
     };
     let layers = layout::layers(&manifest).map_err(|source| OciError::Layout {
@@ -400,7 +414,7 @@ pub async fn bundle_referrers(
                         source,
                     })?
                 }
-                Err(OciError::Pull { message, .. }) if is_not_found(&message) => Vec::new(),
+                Err(OciError::NotFound { .. }) => Vec::new(),
                 Err(err) => return Err(err),
             }
         }
@@ -426,12 +440,21 @@ pub async fn bundle_referrers(
     Ok(bundles)
 }
 
-/// Whether a client error is the registry's "no such manifest".
-fn is_not_found(message: &str) -> bool {
-    message.contains("MANIFEST_UNKNOWN")
-        || message.contains("not found")
-        || message.contains("NAME_UNKNOWN")
-        || message.contains("code: 404")
+/// Whether a client error is the registry's "no such manifest" (`MANIFEST_UNKNOWN`,
+/// `NAME_UNKNOWN`, or a bare 404).
+fn is_not_found(err: &OciDistributionError) -> bool {
+    use oci_client::errors::OciErrorCode;
+    match err {
+        OciDistributionError::ImageManifestNotFoundError(_) => true,
+        OciDistributionError::RegistryError { envelope, .. } => envelope.errors.iter().any(|e| {
+            matches!(
+                e.code,
+                OciErrorCode::ManifestUnknown | OciErrorCode::NameUnknown
+            )
+        }),
+        OciDistributionError::ServerError { code, .. } => *code == 404,
+        _ => false,
+    }
 }
 
 #[cfg(test)]

@@ -239,11 +239,15 @@ fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, Verify
 /// in-toto statement must name the artifact's sha256.
 pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
     install_crypto();
-    let bundle = Bundle::from_json(bundle)
-        .map_err(|err| VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}")))?;
+    let bundle = Bundle::from_json(bundle).map_err(|err| {
+        VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
+    })?;
     let material = &bundle.verification_material;
     let offline = material.tlog_entries.is_empty()
-        && material.timestamp_verification_data.rfc3161_timestamps.is_empty();
+        && material
+            .timestamp_verification_data
+            .rfc3161_timestamps
+            .is_empty();
     let root = empty_trust_root()?;
     let verifier = Verifier::new(&root)
         .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
@@ -311,7 +315,9 @@ fn verify_keyed(artifact: &[u8], bundle: &Bundle, key: &Key) -> Result<(), Strin
             if names_it {
                 Ok(())
             } else {
-                Err(format!("the signed statement does not name sha256 {digest}"))
+                Err(format!(
+                    "the signed statement does not name sha256 {digest}"
+                ))
             }
         }
         _ => Err("the bundle holds neither a message signature nor a DSSE envelope".into()),

@@ -288,9 +288,10 @@ fn the_charts_provider_can_come_from_an_oci_registry_with_signatures_required() 
     let deployment = &find(&objects, "Deployment", "rel-capstan").data;
     let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
     assert!(
-        env.as_array().unwrap().iter().any(|e| e["name"]
-            == "CAPSTAN_REQUIRE_PROVIDER_VERIFICATION"
-            && e["value"] == "true"),
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "CAPSTAN_REQUIRE_PROVIDER_VERIFICATION" && e["value"] == "true"),
         "{env}"
     );
 }
