@@ -140,6 +140,15 @@ impl Remote {
         })
     }
 
+    /// Tag `tag` of the same repository.
+    fn tagged(&self, tag: String) -> Reference {
+        Reference::with_tag(
+            self.reference.registry().to_owned(),
+            self.reference.repository().to_owned(),
+            tag,
+        )
+    }
+
     /// Whether the reference names a tag only (so it is polled for moves).
     pub fn is_tag(&self) -> bool {
         self.reference.digest().is_none()
@@ -345,11 +354,7 @@ pub async fn signatures(
     manifest_digest: &str,
 ) -> Result<Vec<SimpleSignature>, OciError> {
     let client = remote.client();
-    let reference = Reference::with_tag(
-        remote.reference.registry().to_owned(),
-        remote.reference.repository().to_owned(),
-        signature_tag(manifest_digest),
-    );
+    let reference = remote.tagged(signature_tag(manifest_digest));
     let manifest = match pull_manifest(&client, remote, &reference).await {
         Ok((manifest, _)) => manifest,
         Err(OciError::NotFound { .. }) => return Ok(Vec::new()),
@@ -384,11 +389,9 @@ pub async fn bundle_referrers(
     manifest_digest: &str,
 ) -> Result<Vec<String>, OciError> {
     let client = remote.client();
-    let subject = Reference::with_digest(
-        remote.reference.registry().to_owned(),
-        remote.reference.repository().to_owned(),
-        manifest_digest.to_owned(),
-    );
+    let subject = remote
+        .reference
+        .clone_with_digest(manifest_digest.to_owned());
     let listed: Vec<layout::Descriptor> = match client.pull_referrers(&subject, None).await {
         Ok(index) => index
             .manifests
@@ -402,11 +405,7 @@ pub async fn bundle_referrers(
             .collect(),
         Err(_) => {
             // No referrers API: cosign's fallback tag.
-            let tag = Reference::with_tag(
-                remote.reference.registry().to_owned(),
-                remote.reference.repository().to_owned(),
-                manifest_digest.replacen(':', "-", 1),
-            );
+            let tag = remote.tagged(manifest_digest.replacen(':', "-", 1));
             match pull_manifest_as(&client, remote, &tag, &[OCI_INDEX]).await {
                 Ok((index, _)) => {
                     layout::index_manifests(&index).map_err(|source| OciError::Layout {
