@@ -6,6 +6,7 @@
 //! `spec.provider` → [`Registry::get`].
 
 pub mod convert;
+pub mod launch_answer;
 pub mod oci;
 pub mod package;
 pub mod registry;

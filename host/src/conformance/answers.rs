@@ -1,15 +1,16 @@
 //! Whether the instances a provider describes agree with what was asked and with each other:
-//! `create`'s labels within the claim's requirements and the catalog, `get` and `create`
-//! telling the same story.
+//! `create`'s labels as the host would accept them at launch (within the claim's labels and
+//! requirements, nothing in reserved domains it did not ask for) and within the catalog, `get` and
+//! `create` telling the same story.
 
 use std::collections::BTreeMap;
 
-use super::instance_types::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
-use crate::provider::convert::catalog::CatalogView;
-use crate::runtime::types::{Catalog, KeyValue, NodeClaim, Operator};
+use capstan_model::requirements::{Requirement, Requirements};
 
-/// The labels that name what was launched, and so must match the claim and the catalog.
-pub const LAUNCH_LABELS: [&str; 3] = [INSTANCE_TYPE, ZONE, CAPACITY_TYPE];
+use super::instance_types::{CAPACITY_TYPE, INSTANCE_TYPE, ZONE};
+use crate::provider::convert::{self, catalog::CatalogView};
+use crate::provider::launch_answer;
+use crate::runtime::types::{Catalog, KeyValue, NodeClaim};
 
 fn label<'a>(labels: &'a [KeyValue], key: &str) -> Option<&'a str> {
     labels
@@ -18,52 +19,58 @@ fn label<'a>(labels: &'a [KeyValue], key: &str) -> Option<&'a str> {
         .map(|l| l.value.as_str())
 }
 
-/// Whether `value` satisfies every requirement of `claim` on `key`.
-fn allowed(claim: &NodeClaim, key: &str, value: &str) -> bool {
-    claim
-        .requirements
-        .iter()
-        .filter(|r| r.key == key)
-        .all(|r| match r.operator {
-            Operator::In => r.values.iter().any(|v| v == value),
-            Operator::NotIn => !r.values.iter().any(|v| v == value),
-            Operator::Exists => true,
-            Operator::DoesNotExist => false,
-            // Gt/Lt do not apply to these labels; leave them to the host.
-            Operator::Gt | Operator::Lt => true,
-        })
+/// What the catalog says about every node of the instance type named `name`, as requirements.
+fn declared(view: &CatalogView<'_>, name: &str) -> Option<Requirements> {
+    let it = view.instance_types().find(|it| it.name == name)?;
+    let mut out = Requirements::new();
+    for r in it.requirements() {
+        let operator = convert::operator_from_wit(r.operator());
+        out.add(Requirement::new(r.key(), operator, r.values()).ok()?);
+    }
+    Some(out)
 }
 
 /// What is wrong with `created`, `create`'s answer to `claim`, given the instance types
-/// `get-instance-types` returned (`catalog`).
+/// `get-instance-types` returned (`catalog`): every label the host would refuse at launch
+/// ([`launch_answer::check`]), and an instance type or offering the catalog never listed.
 pub fn create_problems(
     claim: &NodeClaim,
     created: &NodeClaim,
     catalog: Option<&Catalog>,
 ) -> Vec<String> {
+    let view = catalog.and_then(|c| CatalogView::new(c).ok());
     let mut problems = Vec::new();
-    for key in LAUNCH_LABELS {
-        let Some(value) = label(&created.labels, key) else {
-            continue;
-        };
-        if !allowed(claim, key, value) {
-            let wanted: Vec<String> = claim
-                .requirements
-                .iter()
-                .filter(|r| r.key == key)
-                .map(|r| {
-                    let operator = format!("{:?}", r.operator);
-                    let operator = operator.trim_start_matches("Operator::");
-                    format!("{operator} {:?}", r.values)
-                })
-                .collect();
-            problems.push(format!(
-                "create answered {key}={value}, but the claim requires {}: launch only what the claim's requirements allow, and label the instance with what was launched",
-                wanted.join(" and ")
-            ));
+    match convert::requirements_from_wit(&claim.requirements) {
+        Ok(requirements) => {
+            let claim_labels = convert::key_values_from_wit(&claim.labels);
+            let claim_annotations = convert::key_values_from_wit(&claim.annotations);
+            let answer_labels = convert::key_values_from_wit(&created.labels);
+            let answer_annotations = convert::key_values_from_wit(&created.annotations);
+            let declared = view
+                .as_ref()
+                .zip(label(&created.labels, INSTANCE_TYPE))
+                .and_then(|(view, name)| declared(view, name));
+            let refusals = launch_answer::check(
+                launch_answer::Claimed {
+                    labels: &claim_labels,
+                    annotations: &claim_annotations,
+                    requirements: &requirements,
+                },
+                launch_answer::Answer {
+                    labels: &answer_labels,
+                    annotations: &answer_annotations,
+                },
+                declared.as_ref(),
+            );
+            problems.extend(refusals.iter().map(|r| {
+                format!(
+                    "create answered {r}; the host refuses such an answer: launch only what the claim allows, and keep the claim's labels and Karpenter's reserved label domains as they are"
+                )
+            }));
         }
+        Err(err) => problems.push(format!("the test claim's requirements: {err}")),
     }
-    let Some(view) = catalog.and_then(|c| CatalogView::new(c).ok()) else {
+    let Some(view) = view else {
         return problems;
     };
     let Some(type_name) = label(&created.labels, INSTANCE_TYPE) else {
@@ -116,7 +123,7 @@ pub fn contradictions(first: (&str, &[KeyValue]), second: (&str, &[KeyValue])) -
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::types::Requirement;
+    use crate::runtime::types::{Operator, Requirement};
 
     fn kv(key: &str, value: &str) -> KeyValue {
         KeyValue {
@@ -181,9 +188,38 @@ mod tests {
         );
         let problems = create_problems(&asked, &bad, None);
         assert_eq!(problems.len(), 3, "{problems:?}");
-        assert!(problems[0].contains("instance-type=large"), "{problems:?}");
-        assert!(problems[1].contains("zone=z2"), "{problems:?}");
-        assert!(problems[2].contains("capacity-type=spot"), "{problems:?}");
+        for label in ["instance-type=large", "zone=z2", "capacity-type=spot"] {
+            assert!(
+                problems.iter().any(|p| p.contains(label)),
+                "{label}: {problems:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn relabelling_into_another_pool_or_reserved_domains_are_problems() {
+        let asked = claim(
+            &[(INSTANCE_TYPE, Operator::In, &["small"])],
+            &[("karpenter.sh/nodepool", "mine")],
+        );
+        let hostile = claim(
+            &[],
+            &[
+                ("karpenter.sh/nodepool", "theirs"),
+                ("node-restriction.kubernetes.io/secure", "true"),
+                (INSTANCE_TYPE, "small"),
+            ],
+        );
+        let problems = create_problems(&asked, &hostile, None);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(
+            problems[0].contains("karpenter.sh/nodepool=theirs would change the claim's karpenter.sh/nodepool=mine"),
+            "{problems:?}"
+        );
+        assert!(
+            problems[1].contains("node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"),
+            "{problems:?}"
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@
 pub mod initialization;
 pub mod launch;
 pub mod liveness;
+pub mod ownership;
 pub mod registration;
 pub mod termination;
 
@@ -125,6 +126,9 @@ pub async fn reconcile(
     }
     if !finalized {
         finalizer::add(&api, claim.as_ref(), TERMINATION_FINALIZER).await?;
+        return Ok(Action::await_change());
+    }
+    if ownership::own_by_pool(&ctx, &claim).await? {
         return Ok(Action::await_change());
     }
     if let Some(node) = nodes_of(&ctx, &claim)
@@ -294,8 +298,22 @@ pub fn node_ready(node: &Node) -> bool {
         .is_some_and(|c| c.status == "True")
 }
 
-/// The Nodes carrying the claim's provider ID.
+/// The claim's Nodes: those carrying its provider ID that are its to have (not another claim's,
+/// not older than the claim: [`ownership::node_taken`]).
 pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
+    let nodes = nodes_with_provider_id(ctx, claim);
+    if nodes.is_empty() {
+        return nodes;
+    }
+    let claims = ctx.state.claims.store().state();
+    nodes
+        .into_iter()
+        .filter(|n| ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref)).is_none())
+        .collect()
+}
+
+/// The Nodes carrying the claim's provider ID, whoever's they are.
+pub fn nodes_with_provider_id(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
     let Some(id) = provider_id(claim) else {
         return Vec::new();
     };
@@ -306,11 +324,12 @@ pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
         .collect()
 }
 
-/// An owner reference to the claim.
-pub fn owner_reference(
-    claim: &NodeClaim,
+/// An owner reference to `object` (a claim, for its Node; a pool, for its claims), blocking
+/// the owner's foreground deletion as Karpenter's do; none for an object without a UID.
+pub fn owner_reference<K: Resource<DynamicType = ()>>(
+    object: &K,
 ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    let mut owner = claim.controller_owner_ref(&())?;
+    let mut owner = object.controller_owner_ref(&())?;
     owner.controller = None;
     owner.block_owner_deletion = Some(true);
     Some(owner)

@@ -412,6 +412,10 @@ pub fn claim_for(
         generate_name: Some(format!("{}-", new.node_pool)),
         labels: Some(labels),
         annotations: Some(annotations),
+        // Karpenter's owner reference to the pool (none for a pool not read from the API server,
+        // as in `capstan simulate`): deleting the pool makes Kubernetes' garbage collector delete
+        // its claims, which then drain and terminate as usual.
+        owner_references: super::nodeclaim::owner_reference(pool).map(|owner| vec![owner]),
         ..ObjectMeta::default()
     };
     claim

@@ -28,6 +28,14 @@ pub enum ConvertError {
         /// Its values.
         values: Vec<String>,
     },
+    /// A WIT requirement the model cannot hold (a bound that is not one integer).
+    #[error("requirement {key}: {message}")]
+    Requirement {
+        /// The requirement's key.
+        key: String,
+        /// What is wrong.
+        message: String,
+    },
     /// `minValues` outside what the contract carries.
     #[error("requirement {key}: minValues {value} is out of range")]
     MinValues {
@@ -84,6 +92,37 @@ pub fn requirements_to_wit(
     requirements: &[api::Requirement],
 ) -> Result<Vec<wit::Requirement>, ConvertError> {
     requirements.iter().map(requirement_to_wit).collect()
+}
+
+/// A WIT operator as the model's.
+pub fn operator_from_wit(op: wit::Operator) -> capstan_model::requirements::Operator {
+    use capstan_model::requirements::Operator;
+    match op {
+        wit::Operator::In => Operator::In,
+        wit::Operator::NotIn => Operator::NotIn,
+        wit::Operator::Exists => Operator::Exists,
+        wit::Operator::DoesNotExist => Operator::DoesNotExist,
+        wit::Operator::Gt => Operator::Gt,
+        wit::Operator::Lt => Operator::Lt,
+    }
+}
+
+/// WIT requirements as the model's, intersected per key (what the host checks a provider's
+/// answer against).
+pub fn requirements_from_wit(
+    list: &[wit::Requirement],
+) -> Result<capstan_model::requirements::Requirements, ConvertError> {
+    use capstan_model::requirements::{Requirement, Requirements};
+    let mut out = Requirements::new();
+    for r in list {
+        let requirement = Requirement::new(&r.key, operator_from_wit(r.operator), &r.values)
+            .map_err(|err| ConvertError::Requirement {
+                key: r.key.clone(),
+                message: err.to_string(),
+            })?;
+        out.add(requirement.with_min_values(r.min_values));
+    }
+    Ok(out)
 }
 
 /// A taint.

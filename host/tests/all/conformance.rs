@@ -227,7 +227,9 @@ async fn bad_create_and_get_answers_fail_their_checks() {
     .await;
     let message = failure(&report, checks::CREATE_WITHIN);
     assert!(
-        message.contains("instance-type=chaos-99x, but the claim requires In"),
+        message.contains(
+            "instance-type=chaos-99x is outside the claim's requirement node.kubernetes.io/instance-type In"
+        ),
         "{message}"
     );
     assert!(message.contains("never offered"), "{message}");
@@ -238,7 +240,7 @@ async fn bad_create_and_get_answers_fail_their_checks() {
     .await;
     let message = failure(&report, checks::CREATE_WITHIN);
     assert!(
-        message.contains("zone=mars-1, but the claim requires"),
+        message.contains("zone=mars-1 is outside the claim's requirement"),
         "{message}"
     );
     assert!(
@@ -252,6 +254,27 @@ async fn bad_create_and_get_answers_fail_their_checks() {
     .await;
     let message = failure(&report, checks::CREATE_WITHIN);
     assert!(message.contains("capacity-type=reserved"), "{message}");
+
+    // A provider that moves its claims into another pool, or dresses its nodes in labels of
+    // reserved domains, fails the kit as the host refuses it at launch.
+    let report = instance_report(
+        serde_json::json!({"createLabels": {"karpenter.sh/nodepool": "kwok-pool"}}),
+    )
+    .await;
+    let message = failure(&report, checks::CREATE_WITHIN);
+    assert!(
+        message.contains("label karpenter.sh/nodepool=kwok-pool would change the claim's karpenter.sh/nodepool="),
+        "{message}"
+    );
+    let report = instance_report(
+        serde_json::json!({"createLabels": {"node-restriction.kubernetes.io/secure": "true"}}),
+    )
+    .await;
+    let message = failure(&report, checks::CREATE_WITHIN);
+    assert!(
+        message.contains("node-restriction.kubernetes.io/secure=true is in the reserved domain kubernetes.io"),
+        "{message}"
+    );
 
     let report = instance_report(
         serde_json::json!({"getLabels": {"topology.kubernetes.io/zone": "elsewhere"}}),

@@ -10,6 +10,7 @@ mod drain;
 mod errors;
 mod flow;
 mod gc;
+mod hostile_answers;
 mod liveness;
 mod offerings;
 mod restart;

@@ -29,6 +29,7 @@ mod lifecycle;
 mod metrics;
 mod node_repair;
 mod nominated;
+mod pool_deletion;
 mod pool_limits;
 mod provider_new;
 mod providers;

@@ -7,6 +7,8 @@
 //! | provider answer | reaction |
 //! | --- | --- |
 //! | an instance | labels, annotations, provider ID, image ID, capacity, allocatable; `Launched=True` |
+//! | an instance labelled against the claim ([`launch_answer`]) | Events `LaunchFailed` (claim) and `ProviderAnswerRefused` (Provider); `Launched=Unknown`, reason `ProviderAnswerRefused`; retry with backoff |
+//! | an instance whose provider ID another claim or its Node holds, or a Node older than the claim | the same, reason `ProviderIDTaken` |
 //! | `insufficient-capacity` | Event `InsufficientCapacityError`, offerings cached unavailable, delete the claim |
 //! | (no answer within the launch timeout) | Event `LaunchTimeout`, delete the claim |
 //! | `node-class-not-ready` | Event `NodeClassNotReady`, delete the claim |
@@ -18,10 +20,11 @@ use std::time::Instant;
 
 use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::{Api, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Step, delete, is_true, liveness, nodepool, persist_status, set};
+use super::{Step, delete, is_true, liveness, nodepool, ownership, persist_status, set};
 use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
 use crate::api::nodeclaim::conditions::LAUNCHED;
 use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
@@ -30,6 +33,7 @@ use crate::controllers::unavailable_offerings::Narrowed;
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
+use crate::provider::launch_answer::{self, Refusal};
 use crate::runtime::CallError;
 use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
 
@@ -140,7 +144,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         started,
     );
     match result {
-        Ok(created) => launched(claim, ctx, &resolved, &created).await,
+        Ok(created) => launched(claim, ctx, &resolved, &request, &created).await,
         Err(err) => failed(claim, ctx, &resolved.provider_name, err).await,
     }
 }
@@ -149,6 +153,7 @@ async fn launched(
     claim: &mut NodeClaim,
     ctx: &Context,
     resolved: &Resolved,
+    request: &WitClaim,
     created: &WitClaim,
 ) -> Result<Step, ControllerError> {
     let launched = convert::launched_from_wit(created);
@@ -159,15 +164,29 @@ async fn launched(
         );
         return retry(claim, ctx, "LaunchFailed", &err).await;
     };
+    let refusal = match refusals(ctx, claim, resolved, request, &launched).await {
+        Ok(refusals) if refusals.is_empty() => None,
+        Ok(refusals) => Some(("ProviderAnswerRefused", joined(&refusals))),
+        Err(message) => Some(("ProviderAnswerRefused", message)),
+    };
+    let refusal = match refusal {
+        Some(refusal) => Some(refusal),
+        None => ownership::taken(ctx, claim, &provider_id)
+            .map(|taken| ("ProviderIDTaken", taken.to_string())),
+    };
+    if let Some((reason, message)) = refusal {
+        return refuse(claim, ctx, &resolved.provider_name, reason, &message).await;
+    }
     // Metadata first, then status: a crash in between re-runs create, which finds the same
-    // instance.
-    let mut labels = claim.labels().clone();
+    // instance. The claim's own labels win, then its single-value requirements, and the provider's
+    // labels fill in the rest (Karpenter's order).
+    let mut labels = launch_answer::labels_to_keep(&launched.labels);
     for r in &claim.spec.requirements {
         if r.operator == NodeSelectorOperator::In && r.values.len() == 1 && r.key != HOSTNAME {
             labels.insert(r.key.clone(), r.values[0].clone());
         }
     }
-    labels.extend(launched.labels.clone());
+    labels.extend(claim.labels().clone());
     let mut annotations = claim.annotations().clone();
     annotations.extend(launched.annotations.clone());
     annotations.insert(
@@ -284,6 +303,108 @@ async fn failed(
             ctx.metrics.own.failed(&pool, "LaunchFailed");
             retry(claim, ctx, "LaunchFailed", &err.to_string()).await
         }
+    }
+}
+
+/// What the host refuses in `launched`, `create`'s answer to `request` ([`launch_answer`]). A
+/// reserved label is looked up in the launched instance type's catalog entry only when needed
+/// (the catalog is usually cached).
+async fn refusals(
+    ctx: &Context,
+    claim: &NodeClaim,
+    resolved: &Resolved,
+    request: &WitClaim,
+    launched: &convert::Launched,
+) -> Result<Vec<Refusal>, String> {
+    let requirements =
+        convert::requirements_from_wit(&request.requirements).map_err(|err| err.to_string())?;
+    let claimed = launch_answer::Claimed {
+        labels: claim.labels(),
+        annotations: claim.annotations(),
+        requirements: &requirements,
+    };
+    let answer = launch_answer::Answer {
+        labels: &launched.labels,
+        annotations: &launched.annotations,
+    };
+    let refusals = launch_answer::check(claimed, answer, None);
+    if !refusals
+        .iter()
+        .any(|r| matches!(r, Refusal::ReservedLabel { .. }))
+    {
+        return Ok(refusals);
+    }
+    let declared = declared(ctx, claim, resolved, launched).await;
+    Ok(launch_answer::check(claimed, answer, declared.as_ref()))
+}
+
+/// The requirements of the instance type the answer names, from the provider's catalog for the
+/// claim's pool.
+async fn declared(
+    ctx: &Context,
+    claim: &NodeClaim,
+    resolved: &Resolved,
+    launched: &convert::Launched,
+) -> Option<crate::scheduling::Requirements> {
+    let type_name = launched.labels.get(INSTANCE_TYPE)?;
+    let pool = ctx
+        .state
+        .pools
+        .store()
+        .get(&ObjectRef::new(&nodepool(claim)))?;
+    let types = ctx
+        .instance_types
+        .get(
+            controller::NODECLAIM_LIFECYCLE,
+            &resolved.provider,
+            &pool,
+            &resolved.node_class,
+        )
+        .await
+        .ok()?;
+    types
+        .iter()
+        .find(|t| &t.name == type_name)
+        .map(|t| t.requirements.clone())
+}
+
+fn joined(refusals: &[Refusal]) -> String {
+    refusals
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// An answer the host will not write on the claim: reported on the claim and on the Provider,
+/// then retried with backoff like any launch failure (an instance it left behind has no claim and
+/// is garbage-collected).
+async fn refuse(
+    claim: &mut NodeClaim,
+    ctx: &Context,
+    provider: &str,
+    reason: &str,
+    message: &str,
+) -> Result<Step, ControllerError> {
+    let message = format!(
+        "provider {provider}'s answer to create for NodeClaim {} refused: {message}",
+        claim.name_any()
+    );
+    tracing::warn!(nodeclaim = %claim.name_any(), provider, %message, "create answer refused");
+    ctx.metrics.own.failed(&nodepool(claim), reason);
+    ctx.events
+        .warning_about(&provider_reference(provider), reason, message.clone())
+        .await;
+    retry(claim, ctx, reason, &message).await
+}
+
+/// The Provider object, for Events about it.
+fn provider_reference(name: &str) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some(crate::api::Provider::api_version(&()).into_owned()),
+        kind: Some(crate::api::Provider::kind(&()).into_owned()),
+        name: Some(name.to_owned()),
+        ..Default::default()
     }
 }
 

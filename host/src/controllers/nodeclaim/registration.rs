@@ -10,7 +10,9 @@ use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use super::{Step, is_true, nodepool, nodes_of, owner_reference, persist_status, set};
+use super::{
+    Step, is_true, nodepool, nodes_with_provider_id, owner_reference, ownership, persist_status, set,
+};
 use crate::api::labels::ZONE;
 use crate::api::labels::{
     REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
@@ -33,7 +35,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     if !is_true(claim, LAUNCHED) {
         return Ok(Step::Stop(Action::await_change()));
     }
-    let nodes = nodes_of(ctx, claim);
+    let nodes = nodes_with_provider_id(ctx, claim);
     let node = match nodes.as_slice() {
         [node] => node.name_any(),
         [] => {
@@ -66,6 +68,25 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
         }
     };
+    // A Node another claim owns, or one older than the claim, is never adopted.
+    let claims = ctx.state.claims.store().state();
+    if let Some(taken) = nodes
+        .first()
+        .and_then(|n| ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref)))
+    {
+        let message = format!("not adopting the Node: {taken}");
+        if set(
+            claim,
+            REGISTERED,
+            ConditionStatus::Unknown,
+            "NodeNotOwned",
+            &message,
+        ) {
+            persist_status(ctx, claim).await?;
+            ctx.events.warning(claim, "NodeNotOwned", message).await;
+        }
+        return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
+    }
     sync_node(ctx, claim, &node).await?;
     claim.status.get_or_insert_with(Default::default).node_name = Some(node.clone());
     set(claim, REGISTERED, ConditionStatus::True, "Registered", "");

@@ -17,7 +17,7 @@ use crate::provider::convert::{node_class_to_wit, node_pool_to_wit};
 use crate::runtime::ProviderPre;
 use crate::runtime::types as wit;
 use crate::scheduling::resources::CPU;
-use crate::scheduling::{InstanceType, Offering, Operator, Requirement, Requirements, Resources};
+use crate::scheduling::{InstanceType, Offering, Requirement, Requirements, Resources};
 
 use super::ProvisionError;
 
@@ -161,14 +161,7 @@ impl InstanceTypeCache {
 }
 
 fn requirement(r: &RequirementView<'_>) -> Result<Requirement, ProvisionError> {
-    let op = match r.operator() {
-        wit::Operator::In => Operator::In,
-        wit::Operator::NotIn => Operator::NotIn,
-        wit::Operator::Exists => Operator::Exists,
-        wit::Operator::DoesNotExist => Operator::DoesNotExist,
-        wit::Operator::Gt => Operator::Gt,
-        wit::Operator::Lt => Operator::Lt,
-    };
+    let op = crate::provider::convert::operator_from_wit(r.operator());
     Ok(Requirement::new(r.key(), op, r.values())
         .map_err(|err| ProvisionError::InstanceType(format!("requirement {}: {err}", r.key())))?
         .with_min_values(r.min_values()))

@@ -1,0 +1,204 @@
+//! A provider cannot use its `create` answer to escape its sandbox: relabel its claim into
+//! another pool, dress its node in reserved labels, or take over a node that is not its claim's
+//! (another provider's, or one no claim manages). The host refuses the answer, keeps the claim as
+//! it was, and reports it on the claim and on the Provider.
+
+use std::time::Duration;
+
+use capstan::api::NodeClaim;
+use k8s_openapi::api::core::v1::Node;
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
+use serde_json::json;
+
+use super::*;
+
+/// The notes of Capstan's `reason` Events about the Provider `provider`.
+async fn provider_notes(client: &Client, provider: &str, reason: &str) -> Vec<String> {
+    capstan_notes(client, "default", provider, reason).await
+}
+
+/// Waits for a Capstan Event about the Provider `provider` whose note contains `text`.
+async fn wait_provider_note(client: &Client, host: &Host, provider: &str, reason: &str, text: &str) {
+    let found = capstan_test_support::wait_until(
+        Duration::from_secs(30),
+        &format!("{reason} Event about Provider {provider} saying {text}"),
+        || async {
+            let notes = provider_notes(client, provider, reason).await;
+            Ok::<_, kube::Error>(notes.into_iter().find(|n| n.contains(text)))
+        },
+    )
+    .await;
+    if let Err(err) = found {
+        panic!("{err}\nhost log:\n{}", host.log_tail());
+    }
+}
+
+#[tokio::test]
+async fn a_provider_cannot_move_its_claim_into_another_pool() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("relabel");
+    let host = Host::start(cp, &names, &[]);
+    let (victim_pool, hostile_pool) = (names.name("kwok-pool"), names.name("hostile-pool"));
+    let (kwok_class, hostile_class) = (names.name("kwok"), names.name("hostile"));
+    node_class(&client, &names, &kwok_class, "kwok", json!({})).await;
+    node_pool(&client, node_pool_json(&names, &victim_pool, &kwok_class)).await;
+    node_class(
+        &client,
+        &names,
+        &hostile_class,
+        "chaos",
+        json!({"mode": "instance", "createLabels": {
+            "karpenter.sh/nodepool": victim_pool,
+            "node-restriction.kubernetes.io/secure": "true",
+        }}),
+    )
+    .await;
+    let name = names.name("claim");
+    claim(&client, claim_json(&names, &name, &hostile_pool, &hostile_class)).await;
+
+    let refused = wait_condition(
+        &client,
+        &host,
+        &name,
+        "Launched",
+        "Unknown",
+        Some("ProviderAnswerRefused"),
+        Duration::from_secs(60),
+    )
+    .await;
+    assert_eq!(
+        refused.labels().get("karpenter.sh/nodepool"),
+        Some(&hostile_pool),
+        "the claim keeps its pool"
+    );
+    assert!(
+        !refused
+            .labels()
+            .contains_key("node-restriction.kubernetes.io/secure"),
+        "no reserved label written: {:?}",
+        refused.labels()
+    );
+    assert!(
+        refused.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none(),
+        "no provider ID written"
+    );
+    let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
+    assert!(
+        notes.iter().any(|n| n.contains(&format!(
+            "label karpenter.sh/nodepool={victim_pool} would change the claim's karpenter.sh/nodepool={hostile_pool}"
+        )) && n.contains("node-restriction.kubernetes.io/secure=true is in the reserved domain")),
+        "{notes:?}"
+    );
+    wait_provider_note(
+        &client,
+        &host,
+        "chaos",
+        "ProviderAnswerRefused",
+        &format!("for NodeClaim {name} refused"),
+    )
+    .await;
+    // Still refused on the retries: the claim never joins the other pool.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let again = Api::<NodeClaim>::all(client.clone()).get(&name).await.unwrap();
+    assert_eq!(again.labels().get("karpenter.sh/nodepool"), Some(&hostile_pool));
+    host.check_alive();
+    cleanup(&client, &names).await;
+}
+
+#[tokio::test]
+async fn a_provider_cannot_take_over_another_providers_node() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("takeover");
+    let host = Host::start(cp, &names, &[]);
+    let pool = names.name("pool");
+    let kwok_class = names.name("kwok");
+    node_class(&client, &names, &kwok_class, "kwok", json!({})).await;
+    let victim = names.name("victim");
+    claim(&client, claim_json(&names, &victim, &pool, &kwok_class)).await;
+    let registered = wait_condition(
+        &client,
+        &host,
+        &victim,
+        "Registered",
+        "True",
+        None,
+        Duration::from_secs(60),
+    )
+    .await;
+    let victim_id = registered
+        .status
+        .as_ref()
+        .and_then(|s| s.provider_id.clone())
+        .expect("the victim's provider ID");
+
+    // A Node no claim manages, older than any claim that could want it.
+    let unmanaged = names.name("unmanaged");
+    let unmanaged_id = format!("fake://{unmanaged}");
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": unmanaged, "labels": {RUN_LABEL: names.run}},
+        "spec": {"providerID": unmanaged_id},
+    }))
+    .unwrap();
+    let nodes = Api::<Node>::all(client.clone());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+    // Creation timestamps have one-second resolution.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+
+    for (what, target) in [("steal-claimed", &victim_id), ("steal-unmanaged", &unmanaged_id)] {
+        let class = names.name(what);
+        node_class(
+            &client,
+            &names,
+            &class,
+            "chaos",
+            json!({"mode": "instance", "createProviderId": target}),
+        )
+        .await;
+        let name = names.name(&format!("{what}-claim"));
+        claim(&client, claim_json(&names, &name, &pool, &class)).await;
+        let refused = wait_condition(
+            &client,
+            &host,
+            &name,
+            "Launched",
+            "Unknown",
+            Some("ProviderIDTaken"),
+            Duration::from_secs(60),
+        )
+        .await;
+        assert!(
+            refused.status.as_ref().and_then(|s| s.provider_id.as_ref()).is_none(),
+            "{what}: no provider ID written"
+        );
+        let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
+        let expected = if what == "steal-claimed" {
+            format!("provider ID {victim_id} belongs to NodeClaim {victim}")
+        } else {
+            format!("Node {unmanaged} was created at")
+        };
+        assert!(notes.iter().any(|n| n.contains(&expected)), "{what}: {notes:?}");
+    }
+    wait_provider_note(&client, &host, "chaos", "ProviderIDTaken", "belongs to NodeClaim").await;
+
+    // Neither Node changed hands.
+    let victim_node = nodes_with_provider_id(&client, &victim_id).await;
+    assert_eq!(victim_node.len(), 1);
+    let owners: Vec<String> = victim_node[0]
+        .owner_references()
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(owners, vec![victim.clone()], "the victim's Node keeps one owner");
+    assert_eq!(
+        victim_node[0].labels().get("karpenter.sh/nodepool"),
+        Some(&pool)
+    );
+    let untouched = nodes.get(&unmanaged).await.unwrap();
+    assert!(untouched.owner_references().is_empty());
+    assert!(untouched.finalizers().is_empty(), "no termination finalizer on it");
+    host.check_alive();
+    let _ = nodes.delete(&unmanaged, &Default::default()).await;
+    cleanup(&client, &names).await;
+}
