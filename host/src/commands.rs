@@ -43,6 +43,11 @@ impl CacheArgs {
         })
     }
 
+    /// Where layers pulled from OCI registries are cached: `oci/` in the cache directory.
+    pub fn oci_dir(&self) -> Option<PathBuf> {
+        Some(self.dir()?.join("oci"))
+    }
+
     /// A runtime whose compiled components go through this cache (created if missing).
     pub fn runtime(&self) -> Result<Runtime> {
         let mut builder = Runtime::builder();

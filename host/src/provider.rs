@@ -8,10 +8,12 @@
 pub mod convert;
 pub mod kinds;
 pub mod launch_answer;
+pub mod oci;
 pub mod package;
 pub mod registry;
 pub mod source;
 pub mod spec;
+pub mod verify;
 
 use std::sync::Arc;
 

@@ -124,6 +124,15 @@ build_control_plane() {
   bash "$REPO_ROOT/tests/control-plane/cp" build
 }
 
+# Builds (or finds cached) the supply-chain tools the OCI and signature tests run: the CNCF
+# distribution registry, cosign and oras, from their Go modules at the versions pinned in
+# tests/control-plane/supply-chain.env.
+build_supply_chain_tools() {
+  ensure_go
+  log "supply-chain test tools: registry, cosign, oras (cached under $CAPSTAN_CACHE/control-plane/tools)"
+  bash "$REPO_ROOT/tests/control-plane/cp" supply-chain >/dev/null
+}
+
 # Finds (or downloads into the Go module cache) the upstream Go modules whose files the tests read.
 fetch_upstream() {
   ensure_go

@@ -7,7 +7,7 @@ case "${1:-}" in
   fmt) ensure_rust; task_fmt ;;
   lint) ensure_rust; task_lint ;;
   unit) ensure_rust; ensure_python_toolchain; task_unit ;;
-  e2e) ensure_rust; build_control_plane; build_providers; fetch_upstream; build_image; package_chart; ensure_cs_client; task_e2e ;;
+  e2e) ensure_rust; build_control_plane; build_providers; fetch_upstream; build_supply_chain_tools; build_image; package_chart; ensure_cs_client; task_e2e ;;
   conformance-karpenter) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_conformance_karpenter ;;
   bench) ensure_rust; build_control_plane; build_providers; task_bench ;;
   bench-disruption) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_disruption ;;

@@ -4,7 +4,7 @@
 //! `sha256` can pin the exact code.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::CustomResource;
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -75,6 +75,10 @@ pub struct ProviderSpec {
     /// (the older one keeps it) is refused, and the `NodeClassKinds` condition says so.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_class_kinds: Option<Vec<NodeClassKindSpec>>,
+    /// Signatures the component must carry before it is compiled. Absent: none is checked
+    /// (unless the host requires verification, then such a Provider never loads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<ProviderVerification>,
 }
 
 /// One node class kind a Provider serves (see `ProviderSpec::node_class_kinds`).
@@ -96,6 +100,32 @@ pub struct NodeClassKindSpec {
     /// A declared kind (`Kind.group`) the provider receives this kind's objects as.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub served_as: Option<String>,
+}
+
+/// What signs a provider's component.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProviderVerification {
+    /// cosign public keys (PEM, as `cosign generate-key-pair` writes `cosign.pub`); a signature
+    /// by any one of them is accepted. OCI sources: cosign's signature in the registry (the
+    /// `sha256-<digest>.sig` tag). ConfigMap sources: the Sigstore bundle in
+    /// `source.configMap.bundleKey`.
+    #[schemars(length(min = 1, max = 16))]
+    pub keys: Vec<VerificationKeyRef>,
+}
+
+/// Where a public key is: a key of a ConfigMap or of a Secret in the provider source namespace.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.configMapKeyRef) != has(self.secretKeyRef)")
+        .message("set exactly one of configMapKeyRef and secretKeyRef")
+)]
+pub struct VerificationKeyRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<LocalObjectKey>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<LocalObjectKey>,
 }
 
 /// A key of a ConfigMap or Secret in the provider source namespace.
@@ -131,11 +161,23 @@ impl std::fmt::Debug for ProviderConfigEntry {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// Where the component comes from: a ConfigMap, or an OCI registry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.configMap) != has(self.oci)")
+        .message("set exactly one of configMap and oci"),
+    validation = Rule::new("!has(self.oci) || !has(self.parts) || size(self.parts) == 0")
+        .message("parts apply to configMap sources only")
+)]
 pub struct ProviderSource {
     /// The ConfigMap key holding the component (binaryData; `.gz` or `.zst` keys are decompressed).
-    pub config_map: ConfigMapKeySource,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapKeySource>,
+    /// An OCI artifact holding the component (the CNCF wasm layout, `wkg oci push`, or a
+    /// `.wasm` file pushed with `oras push`), pulled by the host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oci: Option<OciSource>,
     /// Further ConfigMaps, in `configMap.namespace`, holding the same key: a component too large
     /// for one ConfigMap even compressed is split, and the parts' bytes follow `configMap`'s in
     /// this order (concatenated, then decompressed as the key says). `capstan provider package`
@@ -151,10 +193,50 @@ pub struct ProviderSource {
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct ConfigMapKeySource {
     pub namespace: String,
     pub name: String,
     pub key: String,
+    /// A key of the same ConfigMap holding a Sigstore bundle of the (decompressed) component, as
+    /// `cosign sign-blob --bundle` writes it; checked against `spec.verification`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bundle_key: Option<String>,
+}
+
+/// A component in an OCI registry.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OciSource {
+    /// `registry/repository:tag` or `registry/repository@sha256:<digest>`. A tag is polled
+    /// (`pollInterval`) and a move hot-reloads the provider.
+    #[schemars(length(min = 1, max = 1024))]
+    pub reference: String,
+    /// The provider source namespace: where the pull Secret, the Secrets of `spec.config`, the
+    /// CA bundle and the verification keys are.
+    #[schemars(length(min = 1, max = 63))]
+    pub namespace: String,
+    /// A `kubernetes.io/dockerconfigjson` Secret with credentials for the registry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_secret: Option<String>,
+    /// How often a tag is checked for a new digest (default 5m; not used for digests).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::duration::DURATION_PATTERN))]
+    pub poll_interval: Option<String>,
+    /// Talk plain HTTP to the registry (a registry on loopback or in a lab); HTTPS otherwise.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub plain_http: bool,
+}
+
+impl ProviderSource {
+    /// The provider source namespace: the ConfigMap's, or the OCI source's.
+    pub fn namespace(&self) -> &str {
+        match (&self.config_map, &self.oci) {
+            (Some(config_map), _) => &config_map.namespace,
+            (None, Some(oci)) => &oci.namespace,
+            (None, None) => "",
+        }
+    }
 }
 
 /// Which cluster a grant applies to.
@@ -236,4 +318,10 @@ pub struct ProviderStatus {
     pub last_loaded: Option<Time>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// OCI sources: the manifest digest serving (`sha256:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub artifact_digest: Option<String>,
+    /// Who signed the component serving (the verification key's location), when verified.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signed_by: Option<String>,
 }

@@ -85,6 +85,20 @@ pub struct RunArgs {
     /// Do not load providers from `Provider` resources (only `--provider` files serve).
     #[arg(long)]
     no_provider_resources: bool,
+    /// Refuse every `Provider` without `spec.verification` (signed components only).
+    #[arg(
+        long,
+        env = "CAPSTAN_REQUIRE_PROVIDER_VERIFICATION",
+        num_args = 0..=1,
+        default_missing_value = "true",
+        default_value_t = false,
+        action = clap::ArgAction::Set
+    )]
+    require_provider_verification: bool,
+    /// Where layers pulled from OCI registries are cached by digest (default: `oci/` in the
+    /// compiled-component cache directory; none with `--no-cache`).
+    #[arg(long, env = "CAPSTAN_OCI_CACHE_DIR")]
+    oci_cache_dir: Option<PathBuf>,
     /// The port `/metrics` listens on, on every address (`--metrics-bind-address` wins).
     #[arg(long, env = "METRICS_PORT", default_value_t = 8080)]
     metrics_port: u16,
@@ -235,6 +249,7 @@ impl RunArgs {
             },
             "preferencePolicy": self.preference_policy.to_string(),
             "minValuesPolicy": self.min_values_policy.to_string(),
+            "requireProviderVerification": self.require_provider_verification,
         })
     }
 }
@@ -332,6 +347,8 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
         loader,
         settings: controllers::providers::Settings {
             source_namespace: args.provider_source_namespace.clone(),
+            oci_cache: args.oci_cache_dir.clone().or_else(|| args.cache.oci_dir()),
+            require_verification: args.require_provider_verification,
             ..controllers::providers::Settings::default()
         },
         initial_load_timeout: Duration::from_secs(60),

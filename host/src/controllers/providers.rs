@@ -1,9 +1,10 @@
 //! The Provider controller: loads each `capstan.dev/v1alpha1` Provider's component from its
-//! ConfigMap (or the ConfigMaps a split component's parts are in) into the
+//! ConfigMap (or the ConfigMaps a split component's parts are in) or its OCI artifact into the
 //! [`Registry`](crate::provider::Registry), and hot-reloads it when one of them or the Provider
-//! changes.
+//! changes, or an OCI tag moves (tags are polled every `pollInterval`).
 //!
-//! Loading is read → decompress → verify the pin → compile (through the on-disk cache) →
+//! Loading is read (or pull) → decompress → verify the pin → verify the signature (when
+//! `spec.verification` asks; an unsigned or wrongly signed component is never compiled) → compile (through the on-disk cache) →
 //! validate (WIT package, version, exports) → link with the Provider's grants and limits → a
 //! `name()` self-check → an atomic swap into the registry. Calls in flight keep the version they
 //! started on; new calls get the new one. A bad update is rejected: the last good version keeps
@@ -40,7 +41,9 @@ use crate::capability::kube::{Denial, DenialSink};
 use crate::capability::outbound_http::{self, HttpSettings};
 use crate::controllers::events::Events;
 use crate::controllers::now;
-use crate::provider::source::{self, SourceError};
+use crate::provider::oci::{self, OciError, Remote, cache::BlobCache};
+use crate::provider::source::{self, Component, SourceError};
+use crate::provider::verify::{self, Keys, VerifyError};
 use crate::provider::{Loader, ProviderLoadError, ProviderSource, Registry, spec};
 use crate::runtime::{LoadError, ProviderPre};
 
@@ -77,6 +80,10 @@ pub struct Settings {
     pub denial_event_interval: Duration,
     /// Load only Providers with these labels (`k=v,...`); none loads every Provider.
     pub selector: Option<String>,
+    /// Where layers pulled from OCI registries are cached by digest; none keeps no copy.
+    pub oci_cache: Option<std::path::PathBuf>,
+    /// Refuse every Provider without `spec.verification`.
+    pub require_verification: bool,
 }
 
 impl Default for Settings {
@@ -88,6 +95,8 @@ impl Default for Settings {
             reporter: "capstan".to_owned(),
             denial_event_interval: Duration::from_secs(30),
             selector: None,
+            oci_cache: None,
+            require_verification: false,
         }
     }
 }
@@ -117,6 +126,31 @@ impl Rejection {
 impl From<SourceError> for Rejection {
     fn from(err: SourceError) -> Self {
         Rejection::new(err.reason(), err.to_string())
+    }
+}
+
+impl From<OciError> for Rejection {
+    fn from(err: OciError) -> Self {
+        Rejection::new(err.reason(), err.to_string())
+    }
+}
+
+impl From<VerifyError> for Rejection {
+    /// A refused signature keeps the Provider not Ready, even while the last good version serves.
+    fn from(err: VerifyError) -> Self {
+        Rejection {
+            blocks_ready: true,
+            ..Rejection::new(err.reason(), err.to_string())
+        }
+    }
+}
+
+impl From<oci::auth::AuthError> for Rejection {
+    fn from(err: oci::auth::AuthError) -> Self {
+        Rejection {
+            blocks_ready: true,
+            ..Rejection::new("InvalidPullSecret", err.to_string())
+        }
     }
 }
 
@@ -153,6 +187,10 @@ struct Record {
     /// The generation the last reconcile looked at, and whether it was refused.
     observed: Option<i64>,
     rejection: Option<Rejection>,
+    /// OCI sources: the manifest digest of the version serving.
+    artifact_digest: Option<String>,
+    /// The key that verified the version serving.
+    signed_by: Option<String>,
 }
 
 /// The controller's state, shared with readiness checks.
@@ -303,12 +341,8 @@ impl ProviderController {
                     .state()
                     .iter()
                     .filter(|provider| {
-                        let source = &provider.spec.source.config_map;
-                        let ca = provider.spec.egress_ca_bundle.as_ref();
-                        source.namespace == namespace
-                            && (source.name == name
-                                || provider.spec.source.parts.contains(&name)
-                                || ca.is_some_and(|ca| ca.name == name))
+                        provider.spec.source.namespace() == namespace
+                            && spec::config_maps_read(&provider.spec).contains(&name.as_str())
                     })
                     .map(|provider| ObjectRef::from_obj(provider.as_ref()))
                     .collect::<Vec<_>>()
@@ -320,8 +354,8 @@ impl ProviderController {
                     .state()
                     .iter()
                     .filter(|provider| {
-                        provider.spec.source.config_map.namespace == namespace
-                            && spec::secret_names(&provider.spec).any(|s| s == name)
+                        provider.spec.source.namespace() == namespace
+                            && spec::secrets_read(&provider.spec).contains(&name.as_str())
                     })
                     .map(|provider| ObjectRef::from_obj(provider.as_ref()))
                     .collect::<Vec<_>>()
@@ -466,15 +500,18 @@ async fn reconcile(
     let record = ctx.state.record(&name);
     let serving = ctx.registry.get(&name);
     match outcome {
-        Ok(Loaded::Unchanged) => {
+        Ok(Loaded::Unchanged { artifact_digest }) => {
             ctx.state.update(&name, |record| {
                 record.observed = generation;
                 record.rejection = None;
+                record.artifact_digest = artifact_digest;
             });
         }
         Ok(Loaded::New {
             provider: pre,
             took,
+            artifact_digest,
+            signed_by,
         }) => {
             let digest = pre.sha256().to_owned();
             let wit = pre.export().version.to_string();
@@ -484,8 +521,10 @@ async fn reconcile(
                 record.generation = generation;
                 record.observed = generation;
                 record.rejection = None;
+                record.artifact_digest = artifact_digest.clone();
+                record.signed_by = signed_by.clone();
             });
-            tracing::info!(provider = %name, %digest, wit = %wit, took_ms = took.as_millis() as u64, "provider loaded");
+            tracing::info!(provider = %name, %digest, artifact = ?artifact_digest, signed_by = ?signed_by, wit = %wit, took_ms = took.as_millis() as u64, "provider loaded");
             crate::metrics::global()
                 .own
                 .provider_load(&name, "Loaded", Some(took));
@@ -494,7 +533,13 @@ async fn reconcile(
                     provider.as_ref(),
                     "Loaded",
                     format!(
-                        "loaded sha256 {digest} (capstan:provider@{wit}) in {} ms",
+                        "loaded sha256 {digest} (capstan:provider@{wit}){}{} in {} ms",
+                        artifact_digest
+                            .map(|d| format!(" from artifact {d}"))
+                            .unwrap_or_default(),
+                        signed_by
+                            .map(|k| format!(", signed by {k}"))
+                            .unwrap_or_default(),
                         took.as_millis()
                     ),
                 )
@@ -525,42 +570,80 @@ async fn reconcile(
         }
     }
     write_status(&provider, &ctx).await?;
-    Ok(Action::requeue(ctx.settings.resync))
+    let next = match poll_interval(&provider.spec) {
+        Some(poll) => poll.min(ctx.settings.resync),
+        None => ctx.settings.resync,
+    };
+    Ok(Action::requeue(next))
+}
+
+/// Default interval between two checks of an OCI tag.
+const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(300);
+
+/// How often the source is polled: OCI tags only (a digest never changes; ConfigMaps are
+/// watched).
+fn poll_interval(spec: &crate::api::provider::ProviderSpec) -> Option<Duration> {
+    let oci = spec.source.oci.as_ref()?;
+    if oci.reference.contains('@') {
+        return None;
+    }
+    Some(
+        oci.poll_interval
+            .as_deref()
+            .and_then(|text| crate::api::duration::parse(text).ok())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(DEFAULT_POLL_INTERVAL),
+    )
 }
 
 /// What loading gave.
 enum Loaded {
     /// The serving version already is this source at this generation.
-    Unchanged,
+    Unchanged { artifact_digest: Option<String> },
     /// A new version, ready to swap in.
     New {
         provider: ProviderPre,
         took: Duration,
+        artifact_digest: Option<String>,
+        signed_by: Option<String>,
     },
 }
 
-/// Reads, checks and (if anything changed) loads a Provider's source.
-async fn load(
-    provider: &Provider,
-    ctx: &Ctx,
-) -> Result<Result<Loaded, Rejection>, ProviderControllerError> {
-    let started = Instant::now();
-    let name = provider.name_any();
-    let spec = &provider.spec;
-    let source_ref = &spec.source.config_map;
-    if let Some(allowed) = &ctx.settings.source_namespace
-        && &source_ref.namespace != allowed
-    {
-        return Ok(Err(SourceError::NamespaceNotAllowed {
-            namespace: source_ref.namespace.clone(),
-            allowed: allowed.clone(),
+/// A component read from its source, with what its signature is checked against.
+struct Fetched {
+    component: Component,
+    evidence: Evidence,
+}
+
+/// Where a component's signature is.
+enum Evidence {
+    /// A ConfigMap source: the bundle in `bundleKey`, if any.
+    Bundle(Option<String>),
+    /// An OCI source: cosign's signatures beside the manifest.
+    Oci {
+        remote: Box<Remote>,
+        manifest: Vec<u8>,
+        manifest_digest: String,
+    },
+}
+
+impl Evidence {
+    fn artifact_digest(&self) -> Option<String> {
+        match self {
+            Evidence::Bundle(_) => None,
+            Evidence::Oci {
+                manifest_digest, ..
+            } => Some(manifest_digest.clone()),
         }
-        .into()));
     }
-    let inputs = match resolve_inputs(spec, ctx).await? {
-        Ok(inputs) => inputs,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
+}
+
+/// Reads the component of a ConfigMap source (and its bundle).
+async fn fetch_config_map(
+    source_ref: &crate::api::provider::ConfigMapKeySource,
+    spec: &crate::api::provider::ProviderSpec,
+    ctx: &Ctx,
+) -> Result<Result<Fetched, Rejection>, ProviderControllerError> {
     let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source_ref.namespace);
     // The ConfigMap, then the parts a split component continues in, in order.
     let mut parts = Vec::with_capacity(1 + spec.source.parts.len());
@@ -574,20 +657,214 @@ async fn load(
         };
         parts.push(config_map);
     }
-    let component = match source::from_config_maps(
+    let bundle = source_ref
+        .bundle_key
+        .as_deref()
+        .and_then(|key| parts.first().and_then(|first| source::text_key(first, key)));
+    Ok(source::from_config_maps(
         &parts,
         &source_ref.key,
+        ctx.settings.max_component_size,
+        spec.source.sha256.as_deref(),
+    )
+    .map(|component| Fetched {
+        component,
+        evidence: Evidence::Bundle(bundle),
+    })
+    .map_err(Rejection::from))
+}
+
+/// Pulls the component of an OCI source.
+async fn fetch_oci(
+    oci_source: &crate::api::provider::OciSource,
+    spec: &crate::api::provider::ProviderSpec,
+    ctx: &Ctx,
+) -> Result<Result<Fetched, Rejection>, ProviderControllerError> {
+    let mut auth = oci_client::secrets::RegistryAuth::Anonymous;
+    if let Some(secret_name) = &oci_source.pull_secret {
+        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &oci_source.namespace);
+        let id = format!("{}/{secret_name}", oci_source.namespace);
+        let config = api
+            .get_opt(secret_name)
+            .await?
+            .and_then(|secret| secret.data)
+            .and_then(|mut data| data.remove(".dockerconfigjson"));
+        let Some(config) = config else {
+            return Ok(Err(oci::auth::AuthError::Format {
+                secret: id,
+                message: "the Secret or its key does not exist".to_owned(),
+            }
+            .into()));
+        };
+        let registry = match Remote::parse(
+            &oci_source.reference,
+            oci_client::secrets::RegistryAuth::Anonymous,
+            oci_source.plain_http,
+        ) {
+            Ok(remote) => remote.reference.registry().to_owned(),
+            Err(err) => return Ok(Err(err.into())),
+        };
+        auth = match oci::auth::from_docker_config(&config.0, &registry, &id) {
+            Ok(auth) => auth,
+            Err(err) => return Ok(Err(err.into())),
+        };
+    }
+    let remote = match Remote::parse(&oci_source.reference, auth, oci_source.plain_http) {
+        Ok(remote) => remote,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    let cache = ctx.settings.oci_cache.as_ref().map(BlobCache::new);
+    let pulled = match oci::pull(&remote, cache.as_ref(), ctx.settings.max_component_size).await {
+        Ok(pulled) => pulled,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    let component = match source::decode(
+        &pulled.stored,
+        pulled.compression,
         ctx.settings.max_component_size,
         spec.source.sha256.as_deref(),
     ) {
         Ok(component) => component,
         Err(err) => return Ok(Err(err.into())),
     };
+    Ok(Ok(Fetched {
+        component,
+        evidence: Evidence::Oci {
+            remote: Box::new(remote),
+            manifest: pulled.manifest,
+            manifest_digest: pulled.manifest_digest,
+        },
+    }))
+}
+
+/// Reads the verification keys of `spec` (ConfigMaps and Secrets of `namespace`).
+async fn read_keys(
+    verification: &crate::api::provider::ProviderVerification,
+    namespace: &str,
+    ctx: &Ctx,
+) -> Result<Result<Keys, Rejection>, ProviderControllerError> {
+    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
+    let mut named = Vec::with_capacity(verification.keys.len());
+    for key in &verification.keys {
+        let (kind, found) = match (&key.config_map_key_ref, &key.secret_key_ref) {
+            (Some(cm), _) => (
+                format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key),
+                config_maps
+                    .get_opt(&cm.name)
+                    .await?
+                    .and_then(|config_map| source::text_key(&config_map, &cm.key)),
+            ),
+            (None, Some(sk)) => (
+                format!("Secret {namespace}/{} key {}", sk.name, sk.key),
+                secrets
+                    .get_opt(&sk.name)
+                    .await?
+                    .and_then(|secret| secret.data)
+                    .and_then(|mut data| data.remove(&sk.key))
+                    .and_then(|bytes| String::from_utf8(bytes.0).ok()),
+            ),
+            (None, None) => {
+                return Ok(Err(VerifyError::Key {
+                    name: "spec.verification.keys".to_owned(),
+                    message: "set one of configMapKeyRef and secretKeyRef".to_owned(),
+                }
+                .into()));
+            }
+        };
+        let Some(pem) = found else {
+            return Ok(Err(VerifyError::Key {
+                name: kind,
+                message: "does not exist".to_owned(),
+            }
+            .into()));
+        };
+        named.push((kind, pem));
+    }
+    Ok(Keys::parse(named).map_err(Rejection::from))
+}
+
+/// Checks the signature of a fetched component against `spec.verification`; the key that
+/// verified it.
+async fn check_signature(
+    verification: &crate::api::provider::ProviderVerification,
+    fetched: &Fetched,
+    namespace: &str,
+    ctx: &Ctx,
+) -> Result<Result<String, Rejection>, ProviderControllerError> {
+    let keys = match read_keys(verification, namespace, ctx).await? {
+        Ok(keys) => keys,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    let verified = match &fetched.evidence {
+        Evidence::Bundle(None) => Err(VerifyError::Missing(
+            "the ConfigMap source has no bundleKey (a Sigstore bundle of the component)".into(),
+        )),
+        Evidence::Bundle(Some(bundle)) => {
+            verify::verify_bundle(&fetched.component.bytes, bundle, &keys)
+        }
+        Evidence::Oci {
+            remote,
+            manifest,
+            manifest_digest,
+        } => {
+            let signatures = match oci::signatures(remote, manifest_digest).await {
+                Ok(signatures) => signatures,
+                Err(err) => return Ok(Err(err.into())),
+            };
+            let bundles = match oci::bundle_referrers(remote, manifest_digest).await {
+                Ok(bundles) => bundles,
+                Err(err) => return Ok(Err(err.into())),
+            };
+            verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)
+        }
+    };
+    Ok(verified.map_err(Rejection::from))
+}
+
+/// Reads, checks and (if anything changed) loads a Provider's source.
+async fn load(
+    provider: &Provider,
+    ctx: &Ctx,
+) -> Result<Result<Loaded, Rejection>, ProviderControllerError> {
+    let started = Instant::now();
+    let name = provider.name_any();
+    let spec = &provider.spec;
+    let namespace = spec.source.namespace();
+    if let Some(allowed) = &ctx.settings.source_namespace
+        && namespace != allowed
+    {
+        return Ok(Err(SourceError::NamespaceNotAllowed {
+            namespace: namespace.to_owned(),
+            allowed: allowed.clone(),
+        }
+        .into()));
+    }
+    if ctx.settings.require_verification && spec.verification.is_none() {
+        return Ok(Err(VerifyError::Required.into()));
+    }
+    let inputs = match resolve_inputs(spec, ctx).await? {
+        Ok(inputs) => inputs,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    let fetched = match (&spec.source.config_map, &spec.source.oci) {
+        (Some(source_ref), None) => fetch_config_map(source_ref, spec, ctx).await?,
+        (None, Some(oci_source)) => fetch_oci(oci_source, spec, ctx).await?,
+        _ => Err(Rejection::new(
+            "InvalidSource",
+            "set exactly one of spec.source.configMap and spec.source.oci",
+        )),
+    };
+    let fetched = match fetched {
+        Ok(fetched) => fetched,
+        Err(rejection) => return Ok(Err(rejection)),
+    };
+    let artifact_digest = fetched.evidence.artifact_digest();
     let record = ctx.state.record(&name);
     let serving = ctx.registry.get(&name);
     if let Some(serving) = &serving
-        && record.digest.as_deref() == Some(component.sha256.as_str())
-        && serving.sha256() == component.sha256
+        && record.digest.as_deref() == Some(fetched.component.sha256.as_str())
+        && serving.sha256() == fetched.component.sha256
         && record.generation == provider.metadata.generation
     {
         let caps = serving.capabilities();
@@ -595,8 +872,18 @@ async fn load(
         if caps.config().replace(inputs.config) {
             tracing::info!(provider = %name, "provider configuration updated");
         }
-        return Ok(Ok(Loaded::Unchanged));
+        return Ok(Ok(Loaded::Unchanged { artifact_digest }));
     }
+    let signed_by = match &spec.verification {
+        None => None,
+        Some(verification) => {
+            match check_signature(verification, &fetched, namespace, ctx).await? {
+                Ok(key) => Some(key),
+                Err(rejection) => return Ok(Err(rejection)),
+            }
+        }
+    };
+    let component = fetched.component;
     let grants = match spec::grants(spec) {
         Ok(grants) => grants,
         Err(err) => return Ok(Err(err.into())),
@@ -642,6 +929,8 @@ async fn load(
     Ok(Ok(Loaded::New {
         provider: pre,
         took: started.elapsed(),
+        artifact_digest,
+        signed_by,
     }))
 }
 
@@ -657,7 +946,7 @@ async fn resolve_inputs(
     spec: &crate::api::provider::ProviderSpec,
     ctx: &Ctx,
 ) -> Result<Result<Inputs, Rejection>, ProviderControllerError> {
-    let namespace = spec.source.config_map.namespace.as_str();
+    let namespace = spec.source.namespace();
     let (rules, limits) = match (spec::egress(spec), spec::http_limits(spec)) {
         (Ok(rules), Ok(limits)) => (rules, limits),
         (Err(err), _) | (_, Err(err)) => return Ok(Err(err.into())),
@@ -666,14 +955,11 @@ async fn resolve_inputs(
         None => None,
         Some(bundle) => {
             let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-            let pem = api.get_opt(&bundle.name).await?.and_then(|config_map| {
-                let text = config_map.data.and_then(|mut d| d.remove(&bundle.key));
-                let binary = config_map
-                    .binary_data
-                    .and_then(|mut d| d.remove(&bundle.key))
-                    .map(|b| b.0);
-                text.map(String::into_bytes).or(binary)
-            });
+            let pem = api
+                .get_opt(&bundle.name)
+                .await?
+                .and_then(|config_map| source::text_key(&config_map, &bundle.key))
+                .map(String::into_bytes);
             let Some(pem) = pem else {
                 return Ok(Err(spec::SpecError::CaBundle(format!(
                     "ConfigMap {namespace}/{} has no key {:?} (or does not exist)",
@@ -792,6 +1078,8 @@ async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderCont
             next.last_loaded = Some(at);
         }
         next.wit_version = Some(pre.export().version.to_string());
+        next.artifact_digest = record.artifact_digest.clone();
+        next.signed_by = record.signed_by.clone();
     }
     next.observed_generation = generation;
     if next == old {

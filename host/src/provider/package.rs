@@ -139,11 +139,13 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
         &options.name,
         ProviderSpec {
             source: ProviderSource {
-                config_map: ConfigMapKeySource {
+                config_map: Some(ConfigMapKeySource {
                     namespace: options.namespace.clone(),
                     name: names[0].clone(),
                     key,
-                },
+                    bundle_key: None,
+                }),
+                oci: None,
                 parts: names[1..].to_vec(),
                 sha256: options.pin.then(|| info.sha256.clone()),
             },
@@ -153,6 +155,7 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
             config: Vec::new(),
             limits: options.limits.clone(),
             node_class_kinds: None,
+            verification: None,
         },
     );
     provider.metadata.labels = Some(labels);

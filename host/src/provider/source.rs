@@ -307,6 +307,16 @@ fn stored_bytes<'a>(config_map: &'a ConfigMap, key: &str) -> Result<&'a [u8], So
     Ok(&stored.0)
 }
 
+/// The text under `key` of `config_map` (`data`, or UTF-8 `binaryData`): a PEM key or CA
+/// bundle, a Sigstore bundle.
+pub fn text_key(config_map: &ConfigMap, key: &str) -> Option<String> {
+    if let Some(text) = config_map.data.as_ref().and_then(|d| d.get(key)) {
+        return Some(text.clone());
+    }
+    let binary = config_map.binary_data.as_ref().and_then(|d| d.get(key))?;
+    String::from_utf8(binary.0.clone()).ok()
+}
+
 /// Compresses a component for a ConfigMap key (`capstan provider package`).
 pub fn encode(bytes: &[u8], compression: Compression) -> Vec<u8> {
     match compression {

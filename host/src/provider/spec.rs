@@ -143,6 +143,38 @@ pub fn secret_names(spec: &ProviderSpec) -> impl Iterator<Item = &str> {
         .map(|key| key.name.as_str())
 }
 
+/// Every ConfigMap of the provider source namespace `spec` reads: the component's (and its
+/// parts), the CA bundle, the verification keys. A change to one re-checks the Provider.
+pub fn config_maps_read(spec: &ProviderSpec) -> Vec<&str> {
+    let source = spec.source.config_map.iter().map(|c| c.name.as_str());
+    let parts = spec.source.parts.iter().map(String::as_str);
+    let ca = spec.egress_ca_bundle.iter().map(|ca| ca.name.as_str());
+    let keys = spec
+        .verification
+        .iter()
+        .flat_map(|v| &v.keys)
+        .filter_map(|key| key.config_map_key_ref.as_ref())
+        .map(|key| key.name.as_str());
+    source.chain(parts).chain(ca).chain(keys).collect()
+}
+
+/// Every Secret of the provider source namespace `spec` reads: `spec.config`'s, the pull Secret,
+/// the verification keys.
+pub fn secrets_read(spec: &ProviderSpec) -> Vec<&str> {
+    let pull = spec
+        .source
+        .oci
+        .iter()
+        .filter_map(|oci| oci.pull_secret.as_deref());
+    let keys = spec
+        .verification
+        .iter()
+        .flat_map(|v| &v.keys)
+        .filter_map(|key| key.secret_key_ref.as_ref())
+        .map(|key| key.name.as_str());
+    secret_names(spec).chain(pull).chain(keys).collect()
+}
+
 /// Resolves `spec.config` with `secrets` (the Secrets of `namespace` it names, by name; absent
 /// ones are missing). Messages name Secrets and keys, never values.
 pub fn config_values(
@@ -291,11 +323,13 @@ mod tests {
     fn spec(grants: Vec<ProviderGrant>, limits: Option<ProviderLimits>) -> ProviderSpec {
         ProviderSpec {
             source: ProviderSource {
-                config_map: ConfigMapKeySource {
+                config_map: Some(ConfigMapKeySource {
                     namespace: "capstan".into(),
                     name: "kwok".into(),
                     key: "provider.wasm".into(),
-                },
+                    bundle_key: None,
+                }),
+                oci: None,
                 parts: Vec::new(),
                 sha256: None,
             },
@@ -305,6 +339,7 @@ mod tests {
             config: Vec::new(),
             limits,
             node_class_kinds: None,
+            verification: None,
         }
     }
 

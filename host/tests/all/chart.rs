@@ -247,6 +247,56 @@ fn an_image_digest_pins_the_image() {
 }
 
 #[test]
+fn the_charts_provider_can_come_from_an_oci_registry_with_signatures_required() {
+    let objects = template(&[
+        "--set",
+        "provider.enabled=true",
+        "--set",
+        "provider.name=kwok",
+        "--set",
+        "provider.oci.reference=registry.example.com/providers/kwok:v1",
+        "--set",
+        "provider.oci.pullSecret=registry-creds",
+        "--set",
+        "provider.oci.pollInterval=2m",
+        "--set",
+        "provider.verification.keys[0].configMapKeyRef.name=provider-keys",
+        "--set",
+        "provider.verification.keys[0].configMapKeyRef.key=cosign.pub",
+        "--set",
+        "requireProviderVerification=true",
+    ]);
+    assert!(
+        !objects.iter().any(|o| {
+            o.types.as_ref().is_some_and(|t| t.kind == "ConfigMap")
+                && o.metadata.name.as_deref() == Some("rel-capstan-provider-kwok")
+        }),
+        "no component ConfigMap for an OCI source"
+    );
+    let provider = &find(&objects, "Provider", "kwok").data["spec"];
+    assert_eq!(
+        provider["source"],
+        serde_json::json!({"oci": {
+            "reference": "registry.example.com/providers/kwok:v1",
+            "namespace": "capstan-system",
+            "pullSecret": "registry-creds",
+            "pollInterval": "2m",
+        }})
+    );
+    let spec: capstan::api::ProviderSpec = serde_json::from_value(provider.clone()).unwrap();
+    assert_eq!(spec.verification.unwrap().keys.len(), 1);
+    let deployment = &find(&objects, "Deployment", "rel-capstan").data;
+    let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert!(
+        env.as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "CAPSTAN_REQUIRE_PROVIDER_VERIFICATION" && e["value"] == "true"),
+        "{env}"
+    );
+}
+
+#[test]
 fn a_provider_installed_with_the_chart_renders_a_configmap_a_provider_and_its_rbac() {
     let objects = template(&[
         "--set",

@@ -41,5 +41,6 @@ mod simulate;
 mod spread_reach;
 mod startup_taints;
 mod static_pool;
+mod supply_chain;
 mod unparseable_pool;
 mod volume_topology;

@@ -11,6 +11,7 @@ mod bad_updates;
 mod egress;
 mod hostile;
 mod multiple;
+mod oci;
 mod package;
 mod reload;
 
@@ -172,11 +173,13 @@ impl Setup {
     pub fn spec(&self, config_map: &str, key: &str) -> ProviderSpec {
         ProviderSpec {
             source: ProviderSource {
-                config_map: ConfigMapKeySource {
+                config_map: Some(ConfigMapKeySource {
                     namespace: self.namespace.clone(),
                     name: config_map.to_owned(),
                     key: key.to_owned(),
-                },
+                    bundle_key: None,
+                }),
+                oci: None,
                 parts: Vec::new(),
                 sha256: None,
             },
@@ -186,6 +189,7 @@ impl Setup {
             config: Vec::new(),
             limits: None,
             node_class_kinds: None,
+            verification: None,
         }
     }
 

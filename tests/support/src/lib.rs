@@ -16,6 +16,7 @@
 
 mod control_plane;
 mod paths;
+pub mod supply_chain;
 pub mod upstream;
 mod wait;
 mod yaml;
@@ -44,6 +45,9 @@ pub enum Error {
     /// A component of a running control plane died; the message holds its log's tail.
     #[error("control plane failed: {0}")]
     Failed(String),
+    /// A supply-chain tool (registry, cosign, oras) failed; the message holds its output.
+    #[error("{0}")]
+    Tool(String),
     /// A file operation failed.
     #[error("{path}: {source}")]
     Io {

@@ -46,30 +46,35 @@ pub fn bin_dir() -> Result<PathBuf> {
         .map_err(Error::Build)
 }
 
-fn build_control_plane() -> Result<PathBuf, String> {
+/// Runs `tests/control-plane/cp SUBCOMMAND` (its progress on standard error); its standard output.
+pub(crate) fn run_cp(subcommand: &str) -> Result<String, String> {
     let script = repo_root().join("tests").join("control-plane").join("cp");
-    tracing::info!(script = %script.display(), "building (or reusing) the control plane binaries");
+    tracing::info!(script = %script.display(), subcommand, "building (or reusing) cached binaries");
     let out = Command::new("bash")
         .arg(&script)
-        .arg("build")
+        .arg(subcommand)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit())
         .output()
         .map_err(|e| format!("run {}: {e}", script.display()))?;
     if !out.status.success() {
         return Err(format!(
-            "{} build exited with {} (see its output above)",
+            "{} {subcommand} exited with {} (see its output above)",
             script.display(),
             out.status
         ));
     }
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn build_control_plane() -> Result<PathBuf, String> {
+    let stdout = run_cp("build")?;
     let dir = stdout
         .lines()
         .rev()
         .find(|l| !l.trim().is_empty())
         .map(|l| PathBuf::from(l.trim()))
-        .ok_or_else(|| format!("{} build printed no directory", script.display()))?;
+        .ok_or_else(|| "cp build printed no directory".to_owned())?;
     if !dir.join("capstan-cp").is_file() {
         return Err(format!("{} has no capstan-cp binary", dir.display()));
     }

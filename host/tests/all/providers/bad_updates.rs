@@ -186,7 +186,9 @@ async fn bad_updates_are_refused_and_the_last_good_version_serves() {
         Case {
             what: "the ConfigMap in another namespace",
             change: Change::Spec(Box::new(|spec| {
-                spec.source.config_map.namespace = "kube-system".into();
+                if let Some(source) = spec.source.config_map.as_mut() {
+                    source.namespace = "kube-system".into();
+                }
             })),
             reason: "SourceNamespaceNotAllowed",
             message: "kube-system",

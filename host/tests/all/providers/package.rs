@@ -138,9 +138,10 @@ fn packages_raw_and_compressed_components_exactly() {
         );
         let (config_map, provider) = parse(&out.stdout);
         let key = format!("provider.wasm{}", compression.suffix());
-        assert_eq!(provider.spec.source.config_map.key, key);
-        assert_eq!(provider.spec.source.config_map.namespace, "ops");
-        assert_eq!(provider.spec.source.config_map.name, config_map.name_any());
+        let source = provider.spec.source.config_map.as_ref().unwrap();
+        assert_eq!(source.key, key);
+        assert_eq!(source.namespace, "ops");
+        assert_eq!(source.name, config_map.name_any());
         assert_eq!(
             provider.spec.source.sha256.as_deref(),
             Some(digest.as_str())
@@ -248,7 +249,10 @@ async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
     let (config_maps, provider) = apply(&setup, &packages[0]).await;
     assert!(config_maps.len() > 1, "a Python component is split");
     assert_eq!(provider.spec.source.parts.len(), config_maps.len() - 1);
-    assert_eq!(provider.spec.source.config_map.key, "provider.wasm.gz");
+    assert_eq!(
+        provider.spec.source.config_map.as_ref().unwrap().key,
+        "provider.wasm.gz"
+    );
     let stored: usize = config_maps
         .iter()
         .map(|cm| {

@@ -1,0 +1,328 @@
+//! Signatures checked before a provider's bytes are compiled (`Provider.spec.verification`):
+//! cosign public keys, against
+//!
+//! - cosign's signatures stored in the registry beside an OCI artifact (the `sha256-<hex>.sig`
+//!   tag: a simple-signing payload naming the manifest digest, signed with the key), and
+//! - a Sigstore bundle beside a component in a ConfigMap (`cosign sign-blob --bundle`), verified
+//!   with `sigstore-verify`.
+//!
+//! A signature is accepted when any one of the keys verifies it. Transparency-log entries in a
+//! bundle are not required (the key is the trust; clusters verifying offline have no log to ask).
+
+pub mod ring_crypto;
+
+use serde::Deserialize;
+use sigstore_verify::crypto::KeyAlgorithm;
+use sigstore_verify::types::bundle::SignatureContent;
+use sigstore_verify::types::{Bundle, DerPublicKey, HashAlgorithm, SignatureBytes, Statement};
+use sigstore_verify::{PublicKeyVerificationPolicy, Verifier};
+
+use crate::provider::oci::SimpleSignature;
+use crate::provider::source::sha256_hex;
+
+/// Why a component's signature is refused. Each has a condition reason ([`VerifyError::reason`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VerifyError {
+    /// Verification is required and there is no signature.
+    #[error("no signature: {0}")]
+    Missing(String),
+    /// No signature verifies with any key.
+    #[error("signature invalid: {0}")]
+    Invalid(String),
+    /// A key the Provider names is unusable.
+    #[error("verification key {name}: {message}")]
+    Key {
+        /// Where the key is.
+        name: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The host requires verification and the Provider has none.
+    #[error(
+        "this host requires signed providers (--require-provider-verification) and the Provider has no spec.verification"
+    )]
+    Required,
+}
+
+impl VerifyError {
+    /// The condition and Event reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            VerifyError::Missing(_) => "SignatureMissing",
+            VerifyError::Invalid(_) => "SignatureInvalid",
+            VerifyError::Key { .. } => "InvalidVerificationKey",
+            VerifyError::Required => "VerificationRequired",
+        }
+    }
+}
+
+/// Installs the host's crypto providers (ring) for `sigstore-crypto` and for rustls (registry
+/// TLS), once; harmless when already installed.
+pub fn install_crypto() {
+    ring_crypto::install();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// One trusted public key.
+#[derive(Debug, Clone)]
+pub struct Key {
+    /// Where it came from (`ConfigMap ns/name key k`), for messages.
+    pub name: String,
+    der: DerPublicKey,
+}
+
+/// The keys a Provider trusts.
+#[derive(Debug, Clone, Default)]
+pub struct Keys(Vec<Key>);
+
+impl Keys {
+    /// Parses PEM public keys (`-----BEGIN PUBLIC KEY-----`, as `cosign generate-key-pair`
+    /// writes `cosign.pub`), each named by where it came from.
+    pub fn parse(named: Vec<(String, String)>) -> Result<Self, VerifyError> {
+        let mut keys = Vec::with_capacity(named.len());
+        for (name, pem) in named {
+            let der = DerPublicKey::from_pem(&pem).map_err(|err| VerifyError::Key {
+                name: name.clone(),
+                message: format!("not a PEM public key: {err}"),
+            })?;
+            KeyAlgorithm::from_spki(&der).map_err(|err| VerifyError::Key {
+                name: name.clone(),
+                message: err.to_string(),
+            })?;
+            keys.push(Key { name, der });
+        }
+        Ok(Self(keys))
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The first key that verifies `signature` over `data`.
+    fn verifying(&self, data: &[u8], signature: &SignatureBytes) -> Option<&Key> {
+        self.0.iter().find(|key| {
+            KeyAlgorithm::from_spki(&key.der).is_ok_and(|algorithm| {
+                sigstore_verify::crypto::verify_signature(
+                    &key.der,
+                    data,
+                    signature,
+                    algorithm.default_signing_scheme(),
+                )
+                .is_ok()
+            })
+        })
+    }
+}
+
+#[derive(Deserialize)]
+struct Payload {
+    critical: Critical,
+}
+
+#[derive(Deserialize)]
+struct Critical {
+    image: Image,
+    #[serde(rename = "type")]
+    kind: String,
+}
+
+#[derive(Deserialize)]
+struct Image {
+    #[serde(rename = "docker-manifest-digest")]
+    digest: String,
+}
+
+/// The payload type cosign signs.
+const COSIGN_PAYLOAD_TYPE: &str = "cosign container image signature";
+
+/// Checks cosign simple-signing `signatures` of the artifact whose manifest digest is
+/// `manifest_digest`: one must name that digest and verify with one of `keys`. Returns the
+/// key's name.
+pub fn verify_simple_signing(
+    signatures: &[SimpleSignature],
+    manifest_digest: &str,
+    keys: &Keys,
+) -> Result<String, VerifyError> {
+    if signatures.is_empty() {
+        return Err(VerifyError::Missing(format!(
+            "no cosign signature of {manifest_digest} in the registry (tag {})",
+            crate::provider::oci::signature_tag(manifest_digest)
+        )));
+    }
+    let mut reasons = Vec::new();
+    for (index, signature) in signatures.iter().enumerate() {
+        let payload: Payload = match serde_json::from_slice(&signature.payload) {
+            Ok(payload) => payload,
+            Err(err) => {
+                reasons.push(format!("signature {index}: payload does not parse: {err}"));
+                continue;
+            }
+        };
+        if !payload
+            .critical
+            .kind
+            .eq_ignore_ascii_case(COSIGN_PAYLOAD_TYPE)
+        {
+            reasons.push(format!(
+                "signature {index}: payload type {:?} is not a cosign image signature",
+                payload.critical.kind
+            ));
+            continue;
+        }
+        if payload.critical.image.digest != manifest_digest {
+            reasons.push(format!(
+                "signature {index} signs {}, not {manifest_digest}",
+                payload.critical.image.digest
+            ));
+            continue;
+        }
+        let Ok(bytes) = SignatureBytes::from_base64(&signature.signature) else {
+            reasons.push(format!("signature {index} is not base64"));
+            continue;
+        };
+        match keys.verifying(&signature.payload, &bytes) {
+            Some(key) => return Ok(key.name.clone()),
+            None => reasons.push(format!("signature {index} verifies with none of the keys")),
+        }
+    }
+    Err(VerifyError::Invalid(reasons.join("; ")))
+}
+
+/// Checks an OCI artifact's signatures: cosign's simple-signing `signatures` (the `.sig` tag) and
+/// Sigstore `bundles` attached as referrers (over the `manifest` bytes, whose digest is
+/// `manifest_digest`). One that verifies with one of `keys` is enough. Returns the key's name.
+pub fn verify_oci(
+    signatures: &[SimpleSignature],
+    bundles: &[String],
+    manifest: &[u8],
+    manifest_digest: &str,
+    keys: &Keys,
+) -> Result<String, VerifyError> {
+    if signatures.is_empty() && bundles.is_empty() {
+        return Err(VerifyError::Missing(format!(
+            "no cosign signature of {manifest_digest} in the registry (neither the {} tag nor a Sigstore bundle referrer)",
+            crate::provider::oci::signature_tag(manifest_digest)
+        )));
+    }
+    let mut reasons = Vec::new();
+    if !signatures.is_empty() {
+        match verify_simple_signing(signatures, manifest_digest, keys) {
+            Ok(key) => return Ok(key),
+            Err(err) => reasons.push(err.to_string()),
+        }
+    }
+    for bundle in bundles {
+        match verify_bundle(manifest, bundle, keys) {
+            Ok(key) => return Ok(key),
+            Err(err) => reasons.push(err.to_string()),
+        }
+    }
+    Err(VerifyError::Invalid(reasons.join("; ")))
+}
+
+/// An empty trust root: key-based verification needs no certificate authority or log keys.
+fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, VerifyError> {
+    sigstore_verify::trust_root::TrustedRoot::from_json(
+        r#"{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}"#,
+    )
+    .map_err(|err| VerifyError::Invalid(format!("internal: empty trust root: {err}")))
+}
+
+/// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name.
+///
+/// A bundle with transparency-log entries or RFC 3161 timestamps goes through `sigstore-verify`'s
+/// verifier (the log's inclusion is not required: the key is the trust). One without either —
+/// what `cosign sign-blob --tlog-upload=false` writes, the offline case — has no signing time
+/// for that verifier to establish, and none is needed with a key: its signature is checked with
+/// `sigstore-crypto` over the artifact (a message signature) or over the DSSE envelope, whose
+/// in-toto statement must name the artifact's sha256.
+pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
+    install_crypto();
+    let bundle = Bundle::from_json(bundle).map_err(|err| {
+        VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
+    })?;
+    let material = &bundle.verification_material;
+    let offline = material.tlog_entries.is_empty()
+        && material
+            .timestamp_verification_data
+            .rfc3161_timestamps
+            .is_empty();
+    let root = empty_trust_root()?;
+    let verifier = Verifier::new(&root)
+        .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
+    let mut reasons = Vec::new();
+    for key in &keys.0 {
+        let verified = if offline {
+            verify_keyed(artifact, &bundle, key)
+        } else {
+            let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
+            verifier
+                .verify(artifact, &bundle, &policy)
+                .map(drop)
+                .map_err(|err| err.to_string())
+        };
+        match verified {
+            Ok(()) => return Ok(key.name.clone()),
+            Err(err) => reasons.push(format!("{}: {err}", key.name)),
+        }
+    }
+    Err(VerifyError::Invalid(format!(
+        "the Sigstore bundle verifies with none of the keys ({})",
+        reasons.join("; ")
+    )))
+}
+
+/// Checks a bundle without log entries or timestamps with `key`.
+fn verify_keyed(artifact: &[u8], bundle: &Bundle, key: &Key) -> Result<(), String> {
+    let scheme = KeyAlgorithm::from_spki(&key.der)
+        .map_err(|err| err.to_string())?
+        .default_signing_scheme();
+    let digest = sha256_hex(artifact);
+    match &bundle.content {
+        SignatureContent::MessageSignature(signature) => {
+            if let Some(declared) = &signature.message_digest
+                && (declared.algorithm != HashAlgorithm::Sha2256
+                    || hex::encode(declared.digest.as_bytes()) != digest)
+            {
+                return Err("the bundle's message digest is not the component's".into());
+            }
+            sigstore_verify::crypto::verify_signature(
+                &key.der,
+                artifact,
+                &signature.signature,
+                scheme,
+            )
+            .map_err(|err| err.to_string())
+        }
+        SignatureContent::DsseEnvelope(envelope) => {
+            sigstore_verify::crypto::verify_signature(
+                &key.der,
+                &envelope.pae(),
+                &envelope.signature.sig,
+                scheme,
+            )
+            .map_err(|err| err.to_string())?;
+            let statement: Statement = serde_json::from_slice(envelope.payload.as_bytes())
+                .map_err(|err| format!("the DSSE payload is not an in-toto statement: {err}"))?;
+            let names_it = statement.subject.iter().any(|subject| {
+                subject
+                    .digest
+                    .sha256
+                    .as_ref()
+                    .is_some_and(|hash| hash.to_hex() == digest)
+            });
+            if names_it {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the signed statement does not name sha256 {digest}"
+                ))
+            }
+        }
+        _ => Err("the bundle holds neither a message signature nor a DSSE envelope".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,89 @@
+//! The cryptography behind Sigstore verification, on `ring` (the provider the host's TLS already
+//! uses), plugged into `sigstore-crypto` in place of its default aws-lc backend.
+
+use ring::digest;
+use ring::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
+use sigstore_verify::crypto::provider::{CryptoProvider, HashContext};
+use sigstore_verify::crypto::{Error, Result, SigningScheme};
+use sigstore_verify::types::HashAlgorithm;
+
+/// `ring` as a `sigstore-crypto` provider: hashing and verification over whole messages (the
+/// host always has the artifact's bytes, so prehashed verification is never needed).
+#[derive(Debug)]
+pub struct RingCrypto;
+
+struct RingHash(digest::Context);
+
+impl HashContext for RingHash {
+    fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    fn finalize(self: Box<Self>) -> Vec<u8> {
+        self.0.finish().as_ref().to_vec()
+    }
+}
+
+fn algorithm(scheme: SigningScheme) -> Option<&'static dyn VerificationAlgorithm> {
+    Some(match scheme {
+        SigningScheme::EcdsaP256Sha256 => &signature::ECDSA_P256_SHA256_ASN1,
+        SigningScheme::EcdsaP256Sha384 => &signature::ECDSA_P256_SHA384_ASN1,
+        SigningScheme::EcdsaP384Sha256 => &signature::ECDSA_P384_SHA256_ASN1,
+        SigningScheme::EcdsaP384Sha384 => &signature::ECDSA_P384_SHA384_ASN1,
+        SigningScheme::Ed25519 => &signature::ED25519,
+        SigningScheme::RsaPssSha256 => &signature::RSA_PSS_2048_8192_SHA256,
+        SigningScheme::RsaPssSha384 => &signature::RSA_PSS_2048_8192_SHA384,
+        SigningScheme::RsaPssSha512 => &signature::RSA_PSS_2048_8192_SHA512,
+        SigningScheme::RsaPkcs1Sha256 => &signature::RSA_PKCS1_2048_8192_SHA256,
+        SigningScheme::RsaPkcs1Sha384 => &signature::RSA_PKCS1_2048_8192_SHA384,
+        SigningScheme::RsaPkcs1Sha512 => &signature::RSA_PKCS1_2048_8192_SHA512,
+        _ => return None,
+    })
+}
+
+impl CryptoProvider for RingCrypto {
+    fn hash(&self, algorithm: HashAlgorithm) -> Result<Box<dyn HashContext>> {
+        let algorithm = match algorithm {
+            HashAlgorithm::Sha2256 => &digest::SHA256,
+            HashAlgorithm::Sha2384 => &digest::SHA384,
+            HashAlgorithm::Sha2512 => &digest::SHA512,
+            other => return Err(Error::UnsupportedAlgorithm(format!("{other:?}"))),
+        };
+        Ok(Box::new(RingHash(digest::Context::new(algorithm))))
+    }
+
+    fn verify_raw(
+        &self,
+        scheme: SigningScheme,
+        spki_pubkey_bytes: &[u8],
+        data: &[u8],
+        signature: &[u8],
+    ) -> Result<()> {
+        let Some(algorithm) = algorithm(scheme) else {
+            return Err(Error::UnsupportedAlgorithm(scheme.name().to_owned()));
+        };
+        UnparsedPublicKey::new(algorithm, spki_pubkey_bytes)
+            .verify(data, signature)
+            .map_err(|_| Error::Verification(format!("{} signature invalid", scheme.name())))
+    }
+
+    fn verify_prehashed(
+        &self,
+        scheme: SigningScheme,
+        _spki_pubkey_bytes: &[u8],
+        _digest: &[u8],
+        _signature: &[u8],
+    ) -> Result<()> {
+        Err(Error::UnsupportedAlgorithm(format!(
+            "{} over a prehashed digest (the host verifies whole artifacts)",
+            scheme.name()
+        )))
+    }
+}
+
+static RING: RingCrypto = RingCrypto;
+
+/// Makes `ring` the process's Sigstore crypto provider (once; later calls do nothing).
+pub fn install() {
+    let _ = sigstore_verify::crypto::provider::install_default_provider(&RING);
+}

@@ -1,0 +1,381 @@
+//! Providers from an OCI registry, and signatures checked before a byte of them runs: a real
+//! CNCF distribution registry on loopback, artifacts pushed with `oras` (the CNCF wasm layout and
+//! a plain file), signed with `cosign` (keys, the `.sig` tag, `sign-blob` bundles), all three
+//! built from their pinned Go modules (`tests/control-plane/cp supply-chain`).
+
+use std::time::Duration;
+
+use capstan::api::provider::{
+    LocalObjectKey, OciSource, ProviderSpec, ProviderVerification, VerificationKeyRef,
+};
+use capstan::provider::source::sha256_hex;
+use capstan_test_support::supply_chain::{OciRegistry, Workdir as Scratch};
+
+use super::{CallerReport, Callers, Setup, variant};
+use crate::fixtures::chaos_bytes;
+
+/// A Provider spec pulling `reference` over plain HTTP, polling tags every second.
+fn oci_spec(setup: &Setup, reference: &str) -> ProviderSpec {
+    let mut spec = setup.spec("unused", "unused");
+    spec.source.config_map = None;
+    spec.source.oci = Some(OciSource {
+        reference: reference.to_owned(),
+        namespace: setup.namespace.clone(),
+        pull_secret: None,
+        poll_interval: Some("1s".into()),
+        plain_http: true,
+    });
+    spec
+}
+
+/// Verification with the public key in ConfigMap `name`, key `cosign.pub`.
+fn keys_in(name: &str) -> ProviderVerification {
+    ProviderVerification {
+        keys: vec![VerificationKeyRef {
+            config_map_key_ref: Some(LocalObjectKey {
+                name: name.to_owned(),
+                key: "cosign.pub".to_owned(),
+            }),
+            secret_key_ref: None,
+        }],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pulled_from_a_registry_cached_and_reloaded_when_the_tag_moves() {
+    let mut registry = OciRegistry::start().expect("registry");
+    let scratch = Scratch::new("pull").expect("scratch");
+    let cache = scratch.path().join("cache");
+    let setup = Setup::start("ocipull", |settings| {
+        settings.oci_cache = Some(cache.clone());
+    })
+    .await;
+    let name = setup.names.name("p");
+    let reference = format!("{}/capstan/chaos:stable", registry.host());
+    let (v1, v2) = (variant(chaos_bytes(), 7001), variant(chaos_bytes(), 7002));
+    let (d1, d2) = (sha256_hex(&v1), sha256_hex(&v2));
+
+    // v1 in the CNCF wasm layout.
+    let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
+    setup
+        .put_provider(&name, oci_spec(&setup, &reference))
+        .await;
+    setup.wait_serving(&name, &d1).await;
+    let loaded = setup.wait_loaded(&name, &d1).await;
+    let status = loaded.status.unwrap();
+    assert_eq!(status.artifact_digest.as_deref(), Some(m1.as_str()));
+    assert!(
+        setup.wait_event(&name, "Loaded").await.contains(&m1),
+        "the Loaded Event names the artifact"
+    );
+    // The layer is cached on disk by digest.
+    assert!(cache.join("sha256").join(&d1).is_file(), "v1 layer cached");
+
+    // The tag moves to v2 (pushed as a plain `oras push` file) while calls run: none fails.
+    let callers = Callers::start(&setup.registry, &name, "chaos", 4);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let m2 = scratch
+        .push_file(&reference, "chaos.wasm", &v2)
+        .expect("push file");
+    assert_ne!(m1, m2);
+    setup.wait_serving(&name, &d2).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let CallerReport {
+        calls,
+        failures,
+        served,
+    } = callers.stop().await;
+    assert!(failures.is_empty(), "failed calls: {failures:?}");
+    assert!(calls > 20, "only {calls} calls");
+    assert!(served.contains(&d1) && served.contains(&d2), "{served:?}");
+    let status = setup.wait_loaded(&name, &d2).await.status.unwrap();
+    assert_eq!(status.artifact_digest.as_deref(), Some(m2.as_str()));
+
+    // The registry goes down: the next poll fails, v2 keeps serving, Degraded says why.
+    registry.stop();
+    setup
+        .wait_condition(&name, "Degraded", "True", "PullFailed")
+        .await;
+    let ready = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
+    assert_eq!(ready.status.unwrap().digest.as_deref(), Some(d2.as_str()));
+    assert!(setup.wait_event(&name, "PullFailed").await.contains(&d2));
+    assert_eq!(setup.registry.get(&name).unwrap().sha256(), d2);
+    // Back up: the refusal clears.
+    registry.restart().expect("registry restart");
+    setup
+        .wait_condition(&name, "Degraded", "False", "AsExpected")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unsigned_or_wrongly_signed_artifacts_never_run() {
+    let registry = OciRegistry::start().expect("registry");
+    let scratch = Scratch::new("sign").expect("scratch");
+    let setup = Setup::start("ocisign", |_| {}).await;
+    let name = setup.names.name("p");
+    let reference = format!("{}/capstan/signed:v1", registry.host());
+    let public = scratch.cosign_key("release").expect("cosign key");
+    scratch.cosign_key("stranger").expect("cosign key");
+    setup
+        .put_config_map("keys", None, Some(("cosign.pub", &public)))
+        .await;
+
+    let (v1, v2, v3) = (
+        variant(chaos_bytes(), 7101),
+        variant(chaos_bytes(), 7102),
+        variant(chaos_bytes(), 7103),
+    );
+    let m1 = scratch.push_cncf(&reference, &v1).expect("push cncf");
+    scratch
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/signed@{m1}", registry.host()),
+        )
+        .expect("cosign sign");
+    let mut spec = oci_spec(&setup, &reference);
+    spec.verification = Some(keys_in("keys"));
+    setup.put_provider(&name, spec).await;
+    let loaded = setup.wait_loaded(&name, &sha256_hex(&v1)).await;
+    let signed_by = loaded.status.unwrap().signed_by.unwrap_or_default();
+    assert!(signed_by.contains("keys"), "{signed_by}");
+
+    // v2 unsigned: refused before it is compiled, v1 keeps serving.
+    scratch.push_cncf(&reference, &v2).expect("push cncf");
+    let refused = setup
+        .wait_condition(&name, "Ready", "False", "SignatureMissing")
+        .await;
+    assert_eq!(
+        refused.status.unwrap().digest.as_deref(),
+        Some(sha256_hex(&v1).as_str())
+    );
+    let note = setup.wait_event(&name, "SignatureMissing").await;
+    assert!(note.contains("still serving"), "{note}");
+    assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
+
+    // v3 signed with a key the Provider does not trust: refused too.
+    let m3 = scratch.push_cncf(&reference, &v3).expect("push cncf");
+    scratch
+        .cosign_sign(
+            "stranger",
+            &format!("{}/capstan/signed@{m3}", registry.host()),
+        )
+        .expect("cosign sign");
+    setup
+        .wait_condition(&name, "Ready", "False", "SignatureInvalid")
+        .await;
+    setup.wait_event(&name, "SignatureInvalid").await;
+    assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
+
+    // Signed with the trusted key after all, as a Sigstore bundle referrer (cosign's new bundle
+    // format): it loads.
+    scratch
+        .cosign_sign_bundle(
+            "release",
+            &format!("{}/capstan/signed@{m3}", registry.host()),
+        )
+        .expect("cosign sign --new-bundle-format");
+    setup.wait_loaded(&name, &sha256_hex(&v3)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_map_sources_verify_a_sigstore_bundle() {
+    let scratch = Scratch::new("bundle").expect("scratch");
+    let setup = Setup::start("ocibundle", |_| {}).await;
+    let name = setup.names.name("p");
+    let public = scratch.cosign_key("release").expect("cosign key");
+    setup
+        .put_config_map("keys", None, Some(("cosign.pub", &public)))
+        .await;
+    let (v1, v2) = (variant(chaos_bytes(), 7201), variant(chaos_bytes(), 7202));
+    let bundle = scratch
+        .cosign_bundle("release", &v1)
+        .expect("cosign bundle");
+    setup
+        .put_config_map(
+            "src",
+            Some(("provider.wasm", &v1)),
+            Some(("provider.sigstore.json", &bundle)),
+        )
+        .await;
+    let mut spec = setup.spec("src", "provider.wasm");
+    if let Some(source) = spec.source.config_map.as_mut() {
+        source.bundle_key = Some("provider.sigstore.json".into());
+    }
+    spec.verification = Some(keys_in("keys"));
+    setup.put_provider(&name, spec).await;
+    setup.wait_loaded(&name, &sha256_hex(&v1)).await;
+
+    // Another component under v1's bundle: refused, v1 keeps serving.
+    setup
+        .put_config_map(
+            "src",
+            Some(("provider.wasm", &v2)),
+            Some(("provider.sigstore.json", &bundle)),
+        )
+        .await;
+    setup
+        .wait_condition(&name, "Ready", "False", "SignatureInvalid")
+        .await;
+    assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
+    // No bundle at all.
+    setup.put_source("src", "provider.wasm", &v2).await;
+    setup
+        .wait_condition(&name, "Ready", "False", "SignatureMissing")
+        .await;
+    assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pins_size_caps_and_the_host_wide_policy_refuse() {
+    let registry = OciRegistry::start().expect("registry");
+    let scratch = Scratch::new("refuse").expect("scratch");
+    let setup = Setup::start("ocirefuse", |settings| {
+        settings.max_component_size = 8 << 20;
+        settings.require_verification = true;
+    })
+    .await;
+    let component = variant(chaos_bytes(), 7301);
+
+    // No verification on a host that requires it.
+    let unverified = setup.names.name("unverified");
+    let reference = format!("{}/capstan/refuse:v1", registry.host());
+    let manifest = scratch
+        .push_cncf(&reference, &component)
+        .expect("push cncf");
+    setup
+        .put_provider(&unverified, oci_spec(&setup, &reference))
+        .await;
+    setup
+        .wait_condition(&unverified, "Ready", "False", "VerificationRequired")
+        .await;
+
+    let public = scratch.cosign_key("release").expect("cosign key");
+    setup
+        .put_config_map("keys", None, Some(("cosign.pub", &public)))
+        .await;
+    scratch
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/refuse@{manifest}", registry.host()),
+        )
+        .expect("cosign sign");
+
+    // A digest pin the artifact does not match.
+    let pinned = setup.names.name("pinned");
+    let mut spec = oci_spec(
+        &setup,
+        &format!("{}/capstan/refuse@{manifest}", registry.host()),
+    );
+    spec.verification = Some(keys_in("keys"));
+    spec.source.sha256 = Some("ab".repeat(32));
+    setup.put_provider(&pinned, spec).await;
+    setup
+        .wait_condition(&pinned, "Ready", "False", "PinMismatch")
+        .await;
+
+    // A layer over the size cap is refused before it is downloaded.
+    let big = setup.names.name("big");
+    let mut huge = component.clone();
+    huge.resize(9 << 20, 0);
+    let big_ref = format!("{}/capstan/big:v1", registry.host());
+    scratch.push_cncf(&big_ref, &huge).expect("push cncf");
+    let mut spec = oci_spec(&setup, &big_ref);
+    spec.verification = Some(keys_in("keys"));
+    setup.put_provider(&big, spec).await;
+    let refused = setup
+        .wait_condition(&big, "Ready", "False", "TooLarge")
+        .await;
+    let message = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains("limit"), "{message}");
+}
+
+/// What a pull and a verification cost next to reading the same component from a ConfigMap
+/// (the kwok provider, median of 20 rounds each, in process against the loopback registry and the
+/// real API server). Prints the numbers; `docs/supply-chain.md` quotes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_and_verify_cost_next_to_a_config_map_read() {
+    use capstan::provider::oci::{self, Remote, cache::BlobCache};
+    use capstan::provider::source;
+    use capstan::provider::verify::{self, Keys};
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::Api;
+    use oci_client::secrets::RegistryAuth;
+    use std::time::Instant;
+
+    let registry = OciRegistry::start().expect("registry");
+    let scratch = Scratch::new("measure").expect("scratch");
+    let setup = Setup::start("ocimeasure", |_| {}).await;
+    let kwok = crate::fixtures::wasm("kwok");
+    let reference = format!("{}/capstan/kwok:bench", registry.host());
+    let manifest = scratch.push_cncf(&reference, &kwok).expect("push cncf");
+    let public = scratch.cosign_key("release").expect("cosign key");
+    scratch
+        .cosign_sign(
+            "release",
+            &format!("{}/capstan/kwok@{manifest}", registry.host()),
+        )
+        .expect("cosign sign");
+    let bundle = scratch
+        .cosign_bundle("release", &kwok)
+        .expect("cosign bundle");
+    let keys = Keys::parse(vec![("release".into(), public)]).unwrap();
+    setup.put_source("kwok", "provider.wasm", &kwok).await;
+    let remote = Remote::parse(&reference, RegistryAuth::Anonymous, true).unwrap();
+    let cache = BlobCache::new(scratch.path().join("cache"));
+
+    fn median(mut samples: Vec<Duration>) -> Duration {
+        samples.sort();
+        samples[samples.len() / 2]
+    }
+    let rounds = 20;
+    let (mut cold, mut cached, mut sig, mut cm, mut bundled) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        let at = Instant::now();
+        let pulled = oci::pull(&remote, None, 32 << 20).await.unwrap();
+        cold.push(at.elapsed());
+        assert_eq!(pulled.stored, kwok);
+
+        let at = Instant::now();
+        let pulled = oci::pull(&remote, Some(&cache), 32 << 20).await.unwrap();
+        cached.push(at.elapsed());
+
+        let at = Instant::now();
+        let signatures = oci::signatures(&remote, &pulled.manifest_digest)
+            .await
+            .unwrap();
+        verify::verify_simple_signing(&signatures, &pulled.manifest_digest, &keys).unwrap();
+        sig.push(at.elapsed());
+
+        let at = Instant::now();
+        let config_map = Api::<ConfigMap>::namespaced(setup.client.clone(), &setup.namespace)
+            .get("kwok")
+            .await
+            .unwrap();
+        let component =
+            source::from_config_map(&config_map, "provider.wasm", 32 << 20, None).unwrap();
+        cm.push(at.elapsed());
+        assert_eq!(component.bytes, kwok);
+
+        let at = Instant::now();
+        verify::verify_bundle(&component.bytes, &bundle, &keys).unwrap();
+        bundled.push(at.elapsed());
+    }
+    eprintln!(
+        "kwok ({} KiB): OCI pull {:?} (from the disk cache {:?}), cosign .sig fetch + verify {:?}; \
+         ConfigMap read {:?}, bundle verify {:?} (medians of {rounds})",
+        kwok.len() / 1024,
+        median(cold),
+        median(cached),
+        median(sig),
+        median(cm),
+        median(bundled),
+    );
+}
