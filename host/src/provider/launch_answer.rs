@@ -270,44 +270,36 @@ mod tests {
             .with(Requirement::gt("example.com/generation", 3))
     }
 
-    fn check_labels(answer: &[(&str, &str)], declared: Option<&Requirements>) -> Vec<Refusal> {
-        let labels = claim_labels();
-        let annotations = map(&[("karpenter.sh/nodepool-hash", "123")]);
+    /// The refusals of an answer with `labels` and `annotations` to the test claim.
+    fn check_answer(
+        labels: &[(&str, &str)],
+        annotations: &[(&str, &str)],
+        declared: Option<&Requirements>,
+    ) -> Vec<Refusal> {
+        let claimed_labels = claim_labels();
+        let claimed_annotations = map(&[("karpenter.sh/nodepool-hash", "123")]);
         let reqs = requirements();
-        let answer_labels = map(answer);
-        let none = BTreeMap::new();
+        let (labels, annotations) = (map(labels), map(annotations));
         check(
             Claimed {
-                labels: &labels,
-                annotations: &annotations,
+                labels: &claimed_labels,
+                annotations: &claimed_annotations,
                 requirements: &reqs,
             },
             Answer {
-                labels: &answer_labels,
-                annotations: &none,
+                labels: &labels,
+                annotations: &annotations,
             },
             declared,
         )
     }
 
+    fn check_labels(answer: &[(&str, &str)], declared: Option<&Requirements>) -> Vec<Refusal> {
+        check_answer(answer, &[], declared)
+    }
+
     fn check_annotations(answer: &[(&str, &str)]) -> Vec<Refusal> {
-        let labels = claim_labels();
-        let annotations = map(&[("karpenter.sh/nodepool-hash", "123")]);
-        let reqs = requirements();
-        let none = BTreeMap::new();
-        let answer_annotations = map(answer);
-        check(
-            Claimed {
-                labels: &labels,
-                annotations: &annotations,
-                requirements: &reqs,
-            },
-            Answer {
-                labels: &none,
-                annotations: &answer_annotations,
-            },
-            None,
-        )
+        check_answer(&[], answer, None)
     }
 
     #[test]

@@ -40,6 +40,23 @@ async fn wait_provider_note(
     }
 }
 
+/// Asserts the refused claim got no provider ID; returns the notes of its `LaunchFailed` Events.
+async fn refused_without_provider_id(
+    client: &Client,
+    refused: &NodeClaim,
+    what: &str,
+) -> Vec<String> {
+    assert!(
+        refused
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .is_none(),
+        "{what}: no provider ID written"
+    );
+    capstan_notes(client, "default", &refused.name_any(), "LaunchFailed").await
+}
+
 #[tokio::test]
 async fn a_provider_cannot_move_its_claim_into_another_pool() {
     let (cp, client) = cluster().await;
@@ -89,15 +106,7 @@ async fn a_provider_cannot_move_its_claim_into_another_pool() {
         "no reserved label written: {:?}",
         refused.labels()
     );
-    assert!(
-        refused
-            .status
-            .as_ref()
-            .and_then(|s| s.provider_id.as_ref())
-            .is_none(),
-        "no provider ID written"
-    );
-    let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
+    let notes = refused_without_provider_id(&client, &refused, "relabel").await;
     assert!(
         notes.iter().any(|n| n.contains(&format!(
             "label karpenter.sh/nodepool={victim_pool} would change the claim's karpenter.sh/nodepool={hostile_pool}"
@@ -191,15 +200,7 @@ async fn a_provider_cannot_take_over_another_providers_node() {
             Duration::from_secs(60),
         )
         .await;
-        assert!(
-            refused
-                .status
-                .as_ref()
-                .and_then(|s| s.provider_id.as_ref())
-                .is_none(),
-            "{what}: no provider ID written"
-        );
-        let notes = capstan_notes(&client, "default", &name, "LaunchFailed").await;
+        let notes = refused_without_provider_id(&client, &refused, what).await;
         let expected = if what == "steal-claimed" {
             format!("provider ID {victim_id} belongs to NodeClaim {victim}")
         } else {
