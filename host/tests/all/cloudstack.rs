@@ -623,22 +623,8 @@ spec:
 async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
     let (world, cp) = World::with_catalog("cs-readme", DEFAULT_SECRET_KEY, Catalog::readme()).await;
     // The CRDs the component declares, as `capstan provider package` ships them.
-    let info = capstan::runtime::validate::inspect(
-        &wasm("cloudstack"),
-        capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
-    )
-    .unwrap();
-    let kinds: Vec<&str> = info
-        .node_class_kinds
-        .iter()
-        .map(|k| k.kind.as_str())
-        .collect();
-    assert_eq!(kinds, ["CloudStackNodeClass"]);
-    let crd_file = crate::lifecycle::write_once(
-        "cloudstack-node-class-crds.json",
-        &serde_json::to_string(&info.node_class_kinds[0].crd).unwrap(),
-    );
-    cp.install_crds_from_files(&[crd_file]).await.unwrap();
+    crate::node_class_kinds::install_declared_kind(cp, &wasm("cloudstack"), "CloudStackNodeClass")
+        .await;
     let host = world.host(cp);
 
     let objects = capstan_test_support::parse_yaml("README example", README_EXAMPLE).unwrap();

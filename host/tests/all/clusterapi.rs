@@ -714,22 +714,12 @@ async fn a_cluster_api_node_class_pool_launches() {
     md["metadata"]["labels"]["capstan.dev/test-run"] = json!(names.run);
     let world = World::new("capi-kind", &[md]).await;
     let (cp, client) = cluster().await;
-    let info = capstan::runtime::validate::inspect(
+    crate::node_class_kinds::install_declared_kind(
+        cp,
         &std::fs::read(providers_dir().join("clusterapi.wasm")).unwrap(),
-        capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
+        "ClusterAPINodeClass",
     )
-    .unwrap();
-    let kinds: Vec<&str> = info
-        .node_class_kinds
-        .iter()
-        .map(|k| k.kind.as_str())
-        .collect();
-    assert_eq!(kinds, ["ClusterAPINodeClass"]);
-    let crd_file = crate::lifecycle::write_once(
-        "clusterapi-node-class-crds.json",
-        &serde_json::to_string(&info.node_class_kinds[0].crd).unwrap(),
-    );
-    cp.install_crds_from_files(&[crd_file]).await.unwrap();
+    .await;
     let host = start_host(cp, &names).await;
 
     let (class, pool) = (names.name("capinc"), names.name("pool"));

@@ -24,6 +24,31 @@ use crate::lifecycle::{
 use crate::provisioner_e2e::{Pods, wait_running};
 
 /// `karpenter.kwok.sh/v1alpha1 KWOKNodeClass`.
+/// Installs the CRD of the one node class kind `component` declares, as `capstan provider
+/// package` ships it, after checking that kind is `kind`.
+pub(crate) async fn install_declared_kind(
+    cp: &capstan_test_support::ControlPlane,
+    component: &[u8],
+    kind: &str,
+) {
+    let info = capstan::runtime::validate::inspect(
+        component,
+        capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE,
+    )
+    .unwrap();
+    let kinds: Vec<&str> = info
+        .node_class_kinds
+        .iter()
+        .map(|k| k.kind.as_str())
+        .collect();
+    assert_eq!(kinds, [kind]);
+    let crd_file = crate::lifecycle::write_once(
+        &format!("{}-crds.json", kind.to_lowercase()),
+        &serde_json::to_string(&info.node_class_kinds[0].crd).unwrap(),
+    );
+    cp.install_crds_from_files(&[crd_file]).await.unwrap();
+}
+
 fn kwok_classes(client: &Client) -> Api<DynamicObject> {
     let resource = ApiResource {
         group: "karpenter.kwok.sh".into(),
