@@ -91,7 +91,7 @@ impl InstanceTypeSource for FromRegistry {
         pool: &NodePool,
         classes: &HashMap<String, NodeClass>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
-        let resolved = resolve::resolve_with(
+        let resolved = resolve::resolve_offline(
             &self.registry,
             &pool.spec.template.spec.node_class_ref,
             classes,

@@ -217,6 +217,29 @@ pub fn resolve_with(
     with_provider(registry, reference, node_class)
 }
 
+/// [`resolve_with`] where no cluster tells which kinds are served (`capstan simulate`): a kind no
+/// provider of `registry` declares is an unsupported reference, not a missing node class.
+pub fn resolve_offline(
+    registry: &Registry,
+    reference: &NodeClassReference,
+    classes: &std::collections::HashMap<String, NodeClass>,
+) -> Result<Resolved, Unresolved> {
+    if !is_capstan(reference) && !declared_by_any(registry, reference) {
+        return Err(unsupported(reference));
+    }
+    resolve_with(registry, reference, classes)
+}
+
+/// Whether a provider of `registry` declares the kind `reference` names.
+fn declared_by_any(registry: &Registry, reference: &NodeClassReference) -> bool {
+    registry.all().iter().any(|(_, provider)| {
+        provider
+            .node_class_kinds()
+            .iter()
+            .any(|k| k.group == reference.group && k.kind == reference.kind)
+    })
+}
+
 fn with_provider(
     registry: &Registry,
     reference: &NodeClassReference,

@@ -221,7 +221,7 @@ fn simulate_the_documented_example_without_a_cluster() {
         skipped["reason"]
             .as_str()
             .unwrap()
-            .contains("karpenter.k8s.aws/EC2NodeClass default is not a capstan.dev NodeClass"),
+            .contains("karpenter.k8s.aws/EC2NodeClass default is neither a capstan.dev NodeClass nor a kind a loaded provider serves"),
         "{report:#}"
     );
 

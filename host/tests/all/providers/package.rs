@@ -47,12 +47,17 @@ fn package_with_grants(
     out.stdout
 }
 
-/// The ConfigMaps and the Provider in the output, in that order.
+/// The ConfigMaps and the Provider in the output, in that order (the CRDs of the node class kinds
+/// the component declares come first and are left out here).
 fn parse_all(stdout: &[u8]) -> (Vec<ConfigMap>, Provider) {
     let text = String::from_utf8(stdout.to_vec()).unwrap();
     let mut docs: Vec<&str> = text
         .split("\n---\n")
         .filter(|doc| doc.trim_start().starts_with('{'))
+        .filter(|doc| {
+            serde_json::from_str::<serde_json::Value>(doc)
+                .is_ok_and(|v| v["kind"] != "CustomResourceDefinition")
+        })
         .collect();
     assert!(docs.len() >= 2, "{text}");
     let provider = serde_json::from_str(docs.pop().unwrap()).unwrap();
