@@ -40,21 +40,36 @@ async fn wait_provider_note(
     }
 }
 
-/// Asserts the refused claim got no provider ID; returns the notes of its `LaunchFailed` Events.
-async fn refused_without_provider_id(
-    client: &Client,
-    refused: &NodeClaim,
-    what: &str,
-) -> Vec<String> {
+/// Asserts the refused claim got no provider ID, and waits for a `LaunchFailed` Event from
+/// Capstan about it whose note contains every one of `texts` (the Event follows the status).
+async fn refused_with_note(client: &Client, host: &Host, refused: &NodeClaim, texts: &[String]) {
     assert!(
         refused
             .status
             .as_ref()
             .and_then(|s| s.provider_id.as_ref())
             .is_none(),
-        "{what}: no provider ID written"
+        "{}: no provider ID written",
+        refused.name_any()
     );
-    capstan_notes(client, "default", &refused.name_any(), "LaunchFailed").await
+    let name = refused.name_any();
+    let found = capstan_test_support::wait_until(
+        Duration::from_secs(30),
+        &format!("a LaunchFailed Event about {name} saying {texts:?}"),
+        || async {
+            let notes = capstan_notes(client, "default", &name, "LaunchFailed").await;
+            Ok::<_, kube::Error>(
+                notes
+                    .into_iter()
+                    .find(|n| texts.iter().all(|t| n.contains(t.as_str()))),
+            )
+        },
+    )
+    .await;
+    if let Err(err) = found {
+        let notes = capstan_notes(client, "default", &name, "LaunchFailed").await;
+        panic!("{err}: {notes:?}\nhost log:\n{}", host.log_tail());
+    }
 }
 
 #[tokio::test]
@@ -106,13 +121,18 @@ async fn a_provider_cannot_move_its_claim_into_another_pool() {
         "no reserved label written: {:?}",
         refused.labels()
     );
-    let notes = refused_without_provider_id(&client, &refused, "relabel").await;
-    assert!(
-        notes.iter().any(|n| n.contains(&format!(
-            "label karpenter.sh/nodepool={victim_pool} would change the claim's karpenter.sh/nodepool={hostile_pool}"
-        )) && n.contains("node-restriction.kubernetes.io/secure=true is in the reserved domain")),
-        "{notes:?}"
-    );
+    refused_with_note(
+        &client,
+        &host,
+        &refused,
+        &[
+            format!(
+                "label karpenter.sh/nodepool={victim_pool} would change the claim's karpenter.sh/nodepool={hostile_pool}"
+            ),
+            "node-restriction.kubernetes.io/secure=true is in the reserved domain".to_owned(),
+        ],
+    )
+    .await;
     wait_provider_note(
         &client,
         &host,
@@ -200,16 +220,12 @@ async fn a_provider_cannot_take_over_another_providers_node() {
             Duration::from_secs(60),
         )
         .await;
-        let notes = refused_without_provider_id(&client, &refused, what).await;
         let expected = if what == "steal-claimed" {
             format!("provider ID {victim_id} belongs to NodeClaim {victim}")
         } else {
             format!("Node {unmanaged} was created at")
         };
-        assert!(
-            notes.iter().any(|n| n.contains(&expected)),
-            "{what}: {notes:?}"
-        );
+        refused_with_note(&client, &host, &refused, &[expected]).await;
     }
     wait_provider_note(
         &client,
