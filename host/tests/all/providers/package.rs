@@ -98,7 +98,10 @@ async fn apply(setup: &Setup, stdout: &[u8]) -> (Vec<ConfigMap>, Provider) {
     let (cp, _) = crate::lifecycle::cluster().await;
     let mut kubectl = cp.kubectl();
     let mut child = kubectl
-        .args(["apply", "--server-side", "-f", "-"])
+        // The node class CRDs in the package may already be installed by another test on this
+        // shared control plane (another field manager): take them over, as an admin re-running
+        // the apply would.
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
