@@ -1,8 +1,8 @@
-//! The Cluster API provider against two real API servers: the workload cluster (the shared
-//! control plane, with kube-scheduler and kwok) and a management cluster (an API server with the
-//! upstream Cluster API CRDs), with [`actor::Actor`] playing the MachineSet controller.
-
-mod actor;
+//! The Cluster API provider against real Cluster API: the workload cluster (the shared control
+//! plane, with kube-scheduler and kwok) and a management cluster (an API server running Cluster
+//! API's core controllers, built from the pinned module), each test in a namespace of its own with
+//! a `Cluster` registered for the workload cluster and the tests' infrastructure provider
+//! ([`TestInfrastructure`]) turning Machines into kwok Nodes.
 
 use std::time::Duration;
 
@@ -13,7 +13,11 @@ use capstan::capability::kube::ClusterConnection;
 use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
-use capstan_test_support::upstream::{self, CLUSTER_API_CRDS};
+use capstan_test_support::cluster_api::infrastructure::{Running, TestInfrastructure};
+use capstan_test_support::cluster_api::{
+    core_resource as resource, infrastructure_resource, machine_template,
+    register_workload_cluster,
+};
 use capstan_test_support::{ControlPlane, Options, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
@@ -21,7 +25,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use self::actor::{Actor, DEPLOYMENT_NAME, resource};
+/// The MachineDeployment name label Cluster API puts on Machines.
+const DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
 use crate::disruption::{App, deployment, pods as disruption_pods, running};
 use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
@@ -31,24 +36,19 @@ use crate::provisioner_e2e::{Pods, wait_running};
 pub const CLUSTERAPI_GRANTS: &str = r#"
 - cluster: management
   apiGroups: [cluster.x-k8s.io]
-  resources: [machinedeployments, machinedeployments/scale, machines]
+  resources: [machinedeployments, machinedeployments/scale, machinesets, machinesets/scale, machines]
   verbs: [get, list, patch, delete]
   namespaces: ["*"]
 "#;
 
-/// The management cluster: its own API server with the upstream Cluster API CRDs.
+/// The management cluster: its own API server running Cluster API's core controllers.
 async fn management() -> &'static ControlPlane {
     static MANAGEMENT: OnceCell<ControlPlane> = OnceCell::const_new();
     MANAGEMENT
         .get_or_init(|| async {
-            let cp = ControlPlane::start(Options::api_server_only())
+            ControlPlane::start(Options::cluster_api_management())
                 .await
-                .expect("management API server");
-            let crds = upstream::paths(&CLUSTER_API_CRDS).unwrap_or_else(|err| panic!("{err}"));
-            cp.install_crds_from_files(&crds)
-                .await
-                .expect("Cluster API CRDs");
-            cp
+                .unwrap_or_else(|e| panic!("management cluster with Cluster API: {e}"))
         })
         .await
 }
@@ -95,44 +95,93 @@ fn capacity(cpu: &str, memory: &str, price: &str, max: &str) -> Value {
     })
 }
 
-/// One test's world: a management namespace with MachineDeployments and the actor running.
+/// The test infrastructure templates (`<name>-v1`, and `<name>-v2` for a rollout) of a
+/// MachineDeployment: Nodes with the capacity and labels its annotations promise, provisioned
+/// 500 ms after the Machine, or never (`outcome` `Never`).
+fn templates(md: &Value, outcome: &str) -> Vec<Value> {
+    let name = md["metadata"]["name"].as_str().unwrap_or_default();
+    let annotation = |key: &str| {
+        md["metadata"]["annotations"][format!("capacity.cluster-autoscaler.kubernetes.io/{key}")]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let mut capacity = serde_json::Map::new();
+    for (key, resource) in [("cpu", "cpu"), ("memory", "memory"), ("maxPods", "pods")] {
+        if let Some(value) = annotation(key) {
+            capacity.insert(resource.into(), json!(value));
+        }
+    }
+    let mut labels = serde_json::Map::new();
+    for pair in annotation("labels").unwrap_or_default().split(',') {
+        if let Some((k, v)) = pair.split_once('=') {
+            labels.insert(k.trim().into(), json!(v.trim()));
+        }
+    }
+    ["v1", "v2"]
+        .iter()
+        .map(|version| {
+            let mut template = machine_template(
+                &format!("{name}-{version}"),
+                Value::Object(capacity.clone()),
+                Value::Object(labels.clone()),
+                500,
+            );
+            template["spec"]["template"]["spec"]["outcome"] = json!(outcome);
+            template
+        })
+        .collect()
+}
+
+/// One test's world: a management namespace with a Cluster for the workload cluster,
+/// MachineDeployments and their templates, and the test infrastructure provider running.
 struct World {
     workload: Client,
     management: Client,
     namespace: String,
-    actor: Actor,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    infrastructure: Running,
 }
 
 impl World {
     async fn new(prefix: &str, deployments: &[Value]) -> Self {
-        let (_, workload) = cluster().await;
+        Self::with_outcome(prefix, deployments, "Provision").await
+    }
+
+    async fn with_outcome(prefix: &str, deployments: &[Value], outcome: &str) -> Self {
+        let (workload_cp, workload) = cluster().await;
         let mgmt = management().await;
         let management = mgmt.client().unwrap();
         let namespace = mgmt.create_namespace_unique(prefix).await.unwrap();
+        register_workload_cluster(&management, &namespace, "workload", workload_cp)
+            .await
+            .unwrap();
+        let templates_api: Api<DynamicObject> = Api::namespaced_with(
+            management.clone(),
+            &namespace,
+            &infrastructure_resource("TestMachineTemplate"),
+        );
         let api: Api<DynamicObject> = Api::namespaced_with(
             management.clone(),
             &namespace,
             &resource("MachineDeployment"),
         );
         for md in deployments {
+            for template in templates(md, outcome) {
+                let object: DynamicObject = serde_json::from_value(template).unwrap();
+                templates_api
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .unwrap();
+            }
             let object: DynamicObject = serde_json::from_value(md.clone()).unwrap();
             api.create(&PostParams::default(), &object).await.unwrap();
         }
-        let actor = Actor::new(management.clone(), workload.clone(), &namespace);
-        let task = actor.spawn();
+        let infrastructure =
+            TestInfrastructure::new(management.clone(), workload.clone(), &namespace).spawn();
         Self {
             workload,
             management,
             namespace,
-            actor,
-            task,
+            infrastructure,
         }
     }
 
@@ -275,7 +324,7 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
-    let deleted = world.actor.record.lock().unwrap().machines_deleted.len();
+    let deleted = world.infrastructure.record().deleted.len();
     assert_eq!(deleted, nodes.len());
 }
 
@@ -439,8 +488,8 @@ async fn the_conformance_kit_passes() {
     let report = conformance::run(&provider, &options).await;
     assert!(report.passed(), "{report}");
     // It launched and removed one Machine, and left the replicas as it found them.
-    let record = world.actor.record.lock().unwrap().clone();
-    assert!(record.machines_created >= 1, "{record:?}");
+    let record = world.infrastructure.record();
+    assert!(!record.provisioned.is_empty(), "{record:?}");
     assert_eq!(world.replicas("conf").await, 0);
 }
 
@@ -542,21 +591,19 @@ fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
 
 #[tokio::test]
 async fn a_launch_that_times_out_leaves_no_machine_behind() {
-    let mut world = World::new(
+    // The infrastructure never delivers: no providerID within the launch timeout.
+    let world = World::with_outcome(
         "capi-timeout",
         &[machine_deployment(
             "slow",
             capacity("4", "16Gi", "0.2", "3"),
         )],
+        "Never",
     )
     .await;
-    // The infrastructure never delivers: no providerID within the launch timeout.
-    world.task.abort();
-    world.actor.provision_delay = Duration::from_secs(3600);
-    world.task = world.actor.spawn();
     let provider = provider(&world, CLUSTERAPI_GRANTS);
     let mut parameters = world.parameters();
-    parameters["launchTimeoutSeconds"] = json!(3);
+    parameters["launchTimeoutSeconds"] = json!(20);
     let err = provider
         .create(&claim("slow-claim", "slow"), &wit_class(&parameters))
         .await
@@ -570,7 +617,9 @@ async fn a_launch_that_times_out_leaves_no_machine_behind() {
     })
     .await
     .unwrap();
-    assert_eq!(world.actor.record.lock().unwrap().machines_created, 1);
+    let record = world.infrastructure.record();
+    assert_eq!(record.seen.len(), 1, "{record:?}");
+    assert!(record.provisioned.is_empty(), "{record:?}");
 }
 
 #[tokio::test]
@@ -788,4 +837,98 @@ async fn a_cluster_api_node_class_pool_launches() {
     .await
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
     let _ = classes.delete(&class, &DeleteParams::default()).await;
+}
+
+/// Deleting a claim removes its Machine and no other, also while the MachineDeployment is
+/// mid-rollout with two MachineSets (with the `OnDelete` strategy the old one keeps its Machines
+/// until they are deleted): a plain scale-down of the MachineDeployment would shrink the oldest
+/// MachineSet instead of the marked Machine's.
+#[tokio::test]
+async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
+    let mut md = machine_deployment("mid", capacity("4", "16Gi", "0.2", "5"));
+    md["spec"]["rollout"] = json!({"strategy": {"type": "OnDelete"}});
+    let world = World::new("capi-mid", &[md]).await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let class = wit_class(&world.parameters());
+    let machine_of = |claim: &str| {
+        let claim = claim.to_owned();
+        let world = &world;
+        async move {
+            world
+                .machines()
+                .await
+                .into_iter()
+                .find(|m| m.labels().get("capstan.dev/nodeclaim") == Some(&claim))
+        }
+    };
+    let old_claims = [claim("mid-a", "mid"), claim("mid-b", "mid")];
+    let old: Vec<_> = futures::future::join_all(old_claims.iter().map(|c| provider.create(c, &class)))
+    .await
+    .into_iter()
+    .collect::<Result<_, _>>()
+    .unwrap();
+    // A new template: a second MachineSet, which the next launch grows.
+    world
+        .deployments()
+        .patch(
+            "mid",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
+                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                      "kind": "TestMachineTemplate", "name": "mid-v2"}}}}})),
+        )
+        .await
+        .unwrap();
+    let sets = Api::<DynamicObject>::namespaced_with(
+        world.management.clone(),
+        &world.namespace,
+        &resource("MachineSet"),
+    );
+    wait_until(Duration::from_secs(60), "a second MachineSet", || async {
+        let n = sets.list(&ListParams::default()).await?.items.len();
+        Ok::<_, kube::Error>((n == 2).then_some(()))
+    })
+    .await
+    .unwrap();
+    let new = provider
+        .create(&claim("mid-c", "mid"), &class)
+        .await
+        .unwrap();
+    let set_of = |m: &DynamicObject| m.labels()["cluster.x-k8s.io/set-name"].clone();
+    let (a, b, c) = (
+        machine_of("mid-a").await.unwrap(),
+        machine_of("mid-b").await.unwrap(),
+        machine_of("mid-c").await.unwrap(),
+    );
+    assert_eq!(set_of(&a), set_of(&b));
+    assert_ne!(set_of(&a), set_of(&c), "the new launch is in the new MachineSet");
+
+    // The claim in the new MachineSet goes; the two in the old one stay.
+    provider.delete(&new).await.unwrap();
+    wait_until(Duration::from_secs(60), "mid-c's Machine gone", || async {
+        Ok::<_, String>(machine_of("mid-c").await.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    // And the one in the old MachineSet: it goes, the other stays.
+    provider.delete(&old[0]).await.unwrap();
+    wait_until(Duration::from_secs(60), "mid-a's Machine gone", || async {
+        Ok::<_, String>(machine_of("mid-a").await.is_none().then_some(()))
+    })
+    .await
+    .unwrap();
+    // Settled: the MachineDeployment controller (unpaused) changes nothing more.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let machines = world.machines().await;
+    let left: Vec<_> = machines.iter().map(|m| m.name_any()).collect();
+    assert_eq!(left, vec![b.name_any()], "only mid-b's Machine is left");
+    assert!(machines[0].metadata.deletion_timestamp.is_none());
+    assert_eq!(world.replicas("mid").await, 1);
+    let md = world.deployments().get("mid").await.unwrap();
+    assert!(
+        !md.annotations().contains_key("cluster.x-k8s.io/paused"),
+        "{:?}",
+        md.annotations()
+    );
+    provider.delete(&old[1]).await.unwrap();
 }

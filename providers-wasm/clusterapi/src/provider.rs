@@ -22,6 +22,7 @@ use crate::machine::{
 };
 use crate::node_group::{self, GroupError, MEMBER_LABEL, MachineDeployment, NodeGroup};
 use crate::params::{GROUP, Parameters};
+use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
 
 /// The Cluster API provider.
 pub struct ClusterApi;
@@ -137,6 +138,7 @@ fn load_groups(
         &ListOptions::labels(&selector),
     )
     .map_err(err(launch))?;
+    lift_stale_pauses(place, &deployments);
     let mut groups = Vec::new();
     let mut errors = Vec::new();
     for md in deployments
@@ -164,13 +166,10 @@ fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
     node_group::parse(&md).ok()
 }
 
-/// Lowers a MachineDeployment's replicas by one through its `scale` subresource, retrying
-/// conflicts.
-fn scale_down_one(place: &Place, deployment: &str) -> Result<(), ProviderError> {
-    let object = place
-        .target("MachineDeployment")
-        .object(deployment)
-        .subresource("scale");
+/// Lowers a MachineDeployment's (or MachineSet's: `kind`) replicas by one through its `scale`
+/// subresource, retrying conflicts.
+fn scale_down_one(place: &Place, kind: &str, deployment: &str) -> Result<(), ProviderError> {
+    let object = place.target(kind).object(deployment).subresource("scale");
     let mut last = String::new();
     for _ in 0..8 {
         let current: serde_json::Value = kube::get(&object).map_err(err(false))?;
@@ -189,8 +188,76 @@ fn scale_down_one(place: &Place, deployment: &str) -> Result<(), ProviderError> 
         }
     }
     Err(ProviderError::Retryable(format!(
-        "scaling MachineDeployment {deployment} down: still conflicting ({last})"
+        "scaling {kind} {deployment} down: still conflicting ({last})"
     )))
+}
+
+/// Sets or lifts this provider's pause of a MachineDeployment (see [`rollout`]).
+fn set_paused(place: &Place, deployment: &str, paused: bool) -> Result<(), ProviderError> {
+    let annotations = if paused {
+        json!({PAUSED: "", PAUSED_AT: clock::now_millis().to_string()})
+    } else {
+        json!({PAUSED: null, PAUSED_AT: null})
+    };
+    match kube::patch_merge::<_, serde_json::Value>(
+        &place.target("MachineDeployment").object(deployment),
+        &json!({"metadata": {"annotations": annotations}}),
+    ) {
+        Ok(_) => Ok(()),
+        Err(e) if !paused && e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into_provider_error(false)),
+    }
+}
+
+/// Lowers the replicas for one marked Machine of `deployment`: of the MachineDeployment alone, or,
+/// mid-rollout, of the Machine's MachineSet and the MachineDeployment while it is paused (see
+/// [`rollout`]).
+fn scale_down_for(place: &Place, deployment: &str, machine: &Machine) -> Result<(), ProviderError> {
+    let sets: Vec<MachineSet> = kube::list(
+        &place.target("MachineSet"),
+        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={deployment}")),
+    )
+    .map_err(err(false))?;
+    let Some(set) = rollout::set_to_shrink(&sets, machine) else {
+        return scale_down_one(place, "MachineDeployment", deployment);
+    };
+    let md: MachineDeployment =
+        kube::get(&place.target("MachineDeployment").object(deployment)).map_err(err(false))?;
+    // Someone else's pause stays; ours is lifted when done.
+    let ours = !md.metadata.annotations.contains_key(PAUSED);
+    if ours {
+        set_paused(place, deployment, true)?;
+    }
+    let result = scale_down_one(place, "MachineSet", &set.metadata.name)
+        .and_then(|()| scale_down_one(place, "MachineDeployment", deployment));
+    let unpaused = if ours {
+        set_paused(place, deployment, false)
+    } else {
+        Ok(())
+    };
+    capstan_provider_sdk::info!(
+        "MachineDeployment {deployment} is mid-rollout: scaled MachineSet {} down for Machine {}",
+        set.metadata.name,
+        machine.metadata.name
+    );
+    result.and(unpaused)
+}
+
+/// Lifts the pauses this provider left on MachineDeployments (a host that died mid-removal).
+fn lift_stale_pauses(place: &Place, deployments: &[MachineDeployment]) {
+    let now = clock::now_millis();
+    for md in deployments
+        .iter()
+        .filter(|md| rollout::stale_pause(&md.metadata.annotations, now))
+    {
+        let place = place.in_namespace(&md.metadata.namespace);
+        if let Err(e) = set_paused(&place, &md.metadata.name, false) {
+            capstan_provider_sdk::warn!(
+                "could not lift the stale pause of MachineDeployment {}: {e:?}",
+                md.metadata.name
+            );
+        }
+    }
 }
 
 /// Claims an unclaimed Machine of `group` for `claim` (optimistic: a Machine someone else claimed
@@ -247,7 +314,7 @@ fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
             Err(e) => Err(e.into_provider_error(false)),
         };
     };
-    if let Err(e) = scale_down_one(&place, deployment) {
+    if let Err(e) = scale_down_for(&place, deployment, machine) {
         let undo = kube::patch_merge::<_, serde_json::Value>(
             &object,
             &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
