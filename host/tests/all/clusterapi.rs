@@ -15,8 +15,7 @@ use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
 use capstan_test_support::cluster_api::infrastructure::{Running, TestInfrastructure};
 use capstan_test_support::cluster_api::{
-    core_resource as resource, infrastructure_resource, machine_template,
-    register_workload_cluster,
+    core_resource as resource, infrastructure_resource, machine_template, register_workload_cluster,
 };
 use capstan_test_support::{ControlPlane, Options, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node};
@@ -95,7 +94,7 @@ fn capacity(cpu: &str, memory: &str, price: &str, max: &str) -> Value {
     })
 }
 
-/// The test infrastructure templates (`<name>-v1`, and `<name>-v2` for a rollout) of a
+/// The test infrastructure templates (`<name>-v1`, and `-v2`, `-v3` for rollouts) of a
 /// MachineDeployment: Nodes with the capacity and labels its annotations promise, provisioned
 /// 500 ms after the Machine, or never (`outcome` `Never`).
 fn templates(md: &Value, outcome: &str) -> Vec<Value> {
@@ -117,7 +116,7 @@ fn templates(md: &Value, outcome: &str) -> Vec<Value> {
             labels.insert(k.trim().into(), json!(v.trim()));
         }
     }
-    ["v1", "v2"]
+    ["v1", "v2", "v3"]
         .iter()
         .map(|version| {
             let mut template = machine_template(
@@ -329,18 +328,15 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
 }
 
 /// A new Machine template drifts the claims of its MachineDeployment (`MachineTemplateChanged`
-/// from the provider): disruption launches a replacement Machine, moves the pods and removes
-/// the old Machine.
+/// from the provider): disruption launches a replacement Machine (from the new MachineSet), moves
+/// the pods and removes the old Machine. The MachineDeployment rolls out `OnDelete`, as the
+/// provider's README asks of MachineDeployments Capstan manages: Capstan replaces the Machines, not
+/// Cluster API's rolling update.
 #[tokio::test]
 async fn a_machine_template_change_replaces_the_nodes() {
-    let world = World::new(
-        "capi-roll",
-        &[machine_deployment(
-            "roll",
-            capacity("2", "8Gi", "0.10", "5"),
-        )],
-    )
-    .await;
+    let mut md = machine_deployment("roll", capacity("2", "8Gi", "0.10", "5"));
+    md["spec"]["rollout"] = json!({"strategy": {"type": "OnDelete"}});
+    let world = World::new("capi-roll", &[md]).await;
     let (cp, client) = cluster().await;
     let names = Names::new("capiroll");
     let host = start_host(cp, &names).await;
@@ -840,9 +836,10 @@ async fn a_cluster_api_node_class_pool_launches() {
 }
 
 /// Deleting a claim removes its Machine and no other, also while the MachineDeployment is
-/// mid-rollout with two MachineSets (with the `OnDelete` strategy the old one keeps its Machines
-/// until they are deleted): a plain scale-down of the MachineDeployment would shrink the oldest
-/// MachineSet instead of the marked Machine's.
+/// mid-rollout with several MachineSets (with the `OnDelete` strategy the old ones keep their
+/// Machines until they are deleted): a plain scale-down of the MachineDeployment would shrink the
+/// oldest MachineSet (or the newest, as the MachineDeployment controller computes it) instead of
+/// the marked Machine's.
 #[tokio::test]
 async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
     let mut md = machine_deployment("mid", capacity("4", "16Gi", "0.2", "5"));
@@ -850,6 +847,37 @@ async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
     let world = World::new("capi-mid", &[md]).await;
     let provider = provider(&world, CLUSTERAPI_GRANTS);
     let class = wit_class(&world.parameters());
+    let sets = Api::<DynamicObject>::namespaced_with(
+        world.management.clone(),
+        &world.namespace,
+        &resource("MachineSet"),
+    );
+    // One claim per template version: three MachineSets with a Machine each.
+    let mut launched = Vec::new();
+    for (i, version) in ["v1", "v2", "v3"].iter().enumerate() {
+        if i > 0 {
+            world
+                .deployments()
+                .patch(
+                    "mid",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": "TestMachineTemplate",
+                                              "name": format!("mid-{version}")}}}}})),
+                )
+                .await
+                .unwrap();
+            wait_until(Duration::from_secs(60), "a new MachineSet", || async {
+                let n = sets.list(&ListParams::default()).await?.items.len();
+                Ok::<_, kube::Error>((n == i + 1).then_some(()))
+            })
+            .await
+            .unwrap();
+        }
+        let claim = claim(&format!("mid-{version}"), "mid");
+        launched.push(provider.create(&claim, &class).await.unwrap());
+    }
     let machine_of = |claim: &str| {
         let claim = claim.to_owned();
         let world = &world;
@@ -861,74 +889,44 @@ async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
                 .find(|m| m.labels().get("capstan.dev/nodeclaim") == Some(&claim))
         }
     };
-    let old_claims = [claim("mid-a", "mid"), claim("mid-b", "mid")];
-    let old: Vec<_> = futures::future::join_all(old_claims.iter().map(|c| provider.create(c, &class)))
-    .await
-    .into_iter()
-    .collect::<Result<_, _>>()
-    .unwrap();
-    // A new template: a second MachineSet, which the next launch grows.
-    world
-        .deployments()
-        .patch(
-            "mid",
-            &kube::api::PatchParams::default(),
-            &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
-                "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
-                                      "kind": "TestMachineTemplate", "name": "mid-v2"}}}}})),
+    let set_of = |m: &DynamicObject| m.labels()["cluster.x-k8s.io/set-name"].clone();
+    let mut machine_sets = std::collections::BTreeSet::new();
+    for version in ["v1", "v2", "v3"] {
+        machine_sets.insert(set_of(
+            &machine_of(&format!("mid-{version}")).await.unwrap(),
+        ));
+    }
+    assert_eq!(machine_sets.len(), 3, "one Machine in each MachineSet");
+
+    // Each deleted claim takes its own Machine, never another: the middle, the newest, the oldest.
+    let mut left: std::collections::BTreeSet<&str> = ["mid-v1", "mid-v2", "mid-v3"].into();
+    for index in [1, 2, 0] {
+        let gone = launched[index].name.clone();
+        provider.delete(&launched[index]).await.unwrap();
+        left.remove(gone.as_str());
+        wait_until(
+            Duration::from_secs(60),
+            "the claimed Machine gone",
+            || async { Ok::<_, String>(machine_of(&gone).await.is_none().then_some(())) },
         )
         .await
         .unwrap();
-    let sets = Api::<DynamicObject>::namespaced_with(
-        world.management.clone(),
-        &world.namespace,
-        &resource("MachineSet"),
-    );
-    wait_until(Duration::from_secs(60), "a second MachineSet", || async {
-        let n = sets.list(&ListParams::default()).await?.items.len();
-        Ok::<_, kube::Error>((n == 2).then_some(()))
-    })
-    .await
-    .unwrap();
-    let new = provider
-        .create(&claim("mid-c", "mid"), &class)
-        .await
-        .unwrap();
-    let set_of = |m: &DynamicObject| m.labels()["cluster.x-k8s.io/set-name"].clone();
-    let (a, b, c) = (
-        machine_of("mid-a").await.unwrap(),
-        machine_of("mid-b").await.unwrap(),
-        machine_of("mid-c").await.unwrap(),
-    );
-    assert_eq!(set_of(&a), set_of(&b));
-    assert_ne!(set_of(&a), set_of(&c), "the new launch is in the new MachineSet");
-
-    // The claim in the new MachineSet goes; the two in the old one stay.
-    provider.delete(&new).await.unwrap();
-    wait_until(Duration::from_secs(60), "mid-c's Machine gone", || async {
-        Ok::<_, String>(machine_of("mid-c").await.is_none().then_some(()))
-    })
-    .await
-    .unwrap();
-    // And the one in the old MachineSet: it goes, the other stays.
-    provider.delete(&old[0]).await.unwrap();
-    wait_until(Duration::from_secs(60), "mid-a's Machine gone", || async {
-        Ok::<_, String>(machine_of("mid-a").await.is_none().then_some(()))
-    })
-    .await
-    .unwrap();
-    // Settled: the MachineDeployment controller (unpaused) changes nothing more.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    let machines = world.machines().await;
-    let left: Vec<_> = machines.iter().map(|m| m.name_any()).collect();
-    assert_eq!(left, vec![b.name_any()], "only mid-b's Machine is left");
-    assert!(machines[0].metadata.deletion_timestamp.is_none());
-    assert_eq!(world.replicas("mid").await, 1);
-    let md = world.deployments().get("mid").await.unwrap();
-    assert!(
-        !md.annotations().contains_key("cluster.x-k8s.io/paused"),
-        "{:?}",
-        md.annotations()
-    );
-    provider.delete(&old[1]).await.unwrap();
+        // Settled: the MachineDeployment controller (unpaused) takes no other Machine.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let machines = world.machines().await;
+        let claims: std::collections::BTreeSet<&str> = machines
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .filter_map(|m| m.labels().get("capstan.dev/nodeclaim").map(String::as_str))
+            .collect();
+        assert_eq!(claims, left, "after deleting {gone}");
+        assert_eq!(machines.len(), left.len(), "{machines:?}");
+        assert_eq!(world.replicas("mid").await, left.len() as i64);
+        let md = world.deployments().get("mid").await.unwrap();
+        assert!(
+            !md.annotations().contains_key("cluster.x-k8s.io/paused"),
+            "{:?}",
+            md.annotations()
+        );
+    }
 }

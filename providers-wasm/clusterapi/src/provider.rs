@@ -261,14 +261,22 @@ fn lift_stale_pauses(place: &Place, deployments: &[MachineDeployment]) {
 }
 
 /// Claims an unclaimed Machine of `group` for `claim` (optimistic: a Machine someone else claimed
-/// first is skipped).
-fn adopt(place: &Place, group: &NodeGroup, claim: &str) -> Result<Option<Machine>, ProviderError> {
-    let machines: Vec<Machine> = kube::list(
-        &place.target("Machine"),
-        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={},!{CLAIM_LABEL}", group.name)),
-    )
-    .map_err(err(true))?;
-    let mut candidates: Vec<Machine> = machines.into_iter().filter(|m| !m.is_leaving()).collect();
+/// first is skipped), while fewer Machines are claimed than the replicas (a rolling update's surge
+/// Machines, beyond the replicas, are Cluster API's to remove).
+fn adopt(
+    place: &Place,
+    group: &NodeGroup,
+    claim: &str,
+    max_age: u64,
+) -> Result<Option<Machine>, ProviderError> {
+    let (_, capacity, machines) = capacity(place, &group.name, max_age)?;
+    if capacity.available() == 0 {
+        return Ok(None);
+    }
+    let mut candidates: Vec<Machine> = machines
+        .into_iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_none())
+        .collect();
     candidates.sort_by(|a, b| {
         a.metadata
             .creation_timestamp
@@ -601,7 +609,7 @@ impl Guest for ClusterApi {
         })?;
         clock::sleep_millis(params.batch_millis);
         let machine = loop {
-            if let Some(machine) = adopt(&place, group, &claim.name)? {
+            if let Some(machine) = adopt(&place, group, &claim.name, max_age)? {
                 leave_ledger(&place, &group.name, max_age, &claim.name);
                 break machine;
             }

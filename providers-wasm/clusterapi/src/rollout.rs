@@ -89,10 +89,7 @@ mod tests {
 
     fn machine_of(set: &str) -> Machine {
         let mut machine = Machine::default();
-        machine
-            .metadata
-            .labels
-            .insert(SET_LABEL.into(), set.into());
+        machine.metadata.labels.insert(SET_LABEL.into(), set.into());
         machine
     }
 

@@ -28,11 +28,7 @@ const FIELD_MANAGER: &str = "capstan-test-support";
 
 /// A Cluster API core kind (`Cluster`, `MachineDeployment`, `MachineSet`, `Machine`, ...).
 pub fn core_resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk(
-        CLUSTER_GROUP,
-        CLUSTER_VERSION,
-        kind,
-    ))
+    ApiResource::from_gvk(&GroupVersionKind::gvk(CLUSTER_GROUP, CLUSTER_VERSION, kind))
 }
 
 /// The `TestControlPlane` kind.
@@ -90,7 +86,11 @@ pub async fn register_workload_cluster(
         message: e.to_string(),
     })?;
     Api::<Secret>::namespaced(management.clone(), namespace)
-        .patch(&format!("{name}-kubeconfig"), &apply, &Patch::Apply(&secret))
+        .patch(
+            &format!("{name}-kubeconfig"),
+            &apply,
+            &Patch::Apply(&secret),
+        )
         .await?;
     let endpoint = workload
         .server()

@@ -362,8 +362,8 @@ impl TestInfrastructure {
                 &Patch::Merge(json!({"status": {
                     "capacity": capacity,
                     "allocatable": capacity,
-                    "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                    "message": "test infrastructure"}],
+                    // What a kubelet reports (Cluster API's NodeHealthy reads them all).
+                    "conditions": node_conditions(),
                     // The kubelet of the Machine's Kubernetes version (kwok keeps what is set).
                     "nodeInfo": {"kubeletVersion": kubelet_version},
                 }})),
@@ -371,4 +371,19 @@ impl TestInfrastructure {
             .await?;
         Ok(())
     }
+}
+
+/// A healthy kubelet's Node conditions.
+fn node_conditions() -> Value {
+    let now = k8s_openapi::jiff::Timestamp::now().to_string();
+    let condition = |type_: &str, status: &str, reason: &str| {
+        json!({"type": type_, "status": status, "reason": reason, "message": "test infrastructure",
+               "lastHeartbeatTime": now, "lastTransitionTime": now})
+    };
+    json!([
+        condition("Ready", "True", "KubeletReady"),
+        condition("MemoryPressure", "False", "KubeletHasSufficientMemory"),
+        condition("DiskPressure", "False", "KubeletHasNoDiskPressure"),
+        condition("PIDPressure", "False", "KubeletHasSufficientPID"),
+    ])
 }
