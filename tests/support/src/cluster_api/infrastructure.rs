@@ -330,6 +330,17 @@ impl TestInfrastructure {
                 (k, text)
             })
             .collect();
+        let kubelet_version = self.machine_version(machine).await?;
+        // The status goes into the create too (a Node keeps it, as a kubelet registers): kwok,
+        // seeing a Node without capacity, would give it its defaults.
+        let status = json!({
+            "capacity": capacity,
+            "allocatable": capacity,
+            // What a kubelet reports (Cluster API's NodeHealthy reads them all).
+            "conditions": node_conditions(),
+            // The kubelet of the Machine's Kubernetes version (kwok keeps what is set).
+            "nodeInfo": {"kubeletVersion": kubelet_version},
+        });
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "Node",
@@ -343,30 +354,23 @@ impl TestInfrastructure {
                 // As a kubelet that Karpenter's bootstrap configured registers.
                 "taints": [{"key": "karpenter.sh/unregistered", "effect": "NoExecute"}],
             },
+            "status": status.clone(),
         }))
         .map_err(|e| Error::Manifest {
             source_name: format!("Node {name}"),
             message: e.to_string(),
         })?;
-        let kubelet_version = self.machine_version(machine).await?;
         let nodes: Api<Node> = Api::all(self.workload.clone());
         match nodes.create(&PostParams::default(), &node).await {
             Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
             Err(e) => return Err(e.into()),
         }
         nodes
             .patch_status(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"status": {
-                    "capacity": capacity,
-                    "allocatable": capacity,
-                    // What a kubelet reports (Cluster API's NodeHealthy reads them all).
-                    "conditions": node_conditions(),
-                    // The kubelet of the Machine's Kubernetes version (kwok keeps what is set).
-                    "nodeInfo": {"kubeletVersion": kubelet_version},
-                }})),
+                &Patch::Merge(json!({"status": status})),
             )
             .await?;
         Ok(())
