@@ -797,7 +797,7 @@ fn not_candidates(
         } else if !pool.is_some_and(|p| eligible(&m, p)) {
             "not eligible: disrupting or deleting already, a static pool, or not initialized"
                 .to_owned()
-        } else if let Some(why) = held(&m, &view.pdbs, now) {
+        } else if let Some(why) = pool.and_then(|p| held(&m, p, &view.pdbs, now)) {
             why.to_string()
         } else if prices.in_pool(m.node).is_none() {
             "its price is unknown: its instance type, zone or capacity type is not in the pool's catalog"

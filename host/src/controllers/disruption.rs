@@ -26,6 +26,7 @@ pub mod candidates;
 pub mod command;
 pub mod consolidation;
 pub mod drift;
+pub mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -397,7 +398,7 @@ async fn start_disruptions(
             (!m.pods.is_empty(), since)
         });
         for m in machines {
-            if let Some(why) = held(m, &view.pdbs, now) {
+            if let Some(why) = held(m, pool, &view.pdbs, now) {
                 ctx.events
                     .normal(
                         m.claim,
