@@ -1,6 +1,7 @@
 //! The subcommands, one module each, and what several of them share: reading components and
 //! grants files, the compiled-component cache, Kubernetes clients and the async runtime.
 
+pub mod explain;
 pub mod provider;
 pub mod run;
 pub mod simulate;

@@ -9,7 +9,7 @@ use super::{PlannedClaim, Report, Total};
 pub const SHOWN_INSTANCE_TYPES: usize = 3;
 
 /// Columns padded to their widest cell, two spaces apart, each line indented by `indent`.
-fn columns(indent: &str, rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(indent: &str, rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -38,7 +38,7 @@ fn columns(indent: &str, rows: &[Vec<String>]) -> String {
     out
 }
 
-fn dollars(price: f64) -> String {
+pub(crate) fn dollars(price: f64) -> String {
     format!("{price:.4}")
 }
 
