@@ -67,6 +67,11 @@ pub struct SimulateArgs {
     /// durations, node lifetimes.
     #[arg(long)]
     now: Option<Timestamp>,
+    /// Also print every managed node's consolidation verdict, as the host would write it on
+    /// the NodeClaim after this pass (the `ConsolidationBlocked` condition `capstan explain`
+    /// reads on a live cluster).
+    #[arg(long)]
+    explain: bool,
     /// How long the consolidation search may run.
     #[arg(long, default_value = "10s", value_parser = parse_short_duration)]
     search_timeout: Duration,
@@ -133,6 +138,7 @@ async fn run_async(args: SimulateArgs) -> Result<ExitCode> {
         assume_consolidatable: !args.consolidatable_from_dump,
         now: args.now.unwrap_or_else(Timestamp::now),
         search_timeout: args.search_timeout,
+        explain: args.explain,
     };
     let mut report = simulate::run(view, &source, &settings).await;
     report.input = simulate::Input {

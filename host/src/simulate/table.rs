@@ -223,6 +223,24 @@ pub fn render(report: &Report) -> String {
             n.node, n.node_claim, n.reason
         );
     }
+    if let Some(verdicts) = &c.verdicts {
+        let _ = writeln!(out, "\nVerdicts (as the host would write them after this pass)");
+        let mut rows = vec![
+            ["NODE", "NODECLAIM", "NODEPOOL", "VERDICT", "WHY"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        for n in verdicts {
+            rows.push(vec![
+                n.node.clone(),
+                n.node_claim.clone(),
+                n.node_pool.clone(),
+                n.verdict.clone(),
+                n.reason.clone(),
+            ]);
+        }
+        out.push_str(&columns("  ", &rows));
+    }
     for b in &c.budget_errors {
         let _ = writeln!(out, "  nodepool {}: {}", b.node_pool, b.reason);
     }

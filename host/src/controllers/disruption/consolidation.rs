@@ -20,7 +20,7 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::budgets;
-use super::candidates::{Machine, eligible, held, machines, pool_counts};
+use super::candidates::{Machine, eligible, held, job_wait, machines, pool_counts};
 use super::command;
 use super::verdict::{self, Facts, consolidatable_since};
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
@@ -78,6 +78,8 @@ pub struct Memory {
     /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote (the cache may
     /// not show it yet).
     verdicts: HashMap<String, (String, String)>,
+    /// Pool → the unreadable `capstan.dev/wait-for-jobs` value last warned about.
+    bad_job_waits: HashMap<String, String>,
     /// Claim → when this host last saw its node's pods change. The cache may not show the
     /// `lastPodEventTime` written for it yet; a claim changed since its pool's
     /// `consolidateAfter` is no candidate whatever its cached condition says.
@@ -396,6 +398,7 @@ async fn publish_verdicts(
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
 ) {
+    warn_bad_job_waits(ctx, memory, pools).await;
     let all = machines(&view.claims, &view.nodes, &view.pods);
     let counts = pool_counts(&view.claims, &all);
     let pending = memory
@@ -471,6 +474,33 @@ async fn publish_verdicts(
                 tracing::debug!(nodeclaim = %name, error = %err, "cannot write ConsolidationBlocked");
             }
         }
+    }
+}
+
+/// An `InvalidWaitForJobs` Warning Event on each pool whose `capstan.dev/wait-for-jobs` does
+/// not parse (it then holds nothing), once per value.
+async fn warn_bad_job_waits(
+    ctx: &Context,
+    memory: &mut Memory,
+    pools: &BTreeMap<String, &NodePool>,
+) {
+    memory.bad_job_waits.retain(|pool, _| pools.contains_key(pool));
+    for (name, pool) in pools {
+        let Err(error) = job_wait(pool) else {
+            memory.bad_job_waits.remove(name);
+            continue;
+        };
+        if memory.bad_job_waits.get(name) == Some(&error) {
+            continue;
+        }
+        ctx.events
+            .warning(
+                *pool,
+                "InvalidWaitForJobs",
+                format!("{error}: Job pods do not hold this pool's nodes"),
+            )
+            .await;
+        memory.bad_job_waits.insert(name.clone(), error);
     }
 }
 

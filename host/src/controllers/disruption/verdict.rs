@@ -20,7 +20,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use super::budgets::{self, BudgetError};
-use super::candidates::{Held, Machine, eligible, held, job_wait};
+use super::candidates::{Held, Machine, eligible, held};
 use crate::api::labels::INITIALIZED as INITIALIZED_LABEL;
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
@@ -67,8 +67,6 @@ pub enum Blocked {
     },
     /// The pool's budgets cannot be read.
     InvalidBudget { pool: String, error: String },
-    /// The pool's `capstan.dev/wait-for-jobs` cannot be read.
-    InvalidWaitForJobs { pool: String, error: String },
     /// The last search tried the node and refused it.
     Refused(Refusal),
     /// A decision to remove it waits for validation.
@@ -91,7 +89,6 @@ impl Blocked {
             Blocked::WhenEmpty { .. } => "WhenEmptyNotEmpty",
             Blocked::Budget { .. } => "DisruptionBudget",
             Blocked::InvalidBudget { .. } => "InvalidBudget",
-            Blocked::InvalidWaitForJobs { .. } => "InvalidWaitForJobs",
             Blocked::Refused(refusal) => refusal.kind(),
             Blocked::PendingValidation { .. } => "PendingValidation",
         }
@@ -134,9 +131,6 @@ impl Blocked {
             Blocked::InvalidBudget { pool, error } => {
                 format!("NodePool {pool}'s budgets cannot be read: {error}")
             }
-            Blocked::InvalidWaitForJobs { pool, error } => {
-                format!("NodePool {pool}: {error}")
-            }
             Blocked::Refused(refusal) => refusal.to_string(),
             Blocked::PendingValidation { reason } => format!(
                 "a decision to remove it ({reason}) waits for validation; it goes if the cluster still allows it then"
@@ -176,7 +170,6 @@ pub fn unblock(reason: &str) -> &'static str {
             "wait for the disruptions under way to finish or for the budget's window to open, or raise the budget"
         }
         "InvalidBudget" => "fix the NodePool's disruption budgets",
-        "InvalidWaitForJobs" => "fix the NodePool's capstan.dev/wait-for-jobs annotation",
         "PodsWouldNotSchedule" | "NoRoom" => {
             "make room for its pods elsewhere (other nodes, or instance types the pool offers), or relax their constraints"
         }
@@ -254,12 +247,6 @@ pub fn verdict(machine: &Machine<'_>, pool: &NodePool, facts: &Facts<'_>) -> Opt
     if !eligible(machine, pool) {
         return Some(Blocked::Disrupting);
     }
-    if let Err(error) = job_wait(pool) {
-        return Some(Blocked::InvalidWaitForJobs {
-            pool: pool_name,
-            error,
-        });
-    }
     if let Some(why) = held(machine, pool, facts.pdbs, facts.now) {
         return Some(Blocked::Held(why));
     }
@@ -274,7 +261,7 @@ pub fn verdict(machine: &Machine<'_>, pool: &NodePool, facts: &Facts<'_>) -> Opt
             until: since.filter(|t| *t > facts.now),
         });
     }
-    if !is_true(claim, CONSOLIDATABLE) || since.is_none_or(|t| t > facts.now) {
+    if !is_true(claim, CONSOLIDATABLE) {
         return Some(Blocked::ConsolidateAfter {
             after: after.clone(),
             until: since,
