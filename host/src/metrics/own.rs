@@ -224,6 +224,26 @@ mod tests {
     }
 
     #[test]
+    fn verdicts_are_counted_per_pool_and_reason_and_stale_pairs_drop_out() {
+        let m = Metrics::new();
+        let tally = BTreeMap::from([
+            (("a".to_owned(), "NotBlocked"), 3),
+            (("a".to_owned(), "DoNotDisruptPod"), 1),
+        ]);
+        m.own.consolidation_verdicts(&tally);
+        let text = m.render().unwrap();
+        let held = r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="DoNotDisruptPod"}"#;
+        let free = r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="NotBlocked"}"#;
+        assert!(text.contains(&format!("{held} 1")), "{text}");
+        assert!(text.contains(&format!("{free} 3")), "{text}");
+        m.own
+            .consolidation_verdicts(&BTreeMap::from([(("a".to_owned(), "NotBlocked"), 4)]));
+        let text = m.render().unwrap();
+        assert!(!text.contains(held), "{text}");
+        assert!(text.contains(&format!("{free} 4")), "{text}");
+    }
+
+    #[test]
     fn instance_types_ready_is_set_and_cleared() {
         let m = Metrics::new();
         m.own.instance_types_ready("nc", false);

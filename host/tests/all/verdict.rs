@@ -271,22 +271,17 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
         "a node explain calls blocked is not disrupted"
     );
 
-    // The PDB goes: its verdict clears. The pod fits on no other node and nothing cheaper
-    // holds it, so the verdict is the search's refusal, and the node stays.
+    // The PDB goes: its verdict clears. The pod fits on no other node and on no cheaper one
+    // (it is on the cheapest that fits), so the verdict is the search's refusal, with the
+    // node's price, and the node stays.
     Api::<PodDisruptionBudget>::namespaced(client.clone(), ns)
         .delete("keep-guarded", &DeleteParams::default())
         .await
         .unwrap();
-    let message = wait_verdict(
-        &scene,
-        &guarded_node,
-        "NoCheaperReplacement",
-        Duration::from_secs(60),
-    )
-    .await;
+    let message = wait_verdict(&scene, &guarded_node, "NoRoom", Duration::from_secs(60)).await;
     assert!(
-        message.contains("$") && message.contains("/h"),
-        "prices named: {message}"
+        message.contains("cheaper than its $") && message.contains("/h"),
+        "the price named: {message}"
     );
     let node = explain(&scene, &["node", &guarded_node]);
     assert_eq!(node["verdict"]["blocked"], true, "{node}");
