@@ -245,7 +245,9 @@ fn next(nodes: &[NodeAnswer]) -> Next {
     if !disrupting.is_empty() {
         return Next {
             action: "disrupting",
-            detail: "disruptions under way finish: replacements launch, then these nodes drain and go".into(),
+            detail:
+                "disruptions under way finish: replacements launch, then these nodes drain and go"
+                    .into(),
             nodes: disrupting,
         };
     }
@@ -253,8 +255,9 @@ fn next(nodes: &[NodeAnswer]) -> Next {
     if !validating.is_empty() {
         return Next {
             action: "validating",
-            detail: "a consolidation decision waits for validation; these nodes go if it still holds"
-                .into(),
+            detail:
+                "a consolidation decision waits for validation; these nodes go if it still holds"
+                    .into(),
             nodes: validating,
         };
     }

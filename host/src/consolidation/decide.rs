@@ -13,9 +13,7 @@ use crate::scheduling::{InstanceType, NewClaim, ValueSet};
 pub enum Refusal {
     #[error("pods would not schedule elsewhere: {}", .0.join("; "))]
     Stranded(Vec<String>),
-    #[error(
-        "its pods fit neither on the other nodes nor on a node cheaper than its ${price:.4}/h"
-    )]
+    #[error("its pods fit neither on the other nodes nor on a node cheaper than its ${price:.4}/h")]
     NoRoom {
         /// $/h of the node.
         price: f64,

@@ -45,7 +45,12 @@ fn now() -> Timestamp {
 
 #[test]
 fn a_node_reads_its_verdict_and_what_unblocks_it() {
-    let v = view(&[("n1", "True", "DoNotDisruptPod", "pod ns/db has the karpenter.sh/do-not-disrupt annotation")]);
+    let v = view(&[(
+        "n1",
+        "True",
+        "DoNotDisruptPod",
+        "pod ns/db has the karpenter.sh/do-not-disrupt annotation",
+    )]);
     let by_node = explain_node(&v, "n1", now()).unwrap();
     let by_claim = explain_node(&v, "n1-claim", now()).unwrap();
     assert_eq!(by_node, by_claim);
@@ -79,11 +84,17 @@ fn a_pool_says_what_the_host_does_next() {
         ("n2", "True", "PendingValidation", "waits"),
     ]);
     let r = explain_pool(&v, "p", now()).unwrap();
-    assert_eq!((r.next.action, r.next.nodes.clone()), ("validating", vec!["n2".to_owned()]));
+    assert_eq!(
+        (r.next.action, r.next.nodes.clone()),
+        ("validating", vec!["n2".to_owned()])
+    );
     let v = view(&[("n1", "True", "DoNotDisruptPod", "pod ns/db")]);
     let r = explain_pool(&v, "p", now()).unwrap();
     assert_eq!(r.next.action, "none");
     let text = table::pool(&r);
     assert!(text.contains("Next: none"), "{text}");
-    assert!(matches!(explain_pool(&v, "q", now()), Err(ExplainError::NoPool(_))));
+    assert!(matches!(
+        explain_pool(&v, "q", now()),
+        Err(ExplainError::NoPool(_))
+    ));
 }

@@ -232,7 +232,8 @@ mod tests {
         ]);
         m.own.consolidation_verdicts(&tally);
         let text = m.render().unwrap();
-        let held = r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="DoNotDisruptPod"}"#;
+        let held =
+            r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="DoNotDisruptPod"}"#;
         let free = r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="NotBlocked"}"#;
         assert!(text.contains(&format!("{held} 1")), "{text}");
         assert!(text.contains(&format!("{free} 3")), "{text}");

@@ -224,7 +224,10 @@ pub fn render(report: &Report) -> String {
         );
     }
     if let Some(verdicts) = &c.verdicts {
-        let _ = writeln!(out, "\nVerdicts (as the host would write them after this pass)");
+        let _ = writeln!(
+            out,
+            "\nVerdicts (as the host would write them after this pass)"
+        );
         let mut rows = vec![
             ["NODE", "NODECLAIM", "NODEPOOL", "VERDICT", "WHY"]
                 .map(str::to_owned)

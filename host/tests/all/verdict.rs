@@ -189,7 +189,13 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
     assert_ne!(held_node, guarded_node, "one 1500m pod per 2-cpu node");
 
     let started = Instant::now();
-    let message = wait_verdict(&scene, &held_node, "DoNotDisruptPod", Duration::from_secs(60)).await;
+    let message = wait_verdict(
+        &scene,
+        &held_node,
+        "DoNotDisruptPod",
+        Duration::from_secs(60),
+    )
+    .await;
     assert!(message.contains(&format!("{ns}/held")), "{message}");
     let message = wait_verdict(
         &scene,
@@ -199,7 +205,8 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
     )
     .await;
     assert!(
-        message.contains(&format!("{ns}/keep-guarded")) && message.contains(&format!("{ns}/guarded")),
+        message.contains(&format!("{ns}/keep-guarded"))
+            && message.contains(&format!("{ns}/guarded")),
         "{message}"
     );
     println!(
@@ -222,8 +229,14 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
     assert_eq!(node["pods"], json!([format!("{ns}/held")]), "{node}");
     let pool_answer = explain(&scene, &["nodepool", &p]);
     assert_eq!(pool_answer["next"]["action"], "none", "{pool_answer}");
-    assert_eq!(pool_answer["byReason"]["DoNotDisruptPod"], 1, "{pool_answer}");
-    assert_eq!(pool_answer["byReason"]["PodDisruptionBudget"], 1, "{pool_answer}");
+    assert_eq!(
+        pool_answer["byReason"]["DoNotDisruptPod"], 1,
+        "{pool_answer}"
+    );
+    assert_eq!(
+        pool_answer["byReason"]["PodDisruptionBudget"], 1,
+        "{pool_answer}"
+    );
 
     // The held pod goes: the verdict leaves DoNotDisruptPod and the empty node is consolidated.
     delete_pod(client, ns, "held").await;
@@ -234,7 +247,10 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
         let held_node = &held_node;
         async move {
             host.check_alive();
-            match claim_of(client, names, held_node).await.and_then(|c| verdict(&c)) {
+            match claim_of(client, names, held_node)
+                .await
+                .and_then(|c| verdict(&c))
+            {
                 Some((_, reason, _)) => {
                     let mut seen = seen.lock().unwrap();
                     if seen.last() != Some(&reason) {
@@ -324,7 +340,9 @@ async fn a_finished_job_lets_its_node_go_under_wait_for_jobs() {
         .patch(
             &p,
             &PatchParams::default(),
-            &Patch::Merge(&json!({"metadata": {"annotations": {"capstan.dev/wait-for-jobs": "true"}}})),
+            &Patch::Merge(
+                &json!({"metadata": {"annotations": {"capstan.dev/wait-for-jobs": "true"}}}),
+            ),
         )
         .await
         .unwrap();
@@ -359,12 +377,138 @@ async fn a_finished_job_lets_its_node_go_under_wait_for_jobs() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
-    println!("the finished Job's node went {:?} after it came up", done.elapsed());
+    println!(
+        "the finished Job's node went {:?} after it came up",
+        done.elapsed()
+    );
     let succeeded = pods(client, ns)
         .await
         .iter()
         .all(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"));
     assert!(succeeded, "the Job's pod finished before its node went");
+    host.check_alive();
+    teardown(client, names, ns).await;
+}
+
+/// `consolidateAfter` (with the moment it ends), a closed pool budget (naming the pool and its
+/// budget) and `WhenEmpty` with pods each show on the claim, and clear when their cause goes:
+/// the budget opened, the node explain calls free is consolidated.
+#[tokio::test]
+async fn budgets_consolidate_after_and_when_empty_show_and_clear() {
+    let scene = scene(
+        "verdict-budget",
+        &["--batch-idle-duration", "500ms"],
+        json!({"maxCpu": 2}),
+    )
+    .await;
+    let Scene {
+        client,
+        names,
+        host,
+        class,
+        ns,
+        ..
+    } = &scene;
+    let (closed, empty_only) = (names.name("closed"), names.name("when-empty"));
+    pool(
+        client,
+        names,
+        (&closed, class),
+        on_demand(),
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "15s",
+               "budgets": [{"nodes": "0"}]}),
+    )
+    .await;
+    pool(
+        client,
+        names,
+        (&empty_only, class),
+        on_demand(),
+        json!({"consolidationPolicy": "WhenEmpty", "consolidateAfter": "5s",
+               "budgets": [{"nodes": "100%"}]}),
+    )
+    .await;
+    bare_pod(
+        client,
+        names,
+        ns,
+        ("a", &closed),
+        "1500m",
+        (json!({}), json!({})),
+    )
+    .await;
+    bare_pod(
+        client,
+        names,
+        ns,
+        ("b", &empty_only),
+        "1500m",
+        (json!({}), json!({})),
+    )
+    .await;
+    wait_running(client, host, ns, 2, Duration::from_secs(300)).await;
+    let closed_node = node_of(client, ns, "a").await;
+    let empty_only_node = node_of(client, ns, "b").await;
+
+    let message = wait_verdict(
+        &scene,
+        &empty_only_node,
+        "WhenEmptyNotEmpty",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(message.contains(&format!("{ns}/b")), "{message}");
+
+    // The pod leaves the closed pool's node: first consolidateAfter runs (the message names
+    // when it ends), then the budget of 0 holds the empty node.
+    delete_pod(client, ns, "a").await;
+    let message = wait_verdict(
+        &scene,
+        &closed_node,
+        "ConsolidateAfter",
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(message.contains("consolidatable"), "{message}");
+    let message = wait_verdict(
+        &scene,
+        &closed_node,
+        "DisruptionBudget",
+        Duration::from_secs(60),
+    )
+    .await;
+    assert!(
+        message.contains(&format!("NodePool {closed}"))
+            && message.contains("nodes \"0\"")
+            && message.contains("Empty"),
+        "{message}"
+    );
+    let answer = explain(&scene, &["nodepool", &closed]);
+    assert_eq!(answer["next"]["action"], "none", "{answer}");
+    assert_eq!(pool_nodes(client, &closed, GROUP).await.len(), 1);
+
+    // The budget opens: the empty node goes.
+    Api::<capstan::api::NodePool>::all(client.clone())
+        .patch(
+            &closed,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"disruption": {"budgets": [{"nodes": "100%"}]}}})),
+        )
+        .await
+        .unwrap();
+    wait_until(Duration::from_secs(120), "the empty node to go", || async {
+        host.check_alive();
+        Ok::<_, kube::Error>(
+            pool_nodes(client, &closed, GROUP)
+                .await
+                .is_empty()
+                .then_some(()),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    // The WhenEmpty pool's node keeps its pod and stays.
+    assert_eq!(pool_nodes(client, &empty_only, GROUP).await.len(), 1);
     host.check_alive();
     teardown(client, names, ns).await;
 }

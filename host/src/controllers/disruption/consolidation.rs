@@ -450,8 +450,7 @@ async fn publish_verdicts(
     let names: std::collections::HashSet<String> =
         view.claims.iter().map(|c| c.name_any()).collect();
     memory.verdicts.retain(|claim, _| names.contains(claim));
-    for (claim, is_blocked, (reason, message)) in writes.into_iter().take(VERDICT_WRITES_PER_PASS)
-    {
+    for (claim, is_blocked, (reason, message)) in writes.into_iter().take(VERDICT_WRITES_PER_PASS) {
         let mut claim = claim.clone();
         let name = claim.name_any();
         let status = if is_blocked {
@@ -484,7 +483,9 @@ async fn warn_bad_job_waits(
     memory: &mut Memory,
     pools: &BTreeMap<String, &NodePool>,
 ) {
-    memory.bad_job_waits.retain(|pool, _| pools.contains_key(pool));
+    memory
+        .bad_job_waits
+        .retain(|pool, _| pools.contains_key(pool));
     for (name, pool) in pools {
         let Err(error) = job_wait(pool) else {
             memory.bad_job_waits.remove(name);

@@ -22,19 +22,18 @@ use kube::ResourceExt;
 use super::budgets::{self, BudgetError};
 use super::candidates::{Held, Machine, eligible, held};
 use crate::api::labels::INITIALIZED as INITIALIZED_LABEL;
+pub use crate::api::nodeclaim::conditions::CONSOLIDATION_BLOCKED;
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::api::shared::find_condition;
 use crate::api::{NodeClaim, NodePool, duration};
-pub use crate::api::nodeclaim::conditions::CONSOLIDATION_BLOCKED;
 use crate::consolidation::Refusal;
 use crate::controllers::nodeclaim::is_true;
 
 /// The condition's reason when nothing blocks the node.
 pub const NOT_BLOCKED: &str = "NotBlocked";
 /// The condition's message when nothing blocks the node.
-pub const NOT_BLOCKED_MESSAGE: &str =
-    "nothing blocks consolidation: the node goes when a search finds that removing or replacing it saves money";
+pub const NOT_BLOCKED_MESSAGE: &str = "nothing blocks consolidation: the node goes when a search finds that removing or replacing it saves money";
 
 /// What keeps consolidation from taking a node now.
 #[derive(Debug, Clone, PartialEq)]
@@ -103,9 +102,7 @@ impl Blocked {
             Blocked::NotInitialized => "the node is not initialized yet".into(),
             Blocked::Disrupting => "the node is being disrupted or deleted already".into(),
             Blocked::Held(held) => held.to_string(),
-            Blocked::ConsolidateAfterNever => {
-                "its NodePool's consolidateAfter is Never".into()
-            }
+            Blocked::ConsolidateAfterNever => "its NodePool's consolidateAfter is Never".into(),
             Blocked::ConsolidateAfter {
                 after,
                 until: Some(until),

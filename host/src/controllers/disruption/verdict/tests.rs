@@ -93,7 +93,13 @@ impl World {
         }
     }
 
-    fn verdict(&self, pool: &NodePool, claim: &NodeClaim, node: &Node, pods: &[Pod]) -> Option<Blocked> {
+    fn verdict(
+        &self,
+        pool: &NodePool,
+        claim: &NodeClaim,
+        node: &Node,
+        pods: &[Pod],
+    ) -> Option<Blocked> {
         let machine = Machine {
             claim,
             node,
@@ -118,9 +124,17 @@ fn reason(b: &Option<Blocked>) -> &'static str {
 #[test]
 fn nothing_blocks_a_consolidatable_unheld_node() {
     let w = World::new();
-    let v = w.verdict(&pool(json!({}), json!({})), &claim(None, true), &node(json!({})), &[]);
+    let v = w.verdict(
+        &pool(json!({}), json!({})),
+        &claim(None, true),
+        &node(json!({})),
+        &[],
+    );
     assert_eq!(v, None);
-    assert_eq!(condition_of(None), (NOT_BLOCKED, NOT_BLOCKED_MESSAGE.to_owned()));
+    assert_eq!(
+        condition_of(None),
+        (NOT_BLOCKED, NOT_BLOCKED_MESSAGE.to_owned())
+    );
 }
 
 #[test]
@@ -175,19 +189,39 @@ fn job_pods_hold_only_when_the_pool_waits_for_jobs_and_within_the_bound() {
     let c = claim(None, true);
     let n = node(json!({}));
     assert_eq!(w.verdict(&pool(json!({}), json!({})), &c, &n, &pods), None);
-    let v = w.verdict(&pool(json!({WAIT_FOR_JOBS: "true"}), json!({})), &c, &n, &pods);
+    let v = w.verdict(
+        &pool(json!({WAIT_FOR_JOBS: "true"}), json!({})),
+        &c,
+        &n,
+        &pods,
+    );
     assert_eq!(reason(&v), "JobRunning");
     assert!(v.unwrap().message().contains("Job ns/batch"));
     // Started 30 minutes ago: a 1h bound still holds, a 20m one has passed.
-    let v = w.verdict(&pool(json!({WAIT_FOR_JOBS: "1h"}), json!({})), &c, &n, &pods);
+    let v = w.verdict(
+        &pool(json!({WAIT_FOR_JOBS: "1h"}), json!({})),
+        &c,
+        &n,
+        &pods,
+    );
     assert_eq!(reason(&v), "JobRunning");
     assert_eq!(
-        w.verdict(&pool(json!({WAIT_FOR_JOBS: "20m"}), json!({})), &c, &n, &pods),
+        w.verdict(
+            &pool(json!({WAIT_FOR_JOBS: "20m"}), json!({})),
+            &c,
+            &n,
+            &pods
+        ),
         None
     );
     // A value that does not parse holds nothing (the host warns on the NodePool).
     assert_eq!(
-        w.verdict(&pool(json!({WAIT_FOR_JOBS: "soon"}), json!({})), &c, &n, &pods),
+        w.verdict(
+            &pool(json!({WAIT_FOR_JOBS: "soon"}), json!({})),
+            &c,
+            &n,
+            &pods
+        ),
         None
     );
 }
@@ -246,7 +280,10 @@ fn a_closed_budget_names_the_pool_and_its_window() {
     assert!(message.contains("Empty"), "{message}");
     // One in four disrupting uses up a 25% budget.
     let p = pool(json!({}), json!({"budgets": [{"nodes": "25%"}]}));
-    assert_eq!(w.verdict(&p, &claim(None, true), &node(json!({})), &[]), None);
+    assert_eq!(
+        w.verdict(&p, &claim(None, true), &node(json!({})), &[]),
+        None
+    );
     w.counts.insert("p".to_owned(), (4, 1));
     let v = w.verdict(&p, &claim(None, true), &node(json!({})), &[]);
     assert!(v.unwrap().message().contains("1 of 4 nodes disrupting"));
@@ -267,7 +304,10 @@ fn the_last_search_refusal_and_a_pending_decision_are_reported() {
     let v = w.verdict(&p, &claim(None, true), &node(json!({})), &pods);
     assert_eq!(reason(&v), "NoCheaperReplacement");
     let message = v.unwrap().message();
-    assert!(message.contains("$0.1000/h") && message.contains("$0.2000/h"), "{message}");
+    assert!(
+        message.contains("$0.1000/h") && message.contains("$0.2000/h"),
+        "{message}"
+    );
     w.refused.insert(
         "c1".to_owned(),
         Refusal::Stranded(vec!["ns/web: no node has 3 cpu".to_owned()]),
