@@ -94,6 +94,19 @@ pub fn read_component(path: &Path, max_size: usize) -> Result<Vec<u8>> {
     Ok(bytes)
 }
 
+/// Writes a report to standard output; a closed pipe (`| head`) is no error.
+pub fn print(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
+    }
+}
+
 /// Runs a future on a fresh multi-threaded Tokio runtime.
 pub fn block_on<T>(future: impl Future<Output = Result<T>>) -> Result<T> {
     tokio::runtime::Builder::new_multi_thread()

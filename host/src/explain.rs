@@ -16,13 +16,15 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
+use crate::api::NodePool;
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::CONSOLIDATABLE;
 use crate::api::shared::find_condition;
-use crate::api::{NodePool, duration};
 use crate::consolidation::cost;
 use crate::controllers::disruption::budgets;
-use crate::controllers::disruption::candidates::{DISRUPTION_ANNOTATION, Machine, machines};
+use crate::controllers::disruption::candidates::{
+    DISRUPTION_ANNOTATION, Machine, lifetime_remaining, machines,
+};
 use crate::controllers::disruption::verdict::{self, CONSOLIDATION_BLOCKED, NOT_BLOCKED};
 use crate::controllers::nodeclaim::is_true;
 use crate::controllers::provisioner::PRICE_ANNOTATION;
@@ -145,12 +147,7 @@ fn answer(m: &Machine<'_>, now: Timestamp) -> NodeAnswer {
             unblock: String::new(),
         },
     };
-    let expire = duration::parse_nillable(&m.claim.spec.expire_after)
-        .ok()
-        .flatten()
-        .map(|d| d.as_millis());
-    let created = m.claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    let lifetime = cost::lifetime_remaining(created, expire, now);
+    let lifetime = lifetime_remaining(m.claim, now);
     NodeAnswer {
         node: m.node.name_any(),
         node_claim: m.claim.name_any(),

@@ -3,7 +3,6 @@
 //! objects as listed now (the host's `ConsolidationBlocked` verdicts, with the numbers behind
 //! them); this lists them and prints.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use capstan::api::{NodeClaim, NodePool};
 use capstan::explain::{self, table};
 use capstan::state::View;
 
-use super::{block_on, client};
+use super::{block_on, client, print};
 
 /// Arguments of `capstan explain`.
 #[derive(Debug, Args)]
@@ -89,14 +88,7 @@ async fn run_async(args: ExplainArgs) -> Result<ExitCode> {
             }
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
-        other => other.context("cannot write the answer")?,
-    }
+    print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -107,6 +107,28 @@ async fn wait_verdict(scene: &Scene, node: &str, reason: &str, timeout: Duration
     })
 }
 
+/// A host (with the short validation delay), a kwok NodeClass of 2-cpu nodes at most, a
+/// namespace, and a pool `p` that consolidates anything after 5 s with no budget in the way.
+async fn one_pool(prefix: &str) -> (Scene, String) {
+    let scene = scene(
+        prefix,
+        &["--batch-idle-duration", "500ms"],
+        json!({"maxCpu": 2}),
+    )
+    .await;
+    let p = scene.names.name("p");
+    pool(
+        &scene.client,
+        &scene.names,
+        (&p, &scene.class),
+        on_demand(),
+        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
+               "budgets": [{"nodes": "100%"}]}),
+    )
+    .await;
+    (scene, p)
+}
+
 /// `capstan explain ARGS -o json` against the control plane.
 fn explain(scene: &Scene, args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
@@ -131,30 +153,14 @@ fn explain(scene: &Scene, args: &[&str]) -> serde_json::Value {
 /// its verdict clears too.
 #[tokio::test]
 async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
-    let scene = scene(
-        "verdict",
-        &["--batch-idle-duration", "500ms"],
-        json!({"maxCpu": 2}),
-    )
-    .await;
+    let (scene, p) = one_pool("verdict").await;
     let Scene {
         client,
         names,
         host,
-        class,
         ns,
         ..
     } = &scene;
-    let p = names.name("p");
-    pool(
-        client,
-        names,
-        (&p, class),
-        on_demand(),
-        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
-               "budgets": [{"nodes": "100%"}]}),
-    )
-    .await;
     // One 1500m pod per 2-cpu node.
     bare_pod(
         client,
@@ -312,30 +318,14 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
 /// and consolidated.
 #[tokio::test]
 async fn a_finished_job_lets_its_node_go_under_wait_for_jobs() {
-    let scene = scene(
-        "jobs",
-        &["--batch-idle-duration", "500ms"],
-        json!({"maxCpu": 2}),
-    )
-    .await;
+    let (scene, p) = one_pool("jobs").await;
     let Scene {
         client,
         names,
         host,
-        class,
         ns,
         ..
     } = &scene;
-    let p = names.name("p");
-    pool(
-        client,
-        names,
-        (&p, class),
-        on_demand(),
-        json!({"consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "5s",
-               "budgets": [{"nodes": "100%"}]}),
-    )
-    .await;
     Api::<capstan::api::NodePool>::all(client.clone())
         .patch(
             &p,

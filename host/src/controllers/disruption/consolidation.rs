@@ -20,7 +20,9 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::budgets;
-use super::candidates::{Machine, eligible, held, job_wait, machines, pool_counts};
+use super::candidates::{
+    Machine, eligible, held, job_wait, lifetime_remaining, machines, pool_counts,
+};
 use super::command;
 use super::verdict::{self, Facts, consolidatable_since};
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
@@ -815,12 +817,7 @@ pub fn cluster_from(
             continue;
         };
         let label = |key: &str| m.node.labels().get(key).cloned().unwrap_or_default();
-        let expire = duration::parse_nillable(&m.claim.spec.expire_after)
-            .ok()
-            .flatten()
-            .map(|d| d.as_millis());
-        let created = m.claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let lifetime = cost::lifetime_remaining(created, expire, now);
+        let lifetime = lifetime_remaining(m.claim, now);
         let node = m.node.name_any();
         (node.as_str(), m.pods.len()).hash(&mut hasher);
         candidates.push(Candidate {
