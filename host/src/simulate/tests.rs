@@ -454,3 +454,41 @@ async fn the_table_shows_the_claims_the_decision_and_the_totals() {
     assert_eq!(json["consolidation"]["decision"]["nodes"][0]["node"], "n1");
     assert_eq!(json["totals"]["now"]["pricePerHour"], 0.10);
 }
+
+/// With `capstan.dev/wait-for-jobs` on the pool, a node running a Job's pod is held: the
+/// decision takes the other node instead, and the held node's verdict names the Job.
+#[tokio::test]
+async fn a_pool_that_waits_for_jobs_keeps_the_node_of_a_running_job() {
+    let items = |wait: bool| {
+        let mut pool = pool("default", "c", "0s");
+        if wait {
+            pool["metadata"]["annotations"] = json!({"capstan.dev/wait-for-jobs": "true"});
+        }
+        let mut items = vec![class(), pool];
+        items.extend(machine("n1", "default"));
+        items.extend(machine("n2", "default"));
+        let mut job_pod = pod("batch-x", "500m", Some("n1"));
+        job_pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "batch", "uid": "j"}]);
+        items.push(job_pod);
+        items.push(pod("web", "500m", Some("n2")));
+        items
+    };
+    let explain = Settings {
+        explain: true,
+        ..settings()
+    };
+    let taken = |report: &Report| -> Vec<String> {
+        let d = report.consolidation.decision.as_ref().expect("a decision");
+        d.nodes.iter().map(|n| n.node.clone()).collect()
+    };
+    // Without the annotation the Job's node is as good to take as any (it comes first by name).
+    let report = run(view(items(false)), &Fake, &explain).await;
+    assert_eq!(taken(&report), ["n1"]);
+    let report = run(view(items(true)), &Fake, &explain).await;
+    assert_eq!(taken(&report), ["n2"]);
+    let verdicts = report.consolidation.verdicts.expect("verdicts");
+    let n1 = verdicts.iter().find(|n| n.node == "n1").expect("n1");
+    assert_eq!(n1.verdict, "JobRunning");
+    assert!(n1.reason.contains("Job app/batch"), "{}", n1.reason);
+}

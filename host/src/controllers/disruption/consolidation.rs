@@ -77,9 +77,9 @@ pub struct Memory {
     refusals: HashMap<String, String>,
     /// Claim → the last search's refusal of it (the verdict's; replaced by each search).
     refused: HashMap<String, consolidation::Refusal>,
-    /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote (the cache may
-    /// not show it yet).
-    verdicts: HashMap<String, (String, String)>,
+    /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote, and when: the
+    /// cache may not show it yet, so it is not written again for [`VERDICT_CACHE_LAG`].
+    verdicts: HashMap<String, ((String, String), Instant)>,
     /// Pool → the unreadable `capstan.dev/wait-for-jobs` value last warned about.
     bad_job_waits: HashMap<String, String>,
     /// Claim → when this host last saw its node's pods change. The cache may not show the
@@ -389,6 +389,9 @@ async fn start(
 /// at once (a budget window opening) is written over a few passes, not in one burst.
 pub const VERDICT_WRITES_PER_PASS: usize = 50;
 
+/// How long a verdict just written is taken as written while the cache catches up.
+const VERDICT_CACHE_LAG: Duration = Duration::from_secs(10);
+
 /// Keeps each managed claim's `ConsolidationBlocked` condition true to its [`verdict`] (written
 /// only when its reason or message changes, at most [`VERDICT_WRITES_PER_PASS`] a pass) and
 /// counts the verdicts per pool in `capstan_nodeclaims_consolidation_blocked`.
@@ -443,7 +446,11 @@ async fn publish_verdicts(
                 )
             });
         let want = (reason.to_owned(), message);
-        if current.as_ref() == Some(&want) || memory.verdicts.get(&name) == Some(&want) {
+        let just_written = memory
+            .verdicts
+            .get(&name)
+            .is_some_and(|(w, at)| *w == want && at.elapsed() < VERDICT_CACHE_LAG);
+        if current.as_ref() == Some(&want) || just_written {
             continue;
         }
         writes.push((m.claim, blocked.is_some(), want));
@@ -469,7 +476,9 @@ async fn publish_verdicts(
         );
         match persist_status(ctx, &mut claim).await {
             Ok(()) => {
-                memory.verdicts.insert(name, (reason, message));
+                memory
+                    .verdicts
+                    .insert(name, ((reason, message), Instant::now()));
             }
             Err(err) => {
                 tracing::debug!(nodeclaim = %name, error = %err, "cannot write ConsolidationBlocked");
