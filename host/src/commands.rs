@@ -1,6 +1,7 @@
 //! The subcommands, one module each, and what several of them share: reading components and
 //! grants files, the compiled-component cache, Kubernetes clients and the async runtime.
 
+pub mod explain;
 pub mod provider;
 pub mod run;
 pub mod simulate;
@@ -91,6 +92,19 @@ pub fn read_component(path: &Path, max_size: usize) -> Result<Vec<u8>> {
         .read_to_end(&mut bytes)
         .with_context(|| format!("cannot read {}", path.display()))?;
     Ok(bytes)
+}
+
+/// Writes a report to standard output; a closed pipe (`| head`) is no error.
+pub fn print(text: &str) -> Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other.context("cannot write to standard output"),
+    }
 }
 
 /// Runs a future on a fresh multi-threaded Tokio runtime.

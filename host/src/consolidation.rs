@@ -34,7 +34,7 @@ mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::scheduling::{self, NewClaim, Pod, SchedulingInput, SchedulingResult, Target};
+use crate::scheduling::{self, NewClaim, Pod, SchedulingInput, SchedulingResult};
 
 pub use cost::{BalancedScore, PoolTotals};
 pub use decide::Refusal;
@@ -224,25 +224,10 @@ impl Cluster {
             .filter(|(p, _)| *p >= first_moving)
             .map(|(p, why)| format!("{}: {why}", self.pod_key(*p)))
             .collect();
-        let uninitialized: HashSet<&str> = self
-            .input
-            .existing_nodes
-            .iter()
-            .filter(|n| !n.initialized)
-            .map(|n| n.name.as_str())
-            .collect();
-        for (p, target) in &result.existing_placements {
-            if *p < first_moving {
-                continue;
-            }
-            let name = match target {
-                Target::Claim(name) => name.as_str(),
-                Target::Node(name) if uninitialized.contains(name.as_str()) => name.as_str(),
-                Target::Node(_) => continue,
-            };
+        for (p, name) in result.placements_not_up(&self.input, first_moving) {
             stranded.push(format!(
                 "{}: would schedule against {name}, which is not initialized",
-                self.pod_key(*p)
+                self.pod_key(p)
             ));
         }
         self.input.pods.truncate(first_moving);

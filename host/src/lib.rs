@@ -23,12 +23,14 @@
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
 //! - [`state`]: the watches of the cluster, their caches and their retry policy.
 //! - [`simulate`]: `capstan simulate`, the provisioner and consolidation over a dump of a cluster.
+//! - [`explain`]: `capstan explain`, the host's consolidation verdicts read back from a live cluster.
 
 pub mod api;
 pub mod capability;
 pub mod conformance;
 pub mod consolidation;
 pub mod controllers;
+pub mod explain;
 pub mod leader;
 pub mod metrics;
 pub mod provider;

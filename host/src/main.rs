@@ -7,6 +7,8 @@
 //! - `capstan provider test FILE`: the conformance kit.
 //! - `capstan provider package FILE --name NAME`: a ConfigMap and a Provider that ship it.
 //! - `capstan simulate --provider FILE DUMP...`: what Capstan would do now on a dumped cluster.
+//! - `capstan explain node NAME` / `capstan explain nodepool NAME`: why nodes are or are not
+//!   consolidated, on a live cluster.
 
 mod commands;
 
@@ -15,6 +17,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow};
 use clap::{Parser, Subcommand, ValueEnum};
 
+use self::commands::explain::ExplainArgs;
 use self::commands::provider::ProviderCommand;
 use self::commands::run::RunArgs;
 use self::commands::simulate::SimulateArgs;
@@ -51,6 +54,9 @@ enum Command {
     /// Print what Capstan would do now on a dumped cluster (NodeClaims to launch, consolidation,
     /// $/h), writing nothing anywhere.
     Simulate(SimulateArgs),
+    /// Why a node is, or is not, consolidated (the host's verdicts on a live cluster,
+    /// read-only).
+    Explain(ExplainArgs),
 }
 
 fn main() -> ExitCode {
@@ -76,6 +82,7 @@ fn main() -> ExitCode {
         Command::Provider(command) => commands::provider::run(command),
         Command::Run(args) => commands::run::run(args, &log_level),
         Command::Simulate(args) => commands::simulate::run(args),
+        Command::Explain(args) => commands::explain::run(args),
     };
     result.unwrap_or_else(|err| {
         eprintln!("error: {err:#}");

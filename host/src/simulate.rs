@@ -33,8 +33,9 @@ use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool, duration};
 use crate::consolidation::{self as engine, Cluster, price};
-use crate::controllers::disruption::candidates::{eligible, held, machines};
+use crate::controllers::disruption::candidates::{machines, pool_counts};
 use crate::controllers::disruption::consolidation;
+use crate::controllers::disruption::verdict;
 use crate::controllers::nodeclaim::{self, is_true, provider_id};
 use crate::controllers::provisioner::instance_types::{InstanceTypeCache, InstanceTypeSource};
 use crate::controllers::provisioner::snapshot::Snapshot;
@@ -62,6 +63,8 @@ pub struct Settings {
     pub now: Timestamp,
     /// How long the consolidation search may run (the host: 10 s).
     pub search_timeout: Duration,
+    /// Report every managed node's consolidation verdict ([`Consolidation::verdicts`]).
+    pub explain: bool,
 }
 
 impl Default for Settings {
@@ -72,6 +75,7 @@ impl Default for Settings {
             assume_consolidatable: true,
             now: Timestamp::now(),
             search_timeout: Duration::from_secs(10),
+            explain: false,
         }
     }
 }
@@ -323,6 +327,10 @@ pub struct Consolidation {
     pub allowances: BTreeMap<String, PoolAllowance>,
     /// Pools whose budgets do not parse (consolidation leaves them alone).
     pub budget_errors: Vec<PoolProblem>,
+    /// With [`Settings::explain`]: every managed node's verdict after this pass, as the host
+    /// would write it on the NodeClaim (`reason` the message, `verdict` the code).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub verdicts: Option<Vec<NodeNote>>,
 }
 
 /// A node and why.
@@ -333,6 +341,10 @@ pub struct NodeNote {
     pub node_claim: String,
     pub node_pool: String,
     pub reason: String,
+    /// The verdict's reason code, as the host's `ConsolidationBlocked` condition would carry it
+    /// (`DoNotDisruptPod`, `ConsolidateAfterNever`, `NoCheaperReplacement`, ...); `NotBlocked`
+    /// when nothing blocks the node; empty for notes that are no verdict (price unknown).
+    pub verdict: String,
 }
 
 /// A pool's consolidation allowance.
@@ -698,6 +710,9 @@ async fn consolidate(
         .unwrap_or_default();
     out.not_candidates = not_candidates(view, &pools, &candidates, now, prices);
     let Some((cluster, _)) = found else {
+        if settings.explain {
+            out.verdicts = Some(verdicts(view, &pools, now, &HashMap::new(), None));
+        }
         return out;
     };
     out.candidates = cluster.candidates.len();
@@ -725,10 +740,68 @@ async fn consolidate(
                 node_claim: c.claim.clone(),
                 node_pool: c.node_pool.clone(),
                 reason: why.to_string(),
+                verdict: why.kind().to_owned(),
             }
         })
         .collect();
+    if settings.explain {
+        let refused: HashMap<String, engine::Refusal> = refused
+            .into_iter()
+            .map(|(i, why)| (cluster.candidates[i].claim.clone(), why))
+            .collect();
+        let pending: Option<(Vec<String>, &'static str)> = command.as_ref().map(|cmd| {
+            let claims = cmd
+                .candidates
+                .iter()
+                .map(|&i| cluster.candidates[i].claim.clone())
+                .collect();
+            (claims, cmd.reason.as_str())
+        });
+        let pending = pending.as_ref().map(|(c, r)| (c.as_slice(), *r));
+        out.verdicts = Some(verdicts(view, &pools, now, &refused, pending));
+    }
     out.decision = command.map(|cmd| decision(&cluster, &cmd));
+    out
+}
+
+/// Every managed machine's verdict after the pass: the host's own
+/// [`verdict::verdict`] over the dump, with the search's refusals and its decision (which the
+/// host would then hold for validation).
+fn verdicts(
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    refused: &HashMap<String, engine::Refusal>,
+    pending: Option<(&[String], &'static str)>,
+) -> Vec<NodeNote> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let counts = pool_counts(&view.claims, &all);
+    let recent = HashSet::new();
+    let facts = verdict::Facts {
+        pdbs: &view.pdbs,
+        now,
+        counts: &counts,
+        recent: &recent,
+        refused,
+        pending,
+    };
+    let mut out = Vec::new();
+    for m in &all {
+        let pool_name = m.claim.labels().get(NODEPOOL).cloned().unwrap_or_default();
+        let Some(pool) = pools.get(&pool_name) else {
+            continue;
+        };
+        let blocked = verdict::verdict(m, pool, &facts);
+        let (code, message) = verdict::condition_of(blocked.as_ref());
+        out.push(NodeNote {
+            node: m.node.name_any(),
+            node_claim: m.claim.name_any(),
+            node_pool: pool_name,
+            reason: message,
+            verdict: code.to_owned(),
+        });
+    }
+    out.sort_by(|a, b| a.node.cmp(&b.node));
     out
 }
 
@@ -768,8 +841,9 @@ fn decision(cluster: &Cluster, cmd: &engine::Command) -> Decision {
     }
 }
 
-/// Why each machine (a claim with its node) of a managed pool is not a candidate, in the order
-/// [`consolidation::cluster_from`] checks.
+/// Why each machine (a claim with its node) of a managed pool is not a candidate: its
+/// [`verdict::verdict`] (what the host would write on its claim), else why it could not be
+/// priced or simulated.
 fn not_candidates(
     view: &View,
     pools: &BTreeMap<String, &NodePool>,
@@ -777,39 +851,52 @@ fn not_candidates(
     now: Timestamp,
     prices: &NodePrices<'_>,
 ) -> Vec<NodeNote> {
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let counts = pool_counts(&view.claims, &all);
+    let (recent, refused) = (HashSet::new(), HashMap::new());
+    let facts = verdict::Facts {
+        pdbs: &view.pdbs,
+        now,
+        counts: &counts,
+        recent: &recent,
+        refused: &refused,
+        pending: None,
+    };
     let mut out = Vec::new();
-    for m in machines(&view.claims, &view.nodes, &view.pods) {
+    for m in &all {
         let claim = m.claim.name_any();
         if candidates.contains(&claim) {
             continue;
         }
         let pool_name = m.claim.labels().get(NODEPOOL).cloned().unwrap_or_default();
-        let pool = pools.get(&pool_name);
-        let reason = if pool.is_none() {
-            "no managed NodePool".to_owned()
-        } else if !is_true(m.claim, INITIALIZED) {
-            "not initialized".to_owned()
-        } else if !is_true(m.claim, CONSOLIDATABLE) {
-            match pool.map(|p| p.spec.disruption.consolidate_after.as_str()) {
-                Some("Never") => "consolidateAfter is Never".to_owned(),
-                _ => "not consolidatable (its Consolidatable condition is not True)".to_owned(),
-            }
-        } else if !pool.is_some_and(|p| eligible(&m, p)) {
-            "not eligible: disrupting or deleting already, a static pool, or not initialized"
-                .to_owned()
-        } else if let Some(why) = held(&m, &view.pdbs, now) {
-            why.to_string()
-        } else if prices.in_pool(m.node).is_none() {
-            "its price is unknown: its instance type, zone or capacity type is not in the pool's catalog"
-                .to_owned()
-        } else {
-            "its pods cannot be simulated".to_owned()
+        // What keeps a machine from being a candidate comes before budgets and searches.
+        let blocked = pools
+            .get(&pool_name)
+            .and_then(|pool| verdict::verdict(m, pool, &facts))
+            .filter(|b| {
+                !matches!(
+                    b,
+                    verdict::Blocked::WhenEmpty { .. }
+                        | verdict::Blocked::Budget { .. }
+                        | verdict::Blocked::InvalidBudget { .. }
+                )
+            });
+        let (reason, code) = match (&blocked, pools.get(&pool_name)) {
+            (_, None) => ("no managed NodePool".to_owned(), String::new()),
+            (Some(b), Some(_)) => (b.message(), b.reason().to_owned()),
+            (None, Some(_)) if prices.in_pool(m.node).is_none() => (
+                "its price is unknown: its instance type, zone or capacity type is not in the pool's catalog"
+                    .to_owned(),
+                String::new(),
+            ),
+            (None, Some(_)) => ("its pods cannot be simulated".to_owned(), String::new()),
         };
         out.push(NodeNote {
             node: m.node.name_any(),
             node_claim: claim,
             node_pool: pool_name,
             reason,
+            verdict: code,
         });
     }
     out

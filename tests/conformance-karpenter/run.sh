@@ -52,9 +52,10 @@ log() { printf '==> %s\n' "$*" >&2; }
 # used to spread them over the partitions, heaviest first. A failing spec costs its 15-minute Eventually.
 # CapacityBuffer belongs to the NodeOverlay and CapacityBuffer issue.
 AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8)
-# The fast subset: the NodePool Validation specs, the NodePool hash and two short lifecycles.
+# The fast subset: the NodePool Validation specs, the NodePool hash, DaemonSet overhead under a
+# LimitRange and two short lifecycles.
 # Ginkgo matches focus regexes against the suite's description ("Regression") and the spec's text.
-FAST_FOCUS='^Regression (Integration Validation NodePool |Integration CRD Hash |NodeClaim StandaloneNodeClaim should create a standard NodeClaim$|Termination should terminate the node and the instance on deletion$)'
+FAST_FOCUS='^Regression (Integration Validation NodePool |Integration CRD Hash |Integration DaemonSet should account for LimitRange Default on daemonSet pods for resources$|NodeClaim StandaloneNodeClaim should create a standard NodeClaim$|Termination should terminate the node and the instance on deletion$)'
 
 [[ "$SUBSET" == all || "$SUBSET" == fast ]] || die "CONFORMANCE_SUBSET must be all or fast, not $SUBSET"
 [[ "$NODECLASS" =~ ^(suite|capstan|auto)$ ]] || die "CONFORMANCE_NODECLASS must be suite, capstan or auto, not $NODECLASS"

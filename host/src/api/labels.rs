@@ -25,6 +25,11 @@ pub const CAPSTAN_GROUP: &str = "capstan.dev";
 /// Annotation on a launched NodeClaim: the provider that launched it (termination still finds it
 /// when the NodeClass is gone).
 pub const PROVIDER_ANNOTATION: &str = "capstan.dev/provider";
+/// NodePool annotation (a Capstan extension): `"true"`, or a duration, keeps a node whose pods
+/// include a running Job's pod (a CronJob's too) from voluntary disruption (consolidation and
+/// drift) until the pod finishes, or has run for the duration. Expiration, node repair and
+/// interruption do not wait.
+pub const WAIT_FOR_JOBS: &str = "capstan.dev/wait-for-jobs";
 /// Labels Karpenter reserves: users may not set them in a NodePool template.
 pub const RESTRICTED_LABEL_DOMAINS: &[&str] = &["karpenter.sh", "kubernetes.io", "k8s.io"];
 

@@ -19,6 +19,9 @@ pub mod conditions {
     pub const DRIFTED: &str = "Drifted";
     pub const EMPTY: &str = "Empty";
     pub const CONSOLIDATABLE: &str = "Consolidatable";
+    /// Capstan's verdict on consolidation: `True` with the cause while something keeps the node
+    /// from being consolidated, `False` when nothing does.
+    pub const CONSOLIDATION_BLOCKED: &str = "ConsolidationBlocked";
     pub const DISRUPTION_REASON: &str = "DisruptionReason";
     pub const DRAINED: &str = "Drained";
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";

@@ -4,7 +4,7 @@
 //! no cluster access and prints.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -22,7 +22,7 @@ use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::simulate::{self, FromRegistry, ProviderInfo, StandIn, dump};
 
 use super::run::{FeatureGates, parse_feature_gates};
-use super::{CacheArgs, block_on, parse_short_duration, read_component};
+use super::{CacheArgs, block_on, parse_short_duration, print, read_component};
 
 /// Arguments of `capstan simulate`.
 #[derive(Debug, Args)]
@@ -67,6 +67,11 @@ pub struct SimulateArgs {
     /// durations, node lifetimes.
     #[arg(long)]
     now: Option<Timestamp>,
+    /// Also print every managed node's consolidation verdict, as the host would write it on
+    /// the NodeClaim after this pass (the `ConsolidationBlocked` condition `capstan explain`
+    /// reads on a live cluster).
+    #[arg(long)]
+    explain: bool,
     /// How long the consolidation search may run.
     #[arg(long, default_value = "10s", value_parser = parse_short_duration)]
     search_timeout: Duration,
@@ -133,6 +138,7 @@ async fn run_async(args: SimulateArgs) -> Result<ExitCode> {
         assume_consolidatable: !args.consolidatable_from_dump,
         now: args.now.unwrap_or_else(Timestamp::now),
         search_timeout: args.search_timeout,
+        explain: args.explain,
     };
     let mut report = simulate::run(view, &source, &settings).await;
     report.input = simulate::Input {
@@ -153,15 +159,7 @@ async fn run_async(args: SimulateArgs) -> Result<ExitCode> {
         Output::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
         Output::Table => simulate::table::render(&report),
     };
-    let mut stdout = std::io::stdout().lock();
-    match stdout
-        .write_all(text.as_bytes())
-        .and_then(|()| stdout.flush())
-    {
-        // `| head` closed the pipe: nothing more to say.
-        Err(err) if err.kind() == std::io::ErrorKind::BrokenPipe => {}
-        other => other.context("cannot write the report")?,
-    }
+    print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
 

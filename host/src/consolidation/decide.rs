@@ -13,8 +13,11 @@ use crate::scheduling::{InstanceType, NewClaim, ValueSet};
 pub enum Refusal {
     #[error("pods would not schedule elsewhere: {}", .0.join("; "))]
     Stranded(Vec<String>),
-    #[error("its pods fit neither on the other nodes nor on a cheaper node")]
-    NoRoom,
+    #[error("its pods fit neither on the other nodes nor on a node cheaper than its ${price:.4}/h")]
+    NoRoom {
+        /// $/h of the node.
+        price: f64,
+    },
     #[error("Can't remove without creating {0} nodes")]
     TooManyNodes(usize),
     #[error("{0}")]
@@ -43,7 +46,7 @@ impl Refusal {
     /// refusals of different kinds stay apart).
     pub fn kind(&self) -> &'static str {
         match self {
-            Refusal::NoRoom => "NoRoom",
+            Refusal::NoRoom { .. } => "NoRoom",
             Refusal::Stranded(_) => "PodsWouldNotSchedule",
             Refusal::TooManyNodes(_) => "TooManyReplacements",
             Refusal::Price(_) => "NoCheaperReplacement",

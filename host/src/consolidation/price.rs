@@ -38,10 +38,22 @@ pub fn launch_offering(it: &InstanceType, requirements: &Requirements) -> Option
 /// Why a replacement cannot be narrowed.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum NarrowError {
-    #[error("Can't replace with a cheaper node")]
-    NoCheaper,
+    #[error("Can't replace with a cheaper node: it costs ${price:.4}/h, {}", cheapest_text(*.cheapest))]
+    NoCheaper {
+        /// $/h of what would be replaced.
+        price: f64,
+        /// $/h of the cheapest node its pods could move to, if any type can launch.
+        cheapest: Option<f64>,
+    },
     #[error("Filtering by price: minValues {min} for {key} not met: only {have} value(s) remain")]
     MinValues { key: String, min: u32, have: usize },
+}
+
+fn cheapest_text(cheapest: Option<f64>) -> String {
+    match cheapest {
+        Some(p) => format!("the cheapest replacement ${p:.4}/h"),
+        None => "and no instance type its pods fit can launch".to_owned(),
+    }
 }
 
 /// `claim` with its options cut to the types whose cheapest launchable offering is below
@@ -53,11 +65,18 @@ pub fn narrow(
     max_price: f64,
     limit: Option<usize>,
 ) -> Result<NewClaim, NarrowError> {
-    let mut options: Vec<(&InstanceType, ChosenOffering)> = claim
+    let launchable: Vec<(&InstanceType, ChosenOffering)> = claim
         .instance_type_options
         .iter()
         .filter_map(|name| types.iter().find(|t| &t.name == name))
         .filter_map(|it| Some((it, launch_offering(it, &claim.requirements)?)))
+        .collect();
+    let cheapest = launchable
+        .iter()
+        .map(|(_, o)| o.price)
+        .min_by(f64::total_cmp);
+    let mut options: Vec<(&InstanceType, ChosenOffering)> = launchable
+        .into_iter()
         .filter(|(_, o)| o.price < max_price)
         .collect();
     options.sort_by(|a, b| {
@@ -66,7 +85,10 @@ pub fn narrow(
             .then_with(|| a.0.name.cmp(&b.0.name))
     });
     if options.is_empty() {
-        return Err(NarrowError::NoCheaper);
+        return Err(NarrowError::NoCheaper {
+            price: max_price,
+            cheapest,
+        });
     }
     check_min_values(&options, &claim.requirements)?;
     if let Some(limit) = limit {

@@ -99,7 +99,7 @@ impl Cluster {
                 continue;
             }
             if self.headroom.hopeless(c) {
-                out.refused.push((i, Refusal::NoRoom));
+                out.refused.push((i, Refusal::NoRoom { price: c.price }));
                 continue;
             }
             if Instant::now() >= deadline {

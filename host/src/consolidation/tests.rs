@@ -261,7 +261,11 @@ fn nothing_cheaper_means_no_replacement() {
         .build();
     let found = cluster.single_node(&all(1), later());
     assert!(found.command.is_none());
-    assert_eq!(found.refused[0].1, Refusal::NoRoom);
+    assert!(
+        matches!(found.refused[0].1, Refusal::NoRoom { .. }),
+        "{:?}",
+        found.refused
+    );
 }
 
 #[test]
@@ -455,7 +459,12 @@ fn a_packed_node_is_refused_without_a_simulation() {
     let found = cluster.single_node(&all(2), later());
     assert!(found.command.is_none());
     assert_eq!(found.refused.len(), 2);
-    assert!(found.refused.iter().all(|(_, r)| *r == Refusal::NoRoom));
+    assert!(
+        found
+            .refused
+            .iter()
+            .all(|(_, r)| matches!(r, Refusal::NoRoom { .. }))
+    );
 }
 
 proptest::proptest! {

@@ -1,6 +1,7 @@
 //! Disruption: the half of Karpenter that removes nodes — drift and expiration so far.
 //!
-//! One loop ([`run`]) makes a pass every [`PASS_INTERVAL`] over the host's caches
+//! One loop ([`run`]) makes a pass every [`PASS_INTERVAL`], and at once when a NodePool changes,
+//! over the host's caches
 //! ([`crate::state::ClusterState`]):
 //!
 //! 1. **Stamps**: every NodePool carries its template hash (`karpenter.sh/nodepool-hash` and
@@ -26,6 +27,7 @@ pub mod candidates;
 pub mod command;
 pub mod consolidation;
 pub mod drift;
+pub mod verdict;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -70,13 +72,27 @@ struct Memory {
     consolidation: consolidation::Memory,
 }
 
-/// Runs passes until the host stops.
+/// How often the loop looks whether a NodePool changed (a changed pool starts a pass at once, so
+/// its claims show `Drifted` within a second of the edit, as Karpenter's pool watch does).
+pub const POOL_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+
+/// Runs passes until the host stops: every [`PASS_INTERVAL`], and at once when a NodePool's
+/// spec changes.
 pub async fn run(ctx: Arc<Context>) {
     let mut memory = Memory::default();
-    let mut tick = tokio::time::interval(PASS_INTERVAL);
+    let mut tick = tokio::time::interval(POOL_CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_pass: Option<Instant> = None;
+    let mut pools_seen = BTreeMap::new();
     loop {
         tick.tick().await;
+        let pools_now = pool_generations(&ctx);
+        let due = last_pass.is_none_or(|at| at.elapsed() >= PASS_INTERVAL);
+        if !due && pools_now == pools_seen {
+            continue;
+        }
+        pools_seen = pools_now;
+        last_pass = Some(Instant::now());
         match pass(&ctx, &mut memory).await {
             Ok(()) => {}
             // The next pass (in PASS_INTERVAL) works on the fresh objects.
@@ -86,6 +102,17 @@ pub async fn run(ctx: Arc<Context>) {
             Err(err) => tracing::warn!(error = %err, "disruption pass failed"),
         }
     }
+}
+
+/// Each managed NodePool's generation, by name.
+fn pool_generations(ctx: &Context) -> BTreeMap<String, Option<i64>> {
+    ctx.state
+        .pools
+        .store()
+        .state()
+        .iter()
+        .map(|p| (p.name_any(), p.metadata.generation))
+        .collect()
 }
 
 async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError> {
@@ -397,7 +424,7 @@ async fn start_disruptions(
             (!m.pods.is_empty(), since)
         });
         for m in machines {
-            if let Some(why) = held(m, &view.pdbs, now) {
+            if let Some(why) = held(m, pool, &view.pdbs, now) {
                 ctx.events
                     .normal(
                         m.claim,

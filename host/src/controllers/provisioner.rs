@@ -13,6 +13,7 @@
 //! The chosen offering's price is kept on each NodeClaim in the [`PRICE_ANNOTATION`].
 
 pub mod batcher;
+mod daemonset_pod;
 pub mod instance_types;
 pub mod limits;
 pub mod nominations;

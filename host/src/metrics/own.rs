@@ -3,6 +3,7 @@
 //! savings, provider loads and NodeClass catalog health. (The providers' capability counters,
 //! `capstan_provider_kube_*` and the like, are added per live provider by `serve`.)
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
@@ -21,6 +22,9 @@ pub struct Own {
     provider_loads: Counters,
     provider_load_duration: Histograms,
     instance_types_ready: Gauges,
+    consolidation_blocked: Gauges,
+    /// The (nodepool, reason) pairs of `consolidation_blocked` set last time.
+    verdicts_seen: std::sync::Mutex<BTreeSet<(String, &'static str)>>,
     reasons: BoundedValues,
 }
 
@@ -45,6 +49,8 @@ impl Own {
             provider_loads: Counters::default(),
             provider_load_duration: Histograms::new_with_constructor(load_histogram),
             instance_types_ready: Gauges::default(),
+            consolidation_blocked: Gauges::default(),
+            verdicts_seen: std::sync::Mutex::default(),
             reasons: BoundedValues::new(MAX_LABEL_VALUES),
         };
         registry.register(
@@ -82,7 +88,32 @@ impl Own {
             "1 while the provider answers get-instance-types with a catalog the host takes for every NodePool of the NodeClass, else 0",
             this.instance_types_ready.clone(),
         );
+        registry.register(
+            "nodeclaims_consolidation_blocked",
+            "Managed nodes by consolidation verdict, per nodepool and reason (the ConsolidationBlocked condition's reason; NotBlocked when nothing blocks)",
+            this.consolidation_blocked.clone(),
+        );
         this
+    }
+
+    /// The verdicts of a disruption pass: how many nodes per (nodepool, reason). Pairs of the
+    /// last pass that are gone now drop out.
+    pub fn consolidation_verdicts(&self, tally: &BTreeMap<(String, &'static str), usize>) {
+        let Ok(mut seen) = self.verdicts_seen.lock() else {
+            return;
+        };
+        for (pool, reason) in seen.iter() {
+            if !tally.contains_key(&(pool.clone(), *reason)) {
+                self.consolidation_blocked
+                    .remove(&labels(&[("nodepool", pool), ("reason", reason)]));
+            }
+        }
+        for ((pool, reason), n) in tally {
+            self.consolidation_blocked
+                .get_or_create(&labels(&[("nodepool", pool), ("reason", reason)]))
+                .set(*n as f64);
+        }
+        *seen = tally.keys().cloned().collect();
     }
 
     /// A claim failed (`InsufficientCapacity`, `LaunchFailed`, `RegistrationTimeout`, ...).
@@ -190,6 +221,27 @@ mod tests {
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }
+    }
+
+    #[test]
+    fn verdicts_are_counted_per_pool_and_reason_and_stale_pairs_drop_out() {
+        let m = Metrics::new();
+        let tally = BTreeMap::from([
+            (("a".to_owned(), "NotBlocked"), 3),
+            (("a".to_owned(), "DoNotDisruptPod"), 1),
+        ]);
+        m.own.consolidation_verdicts(&tally);
+        let text = m.render().unwrap();
+        let held =
+            r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="DoNotDisruptPod"}"#;
+        let free = r#"capstan_nodeclaims_consolidation_blocked{nodepool="a",reason="NotBlocked"}"#;
+        assert!(text.contains(&format!("{held} 1")), "{text}");
+        assert!(text.contains(&format!("{free} 3")), "{text}");
+        m.own
+            .consolidation_verdicts(&BTreeMap::from([(("a".to_owned(), "NotBlocked"), 4)]));
+        let text = m.render().unwrap();
+        assert!(!text.contains(held), "{text}");
+        assert!(text.contains(&format!("{free} 4")), "{text}");
     }
 
     #[test]

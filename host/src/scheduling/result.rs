@@ -56,6 +56,29 @@ pub struct SchedulingResult {
     pub limits_reached: Vec<LimitReached>,
 }
 
+impl SchedulingResult {
+    /// The placements of pods at `from` or later onto capacity that is not up yet: an in-flight
+    /// claim, or an existing node of `input` that is not initialized. A disruption must not count
+    /// on them (Karpenter's rule: a node that may never come up is no home for evicted pods).
+    pub fn placements_not_up<'a>(
+        &'a self,
+        input: &'a super::SchedulingInput,
+        from: PodIndex,
+    ) -> impl Iterator<Item = (PodIndex, &'a str)> + 'a {
+        self.existing_placements
+            .iter()
+            .filter(move |(p, _)| *p >= from)
+            .filter_map(move |(p, target)| match target {
+                Target::Claim(name) => Some((*p, name.as_str())),
+                Target::Node(name) => input
+                    .existing_nodes
+                    .iter()
+                    .any(|n| !n.initialized && n.name == *name)
+                    .then_some((*p, name.as_str())),
+            })
+    }
+}
+
 /// A NodePool limit that left pods without a node.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LimitReached {

@@ -9,7 +9,7 @@ use super::{PlannedClaim, Report, Total};
 pub const SHOWN_INSTANCE_TYPES: usize = 3;
 
 /// Columns padded to their widest cell, two spaces apart, each line indented by `indent`.
-fn columns(indent: &str, rows: &[Vec<String>]) -> String {
+pub(crate) fn columns(indent: &str, rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = Vec::new();
     for row in rows {
         for (i, cell) in row.iter().enumerate() {
@@ -38,7 +38,7 @@ fn columns(indent: &str, rows: &[Vec<String>]) -> String {
     out
 }
 
-fn dollars(price: f64) -> String {
+pub(crate) fn dollars(price: f64) -> String {
     format!("{price:.4}")
 }
 
@@ -222,6 +222,27 @@ pub fn render(report: &Report) -> String {
             "  not a candidate {} ({}): {}",
             n.node, n.node_claim, n.reason
         );
+    }
+    if let Some(verdicts) = &c.verdicts {
+        let _ = writeln!(
+            out,
+            "\nVerdicts (as the host would write them after this pass)"
+        );
+        let mut rows = vec![
+            ["NODE", "NODECLAIM", "NODEPOOL", "VERDICT", "WHY"]
+                .map(str::to_owned)
+                .to_vec(),
+        ];
+        for n in verdicts {
+            rows.push(vec![
+                n.node.clone(),
+                n.node_claim.clone(),
+                n.node_pool.clone(),
+                n.verdict.clone(),
+                n.reason.clone(),
+            ]);
+        }
+        out.push_str(&columns("  ", &rows));
     }
     for b in &c.budget_errors {
         let _ = writeln!(out, "  nodepool {}: {}", b.node_pool, b.reason);

@@ -192,12 +192,20 @@ async fn an_empty_node_is_deleted_and_never_pools_are_left_alone() {
     assert_eq!(d.price_before, 0.10);
     assert_eq!(d.savings, 0.10);
     assert!(d.replacement.is_none());
-    let not: Vec<(&str, &str)> = c
+    let not: Vec<(&str, &str, &str)> = c
         .not_candidates
         .iter()
-        .map(|n| (n.node.as_str(), n.reason.as_str()))
+        .map(|n| (n.node.as_str(), n.verdict.as_str(), n.reason.as_str()))
         .collect();
-    assert_eq!(not, [("n3", "consolidateAfter is Never")]);
+    assert_eq!(
+        not,
+        [(
+            "n3",
+            "ConsolidateAfterNever",
+            "its NodePool's consolidateAfter is Never"
+        )]
+    );
+    assert_eq!(c.verdicts, None, "verdicts only with explain");
     assert_eq!(
         c.allowances["default"],
         PoolAllowance {
@@ -230,7 +238,7 @@ async fn an_empty_node_is_deleted_and_never_pools_are_left_alone() {
             .consolidation
             .not_candidates
             .iter()
-            .any(|n| n.node == "n1" && n.reason.starts_with("not consolidatable")),
+            .any(|n| n.node == "n1" && n.verdict == "ConsolidateAfter"),
         "{:?}",
         report.consolidation.not_candidates
     );
@@ -266,6 +274,37 @@ async fn a_node_held_by_do_not_disrupt_says_why() {
     let notes = &report.consolidation.not_candidates;
     assert_eq!(notes.len(), 1);
     assert!(notes[0].reason.contains("do-not-disrupt"), "{notes:?}");
+    assert_eq!(notes[0].verdict, "DoNotDisruptNode");
+}
+
+/// `--explain`: every managed node's verdict as the host would write it after the pass — the
+/// decision's nodes wait for validation, the others say what keeps them.
+#[tokio::test]
+async fn explain_gives_every_node_the_hosts_verdict() {
+    let mut items = vec![class(), pool("default", "c", "0s")];
+    items.extend(machine("n1", "default"));
+    let [claim, mut node] = machine("n2", "default");
+    node["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
+    items.extend([claim, node]);
+    let explain = Settings {
+        explain: true,
+        ..settings()
+    };
+    let report = run(view(items), &Fake, &explain).await;
+    let verdicts: Vec<(String, String)> = report
+        .consolidation
+        .verdicts
+        .expect("verdicts with explain")
+        .into_iter()
+        .map(|n| (n.node, n.verdict))
+        .collect();
+    assert_eq!(
+        verdicts,
+        [
+            ("n1".to_owned(), "PendingValidation".to_owned()),
+            ("n2".to_owned(), "DoNotDisruptNode".to_owned())
+        ]
+    );
 }
 
 /// Consolidation runs once the provisioner's claims exist: the pending pods are on the planned
@@ -414,4 +453,42 @@ async fn the_table_shows_the_claims_the_decision_and_the_totals() {
     );
     assert_eq!(json["consolidation"]["decision"]["nodes"][0]["node"], "n1");
     assert_eq!(json["totals"]["now"]["pricePerHour"], 0.10);
+}
+
+/// With `capstan.dev/wait-for-jobs` on the pool, a node running a Job's pod is held: the
+/// decision takes the other node instead, and the held node's verdict names the Job.
+#[tokio::test]
+async fn a_pool_that_waits_for_jobs_keeps_the_node_of_a_running_job() {
+    let items = |wait: bool| {
+        let mut pool = pool("default", "c", "0s");
+        if wait {
+            pool["metadata"]["annotations"] = json!({"capstan.dev/wait-for-jobs": "true"});
+        }
+        let mut items = vec![class(), pool];
+        items.extend(machine("n1", "default"));
+        items.extend(machine("n2", "default"));
+        let mut job_pod = pod("batch-x", "500m", Some("n1"));
+        job_pod["metadata"]["ownerReferences"] =
+            json!([{"apiVersion": "batch/v1", "kind": "Job", "name": "batch", "uid": "j"}]);
+        items.push(job_pod);
+        items.push(pod("web", "500m", Some("n2")));
+        items
+    };
+    let explain = Settings {
+        explain: true,
+        ..settings()
+    };
+    let taken = |report: &Report| -> Vec<String> {
+        let d = report.consolidation.decision.as_ref().expect("a decision");
+        d.nodes.iter().map(|n| n.node.clone()).collect()
+    };
+    // Without the annotation the Job's node is as good to take as any (it comes first by name).
+    let report = run(view(items(false)), &Fake, &explain).await;
+    assert_eq!(taken(&report), ["n1"]);
+    let report = run(view(items(true)), &Fake, &explain).await;
+    assert_eq!(taken(&report), ["n2"]);
+    let verdicts = report.consolidation.verdicts.expect("verdicts");
+    let n1 = verdicts.iter().find(|n| n.node == "n1").expect("n1");
+    assert_eq!(n1.verdict, "JobRunning");
+    assert!(n1.reason.contains("Job app/batch"), "{}", n1.reason);
 }

@@ -578,6 +578,7 @@ fn the_grafana_dashboard_renders_when_enabled_and_queries_only_exported_metrics(
         "karpenter_voluntary_disruption_decisions_total",
         "karpenter_cloudprovider_errors_total",
         "capstan_provider_loads_total",
+        "capstan_nodeclaims_consolidation_blocked",
     ] {
         assert!(queried.contains(wanted), "the dashboard shows {wanted}");
     }

@@ -28,18 +28,18 @@ use crate::provisioner_e2e::pool_json;
 const VALIDATION: [&str; 2] = ["--consolidation-validation-delay", "2s"];
 
 /// What [`scene`] started: a host, a kwok NodeClass and a namespace.
-struct Scene {
-    cp: &'static capstan_test_support::ControlPlane,
-    client: Client,
-    names: Names,
-    host: Host,
-    class: String,
-    ns: String,
+pub(crate) struct Scene {
+    pub cp: &'static capstan_test_support::ControlPlane,
+    pub client: Client,
+    pub names: Names,
+    pub host: Host,
+    pub class: String,
+    pub ns: String,
 }
 
 /// A host with `flags` (and the short validation delay), a kwok NodeClass with `parameters` and
 /// a namespace, all named after `prefix`.
-async fn scene(prefix: &str, flags: &[&str], parameters: serde_json::Value) -> Scene {
+pub(crate) async fn scene(prefix: &str, flags: &[&str], parameters: serde_json::Value) -> Scene {
     let (cp, client) = cluster().await;
     let names = Names::new(prefix);
     let host = Host::start(cp, &names, &[flags, &VALIDATION[..]].concat());
@@ -58,7 +58,7 @@ async fn scene(prefix: &str, flags: &[&str], parameters: serde_json::Value) -> S
 
 /// A pool of class `class` labelled `GROUP: name`, with these extra requirements and
 /// `disruption`.
-async fn pool(
+pub(crate) async fn pool(
     client: &Client,
     names: &Names,
     (name, class): (&str, &str),
@@ -81,7 +81,7 @@ async fn pool(
     node_pool(client, p).await;
 }
 
-fn on_demand() -> serde_json::Value {
+pub(crate) fn on_demand() -> serde_json::Value {
     json!([{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"]}])
 }
 
@@ -301,7 +301,7 @@ async fn filler(client: &Client, names: &Names, ns: &str, (name, pool): (&str, &
         .unwrap();
 }
 
-async fn delete_pod(client: &Client, ns: &str, name: &str) {
+pub(crate) async fn delete_pod(client: &Client, ns: &str, name: &str) {
     Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
         .delete(name, &Default::default())
         .await

@@ -43,4 +43,5 @@ mod startup_taints;
 mod static_pool;
 mod supply_chain;
 mod unparseable_pool;
+mod verdict;
 mod volume_topology;

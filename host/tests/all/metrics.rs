@@ -494,63 +494,35 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
         .await
         .unwrap();
     wait_claim_gone(&client, &host, &gone.name_any(), Duration::from_secs(60)).await;
+    // Evicted pods stay (Failed, or terminating on a node that is gone) until something deletes
+    // them: the series follow the pods there are at each scrape, so the pods are listed anew.
     let pod_api = Api::<Pod>::namespaced(client.clone(), &ns);
-    let left_on_gone: Vec<String> = pod_api
-        .list(&ListParams::default().fields(&format!("spec.nodeName={gone_node}")))
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
-    let down = eventually(&host, &address, "metrics of the scale-down", |s| {
-        same(
-            "nodeclaims terminated",
-            1.0,
-            s.sum("karpenter_nodeclaims_terminated_total", &pool_l),
-        )?;
-        same(
-            "nodes terminated",
-            1.0,
-            s.sum("karpenter_nodes_terminated_total", &pool_l),
-        )?;
-        same(
-            "nodeclaim terminations timed",
-            1.0,
-            s.sum(
-                "karpenter_nodeclaims_termination_duration_seconds_count",
-                &pool_l,
-            ),
-        )?;
-        if !s
-            .all("karpenter_nodes_allocatable", &[("node_name", &gone_node)])
-            .is_empty()
-        {
-            return Err(format!("node {gone_node} is gone but its series stay"));
-        }
-        // Evicted pods stay (Failed) until deleted: the series follow the pods there are.
-        let there: BTreeSet<&str> = left_on_gone.iter().map(String::as_str).collect();
-        let series: BTreeSet<&str> = s
-            .all("karpenter_pods_state", &[("node", &gone_node)])
-            .iter()
-            .map(|x| x.labels["name"].as_str())
-            .collect();
-        if series != there {
-            return Err(format!(
-                "pods on {gone_node}: series of {series:?}, the cluster has {there:?}"
-            ));
-        }
-        same(
-            "nodepool nodes usage",
-            n_nodes - 1.0,
-            s.sum(
-                "karpenter_nodepools_usage",
-                &[("resource_type", "nodes"), ("nodepool", pool.as_str())],
-            ),
-        )?;
-        Ok(())
-    })
-    .await;
+    let last = Mutex::new(String::new());
+    let down = wait_until(
+        Duration::from_secs(60),
+        "metrics of the scale-down",
+        || async {
+            host.check_alive();
+            let before: BTreeSet<String> = pods_on(&pod_api, &gone_node).await;
+            let s = scrape(&address).await;
+            let after: BTreeSet<String> = pods_on(&pod_api, &gone_node).await;
+            match scale_down_check(&s, &pool_l, &gone_node, &before, &after, n_nodes, &pool) {
+                Ok(()) => Ok::<_, std::convert::Infallible>(Some(s)),
+                Err(why) => {
+                    *last.lock().unwrap() = why;
+                    Ok(None)
+                }
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|err| {
+        panic!(
+            "{err}: {}\nhost log:\n{}",
+            last.lock().unwrap(),
+            host.log_tail()
+        )
+    });
     let delete = [
         ("controller", "nodeclaim.lifecycle"),
         ("method", "Delete"),
@@ -601,6 +573,73 @@ async fn metrics_follow_a_scale_up_and_down_under_karpenters_names() {
     .await;
     host.check_alive();
     teardown(&client, &names, &ns).await;
+}
+
+/// The names of the pods bound to `node`.
+async fn pods_on(pods: &Api<Pod>, node: &str) -> BTreeSet<String> {
+    pods.list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect()
+}
+
+/// The scale-down as `/metrics` should show it. `before` and `after` are the pods on the gone node
+/// listed just before and just after the scrape: the scrape's pod series must lie between them (a
+/// pod deleted meanwhile may or may not be in it).
+fn scale_down_check(
+    s: &Scrape,
+    pool_l: &[(&str, &str)],
+    gone_node: &str,
+    before: &BTreeSet<String>,
+    after: &BTreeSet<String>,
+    n_nodes: f64,
+    pool: &str,
+) -> Result<(), String> {
+    same(
+        "nodeclaims terminated",
+        1.0,
+        s.sum("karpenter_nodeclaims_terminated_total", pool_l),
+    )?;
+    same(
+        "nodes terminated",
+        1.0,
+        s.sum("karpenter_nodes_terminated_total", pool_l),
+    )?;
+    same(
+        "nodeclaim terminations timed",
+        1.0,
+        s.sum(
+            "karpenter_nodeclaims_termination_duration_seconds_count",
+            pool_l,
+        ),
+    )?;
+    if !s
+        .all("karpenter_nodes_allocatable", &[("node_name", gone_node)])
+        .is_empty()
+    {
+        return Err(format!("node {gone_node} is gone but its series stay"));
+    }
+    let series: BTreeSet<String> = s
+        .all("karpenter_pods_state", &[("node", gone_node)])
+        .iter()
+        .map(|x| x.labels["name"].clone())
+        .collect();
+    if !(after.is_subset(&series) && series.is_subset(before)) {
+        return Err(format!(
+            "pods on {gone_node}: series of {series:?}, the cluster had {before:?} then {after:?}"
+        ));
+    }
+    same(
+        "nodepool nodes usage",
+        n_nodes - 1.0,
+        s.sum(
+            "karpenter_nodepools_usage",
+            &[("resource_type", "nodes"), ("nodepool", pool)],
+        ),
+    )
 }
 
 #[test]

@@ -81,7 +81,18 @@ pub fn limit(
     total: usize,
     now: Timestamp,
 ) -> Result<Option<usize>, BudgetError> {
-    let mut tightest: Option<usize> = None;
+    Ok(tightest(budgets, reason, total, now)?.map(|(cap, _)| cap))
+}
+
+/// The active budget for `reason` that caps the pool hardest at `now`, with its cap (the first
+/// of equal ones); `None` when no active budget applies.
+pub fn tightest(
+    budgets: &[Budget],
+    reason: DisruptionReason,
+    total: usize,
+    now: Timestamp,
+) -> Result<Option<(usize, &Budget)>, BudgetError> {
+    let mut tightest: Option<(usize, &Budget)> = None;
     for budget in budgets {
         if !budget.reasons.is_empty() && !budget.reasons.contains(&reason) {
             continue;
@@ -90,9 +101,24 @@ pub fn limit(
             continue;
         }
         let cap = cap(budget, total)?;
-        tightest = Some(tightest.map_or(cap, |t| t.min(cap)));
+        if tightest.is_none_or(|(t, _)| cap < t) {
+            tightest = Some((cap, budget));
+        }
     }
     Ok(tightest)
+}
+
+/// A budget as an operator wrote it: `nodes "10%"`, with its reasons and window if it has them.
+pub fn describe(budget: &Budget) -> String {
+    let mut out = format!("nodes {:?}", budget.nodes);
+    if !budget.reasons.is_empty() {
+        let reasons: Vec<String> = budget.reasons.iter().map(|r| format!("{r:?}")).collect();
+        out.push_str(&format!(" for {}", reasons.join(",")));
+    }
+    if let (Some(schedule), Some(duration)) = (&budget.schedule, &budget.duration) {
+        out.push_str(&format!(", window {schedule:?} for {duration}"));
+    }
+    out
 }
 
 /// How many more nodes may start disrupting now.

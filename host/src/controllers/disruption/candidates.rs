@@ -3,7 +3,8 @@
 //! A candidate is an initialized node whose claim is not being deleted or disrupted already, of
 //! a pool that is not static. It is held by `karpenter.sh/do-not-disrupt` on the node, or on an
 //! active pod (`"true"`, or a duration the pod has not run for yet, as Karpenter reads it), and
-//! by a PodDisruptionBudget that allows no eviction of one of its pods.
+//! by a PodDisruptionBudget that allows no eviction of one of its pods, and — when its pool has
+//! the `capstan.dev/wait-for-jobs` annotation (a Capstan extension) — by a running pod of a Job.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL};
+use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{is_true, node_ready, provider_id};
@@ -47,6 +48,8 @@ pub enum Held {
     Pod(String),
     /// This PodDisruptionBudget (namespace/name) allows no eviction of this pod.
     Budget { pod: String, pdb: String },
+    /// This pod of this Job runs, and the pool waits for Jobs ([`WAIT_FOR_JOBS`]).
+    Job { pod: String, job: String },
 }
 
 impl std::fmt::Display for Held {
@@ -57,6 +60,10 @@ impl std::fmt::Display for Held {
             Held::Budget { pod, pdb } => {
                 write!(f, "PodDisruptionBudget {pdb} prevents evicting pod {pod}")
             }
+            Held::Job { pod, job } => write!(
+                f,
+                "pod {pod} of Job {job} is running and the NodePool has {WAIT_FOR_JOBS}"
+            ),
         }
     }
 }
@@ -105,12 +112,61 @@ pub fn blocking_pdb(pod: &Pod, pdbs: &[Arc<PodDisruptionBudget>]) -> Option<Stri
         .map(|p| format!("{namespace}/{}", p.name_any()))
 }
 
-/// What holds a machine, if anything.
+/// How long a pool waits for its nodes' Job pods ([`WAIT_FOR_JOBS`]): `None` when it does not;
+/// `Some(None)` until they finish (`"true"`); `Some(Some(d))` until they finish or have run for
+/// `d`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobWait {
+    No,
+    UntilDone,
+    AtMost(std::time::Duration),
+}
+
+/// The pool's [`WAIT_FOR_JOBS`] setting; an error for a value that is neither `"true"`,
+/// `"false"` nor a duration.
+pub fn job_wait(pool: &NodePool) -> Result<JobWait, String> {
+    match pool.annotations().get(WAIT_FOR_JOBS).map(|v| v.trim()) {
+        None | Some("false") => Ok(JobWait::No),
+        Some("true") => Ok(JobWait::UntilDone),
+        Some(value) => duration::parse(value).map(JobWait::AtMost).map_err(|_| {
+            format!("{WAIT_FOR_JOBS} {value:?} is neither \"true\", \"false\" nor a duration")
+        }),
+    }
+}
+
+/// The Job that owns `pod`, if one does (a CronJob's pods are owned by its Jobs).
+fn job_of(pod: &Pod) -> Option<String> {
+    pod.owner_references()
+        .iter()
+        .find(|o| o.kind == "Job" && o.api_version.starts_with("batch/"))
+        .map(|o| format!("{}/{}", pod.namespace().unwrap_or_default(), o.name))
+}
+
+/// Whether `wait` keeps a node for `pod` at `now` (a pod not started yet has not begun its
+/// bound).
+fn job_holds(pod: &Pod, wait: JobWait, now: Timestamp) -> bool {
+    match wait {
+        JobWait::No => false,
+        JobWait::UntilDone => true,
+        JobWait::AtMost(bound) => {
+            let Some(started) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
+                return true;
+            };
+            let age = now.as_millisecond() - started.0.as_millisecond();
+            u128::try_from(age).map_or(true, |age| age < bound.as_millis())
+        }
+    }
+}
+
+/// What holds a machine of `pool` from voluntary disruption, if anything (an unreadable
+/// [`WAIT_FOR_JOBS`] holds nothing; the verdict reports it).
 pub fn held(
     machine: &Machine<'_>,
+    pool: &NodePool,
     pdbs: &[Arc<PodDisruptionBudget>],
     now: Timestamp,
 ) -> Option<Held> {
+    let wait = job_wait(pool).unwrap_or(JobWait::No);
     if machine
         .node
         .annotations()
@@ -133,8 +189,21 @@ pub fn held(
         if let Some(pdb) = blocking_pdb(pod, pdbs) {
             return Some(Held::Budget { pod: key(pod), pdb });
         }
+        if let Some(job) = job_of(pod).filter(|_| job_holds(pod, wait, now)) {
+            return Some(Held::Job { pod: key(pod), job });
+        }
     }
     None
+}
+
+/// The share of the claim's `expireAfter` lifetime still ahead at `now` (1 without one).
+pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
+    let expire = duration::parse_nillable(&claim.spec.expire_after)
+        .ok()
+        .flatten()
+        .map(|d| d.as_millis());
+    let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    crate::consolidation::cost::lifetime_remaining(created, expire, now)
 }
 
 /// Whether a claim is being disrupted (marked) or deleted.

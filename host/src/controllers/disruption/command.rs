@@ -80,11 +80,24 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
         .filter(|k| moving.contains(k))
         .map(|(ns, n)| format!("{ns}/{n}"))
         .collect();
-    if !stuck.is_empty() {
-        let why = format!(
-            "Cannot disrupt NodeClaim: pods would not schedule elsewhere: {}",
-            stuck.join(", ")
-        );
+    // Capacity that is not up yet is no home for evicted pods (it may never come up).
+    let not_up: Vec<String> = result
+        .placements_not_up(&built.input, 0)
+        .filter(|(i, _)| moving.contains(&pod_key(*i)))
+        .map(|(i, name)| {
+            let (ns, n) = pod_key(i);
+            format!("{ns}/{n} would schedule against {name}, which is not initialized")
+        })
+        .collect();
+    if !stuck.is_empty() || !not_up.is_empty() {
+        let why = if stuck.is_empty() {
+            format!("Cannot disrupt NodeClaim: {}", not_up.join(", "))
+        } else {
+            format!(
+                "Cannot disrupt NodeClaim: pods would not schedule elsewhere: {}",
+                stuck.join(", ")
+            )
+        };
         ctx.metrics.own.disruption_blocked(reason);
         ctx.events
             .normal(m.claim, "DisruptionBlocked", why.clone())
@@ -241,21 +254,30 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             taint(ctx, m.node).await?;
             continue;
         }
-        if replacements.iter().all(|r| is_true(r, INITIALIZED)) {
-            let pool = nodeclaim::nodepool(m.claim);
-            tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
-            let note = format!("Disrupting NodeClaim ({reason}): deleting it");
-            ctx.events
-                .normal(m.claim, "DisruptionTerminating", note.clone())
-                .await;
-            ctx.events
-                .normal(m.node, "DisruptionTerminating", note)
-                .await;
-            ctx.metrics
-                .lifecycle
-                .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
-            nodeclaim::delete(ctx, m.claim).await?;
+        if !replacements.iter().all(|r| is_true(r, INITIALIZED)) {
+            if decided_before(m.claim, REPLACEMENT_TIMEOUT_MILLIS) {
+                give_up(
+                    ctx,
+                    m,
+                    "its replacements were not initialized within 10 minutes",
+                )
+                .await?;
+            }
+            continue;
         }
+        let pool = nodeclaim::nodepool(m.claim);
+        tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
+        let note = format!("Disrupting NodeClaim ({reason}): deleting it");
+        ctx.events
+            .normal(m.claim, "DisruptionTerminating", note.clone())
+            .await;
+        ctx.events
+            .normal(m.node, "DisruptionTerminating", note)
+            .await;
+        ctx.metrics
+            .lifecycle
+            .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
+        nodeclaim::delete(ctx, m.claim).await?;
     }
     Ok(())
 }
@@ -270,14 +292,29 @@ fn failed(claim: &NodeClaim) -> bool {
             .is_some_and(|c| c.status == ConditionStatus::False)
 }
 
+/// How long replacements have to become Initialized before the disruption is given up and the
+/// node untainted (Karpenter's orchestration queue gives a command 10 minutes); the replacements
+/// stay as ordinary capacity.
+const REPLACEMENT_TIMEOUT_MILLIS: i64 = 10 * 60 * 1000;
+
 /// Whether the claim's decision is younger than a few passes (its replacements may not be in
 /// the cache yet).
 fn recently_decided(claim: &NodeClaim) -> bool {
+    decision_age_millis(claim).is_some_and(|age| age < 30_000)
+}
+
+/// Whether the claim's disruption was decided more than `millis` ago.
+fn decided_before(claim: &NodeClaim, millis: i64) -> bool {
+    decision_age_millis(claim).is_some_and(|age| age >= millis)
+}
+
+/// How long ago the claim's disruption was decided (its `DisruptionReason` condition's age).
+fn decision_age_millis(claim: &NodeClaim) -> Option<i64> {
     claim
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, DISRUPTION_REASON))
-        .is_some_and(|c| crate::controllers::millis_since(&c.last_transition_time) < 30_000)
+        .map(|c| crate::controllers::millis_since(&c.last_transition_time))
 }
 
 async fn taint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {

@@ -20,8 +20,11 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::budgets;
-use super::candidates::{Machine, eligible, held, machines, pool_counts};
+use super::candidates::{
+    Machine, eligible, held, job_wait, lifetime_remaining, machines, pool_counts,
+};
 use super::command;
+use super::verdict::{self, Facts, consolidatable_since};
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED, LAUNCHED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
@@ -72,6 +75,13 @@ pub struct Memory {
     consolidated: Option<(u64, Instant)>,
     /// Claim → the last `Unconsolidatable` reason published for it.
     refusals: HashMap<String, String>,
+    /// Claim → the last search's refusal of it (the verdict's; replaced by each search).
+    refused: HashMap<String, consolidation::Refusal>,
+    /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote, and when: the
+    /// cache may not show it yet, so it is not written again for [`VERDICT_CACHE_LAG`].
+    verdicts: HashMap<String, ((String, String), Instant)>,
+    /// Pool → the unreadable `capstan.dev/wait-for-jobs` value last warned about.
+    bad_job_waits: HashMap<String, String>,
     /// Claim → when this host last saw its node's pods change. The cache may not show the
     /// `lastPodEventTime` written for it yet; a claim changed since its pool's
     /// `consolidateAfter` is no candidate whatever its cached condition says.
@@ -106,6 +116,20 @@ pub async fn pass(
     memory.changed_at.retain(|claim, _| names.contains(claim));
     let recent = recently_changed(&memory.changed_at, view, pools);
     mark_consolidatable(ctx, view, pools, now, &touched).await;
+    let decided = decide(ctx, memory, view, pools, now, &recent).await;
+    publish_verdicts(ctx, memory, view, pools, now, &recent).await;
+    decided
+}
+
+/// Searches for a decision, or validates the one waiting and carries it out.
+async fn decide(
+    ctx: &Context,
+    memory: &mut Memory,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    recent: &std::collections::HashSet<String>,
+) -> Result<(), ControllerError> {
     if let Some(pending) = &memory.pending {
         if Instant::now() < pending.due {
             return Ok(());
@@ -122,10 +146,11 @@ pub async fn pass(
             let label = pending.reason.as_str().to_lowercase();
             return reject(ctx, &label, claim, "its pods changed").await;
         }
-        return validate_and_start(ctx, view, pools, now, pending, &recent).await;
+        return validate_and_start(ctx, view, pools, now, pending, recent).await;
     }
-    let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, &recent).await
+    let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, recent).await
     else {
+        memory.refused.clear();
         return Ok(());
     };
     let allowance = allowances(ctx, view, pools, now).await;
@@ -170,9 +195,11 @@ pub async fn pass(
     if started.elapsed() >= timeout {
         disruption.consolidation_timeout(metric_labels::consolidation_type(reason, candidates));
     }
+    memory.refused.clear();
     for (i, why) in refused {
         let c = &cluster.candidates[i];
         unconsolidatable(ctx, memory, view, &c.claim, &why).await;
+        memory.refused.insert(c.claim.clone(), why);
     }
     let Some(cmd) = found else {
         memory.consolidated = Some((fingerprint, Instant::now()));
@@ -358,6 +385,137 @@ async fn start(
     command::launch(ctx, &chosen, reason, &replacements, &note).await
 }
 
+/// At most this many `ConsolidationBlocked` writes a pass: a cause that changes for every node
+/// at once (a budget window opening) is written over a few passes, not in one burst.
+pub const VERDICT_WRITES_PER_PASS: usize = 50;
+
+/// How long a verdict just written is taken as written while the cache catches up.
+const VERDICT_CACHE_LAG: Duration = Duration::from_secs(10);
+
+/// Keeps each managed claim's `ConsolidationBlocked` condition true to its [`verdict`] (written
+/// only when its reason or message changes, at most [`VERDICT_WRITES_PER_PASS`] a pass) and
+/// counts the verdicts per pool in `capstan_nodeclaims_consolidation_blocked`.
+async fn publish_verdicts(
+    ctx: &Context,
+    memory: &mut Memory,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    recent: &std::collections::HashSet<String>,
+) {
+    warn_bad_job_waits(ctx, memory, pools).await;
+    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let counts = pool_counts(&view.claims, &all);
+    let pending = memory
+        .pending
+        .as_ref()
+        .map(|p| (p.claims.as_slice(), p.reason.as_str()));
+    let facts = Facts {
+        pdbs: &view.pdbs,
+        now,
+        counts: &counts,
+        recent,
+        refused: &memory.refused,
+        pending,
+    };
+    let mut tally: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
+    let mut writes = Vec::new();
+    for m in &all {
+        let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
+            continue;
+        };
+        let Some(pool) = pools.get(pool_name) else {
+            continue;
+        };
+        if m.claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let blocked = verdict::verdict(m, pool, &facts);
+        let (reason, message) = verdict::condition_of(blocked.as_ref());
+        *tally.entry((pool_name.clone(), reason)).or_default() += 1;
+        let name = m.claim.name_any();
+        let current = m
+            .claim
+            .status
+            .as_ref()
+            .and_then(|s| find_condition(&s.conditions, verdict::CONSOLIDATION_BLOCKED))
+            .map(|c| {
+                (
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
+            });
+        let want = (reason.to_owned(), message);
+        let just_written = memory
+            .verdicts
+            .get(&name)
+            .is_some_and(|(w, at)| *w == want && at.elapsed() < VERDICT_CACHE_LAG);
+        if current.as_ref() == Some(&want) || just_written {
+            continue;
+        }
+        writes.push((m.claim, blocked.is_some(), want));
+    }
+    ctx.metrics.own.consolidation_verdicts(&tally);
+    let names: std::collections::HashSet<String> =
+        view.claims.iter().map(|c| c.name_any()).collect();
+    memory.verdicts.retain(|claim, _| names.contains(claim));
+    for (claim, is_blocked, (reason, message)) in writes.into_iter().take(VERDICT_WRITES_PER_PASS) {
+        let mut claim = claim.clone();
+        let name = claim.name_any();
+        let status = if is_blocked {
+            ConditionStatus::True
+        } else {
+            ConditionStatus::False
+        };
+        nodeclaim::set(
+            &mut claim,
+            verdict::CONSOLIDATION_BLOCKED,
+            status,
+            &reason,
+            &message,
+        );
+        match persist_status(ctx, &mut claim).await {
+            Ok(()) => {
+                memory
+                    .verdicts
+                    .insert(name, ((reason, message), Instant::now()));
+            }
+            Err(err) => {
+                tracing::debug!(nodeclaim = %name, error = %err, "cannot write ConsolidationBlocked");
+            }
+        }
+    }
+}
+
+/// An `InvalidWaitForJobs` Warning Event on each pool whose `capstan.dev/wait-for-jobs` does
+/// not parse (it then holds nothing), once per value.
+async fn warn_bad_job_waits(
+    ctx: &Context,
+    memory: &mut Memory,
+    pools: &BTreeMap<String, &NodePool>,
+) {
+    memory
+        .bad_job_waits
+        .retain(|pool, _| pools.contains_key(pool));
+    for (name, pool) in pools {
+        let Err(error) = job_wait(pool) else {
+            memory.bad_job_waits.remove(name);
+            continue;
+        };
+        if memory.bad_job_waits.get(name) == Some(&error) {
+            continue;
+        }
+        ctx.events
+            .warning(
+                *pool,
+                "InvalidWaitForJobs",
+                format!("{error}: Job pods do not hold this pool's nodes"),
+            )
+            .await;
+        memory.bad_job_waits.insert(name.clone(), error);
+    }
+}
+
 /// Writes `status.lastPodEventTime` on the claims whose node's pods changed since the last pass
 /// (a pod bound, or gone or finished). Returns those claims.
 async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<String> {
@@ -411,23 +569,6 @@ async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<Stri
     }
     memory.pods_seen = seen;
     touched
-}
-
-/// When the claim may be consolidated: `consolidateAfter` past the later of its initialization
-/// and its last pod event. `None` when never (`Never`, or not initialized).
-fn consolidatable_since(pool: &NodePool, claim: &NodeClaim) -> Option<Timestamp> {
-    let after = duration::parse_nillable(&pool.spec.disruption.consolidate_after).ok()??;
-    let status = claim.status.as_ref()?;
-    let initialized = find_condition(&status.conditions, INITIALIZED).filter(|c| c.is_true())?;
-    let mut since = initialized.last_transition_time.0;
-    if let Some(t) = &status.last_pod_event_time
-        && t.0 > since
-    {
-        since = t.0;
-    }
-    since
-        .checked_add(k8s_openapi::jiff::SignedDuration::try_from(after).ok()?)
-        .ok()
 }
 
 /// Keeps each launched claim's `Consolidatable` condition true to [`consolidatable_since`].
@@ -637,8 +778,7 @@ pub fn cluster_from(
                     .labels()
                     .get(NODEPOOL)
                     .and_then(|p| pools.get(p))
-                    .is_some_and(|p| eligible(m, p))
-                && held(m, &view.pdbs, now).is_none()
+                    .is_some_and(|p| eligible(m, p) && held(m, p, &view.pdbs, now).is_none())
         })
         .collect();
     if consolidatable.is_empty() {
@@ -686,12 +826,7 @@ pub fn cluster_from(
             continue;
         };
         let label = |key: &str| m.node.labels().get(key).cloned().unwrap_or_default();
-        let expire = duration::parse_nillable(&m.claim.spec.expire_after)
-            .ok()
-            .flatten()
-            .map(|d| d.as_millis());
-        let created = m.claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        let lifetime = cost::lifetime_remaining(created, expire, now);
+        let lifetime = lifetime_remaining(m.claim, now);
         let node = m.node.name_any();
         (node.as_str(), m.pods.len()).hash(&mut hasher);
         candidates.push(Candidate {

@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
@@ -20,6 +19,7 @@ use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
 
+use super::daemonset_pod::daemonset_pods;
 use super::instance_types::{FromProviders, InstanceTypeCache, InstanceTypeSource};
 use super::limits;
 use super::{ProvisionError, is_provisionable};
@@ -41,8 +41,9 @@ pub struct Snapshot {
     pub pools: Vec<NodePool>,
     /// NodeClasses by name.
     pub classes: HashMap<String, NodeClass>,
-    /// DaemonSets, for the overhead of their pods on new nodes.
-    pub daemonsets: Vec<DaemonSet>,
+    /// The pods the DaemonSets would run on a new node ([`daemonset_pods`]), for their
+    /// overhead.
+    pub daemonset_pods: Vec<Pod>,
     /// Namespace labels, for namespace selectors of affinity terms.
     pub namespaces: NamespaceLabels,
     /// Provider IDs of the nodes that are leaving: their claims are no capacity.
@@ -174,7 +175,10 @@ impl Snapshot {
                 .iter()
                 .map(|(name, c)| (name.clone(), c.as_ref().clone()))
                 .collect(),
-            daemonsets: view.daemonsets.iter().map(|d| d.as_ref().clone()).collect(),
+            daemonset_pods: daemonset_pods(
+                view.daemonsets.iter().map(AsRef::as_ref),
+                view.pods.iter().map(AsRef::as_ref),
+            ),
             namespaces: view.namespaces.clone(),
             leaving: view
                 .nodes
@@ -359,22 +363,11 @@ impl Snapshot {
                 }
             }
         }
-        for ds in &self.daemonsets {
-            let Some(spec) = ds.spec.as_ref() else {
-                continue;
-            };
-            let pod = Pod {
-                metadata: spec.template.metadata.clone().unwrap_or_default(),
-                spec: spec.template.spec.clone(),
-                status: None,
-            };
-            let mut pod = pod;
-            pod.metadata.namespace = ds.namespace();
-            pod.metadata.name = Some(ds.name_any());
-            match convert::pod(&pod, &self.namespaces) {
+        for pod in &self.daemonset_pods {
+            match convert::pod(pod, &self.namespaces) {
                 Ok(p) => built.input.daemonset_pods.push(p),
                 Err(err) => {
-                    tracing::debug!(daemonset = %ds.name_any(), error = %err, "daemonset left out")
+                    tracing::debug!(daemonset = %pod.name_any(), error = %err, "daemonset left out")
                 }
             }
         }
