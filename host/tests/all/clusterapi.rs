@@ -221,19 +221,24 @@ fn grants_file() -> std::path::PathBuf {
 
 /// `capstan run` with the clusterapi provider (from its file) and the management cluster.
 async fn start_host(cp: &ControlPlane, names: &Names) -> Host {
+    start_host_with(cp, names, &[]).await
+}
+
+/// [`start_host`] with more arguments.
+async fn start_host_with(cp: &ControlPlane, names: &Names, extra: &[&str]) -> Host {
     let file = providers_dir().join("clusterapi.wasm");
-    Host::start(
-        cp,
-        names,
-        &[
-            "--provider",
-            &format!("clusterapi={}", file.display()),
-            "--grants",
-            &format!("clusterapi={}", grants_file().display()),
-            "--management-kubeconfig",
-            management().await.kubeconfig_path().to_str().unwrap(),
-        ],
-    )
+    let provider = format!("clusterapi={}", file.display());
+    let grants = format!("clusterapi={}", grants_file().display());
+    let mut args = vec![
+        "--provider",
+        &provider,
+        "--grants",
+        &grants,
+        "--management-kubeconfig",
+        management().await.kubeconfig_path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Host::start(cp, names, &args)
 }
 
 #[tokio::test]
@@ -928,5 +933,55 @@ async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
             "{:?}",
             md.annotations()
         );
+    }
+}
+
+/// A Machine claimed for a NodeClaim that does not exist (a host that died between launching and
+/// recording the claim) is garbage-collected: the host's garbage collection lists it through the
+/// provider and deletes it; Cluster API removes the Machine and its Node, and the replicas come
+/// back down.
+#[tokio::test]
+async fn a_leaked_machine_is_garbage_collected() {
+    let names = Names::new("capi-gc");
+    let mut annotations = capacity("2", "8Gi", "0.10", "3");
+    // The host manages only its run's instances (`--selector`): the node labels carry the run.
+    annotations["capacity.cluster-autoscaler.kubernetes.io/labels"] = json!(format!(
+        "topology.kubernetes.io/zone=zone-a,capstan.dev/test-run={}",
+        names.run
+    ));
+    let world = World::new("capi-gc", &[machine_deployment("leak", annotations)]).await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let leaked = provider
+        .create(
+            &claim("capi-gc-leaked", "leak"),
+            &wit_class(&world.parameters()),
+        )
+        .await
+        .unwrap();
+    let node_name = leaked.node_name.clone();
+    assert_eq!(world.replicas("leak").await, 1);
+    let (cp, _) = cluster().await;
+    let host = start_host_with(cp, &names, &["--gc-interval", "2s", "--gc-grace", "1s"]).await;
+    wait_until(
+        Duration::from_secs(90),
+        "the leaked Machine gone",
+        || async {
+            host.check_alive();
+            let machines = world.machines().await.len();
+            let replicas = world.replicas("leak").await;
+            Ok::<_, String>((machines == 0 && replicas == 0).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    if let Some(node) = node_name {
+        wait_until(Duration::from_secs(30), "its Node gone", || async {
+            let node = Api::<Node>::all(world.workload.clone())
+                .get_opt(&node)
+                .await;
+            Ok::<_, String>(matches!(node, Ok(None)).then_some(()))
+        })
+        .await
+        .unwrap();
     }
 }

@@ -653,11 +653,24 @@ impl Guest for ClusterApi {
     }
 
     fn list() -> Result<Vec<NodeClaim>, ProviderError> {
-        let (_, machines) = find_machines(CLAIM_LABEL)?;
+        let (place, machines) = find_machines(CLAIM_LABEL)?;
+        // Each claim with its MachineDeployment's node labels (garbage collection matches the
+        // host's selector against them); one read per MachineDeployment.
+        let mut groups: std::collections::BTreeMap<(String, String), Option<NodeGroup>> =
+            std::collections::BTreeMap::new();
         Ok(machines
             .iter()
             .filter(|m| !m.is_leaving())
-            .map(|m| m.to_claim(None))
+            .map(|m| {
+                let key = (
+                    m.metadata.namespace.clone(),
+                    m.deployment().unwrap_or_default().to_owned(),
+                );
+                let group = groups
+                    .entry(key)
+                    .or_insert_with(|| group_of(&place.in_namespace(&m.metadata.namespace), m));
+                m.to_claim(group.as_ref())
+            })
             .collect())
     }
 
