@@ -985,3 +985,88 @@ async fn a_leaked_machine_is_garbage_collected() {
         .unwrap();
     }
 }
+
+/// Consolidation on real Cluster API: of two nodes (one pod each), the one emptied when the
+/// Deployment shrinks is removed — its Machine and Node go through Cluster API — and the Machine
+/// still running a pod stays.
+#[tokio::test]
+async fn consolidation_removes_the_empty_machine_and_no_other() {
+    let world = World::new(
+        "capi-consol",
+        &[machine_deployment(
+            "consol",
+            capacity("2", "8Gi", "0.10", "5"),
+        )],
+    )
+    .await;
+    let (cp, client) = cluster().await;
+    let names = Names::new("capiconsol");
+    let host = start_host(cp, &names).await;
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
+    let mut pool_json = node_pool_json(&names, &pool, &class);
+    pool_json["spec"]["disruption"] = json!({
+        "consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+        "budgets": [{"nodes": "100%"}],
+    });
+    node_pool(&client, pool_json).await;
+    let ns = cp.create_namespace_unique("capi-consol").await.unwrap();
+    // One 1500m pod per 2-cpu node: two Machines.
+    deployment(
+        &client,
+        &names,
+        &ns,
+        App {
+            name: "web",
+            replicas: 2,
+            cpu: "1500m",
+            node_selector: json!({"karpenter.sh/nodepool": pool}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    wait_running(&client, &host, &ns, 2, Duration::from_secs(180)).await;
+    assert_eq!(world.machines().await.len(), 2);
+    assert_eq!(world.replicas("consol").await, 2);
+
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let kept = wait_until(Duration::from_secs(180), "one Machine left", || async {
+        host.check_alive();
+        let pods = disruption_pods(&client, &ns).await;
+        let busy: Vec<String> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        let machines = world.machines().await;
+        Ok::<_, String>(
+            (machines.len() == 1 && running(&pods) == 1 && busy.len() == 1).then_some((
+                machines[0].data["status"]["nodeRef"]["name"]
+                    .as_str()
+                    .map(str::to_owned),
+                busy[0].clone(),
+            )),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    assert_eq!(
+        kept.0.as_deref(),
+        Some(kept.1.as_str()),
+        "the busy node's Machine stays"
+    );
+    assert_eq!(world.replicas("consol").await, 1);
+    assert_eq!(world.infrastructure.record().deleted.len(), 1);
+
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    cleanup(&client, &names).await;
+}
