@@ -23,6 +23,7 @@ use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
 use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
+use crate::scheduling::quantity;
 use crate::controllers::{Context, ControllerError};
 
 /// How often static pools are checked.
@@ -78,7 +79,21 @@ pub async fn run(ctx: Arc<Context>) {
     }
 }
 
-/// Brings one static pool to its replica count.
+/// How many claims a static pool keeps: `spec.replicas`, capped by `spec.limits.nodes` (the only
+/// limit a static pool takes, as in Karpenter; an unreadable limit caps nothing).
+fn target(pool: &NodePool) -> usize {
+    let replicas = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
+    let limit = pool
+        .spec
+        .limits
+        .as_ref()
+        .and_then(|l| l.get("nodes"))
+        .and_then(|q| quantity::parse_units(q.as_str()).ok())
+        .and_then(|n| usize::try_from(n.max(0)).ok());
+    limit.map_or(replicas, |limit| replicas.min(limit))
+}
+
+/// Brings one static pool to its replica count (within its node limit).
 async fn reconcile(
     ctx: &Context,
     snapshot: &Snapshot,
@@ -86,7 +101,8 @@ async fn reconcile(
     created: &Created,
 ) -> Result<(), ControllerError> {
     let name = pool.name_any();
-    let want = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
+    let replicas = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
+    let want = target(pool);
     let live: Vec<&NodeClaim> = snapshot
         .claims
         .iter()
@@ -96,6 +112,15 @@ async fn reconcile(
         })
         .collect();
     let have = live.len() + created.unseen(&name, &live);
+    if have < replicas && have >= want {
+        ctx.events
+            .normal(
+                pool,
+                "NodeLimitReached",
+                format!("nodepool node limit reached: {have} of {replicas} replicas"),
+            )
+            .await;
+    }
     if have < want {
         let source = FromProviders {
             ctx,
@@ -169,4 +194,33 @@ async fn reconcile(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn pool(replicas: i64, limits: serde_json::Value) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": {"name": "p"},
+            "spec": {
+                "replicas": replicas,
+                "limits": limits,
+                "template": {"spec": {"nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"}, "requirements": []}},
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_node_limit_caps_the_replicas() {
+        assert_eq!(target(&pool(10, json!({"nodes": "5"}))), 5);
+        assert_eq!(target(&pool(3, json!({"nodes": "5"}))), 3);
+        assert_eq!(target(&pool(10, json!({"cpu": "5"}))), 10);
+        assert_eq!(target(&pool(10, json!(null))), 10);
+        assert_eq!(target(&pool(10, json!({"nodes": "0"}))), 0);
+    }
 }
