@@ -249,8 +249,8 @@ pub struct Catalog<'a> {
     pub types: &'a [InstanceType],
 }
 
-/// Who set something first, and the lowest weight that matched it since (Karpenter compares a
-/// later overlay's weight with that one).
+/// The overlay of the lowest weight that matched something so far, and that weight (Karpenter
+/// compares a later overlay's weight with it).
 #[derive(Debug)]
 struct Claimed<'a> {
     by: &'a str,
@@ -319,7 +319,10 @@ pub fn conflicts(ordered: &[Overlay], catalogs: &[Catalog<'_>]) -> BTreeMap<Stri
                 for o in offerings {
                     prices
                         .entry((c, t, o))
-                        .and_modify(|claimed| claimed.lowest_weight = overlay.weight)
+                        .and_modify(|claimed| {
+                            claimed.by = &overlay.name;
+                            claimed.lowest_weight = overlay.weight;
+                        })
                         .or_insert(Claimed {
                             by: &overlay.name,
                             lowest_weight: overlay.weight,

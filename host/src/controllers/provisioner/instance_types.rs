@@ -144,6 +144,8 @@ pub struct InstanceTypeCache {
     ttl: Duration,
     entries: Mutex<HashMap<Key, Entry>>,
     overlays: Mutex<Overlays>,
+    /// Per pool, what the overlays changed in the catalog it was last answered with.
+    applied: Mutex<HashMap<String, overlay::Applied>>,
 }
 
 impl Default for InstanceTypeCache {
@@ -159,6 +161,7 @@ impl InstanceTypeCache {
             ttl,
             entries: Mutex::new(HashMap::new()),
             overlays: Mutex::new(Overlays::Off),
+            applied: Mutex::new(HashMap::new()),
         }
     }
 
@@ -277,7 +280,11 @@ impl InstanceTypeCache {
                     name: &key.pool,
                     labels: &labels,
                 };
-                let (types, _) = overlay::apply(ordered, target, &raw);
+                let (types, changed) = overlay::apply(ordered, target, &raw);
+                self.applied
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .insert(key.pool.clone(), changed);
                 Some((*version, Arc::<[InstanceType]>::from(types)))
             }
             _ => None,
@@ -297,6 +304,19 @@ impl InstanceTypeCache {
             .map_or_else(Instant::now, |(at, _, _)| *at);
         entries.insert(key, (at, raw, applied));
         Ok(answer)
+    }
+
+    /// Whether an overlay changed the price (first) or the capacity (second) of any of `types`
+    /// of `pool` (Karpenter's `price-overlay-applied` and `capacity-overlay-applied`).
+    pub fn overlaid(&self, pool: &str, types: &[String]) -> (bool, bool) {
+        let applied = self.applied.lock().unwrap_or_else(PoisonError::into_inner);
+        let Some(applied) = applied.get(pool) else {
+            return (false, false);
+        };
+        (
+            types.iter().any(|t| applied.priced.contains(t)),
+            types.iter().any(|t| applied.extended.contains(t)),
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Entry>> {
