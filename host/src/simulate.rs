@@ -160,24 +160,10 @@ impl FromRegistry {
         let mut catalogs = Vec::new();
         for pool in &snapshot.pools {
             if let Ok(types) = self.fetch(pool, &snapshot.classes, Catalog::Raw).await {
-                let labels = pool
-                    .spec
-                    .template
-                    .metadata
-                    .as_ref()
-                    .map(|m| m.labels.clone())
-                    .unwrap_or_default();
-                catalogs.push((pool.name_any(), labels, types));
+                catalogs.push((pool.name_any(), overlay::template_labels(pool), types));
             }
         }
-        let targets: Vec<overlay::Catalog<'_>> = catalogs
-            .iter()
-            .map(|(name, labels, types)| overlay::Catalog {
-                pool: overlay::Pool { name, labels },
-                types,
-            })
-            .collect();
-        let (accepted, conflicts) = overlay::accept(parsed, &targets);
+        let (accepted, conflicts) = overlay::accept_over(parsed, &catalogs);
         refused.extend(conflicts);
         self.cache.set_overlays(accepted);
         refused

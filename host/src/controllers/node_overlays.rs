@@ -26,7 +26,6 @@ use crate::api::{ConditionStatus, NodeOverlay, NodeOverlayStatus};
 use crate::controllers::provisioner::instance_types::{Catalog, FromProviders};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError, now};
-use crate::scheduling::InstanceType;
 use crate::scheduling::overlay::{self, Overlay};
 
 /// How often the overlays are evaluated again without a change (the instance-type cache's TTL).
@@ -124,15 +123,7 @@ async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
             }
         }
     }
-    let catalogs = raw_catalogs(ctx).await;
-    let targets: Vec<overlay::Catalog<'_>> = catalogs
-        .iter()
-        .map(|(name, labels, types)| overlay::Catalog {
-            pool: overlay::Pool { name, labels },
-            types,
-        })
-        .collect();
-    let (accepted, refused) = overlay::accept(overlays, &targets);
+    let (accepted, refused) = overlay::accept_over(overlays, &raw_catalogs(ctx).await);
     for (name, why) in &refused {
         verdicts.insert(
             name.clone(),
@@ -156,9 +147,7 @@ async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
 
 /// Every managed NodePool's catalog as its provider gives it (a pool whose catalog cannot be had
 /// is left out, as Karpenter leaves it out): name, template labels, instance types.
-async fn raw_catalogs(
-    ctx: &Context,
-) -> Vec<(String, BTreeMap<String, String>, Arc<[InstanceType]>)> {
+async fn raw_catalogs(ctx: &Context) -> Vec<overlay::PoolCatalog> {
     let snapshot = Snapshot::take(ctx);
     let source = FromProviders {
         ctx,
@@ -168,16 +157,7 @@ async fn raw_catalogs(
     for pool in &snapshot.pools {
         let name = pool.name_any();
         match source.fetch(pool, &snapshot.classes, Catalog::Raw).await {
-            Ok((_, Ok(types))) => {
-                let labels = pool
-                    .spec
-                    .template
-                    .metadata
-                    .as_ref()
-                    .map(|m| m.labels.clone())
-                    .unwrap_or_default();
-                out.push((name, labels, types));
-            }
+            Ok((_, Ok(types))) => out.push((name, overlay::template_labels(pool), types)),
             Ok((_, Err(err))) | Err(err) => {
                 tracing::debug!(nodepool = %name, error = %err, "nodepool left out of the overlay evaluation");
             }

@@ -22,6 +22,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use crate::api;
 use crate::api::labels::{CAPACITY_TYPE, NODEPOOL, ZONE};
@@ -257,13 +258,16 @@ struct Claimed<'a> {
     lowest_weight: i32,
 }
 
+/// The resources of one type named at the lowest weight so far, and by whom.
+type ClaimedResources<'a> = (Claimed<'a>, &'a [(String, i64)]);
+
 /// The overlays of `ordered` (in [`order`]) that conflict with an overlay before them, with why.
 /// Each is left out before the next is looked at, as Karpenter does.
 pub fn conflicts(ordered: &[Overlay], catalogs: &[Catalog<'_>]) -> BTreeMap<String, String> {
     // (catalog, type, offering) → who set its price; (catalog, type) → resources set at the
     // lowest weight so far, by whom.
     let mut prices: BTreeMap<(usize, usize, usize), Claimed<'_>> = BTreeMap::new();
-    let mut capacity: BTreeMap<(usize, usize), (Claimed<'_>, &[(String, i64)])> = BTreeMap::new();
+    let mut capacity: BTreeMap<(usize, usize), ClaimedResources<'_>> = BTreeMap::new();
     let mut refused = BTreeMap::new();
     for overlay in ordered {
         let matches: Vec<(usize, usize, Vec<usize>)> = catalogs
@@ -356,6 +360,35 @@ pub fn accept(
     let refused = conflicts(&overlays, catalogs);
     overlays.retain(|o| !refused.contains_key(&o.name));
     (overlays, refused)
+}
+
+/// One NodePool's catalog as the host holds it: the pool's name, its template labels
+/// ([`template_labels`]) and its instance types.
+pub type PoolCatalog = (String, BTreeMap<String, String>, Arc<[InstanceType]>);
+
+/// [`accept`] over catalogs the host holds.
+pub fn accept_over(
+    overlays: Vec<Overlay>,
+    catalogs: &[PoolCatalog],
+) -> (Vec<Overlay>, BTreeMap<String, String>) {
+    let targets: Vec<Catalog<'_>> = catalogs
+        .iter()
+        .map(|(name, labels, types)| Catalog {
+            pool: Pool { name, labels },
+            types,
+        })
+        .collect();
+    accept(overlays, &targets)
+}
+
+/// A NodePool's template labels (what an overlay matches besides the instance type).
+pub fn template_labels(pool: &api::NodePool) -> BTreeMap<String, String> {
+    pool.spec
+        .template
+        .metadata
+        .as_ref()
+        .map(|m| m.labels.clone())
+        .unwrap_or_default()
 }
 
 /// What [`apply`] changed.

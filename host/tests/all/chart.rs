@@ -210,6 +210,11 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         !host_role.contains('*') && !host_role.contains("secrets"),
         "{host_role}"
     );
+    // NodeOverlays (feature gate NodeOverlay) are read and their status written.
+    assert!(
+        host_role.contains("\"nodeoverlays\"") && host_role.contains("nodeoverlays/status"),
+        "{host_role}"
+    );
     let providers =
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan-providers").data)
             .unwrap();

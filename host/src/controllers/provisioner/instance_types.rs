@@ -268,14 +268,7 @@ impl InstanceTypeCache {
         };
         let applied = match &overlays {
             Overlays::Ready(version, ordered) => {
-                let labels = pool
-                    .spec
-                    .template
-                    .metadata
-                    .as_ref()
-                    .map(|m| &m.labels)
-                    .cloned()
-                    .unwrap_or_default();
+                let labels = overlay::template_labels(pool);
                 let target = overlay::Pool {
                     name: &key.pool,
                     labels: &labels,
