@@ -122,6 +122,8 @@ build_control_plane() {
   ensure_go
   log "building the control plane (cached under $CAPSTAN_CACHE/control-plane)"
   bash "$REPO_ROOT/tests/control-plane/cp" build
+  log "building Cluster API's core controllers (cached under $CAPSTAN_CACHE/control-plane/tools)"
+  bash "$REPO_ROOT/tests/control-plane/cp" capi-build >/dev/null
 }
 
 # Builds (or finds cached) the supply-chain tools the OCI and signature tests run: the CNCF

@@ -111,7 +111,7 @@ where
             let Some(writer) = writer else {
                 return;
             };
-            reflector::reflector(writer, watcher(api, config))
+            reflector::reflector(writer, watcher(api, config).modify(slim))
                 .backoff(watch_backoff())
                 .touched_objects()
                 .for_each(move |object| {
@@ -198,6 +198,7 @@ where
                 let Some(typed) = typed else {
                     continue;
                 };
+                let typed = typed.modify(slim);
                 writer.apply_watcher_event(&typed);
                 if let watcher::Event::Apply(object) | watcher::Event::Delete(object) = typed {
                     notify(&subscribers, Arc::new(object));
@@ -210,6 +211,13 @@ where
     pub fn rejected(&self) -> BTreeMap<String, Rejected> {
         lock(&self.rejected).clone()
     }
+}
+
+/// Drops what no decision reads before an object is stored: its `managedFields` (often the
+/// largest part of a Pod or Node). `None`, not an empty list, so an object written back from the
+/// cache leaves the server's field managers as they are.
+fn slim<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -1,8 +1,8 @@
-//! The Cluster API provider against two real API servers: the workload cluster (the shared
-//! control plane, with kube-scheduler and kwok) and a management cluster (an API server with the
-//! upstream Cluster API CRDs), with [`actor::Actor`] playing the MachineSet controller.
-
-mod actor;
+//! The Cluster API provider against real Cluster API: the workload cluster (the shared control
+//! plane, with kube-scheduler and kwok) and a management cluster (an API server running Cluster
+//! API's core controllers, built from the pinned module), each test in a namespace of its own with
+//! a `Cluster` registered for the workload cluster and the tests' infrastructure provider
+//! ([`TestInfrastructure`]) turning Machines into kwok Nodes.
 
 use std::time::Duration;
 
@@ -13,7 +13,10 @@ use capstan::capability::kube::ClusterConnection;
 use capstan::conformance;
 use capstan::runtime::Limits;
 use capstan::runtime::types::NodeClass as WitNodeClass;
-use capstan_test_support::upstream::{self, CLUSTER_API_CRDS};
+use capstan_test_support::cluster_api::infrastructure::{Running, TestInfrastructure};
+use capstan_test_support::cluster_api::{
+    core_resource as resource, infrastructure_resource, machine_template, register_workload_cluster,
+};
 use capstan_test_support::{ControlPlane, Options, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
@@ -21,7 +24,8 @@ use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::OnceCell;
 
-use self::actor::{Actor, DEPLOYMENT_NAME, resource};
+/// The MachineDeployment name label Cluster API puts on Machines.
+const DEPLOYMENT_NAME: &str = "cluster.x-k8s.io/deployment-name";
 use crate::disruption::{App, deployment, pods as disruption_pods, running};
 use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
@@ -31,24 +35,19 @@ use crate::provisioner_e2e::{Pods, wait_running};
 pub const CLUSTERAPI_GRANTS: &str = r#"
 - cluster: management
   apiGroups: [cluster.x-k8s.io]
-  resources: [machinedeployments, machinedeployments/scale, machines]
+  resources: [machinedeployments, machinedeployments/scale, machinesets, machinesets/scale, machines]
   verbs: [get, list, patch, delete]
   namespaces: ["*"]
 "#;
 
-/// The management cluster: its own API server with the upstream Cluster API CRDs.
+/// The management cluster: its own API server running Cluster API's core controllers.
 async fn management() -> &'static ControlPlane {
     static MANAGEMENT: OnceCell<ControlPlane> = OnceCell::const_new();
     MANAGEMENT
         .get_or_init(|| async {
-            let cp = ControlPlane::start(Options::api_server_only())
+            ControlPlane::start(Options::cluster_api_management())
                 .await
-                .expect("management API server");
-            let crds = upstream::paths(&CLUSTER_API_CRDS).unwrap_or_else(|err| panic!("{err}"));
-            cp.install_crds_from_files(&crds)
-                .await
-                .expect("Cluster API CRDs");
-            cp
+                .unwrap_or_else(|e| panic!("management cluster with Cluster API: {e}"))
         })
         .await
 }
@@ -95,44 +94,93 @@ fn capacity(cpu: &str, memory: &str, price: &str, max: &str) -> Value {
     })
 }
 
-/// One test's world: a management namespace with MachineDeployments and the actor running.
+/// The test infrastructure templates (`<name>-v1`, and `-v2`, `-v3` for rollouts) of a
+/// MachineDeployment: Nodes with the capacity and labels its annotations promise, provisioned
+/// 500 ms after the Machine, or never (`outcome` `Never`).
+fn templates(md: &Value, outcome: &str) -> Vec<Value> {
+    let name = md["metadata"]["name"].as_str().unwrap_or_default();
+    let annotation = |key: &str| {
+        md["metadata"]["annotations"][format!("capacity.cluster-autoscaler.kubernetes.io/{key}")]
+            .as_str()
+            .map(str::to_owned)
+    };
+    let mut capacity = serde_json::Map::new();
+    for (key, resource) in [("cpu", "cpu"), ("memory", "memory"), ("maxPods", "pods")] {
+        if let Some(value) = annotation(key) {
+            capacity.insert(resource.into(), json!(value));
+        }
+    }
+    let mut labels = serde_json::Map::new();
+    for pair in annotation("labels").unwrap_or_default().split(',') {
+        if let Some((k, v)) = pair.split_once('=') {
+            labels.insert(k.trim().into(), json!(v.trim()));
+        }
+    }
+    ["v1", "v2", "v3"]
+        .iter()
+        .map(|version| {
+            let mut template = machine_template(
+                &format!("{name}-{version}"),
+                Value::Object(capacity.clone()),
+                Value::Object(labels.clone()),
+                500,
+            );
+            template["spec"]["template"]["spec"]["outcome"] = json!(outcome);
+            template
+        })
+        .collect()
+}
+
+/// One test's world: a management namespace with a Cluster for the workload cluster,
+/// MachineDeployments and their templates, and the test infrastructure provider running.
 struct World {
     workload: Client,
     management: Client,
     namespace: String,
-    actor: Actor,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+    infrastructure: Running,
 }
 
 impl World {
     async fn new(prefix: &str, deployments: &[Value]) -> Self {
-        let (_, workload) = cluster().await;
+        Self::with_outcome(prefix, deployments, "Provision").await
+    }
+
+    async fn with_outcome(prefix: &str, deployments: &[Value], outcome: &str) -> Self {
+        let (workload_cp, workload) = cluster().await;
         let mgmt = management().await;
         let management = mgmt.client().unwrap();
         let namespace = mgmt.create_namespace_unique(prefix).await.unwrap();
+        register_workload_cluster(&management, &namespace, "workload", workload_cp)
+            .await
+            .unwrap();
+        let templates_api: Api<DynamicObject> = Api::namespaced_with(
+            management.clone(),
+            &namespace,
+            &infrastructure_resource("TestMachineTemplate"),
+        );
         let api: Api<DynamicObject> = Api::namespaced_with(
             management.clone(),
             &namespace,
             &resource("MachineDeployment"),
         );
         for md in deployments {
+            for template in templates(md, outcome) {
+                let object: DynamicObject = serde_json::from_value(template).unwrap();
+                templates_api
+                    .create(&PostParams::default(), &object)
+                    .await
+                    .unwrap();
+            }
             let object: DynamicObject = serde_json::from_value(md.clone()).unwrap();
             api.create(&PostParams::default(), &object).await.unwrap();
         }
-        let actor = Actor::new(management.clone(), workload.clone(), &namespace);
-        let task = actor.spawn();
+        let infrastructure =
+            TestInfrastructure::new(management.clone(), workload.clone(), &namespace).spawn();
         Self {
             workload,
             management,
             namespace,
-            actor,
-            task,
+            infrastructure,
         }
     }
 
@@ -173,19 +221,24 @@ fn grants_file() -> std::path::PathBuf {
 
 /// `capstan run` with the clusterapi provider (from its file) and the management cluster.
 async fn start_host(cp: &ControlPlane, names: &Names) -> Host {
+    start_host_with(cp, names, &[]).await
+}
+
+/// [`start_host`] with more arguments.
+async fn start_host_with(cp: &ControlPlane, names: &Names, extra: &[&str]) -> Host {
     let file = providers_dir().join("clusterapi.wasm");
-    Host::start(
-        cp,
-        names,
-        &[
-            "--provider",
-            &format!("clusterapi={}", file.display()),
-            "--grants",
-            &format!("clusterapi={}", grants_file().display()),
-            "--management-kubeconfig",
-            management().await.kubeconfig_path().to_str().unwrap(),
-        ],
-    )
+    let provider = format!("clusterapi={}", file.display());
+    let grants = format!("clusterapi={}", grants_file().display());
+    let mut args = vec![
+        "--provider",
+        &provider,
+        "--grants",
+        &grants,
+        "--management-kubeconfig",
+        management().await.kubeconfig_path().to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    Host::start(cp, names, &args)
 }
 
 #[tokio::test]
@@ -275,23 +328,20 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
-    let deleted = world.actor.record.lock().unwrap().machines_deleted.len();
+    let deleted = world.infrastructure.record().deleted.len();
     assert_eq!(deleted, nodes.len());
 }
 
 /// A new Machine template drifts the claims of its MachineDeployment (`MachineTemplateChanged`
-/// from the provider): disruption launches a replacement Machine, moves the pods and removes
-/// the old Machine.
+/// from the provider): disruption launches a replacement Machine (from the new MachineSet), moves
+/// the pods and removes the old Machine. The MachineDeployment rolls out `OnDelete`, as the
+/// provider's README asks of MachineDeployments Capstan manages: Capstan replaces the Machines, not
+/// Cluster API's rolling update.
 #[tokio::test]
 async fn a_machine_template_change_replaces_the_nodes() {
-    let world = World::new(
-        "capi-roll",
-        &[machine_deployment(
-            "roll",
-            capacity("2", "8Gi", "0.10", "5"),
-        )],
-    )
-    .await;
+    let mut md = machine_deployment("roll", capacity("2", "8Gi", "0.10", "5"));
+    md["spec"]["rollout"] = json!({"strategy": {"type": "OnDelete"}});
+    let world = World::new("capi-roll", &[md]).await;
     let (cp, client) = cluster().await;
     let names = Names::new("capiroll");
     let host = start_host(cp, &names).await;
@@ -439,8 +489,8 @@ async fn the_conformance_kit_passes() {
     let report = conformance::run(&provider, &options).await;
     assert!(report.passed(), "{report}");
     // It launched and removed one Machine, and left the replicas as it found them.
-    let record = world.actor.record.lock().unwrap().clone();
-    assert!(record.machines_created >= 1, "{record:?}");
+    let record = world.infrastructure.record();
+    assert!(!record.provisioned.is_empty(), "{record:?}");
     assert_eq!(world.replicas("conf").await, 0);
 }
 
@@ -542,21 +592,19 @@ fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
 
 #[tokio::test]
 async fn a_launch_that_times_out_leaves_no_machine_behind() {
-    let mut world = World::new(
+    // The infrastructure never delivers: no providerID within the launch timeout.
+    let world = World::with_outcome(
         "capi-timeout",
         &[machine_deployment(
             "slow",
             capacity("4", "16Gi", "0.2", "3"),
         )],
+        "Never",
     )
     .await;
-    // The infrastructure never delivers: no providerID within the launch timeout.
-    world.task.abort();
-    world.actor.provision_delay = Duration::from_secs(3600);
-    world.task = world.actor.spawn();
     let provider = provider(&world, CLUSTERAPI_GRANTS);
     let mut parameters = world.parameters();
-    parameters["launchTimeoutSeconds"] = json!(3);
+    parameters["launchTimeoutSeconds"] = json!(20);
     let err = provider
         .create(&claim("slow-claim", "slow"), &wit_class(&parameters))
         .await
@@ -570,7 +618,9 @@ async fn a_launch_that_times_out_leaves_no_machine_behind() {
     })
     .await
     .unwrap();
-    assert_eq!(world.actor.record.lock().unwrap().machines_created, 1);
+    let record = world.infrastructure.record();
+    assert_eq!(record.seen.len(), 1, "{record:?}");
+    assert!(record.provisioned.is_empty(), "{record:?}");
 }
 
 #[tokio::test]
@@ -788,4 +838,235 @@ async fn a_cluster_api_node_class_pool_launches() {
     .await
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
     let _ = classes.delete(&class, &DeleteParams::default()).await;
+}
+
+/// Deleting a claim removes its Machine and no other, also while the MachineDeployment is
+/// mid-rollout with several MachineSets (with the `OnDelete` strategy the old ones keep their
+/// Machines until they are deleted): a plain scale-down of the MachineDeployment would shrink the
+/// oldest MachineSet (or the newest, as the MachineDeployment controller computes it) instead of
+/// the marked Machine's.
+#[tokio::test]
+async fn deleting_a_claim_mid_rollout_removes_its_machine_and_no_other() {
+    let mut md = machine_deployment("mid", capacity("4", "16Gi", "0.2", "5"));
+    md["spec"]["rollout"] = json!({"strategy": {"type": "OnDelete"}});
+    let world = World::new("capi-mid", &[md]).await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let class = wit_class(&world.parameters());
+    let sets = Api::<DynamicObject>::namespaced_with(
+        world.management.clone(),
+        &world.namespace,
+        &resource("MachineSet"),
+    );
+    // One claim per template version: three MachineSets with a Machine each.
+    let mut launched = Vec::new();
+    for (i, version) in ["v1", "v2", "v3"].iter().enumerate() {
+        if i > 0 {
+            world
+                .deployments()
+                .patch(
+                    "mid",
+                    &kube::api::PatchParams::default(),
+                    &kube::api::Patch::Merge(json!({"spec": {"template": {"spec": {
+                        "infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io",
+                                              "kind": "TestMachineTemplate",
+                                              "name": format!("mid-{version}")}}}}})),
+                )
+                .await
+                .unwrap();
+            wait_until(Duration::from_secs(60), "a new MachineSet", || async {
+                let n = sets.list(&ListParams::default()).await?.items.len();
+                Ok::<_, kube::Error>((n == i + 1).then_some(()))
+            })
+            .await
+            .unwrap();
+        }
+        let claim = claim(&format!("mid-{version}"), "mid");
+        launched.push(provider.create(&claim, &class).await.unwrap());
+    }
+    let machine_of = |claim: &str| {
+        let claim = claim.to_owned();
+        let world = &world;
+        async move {
+            world
+                .machines()
+                .await
+                .into_iter()
+                .find(|m| m.labels().get("capstan.dev/nodeclaim") == Some(&claim))
+        }
+    };
+    let set_of = |m: &DynamicObject| m.labels()["cluster.x-k8s.io/set-name"].clone();
+    let mut machine_sets = std::collections::BTreeSet::new();
+    for version in ["v1", "v2", "v3"] {
+        machine_sets.insert(set_of(
+            &machine_of(&format!("mid-{version}")).await.unwrap(),
+        ));
+    }
+    assert_eq!(machine_sets.len(), 3, "one Machine in each MachineSet");
+
+    // Each deleted claim takes its own Machine, never another: the middle, the newest, the oldest.
+    let mut left: std::collections::BTreeSet<&str> = ["mid-v1", "mid-v2", "mid-v3"].into();
+    for index in [1, 2, 0] {
+        let gone = launched[index].name.clone();
+        provider.delete(&launched[index]).await.unwrap();
+        left.remove(gone.as_str());
+        wait_until(
+            Duration::from_secs(60),
+            "the claimed Machine gone",
+            || async { Ok::<_, String>(machine_of(&gone).await.is_none().then_some(())) },
+        )
+        .await
+        .unwrap();
+        // Settled: the MachineDeployment controller (unpaused) takes no other Machine.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let machines = world.machines().await;
+        let claims: std::collections::BTreeSet<&str> = machines
+            .iter()
+            .filter(|m| m.metadata.deletion_timestamp.is_none())
+            .filter_map(|m| m.labels().get("capstan.dev/nodeclaim").map(String::as_str))
+            .collect();
+        assert_eq!(claims, left, "after deleting {gone}");
+        assert_eq!(machines.len(), left.len(), "{machines:?}");
+        assert_eq!(world.replicas("mid").await, left.len() as i64);
+        let md = world.deployments().get("mid").await.unwrap();
+        assert!(
+            !md.annotations().contains_key("cluster.x-k8s.io/paused"),
+            "{:?}",
+            md.annotations()
+        );
+    }
+}
+
+/// A Machine claimed for a NodeClaim that does not exist (a host that died between launching and
+/// recording the claim) is garbage-collected: the host's garbage collection lists it through the
+/// provider and deletes it; Cluster API removes the Machine and its Node, and the replicas come
+/// back down.
+#[tokio::test]
+async fn a_leaked_machine_is_garbage_collected() {
+    let names = Names::new("capi-gc");
+    let mut annotations = capacity("2", "8Gi", "0.10", "3");
+    // The host manages only its run's instances (`--selector`): the node labels carry the run.
+    annotations["capacity.cluster-autoscaler.kubernetes.io/labels"] = json!(format!(
+        "topology.kubernetes.io/zone=zone-a,capstan.dev/test-run={}",
+        names.run
+    ));
+    let world = World::new("capi-gc", &[machine_deployment("leak", annotations)]).await;
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let leaked = provider
+        .create(
+            &claim("capi-gc-leaked", "leak"),
+            &wit_class(&world.parameters()),
+        )
+        .await
+        .unwrap();
+    let node_name = leaked.node_name.clone();
+    assert_eq!(world.replicas("leak").await, 1);
+    let (cp, _) = cluster().await;
+    let host = start_host_with(cp, &names, &["--gc-interval", "2s", "--gc-grace", "1s"]).await;
+    wait_until(
+        Duration::from_secs(90),
+        "the leaked Machine gone",
+        || async {
+            host.check_alive();
+            let machines = world.machines().await.len();
+            let replicas = world.replicas("leak").await;
+            Ok::<_, String>((machines == 0 && replicas == 0).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    if let Some(node) = node_name {
+        wait_until(Duration::from_secs(30), "its Node gone", || async {
+            let node = Api::<Node>::all(world.workload.clone())
+                .get_opt(&node)
+                .await;
+            Ok::<_, String>(matches!(node, Ok(None)).then_some(()))
+        })
+        .await
+        .unwrap();
+    }
+}
+
+/// Consolidation on real Cluster API: of two nodes (one pod each), the one emptied when the
+/// Deployment shrinks is removed — its Machine and Node go through Cluster API — and the Machine
+/// still running a pod stays.
+#[tokio::test]
+async fn consolidation_removes_the_empty_machine_and_no_other() {
+    let world = World::new(
+        "capi-consol",
+        &[machine_deployment(
+            "consol",
+            capacity("2", "8Gi", "0.10", "5"),
+        )],
+    )
+    .await;
+    let (cp, client) = cluster().await;
+    let names = Names::new("capiconsol");
+    let host = start_host(cp, &names).await;
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "clusterapi", world.parameters()).await;
+    let mut pool_json = node_pool_json(&names, &pool, &class);
+    pool_json["spec"]["disruption"] = json!({
+        "consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+        "budgets": [{"nodes": "100%"}],
+    });
+    node_pool(&client, pool_json).await;
+    let ns = cp.create_namespace_unique("capi-consol").await.unwrap();
+    // One 1500m pod per 2-cpu node: two Machines.
+    deployment(
+        &client,
+        &names,
+        &ns,
+        App {
+            name: "web",
+            replicas: 2,
+            cpu: "1500m",
+            node_selector: json!({"karpenter.sh/nodepool": pool}),
+            annotations: json!({}),
+        },
+    )
+    .await;
+    wait_running(&client, &host, &ns, 2, Duration::from_secs(180)).await;
+    assert_eq!(world.machines().await.len(), 2);
+    assert_eq!(world.replicas("consol").await, 2);
+
+    Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "web",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {"replicas": 1}})),
+        )
+        .await
+        .unwrap();
+    let kept = wait_until(Duration::from_secs(180), "one Machine left", || async {
+        host.check_alive();
+        let pods = disruption_pods(&client, &ns).await;
+        let busy: Vec<String> = pods
+            .iter()
+            .filter(|p| p.metadata.deletion_timestamp.is_none())
+            .filter_map(|p| p.spec.as_ref()?.node_name.clone())
+            .collect();
+        let machines = world.machines().await;
+        Ok::<_, String>(
+            (machines.len() == 1 && running(&pods) == 1 && busy.len() == 1).then_some((
+                machines[0].data["status"]["nodeRef"]["name"]
+                    .as_str()
+                    .map(str::to_owned),
+                busy[0].clone(),
+            )),
+        )
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+    assert_eq!(
+        kept.0.as_deref(),
+        Some(kept.1.as_str()),
+        "the busy node's Machine stays"
+    );
+    assert_eq!(world.replicas("consol").await, 1);
+    assert_eq!(world.infrastructure.record().deleted.len(), 1);
+
+    let _ = Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await;
+    cleanup(&client, &names).await;
 }

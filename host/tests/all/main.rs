@@ -41,6 +41,7 @@ mod runtime_isolation;
 mod simulate;
 mod spread_reach;
 mod startup_taints;
+mod state_cache;
 mod static_pool;
 mod supply_chain;
 mod unparseable_pool;

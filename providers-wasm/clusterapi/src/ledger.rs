@@ -91,13 +91,14 @@ pub struct AtMaxSize {
 }
 
 impl Capacity {
-    /// Machines a waiting launch can still get: unclaimed ones, and ones the replicas ask for
-    /// that do not exist yet.
+    /// Machines a waiting launch can still get: the replicas not claimed yet (unclaimed Machines,
+    /// and ones the replicas ask for that do not exist yet). Machines beyond the replicas — a
+    /// rolling update's surge, which Cluster API removes again — are not capacity.
     pub fn available(&self) -> usize {
-        let pending = usize::try_from(self.replicas)
+        let claimed = self.live.saturating_sub(self.unclaimed);
+        usize::try_from(self.replicas)
             .unwrap_or(0)
-            .saturating_sub(self.live);
-        self.unclaimed + pending
+            .saturating_sub(claimed)
     }
 
     /// The replicas to ask for so that every waiting launch gets a Machine; `None` when there
@@ -126,6 +127,20 @@ impl Capacity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rolling_updates_surge_machine_is_not_capacity() {
+        // Two replicas, both claimed, and a third (unclaimed) Machine of the rollout's surge.
+        let capacity = Capacity {
+            replicas: 2,
+            live: 3,
+            unclaimed: 1,
+            waiting: 1,
+        };
+        assert_eq!(capacity.available(), 0);
+        assert_eq!(capacity.wanted(None), Ok(Some(3)));
+        assert_eq!(capacity.excess(), 0);
+    }
 
     #[test]
     fn the_annotation_round_trips_and_drops_garbage() {

@@ -8,8 +8,8 @@
 //! management cluster. See `README.md` for the parameters, annotations and grants.
 //!
 //! Modules: [`params`], [`node_group`] (MachineDeployment annotations), [`catalog`] (instance
-//! types and the choice of what to grow), [`ledger`] (launches sharing a scale-up) and [`machine`]
-//! are pure and unit-tested natively;
+//! types and the choice of what to grow), [`ledger`] (launches sharing a scale-up), [`machine`] and
+//! [`rollout`] (removing a Machine mid-rollout) are pure and unit-tested natively;
 //! [`provider`] is the glue to the WIT export and the `kube` import.
 
 pub mod catalog;
@@ -18,6 +18,7 @@ pub mod machine;
 pub mod node_group;
 pub mod params;
 pub mod provider;
+pub mod rollout;
 
 pub use provider::ClusterApi;
 

@@ -22,6 +22,7 @@ use crate::machine::{
 };
 use crate::node_group::{self, GroupError, MEMBER_LABEL, MachineDeployment, NodeGroup};
 use crate::params::{GROUP, Parameters};
+use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
 
 /// The Cluster API provider.
 pub struct ClusterApi;
@@ -137,6 +138,7 @@ fn load_groups(
         &ListOptions::labels(&selector),
     )
     .map_err(err(launch))?;
+    lift_stale_pauses(place, &deployments);
     let mut groups = Vec::new();
     let mut errors = Vec::new();
     for md in deployments
@@ -164,13 +166,10 @@ fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
     node_group::parse(&md).ok()
 }
 
-/// Lowers a MachineDeployment's replicas by one through its `scale` subresource, retrying
-/// conflicts.
-fn scale_down_one(place: &Place, deployment: &str) -> Result<(), ProviderError> {
-    let object = place
-        .target("MachineDeployment")
-        .object(deployment)
-        .subresource("scale");
+/// Lowers a MachineDeployment's (or MachineSet's: `kind`) replicas by one through its `scale`
+/// subresource, retrying conflicts.
+fn scale_down_one(place: &Place, kind: &str, deployment: &str) -> Result<(), ProviderError> {
+    let object = place.target(kind).object(deployment).subresource("scale");
     let mut last = String::new();
     for _ in 0..8 {
         let current: serde_json::Value = kube::get(&object).map_err(err(false))?;
@@ -189,19 +188,95 @@ fn scale_down_one(place: &Place, deployment: &str) -> Result<(), ProviderError> 
         }
     }
     Err(ProviderError::Retryable(format!(
-        "scaling MachineDeployment {deployment} down: still conflicting ({last})"
+        "scaling {kind} {deployment} down: still conflicting ({last})"
     )))
 }
 
-/// Claims an unclaimed Machine of `group` for `claim` (optimistic: a Machine someone else claimed
-/// first is skipped).
-fn adopt(place: &Place, group: &NodeGroup, claim: &str) -> Result<Option<Machine>, ProviderError> {
-    let machines: Vec<Machine> = kube::list(
-        &place.target("Machine"),
-        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={},!{CLAIM_LABEL}", group.name)),
+/// Sets or lifts this provider's pause of a MachineDeployment (see [`rollout`]).
+fn set_paused(place: &Place, deployment: &str, paused: bool) -> Result<(), ProviderError> {
+    let annotations = if paused {
+        json!({PAUSED: "", PAUSED_AT: clock::now_millis().to_string()})
+    } else {
+        json!({PAUSED: null, PAUSED_AT: null})
+    };
+    match kube::patch_merge::<_, serde_json::Value>(
+        &place.target("MachineDeployment").object(deployment),
+        &json!({"metadata": {"annotations": annotations}}),
+    ) {
+        Ok(_) => Ok(()),
+        Err(e) if !paused && e.is_not_found() => Ok(()),
+        Err(e) => Err(e.into_provider_error(false)),
+    }
+}
+
+/// Lowers the replicas for one marked Machine of `deployment`: of the MachineDeployment alone, or,
+/// mid-rollout, of the Machine's MachineSet and the MachineDeployment while it is paused (see
+/// [`rollout`]).
+fn scale_down_for(place: &Place, deployment: &str, machine: &Machine) -> Result<(), ProviderError> {
+    let sets: Vec<MachineSet> = kube::list(
+        &place.target("MachineSet"),
+        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={deployment}")),
     )
-    .map_err(err(true))?;
-    let mut candidates: Vec<Machine> = machines.into_iter().filter(|m| !m.is_leaving()).collect();
+    .map_err(err(false))?;
+    let Some(set) = rollout::set_to_shrink(&sets, machine) else {
+        return scale_down_one(place, "MachineDeployment", deployment);
+    };
+    let md: MachineDeployment =
+        kube::get(&place.target("MachineDeployment").object(deployment)).map_err(err(false))?;
+    // Someone else's pause stays; ours is lifted when done.
+    let ours = !md.metadata.annotations.contains_key(PAUSED);
+    if ours {
+        set_paused(place, deployment, true)?;
+    }
+    let result = scale_down_one(place, "MachineSet", &set.metadata.name)
+        .and_then(|()| scale_down_one(place, "MachineDeployment", deployment));
+    let unpaused = if ours {
+        set_paused(place, deployment, false)
+    } else {
+        Ok(())
+    };
+    capstan_provider_sdk::info!(
+        "MachineDeployment {deployment} is mid-rollout: scaled MachineSet {} down for Machine {}",
+        set.metadata.name,
+        machine.metadata.name
+    );
+    result.and(unpaused)
+}
+
+/// Lifts the pauses this provider left on MachineDeployments (a host that died mid-removal).
+fn lift_stale_pauses(place: &Place, deployments: &[MachineDeployment]) {
+    let now = clock::now_millis();
+    for md in deployments
+        .iter()
+        .filter(|md| rollout::stale_pause(&md.metadata.annotations, now))
+    {
+        let place = place.in_namespace(&md.metadata.namespace);
+        if let Err(e) = set_paused(&place, &md.metadata.name, false) {
+            capstan_provider_sdk::warn!(
+                "could not lift the stale pause of MachineDeployment {}: {e:?}",
+                md.metadata.name
+            );
+        }
+    }
+}
+
+/// Claims an unclaimed Machine of `group` for `claim` (optimistic: a Machine someone else claimed
+/// first is skipped), while fewer Machines are claimed than the replicas (a rolling update's surge
+/// Machines, beyond the replicas, are Cluster API's to remove).
+fn adopt(
+    place: &Place,
+    group: &NodeGroup,
+    claim: &str,
+    max_age: u64,
+) -> Result<Option<Machine>, ProviderError> {
+    let (_, capacity, machines) = capacity(place, &group.name, max_age)?;
+    if capacity.available() == 0 {
+        return Ok(None);
+    }
+    let mut candidates: Vec<Machine> = machines
+        .into_iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_none())
+        .collect();
     candidates.sort_by(|a, b| {
         a.metadata
             .creation_timestamp
@@ -247,7 +322,7 @@ fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
             Err(e) => Err(e.into_provider_error(false)),
         };
     };
-    if let Err(e) = scale_down_one(&place, deployment) {
+    if let Err(e) = scale_down_for(&place, deployment, machine) {
         let undo = kube::patch_merge::<_, serde_json::Value>(
             &object,
             &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
@@ -534,7 +609,7 @@ impl Guest for ClusterApi {
         })?;
         clock::sleep_millis(params.batch_millis);
         let machine = loop {
-            if let Some(machine) = adopt(&place, group, &claim.name)? {
+            if let Some(machine) = adopt(&place, group, &claim.name, max_age)? {
                 leave_ledger(&place, &group.name, max_age, &claim.name);
                 break machine;
             }
@@ -578,11 +653,24 @@ impl Guest for ClusterApi {
     }
 
     fn list() -> Result<Vec<NodeClaim>, ProviderError> {
-        let (_, machines) = find_machines(CLAIM_LABEL)?;
+        let (place, machines) = find_machines(CLAIM_LABEL)?;
+        // Each claim with its MachineDeployment's node labels (garbage collection matches the
+        // host's selector against them); one read per MachineDeployment.
+        let mut groups: std::collections::BTreeMap<(String, String), Option<NodeGroup>> =
+            std::collections::BTreeMap::new();
         Ok(machines
             .iter()
             .filter(|m| !m.is_leaving())
-            .map(|m| m.to_claim(None))
+            .map(|m| {
+                let key = (
+                    m.metadata.namespace.clone(),
+                    m.deployment().unwrap_or_default().to_owned(),
+                );
+                let group = groups
+                    .entry(key)
+                    .or_insert_with(|| group_of(&place.in_namespace(&m.metadata.namespace), m));
+                m.to_claim(group.as_ref())
+            })
             .collect())
     }
 

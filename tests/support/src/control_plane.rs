@@ -41,6 +41,10 @@ pub struct Options {
     pub dir: Option<PathBuf>,
     /// Extra arguments for `capstan-cp supervise` (e.g. `--simulate-busy-port`).
     pub extra_args: Vec<String>,
+    /// Run Cluster API's core controllers (with their CRDs and webhooks, and the test
+    /// infrastructure provider's CRDs) against this control plane, as a management cluster:
+    /// `tests/control-plane/cp capi` (see [`crate::cluster_api`]).
+    pub cluster_api: bool,
 }
 
 impl Default for Options {
@@ -52,6 +56,7 @@ impl Default for Options {
             start_timeout: Duration::from_secs(180),
             dir: None,
             extra_args: Vec::new(),
+            cluster_api: false,
         }
     }
 }
@@ -64,6 +69,14 @@ impl Options {
             scheduler: false,
             kwok: false,
             ..Self::default()
+        }
+    }
+
+    /// A Cluster API management cluster: etcd, kube-apiserver and Cluster API's core controllers.
+    pub fn cluster_api_management() -> Self {
+        Self {
+            cluster_api: true,
+            ..Self::api_server_only()
         }
     }
 }
@@ -84,6 +97,8 @@ pub struct ControlPlane {
     config: Config,
     options: Options,
     supervisor: Mutex<Option<Supervisor>>,
+    /// `cp capi --watch-stdin`, when [`Options::cluster_api`].
+    cluster_api: Mutex<Option<Supervisor>>,
 }
 
 impl std::fmt::Debug for ControlPlane {
@@ -273,6 +288,7 @@ impl ControlPlane {
                 return Err(e);
             }
         };
+        let cluster_api = options.cluster_api;
         let cp = ControlPlane {
             dir: dir.clone(),
             bin_dir: bin,
@@ -281,7 +297,22 @@ impl ControlPlane {
             config,
             options,
             supervisor: Mutex::new(Some(supervisor)),
+            cluster_api: Mutex::new(None),
         };
+        if cluster_api {
+            let dir = cp.dir.clone();
+            let started = Instant::now();
+            let manager = tokio::task::spawn_blocking(move || start_cluster_api(&dir))
+                .await
+                .map_err(|e| Error::Start(format!("Cluster API start task: {e}")))??;
+            *cp.cluster_api
+                .lock()
+                .map_err(|_| Error::Failed("Cluster API lock poisoned".into()))? = Some(manager);
+            tracing::info!(
+                seconds = started.elapsed().as_secs_f64(),
+                "Cluster API core controllers ready"
+            );
+        }
         tracing::info!(
             dir = %cp.dir.display(),
             server = %cp.server,
@@ -373,13 +404,28 @@ impl ControlPlane {
         match guard.as_mut() {
             None => Err(Error::Failed("control plane was stopped".into())),
             Some(s) => match s.child.try_wait() {
-                Ok(None) => Ok(()),
+                Ok(None) => self.cluster_api_health(),
                 Ok(Some(status)) => Err(Error::Failed(format!(
                     "supervisor exited with {status}; its log:\n{}",
                     tail(&self.dir.join("supervisor.log"), 80)
                 ))),
                 Err(e) => Err(Error::Failed(format!("wait for supervisor: {e}"))),
             },
+        }
+    }
+
+    fn cluster_api_health(&self) -> Result<()> {
+        let mut guard = self
+            .cluster_api
+            .lock()
+            .map_err(|_| Error::Failed("Cluster API lock poisoned".into()))?;
+        match guard.as_mut().map(|s| s.child.try_wait()) {
+            None | Some(Ok(None)) => Ok(()),
+            Some(Ok(Some(status))) => Err(Error::Failed(format!(
+                "the Cluster API manager exited ({status}); its log:\n{}",
+                self.log_tail("cluster-api", 60)
+            ))),
+            Some(Err(e)) => Err(Error::Failed(format!("wait for Cluster API: {e}"))),
         }
     }
 
@@ -461,6 +507,21 @@ impl ControlPlane {
 
     /// Stops every component and waits until they are gone.
     pub fn stop(&self) -> Result<()> {
+        let manager = self
+            .cluster_api
+            .lock()
+            .map_err(|_| Error::Failed("Cluster API lock poisoned".into()))?
+            .take();
+        if let Some(mut manager) = manager {
+            // EOF on its stdin: `cp capi --watch-stdin` stops the manager and exits.
+            drop(manager.stdin.take());
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while matches!(manager.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = manager.child.kill();
+            let _ = manager.child.wait();
+        }
         let taken = self
             .supervisor
             .lock()
@@ -681,6 +742,47 @@ impl Drop for ControlPlane {
             tracing::warn!(dir = %self.dir.display(), "stopping control plane: {e}");
         }
     }
+}
+
+/// Runs `cp capi --dir DIR --watch-stdin` and waits for its `ready PID` line: Cluster API's core
+/// controllers run until its standard input closes (on [`ControlPlane::stop`], or when the test
+/// process exits).
+fn start_cluster_api(dir: &Path) -> Result<Supervisor> {
+    use std::io::{BufRead, BufReader};
+    let script = crate::paths::repo_root()
+        .join("tests")
+        .join("control-plane")
+        .join("cp");
+    let log_path = dir.join("cluster-api-start.log");
+    let log = fs::File::create(&log_path).map_err(io_err(&log_path))?;
+    let mut child = Command::new("bash")
+        .arg(&script)
+        .arg("capi")
+        .arg("--dir")
+        .arg(dir)
+        .arg("--watch-stdin")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .map_err(|e| Error::Start(format!("spawn {} capi: {e}", script.display())))?;
+    let stdin = child.stdin.take();
+    let ready = child.stdout.take().and_then(|out| {
+        BufReader::new(out)
+            .lines()
+            .map_while(std::result::Result::ok)
+            .find(|line| line.starts_with("ready "))
+    });
+    if ready.is_none() {
+        let _ = child.kill();
+        let status = child.wait();
+        return Err(Error::Start(format!(
+            "Cluster API did not start ({status:?}); {}:\n{}",
+            log_path.display(),
+            tail(&log_path, 40)
+        )));
+    }
+    Ok(Supervisor { child, stdin })
 }
 
 async fn load_config(kubeconfig: &Path) -> Result<Config> {

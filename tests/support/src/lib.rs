@@ -14,6 +14,7 @@
 //! [`upstream`] gives the tests upstream Karpenter and Cluster API files (CRDs, examples) from the
 //! pinned Go modules in the Go module cache.
 
+pub mod cluster_api;
 mod control_plane;
 mod paths;
 pub mod supply_chain;
