@@ -462,6 +462,33 @@ mod tests {
     }
 
     #[test]
+    fn overlays_gate_the_cache_and_version_its_catalogs() {
+        let cache = InstanceTypeCache::default();
+        // The gate off: nothing awaited, nothing applied.
+        assert!(cache.overlays_evaluated());
+        assert_eq!(cache.overlay_version(), 0);
+        cache.enable_overlays();
+        assert!(!cache.overlays_evaluated(), "on, not evaluated yet");
+        let overlay = |price: f64| Overlay {
+            name: "o".to_owned(),
+            weight: 1,
+            requirements: Requirements::new(),
+            price: Some(overlay::PriceChange::Set(price)),
+            capacity: Vec::new(),
+        };
+        assert!(cache.set_overlays(vec![overlay(1.0)]));
+        assert!(cache.overlays_evaluated());
+        assert_eq!(cache.overlay_version(), 1);
+        assert!(!cache.set_overlays(vec![overlay(1.0)]), "the same overlays");
+        assert_eq!(cache.overlay_version(), 1);
+        assert!(cache.set_overlays(vec![overlay(2.0)]));
+        assert_eq!(cache.overlay_version(), 2);
+        cache.enable_overlays();
+        assert!(cache.overlays_evaluated(), "enabling again forgets nothing");
+        assert_eq!(cache.overlaid("pool", &["t".to_owned()]), (false, false));
+    }
+
+    #[test]
     fn a_bad_catalog_is_an_error_not_a_panic() {
         let mut bad = catalog();
         bad.requirement_lists[0] = 1_000;
