@@ -10,7 +10,7 @@
 //! evaluation the provisioner and consolidation wait, so no NodeClaim is priced without the
 //! overlays.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,9 +22,8 @@ use serde_json::json;
 
 use crate::api::nodeoverlay::{READY, VALIDATION_SUCCEEDED};
 use crate::api::shared::set_condition;
-use crate::api::{ConditionStatus, NodeOverlay, NodeOverlayStatus};
+use crate::api::{ConditionStatus, NodeClass, NodeOverlay, NodeOverlayStatus};
 use crate::controllers::provisioner::instance_types::{Catalog, FromProviders};
-use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError, now};
 use crate::scheduling::overlay::{self, Overlay};
 
@@ -148,15 +147,25 @@ async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
 /// Every managed NodePool's catalog as its provider gives it (a pool whose catalog cannot be had
 /// is left out, as Karpenter leaves it out): name, template labels, instance types.
 async fn raw_catalogs(ctx: &Context) -> Vec<overlay::PoolCatalog> {
-    let snapshot = Snapshot::take(ctx);
+    // The pools and classes only (a snapshot would copy every pod).
+    let view = ctx.state.view();
+    let classes: HashMap<String, NodeClass> = view
+        .classes
+        .iter()
+        .map(|(key, class)| (key.clone(), class.as_ref().clone()))
+        .collect();
     let source = FromProviders {
         ctx,
         cache: &ctx.instance_types,
     };
     let mut out = Vec::new();
-    for pool in &snapshot.pools {
+    for pool in view
+        .pools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
         let name = pool.name_any();
-        match source.fetch(pool, &snapshot.classes, Catalog::Raw).await {
+        match source.fetch(pool, &classes, Catalog::Raw).await {
             Ok((_, Ok(types))) => out.push((name, overlay::template_labels(pool), types)),
             Ok((_, Err(err))) | Err(err) => {
                 tracing::debug!(nodepool = %name, error = %err, "nodepool left out of the overlay evaluation");
