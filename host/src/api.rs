@@ -2,6 +2,8 @@
 //!
 //! - `karpenter.sh/v1` [`NodePool`] and [`NodeClaim`]: Karpenter's API, field for field, so existing
 //!   NodePool YAML works unchanged and `kubectl get nodeclaims` shows what Karpenter would.
+//! - `karpenter.sh/v1alpha1` [`NodeOverlay`]: prices and extended resources of matching instance
+//!   types (feature gate `NodeOverlay`).
 //! - `capstan.dev/v1alpha1` [`NodeClass`] (what a NodePool's `nodeClassRef` points at; selects a
 //!   provider and carries its parameters) and [`Provider`] (where a provider's wasm comes from, and
 //!   the grants and limits it runs with).
@@ -25,6 +27,9 @@ pub mod nodeclass;
 pub mod nodepool;
 // `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
 #[allow(clippy::duplicated_attributes)]
+pub mod nodeoverlay;
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
 pub mod provider;
 pub mod rules;
 pub mod shared;
@@ -32,6 +37,7 @@ pub mod template_hash;
 
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{NodeClass, NodeClassSpec, NodeClassStatus};
+pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};
 pub use nodepool::{NodePool, NodePoolSpec, NodePoolStatus};
 pub use provider::{Provider, ProviderSpec, ProviderStatus};
 pub use shared::{

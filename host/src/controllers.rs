@@ -13,6 +13,7 @@ pub mod finalizer;
 pub mod garbage_collection;
 pub mod metrics;
 pub mod node_class_kinds;
+pub mod node_overlays;
 pub mod node_repair;
 pub mod nodeclaim;
 pub mod nodeclass_status;
@@ -131,6 +132,8 @@ pub struct Settings {
     pub min_values_policy: crate::scheduling::MinValuesPolicy,
     /// Node repair (`--feature-gates NodeRepair=true`): off by default, as in Karpenter.
     pub node_repair: bool,
+    /// NodeOverlays (`--feature-gates NodeOverlay=true`): off by default, as in Karpenter v1.14.
+    pub node_overlay: bool,
 }
 
 impl Default for Settings {
@@ -148,6 +151,7 @@ impl Default for Settings {
             preference_policy: crate::scheduling::PreferencePolicy::default(),
             min_values_policy: crate::scheduling::MinValuesPolicy::default(),
             node_repair: false,
+            node_overlay: false,
         }
     }
 }
@@ -350,6 +354,9 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         drain_events: nodeclaim::termination::Dedupe::default(),
         failures: Mutex::new(HashMap::new()),
     });
+    if ctx.settings.node_overlay {
+        ctx.instance_types.enable_overlays();
+    }
     tracing::info!(providers = ?ctx.registry.names(), selector = ?ctx.settings.selector, "controllers starting");
     let result = tokio::select! {
         () = nodeclaim::run(Arc::clone(&ctx), node_changes) => Err(ControllerError::Stopped("nodeclaim")),
@@ -363,6 +370,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = static_pools::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("static-pools")),
         () = metrics::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("metrics")),
         () = node_repair::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-repair")),
+        () = node_overlays::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-overlays")),
     };
     for task in state_tasks {
         task.abort();

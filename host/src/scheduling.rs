@@ -57,6 +57,7 @@
 
 pub mod cluster;
 pub mod convert;
+pub mod overlay;
 pub mod pod;
 pub mod policy;
 // The requirements algebra, quantities and taints are the shared model's (`capstan-model`), the

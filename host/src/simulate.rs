@@ -31,17 +31,20 @@ use serde::Serialize;
 
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
-use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool, duration};
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeOverlay, NodePool, duration};
 use crate::consolidation::{self as engine, Cluster, price};
 use crate::controllers::disruption::candidates::{machines, pool_counts};
 use crate::controllers::disruption::consolidation;
 use crate::controllers::disruption::verdict;
 use crate::controllers::nodeclaim::{self, is_true, provider_id};
-use crate::controllers::provisioner::instance_types::{InstanceTypeCache, InstanceTypeSource};
+use crate::controllers::provisioner::instance_types::{
+    Catalog, InstanceTypeCache, InstanceTypeSource,
+};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::provisioner::{PRICE_ANNOTATION, ProvisionError, claim_for, resource_list};
 use crate::controllers::{Selector, resolve};
 use crate::provider::Registry;
+use crate::scheduling::overlay::{self, Overlay};
 use crate::scheduling::{self, InstanceType, NewClaim, NodePoolView, Target};
 use crate::state::View;
 
@@ -95,6 +98,18 @@ impl InstanceTypeSource for FromRegistry {
         pool: &NodePool,
         classes: &HashMap<String, NodeClass>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
+        self.fetch(pool, classes, Catalog::Overlaid).await
+    }
+}
+
+impl FromRegistry {
+    /// `pool`'s catalog, as `catalog` says.
+    pub async fn fetch(
+        &self,
+        pool: &NodePool,
+        classes: &HashMap<String, NodeClass>,
+        catalog: Catalog,
+    ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         let resolved = resolve::resolve_offline(
             &self.registry,
             &pool.spec.template.spec.node_class_ref,
@@ -104,7 +119,13 @@ impl InstanceTypeSource for FromRegistry {
         let started = Instant::now();
         let types = self
             .cache
-            .get("simulate", &resolved.provider, pool, &resolved.node_class)
+            .get_catalog(
+                "simulate",
+                &resolved.provider,
+                pool,
+                &resolved.node_class,
+                catalog,
+            )
             .await;
         tracing::debug!(
             nodepool = %pool.name_any(),
@@ -114,6 +135,38 @@ impl InstanceTypeSource for FromRegistry {
             "get-instance-types"
         );
         types
+    }
+
+    /// Applies `overlays` (NodeOverlays, `--feature-gates NodeOverlay=true`) to every catalog
+    /// from now on, as the host would: invalid ones and those that conflict over the catalogs of
+    /// `view`'s pools left out. Returns the ones left out, with why.
+    pub async fn apply_overlays<'a>(
+        &self,
+        overlays: impl IntoIterator<Item = &'a NodeOverlay>,
+        view: &View,
+        selector: &Selector,
+    ) -> BTreeMap<String, String> {
+        let mut refused = BTreeMap::new();
+        let mut parsed = Vec::new();
+        for object in overlays {
+            match Overlay::from_api(object) {
+                Ok(o) => parsed.push(o),
+                Err(err) => {
+                    refused.insert(object.name_any(), err.to_string());
+                }
+            }
+        }
+        let snapshot = Snapshot::from_view(view, selector);
+        let mut catalogs = Vec::new();
+        for pool in &snapshot.pools {
+            if let Ok(types) = self.fetch(pool, &snapshot.classes, Catalog::Raw).await {
+                catalogs.push((pool.name_any(), overlay::template_labels(pool), types));
+            }
+        }
+        let (accepted, conflicts) = overlay::accept_over(parsed, &catalogs);
+        refused.extend(conflicts);
+        self.cache.set_overlays(accepted);
+        refused
     }
 }
 

@@ -162,11 +162,10 @@ start_controller() {
 	health=$(free_port)
 	case "$controller" in
 	capstan)
-		# Capstan's CRDs, and Karpenter's for the kinds the suite cleans up but Capstan does not serve
-		# (NodeOverlay, CapacityBuffer; the suite lists them after every spec).
+		# Capstan's CRDs (NodeOverlay among them), and Karpenter's for the kinds the suite cleans up
+		# but Capstan does not serve (CapacityBuffer; the suite lists them after every spec).
 		k apply --server-side -f "$ROOT/crds" >/dev/null
-		k apply --server-side -f "$MODULE_DIR/pkg/apis/crds/karpenter.sh_nodeoverlays.yaml" \
-			-f "$MODULE_DIR/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >/dev/null
+		k apply --server-side -f "$MODULE_DIR/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >/dev/null
 		k wait --for condition=established --timeout=60s crd --all >/dev/null
 		k create namespace capstan >/dev/null
 		"$CAPSTAN_HOST_BIN" provider package "$KWOK_WASM" --name kwok --namespace capstan \

@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use thiserror::Error;
 
-use super::{NodeClaim, NodeClass, NodePool, Provider};
+use super::{NodeClaim, NodeClass, NodeOverlay, NodePool, Provider};
 
 #[derive(Debug, Error)]
 pub enum CrdError {
@@ -22,6 +22,7 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
         ("karpenter.sh_nodepools.yaml", NodePool::crd()),
         ("karpenter.sh_nodeclaims.yaml", NodeClaim::crd()),
+        ("karpenter.sh_nodeoverlays.yaml", NodeOverlay::crd()),
         ("capstan.dev_nodeclasses.yaml", NodeClass::crd()),
         ("capstan.dev_providers.yaml", Provider::crd()),
     ]
@@ -286,6 +287,6 @@ mod tests {
         for (file, crd) in all() {
             walk(&serde_json::to_value(&crd).unwrap(), file, &mut rules);
         }
-        assert_eq!(rules, 24, "rules counted across all CRDs");
+        assert_eq!(rules, 31, "rules counted across all CRDs");
     }
 }

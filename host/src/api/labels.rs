@@ -17,6 +17,11 @@ pub const UNREGISTERED_TAINT_KEY: &str = capstan_model::labels::UNREGISTERED_TAI
 /// Taint set while a node is being disrupted.
 pub const DISRUPTED_TAINT_KEY: &str = capstan_model::labels::DISRUPTED_TAINT;
 
+/// NodeClaim annotations (Karpenter's): an overlay changed the price, or the capacity, of one of
+/// the claim's instance types.
+pub const PRICE_OVERLAY_APPLIED: &str = "karpenter.sh/price-overlay-applied";
+pub const CAPACITY_OVERLAY_APPLIED: &str = "karpenter.sh/capacity-overlay-applied";
+
 /// Finalizer on NodeClaims and Nodes: the instance is deleted before the object goes.
 pub const TERMINATION_FINALIZER: &str = "karpenter.sh/termination";
 

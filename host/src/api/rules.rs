@@ -19,6 +19,12 @@ pub const STATIC_TRANSITION: &str = "Cannot transition NodePool between static (
 pub const STATIC_LIMITS: &str = "only 'limits.nodes' is supported on static NodePools";
 pub const STATIC_WEIGHT: &str = "'weight' is not supported on static NodePools";
 pub const SPEC_IMMUTABLE: &str = "spec is immutable";
+pub const NOT_IN_NEEDS_VALUES: &str =
+    "requirements with operator 'NotIn' must have a value defined";
+pub const OVERLAY_ONE_INTEGER: &str =
+    "requirements operator 'Gt', 'Lt', 'Gte' or 'Lte' must have a single positive integer value";
+pub const PRICE_OR_ADJUSTMENT: &str = "cannot set both 'price' and 'priceAdjustment'";
+pub const RESTRICTED_RESOURCE: &str = "invalid resource restricted";
 
 /// The label key `key` (a CEL expression) is outside the `karpenter.sh` domain and its
 /// subdomains, but for the two labels of that domain users may set, `karpenter.sh/capacity-type`

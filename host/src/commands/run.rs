@@ -139,7 +139,9 @@ pub struct RunArgs {
     /// Feature gates, as Karpenter spells them (`NAME=true|false,...`): `NodeRepair` (default
     /// false) replaces nodes the provider's repair policies call unhealthy;
     /// `SpotToSpotConsolidation` (default false) lets consolidation replace a spot node with a
-    /// cheaper spot node. Karpenter's other gates are accepted and ignored with a warning.
+    /// cheaper spot node; `NodeOverlay` (default false) applies NodeOverlays (prices and
+    /// extended resources) to every catalog. Karpenter's other gates are accepted and ignored
+    /// with a warning.
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     feature_gates: FeatureGates,
     /// How long a consolidation decision waits before it is re-checked against the cluster and
@@ -156,6 +158,7 @@ pub struct RunArgs {
 pub(crate) struct FeatureGates {
     pub(crate) node_repair: bool,
     pub(crate) spot_to_spot_consolidation: bool,
+    pub(crate) node_overlay: bool,
     /// Karpenter's gates Capstan does not implement, as given (`NAME=value`): accepted, so that
     /// Karpenter's settings keep working, and logged as ignored.
     pub(crate) ignored: Vec<String>,
@@ -164,7 +167,6 @@ pub(crate) struct FeatureGates {
 /// Karpenter's feature gates (v1.15) that Capstan accepts without acting on them.
 const KARPENTER_ONLY_GATES: &[&str] = &[
     "ReservedCapacity",
-    "NodeOverlay",
     "StaticCapacity",
     "CapacityBuffer",
     "TerminateFirstDrift",
@@ -185,12 +187,13 @@ pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
         match name.trim() {
             "NodeRepair" => gates.node_repair = value,
             "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = value,
+            "NodeOverlay" => gates.node_overlay = value,
             other if KARPENTER_ONLY_GATES.contains(&other) => {
                 gates.ignored.push(format!("{other}={value}"));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation; \
+                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation, NodeOverlay; \
                      accepted and ignored: {})",
                     KARPENTER_ONLY_GATES.join(", ")
                 ));
@@ -245,6 +248,7 @@ impl RunArgs {
             "featureGates": {
                 "nodeRepair": self.feature_gates.node_repair,
                 "spotToSpotConsolidation": self.feature_gates.spot_to_spot_consolidation,
+                "nodeOverlay": self.feature_gates.node_overlay,
                 "ignored": self.feature_gates.ignored,
             },
             "preferencePolicy": self.preference_policy.to_string(),
@@ -378,6 +382,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             preference_policy: args.preference_policy,
             min_values_policy: args.min_values_policy,
             node_repair: args.feature_gates.node_repair,
+            node_overlay: args.feature_gates.node_overlay,
             ..controllers::Settings::default()
         },
         providers,

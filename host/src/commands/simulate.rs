@@ -129,6 +129,14 @@ async fn run_async(args: SimulateArgs) -> Result<ExitCode> {
         registry,
         ..FromRegistry::default()
     };
+    if args.feature_gates.node_overlay {
+        let refused = source
+            .apply_overlays(dump.overlays(), &view, &selector)
+            .await;
+        for (name, why) in refused {
+            tracing::warn!(nodeoverlay = %name, "NodeOverlay not applied: {why}");
+        }
+    }
     let settings = simulate::Settings {
         selector,
         options: capstan::consolidation::Options {

@@ -290,7 +290,8 @@ pub async fn provision(
             );
             continue;
         }
-        let claim = claim_for(new, pool, &ctx.selector.equality_labels());
+        let mut claim = claim_for(new, pool, &ctx.selector.equality_labels());
+        mark_overlays(cache, new, &mut claim);
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
@@ -361,6 +362,25 @@ pub async fn provision(
             .await;
     }
     Ok(outcome)
+}
+
+/// Marks `claim` (made for `new`) with Karpenter's `price-overlay-applied` and
+/// `capacity-overlay-applied` annotations when NodeOverlays changed one of its instance types.
+pub fn mark_overlays(cache: &InstanceTypeCache, new: &NewClaim, claim: &mut NodeClaim) {
+    use crate::api::labels::{CAPACITY_OVERLAY_APPLIED, PRICE_OVERLAY_APPLIED};
+    let (priced, extended) = cache.overlaid(&new.node_pool, &new.instance_type_options);
+    let annotations = claim
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    for (applied, key) in [
+        (priced, PRICE_OVERLAY_APPLIED),
+        (extended, CAPACITY_OVERLAY_APPLIED),
+    ] {
+        if applied {
+            annotations.insert(key.to_owned(), "true".to_owned());
+        }
+    }
 }
 
 /// The label naming a claim's node class, as Karpenter spells it: `<group>/<kind, lower case>`

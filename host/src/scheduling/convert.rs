@@ -585,8 +585,9 @@ fn claim_allocatable(object: &str, claim: &api::NodeClaim) -> Result<Resources, 
     .fold(Resources::default(), |r, (k, v)| r.with(&k, v)))
 }
 
-fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, ConvertError> {
-    let op = match r.operator {
+/// The API's node-selector operator as the scheduler's.
+pub fn operator_of(op: api::NodeSelectorOperator) -> Operator {
+    match op {
         api::NodeSelectorOperator::In => Operator::In,
         api::NodeSelectorOperator::NotIn => Operator::NotIn,
         api::NodeSelectorOperator::Exists => Operator::Exists,
@@ -595,7 +596,11 @@ fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, Conver
         api::NodeSelectorOperator::Lt => Operator::Lt,
         api::NodeSelectorOperator::Gte => Operator::Gte,
         api::NodeSelectorOperator::Lte => Operator::Lte,
-    };
+    }
+}
+
+fn requirement(object: &str, r: &api::Requirement) -> Result<Requirement, ConvertError> {
+    let op = operator_of(r.operator);
     Ok(
         Requirement::new(r.key.as_str(), op, r.values.iter().cloned())
             .map_err(|source| ConvertError::Requirement {

@@ -18,7 +18,7 @@ use kube::ResourceExt;
 use serde::de::DeserializeOwned;
 
 use crate::api::nodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
-use crate::api::{NodeClaim, NodeClass, NodeClassSpec, NodePool};
+use crate::api::{NodeClaim, NodeClass, NodeClassSpec, NodeOverlay, NodePool};
 use crate::controllers::Selector;
 use crate::state::View;
 
@@ -73,6 +73,7 @@ pub struct Dump {
     volumes: BTreeMap<String, PersistentVolume>,
     storage_classes: BTreeMap<String, StorageClass>,
     csi_nodes: BTreeMap<String, CSINode>,
+    overlays: BTreeMap<String, NodeOverlay>,
     /// Objects of other kinds, by `apiVersion/kind`: how many were skipped.
     pub skipped: BTreeMap<String, usize>,
 }
@@ -232,6 +233,11 @@ impl Dump {
             ("karpenter.sh/v1", "NodeClaim") => {
                 insert(&ctx, &mut self.claims, value, |c: &NodeClaim| c.name_any())
             }
+            ("karpenter.sh/v1alpha1", "NodeOverlay") => {
+                insert(&ctx, &mut self.overlays, value, |o: &NodeOverlay| {
+                    o.name_any()
+                })
+            }
             ("capstan.dev/v1alpha1", "NodeClass") => {
                 insert(&ctx, &mut self.classes, value, |c: &NodeClass| c.name_any())
             }
@@ -322,6 +328,11 @@ impl Dump {
             reference.name = stand_in.to_owned();
         }
         changed
+    }
+
+    /// The NodeOverlays of the dump (applied with `--feature-gates NodeOverlay=true`).
+    pub fn overlays(&self) -> impl Iterator<Item = &NodeOverlay> {
+        self.overlays.values()
     }
 
     /// How many objects of each kind the dump holds.

@@ -174,7 +174,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
             ("BATCH_IDLE_DURATION", "1s"),
             (
                 "FEATURE_GATES",
-                "NodeRepair=false,SpotToSpotConsolidation=false",
+                "NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
             ),
         ],
     );
@@ -208,6 +208,11 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan").data).unwrap();
     assert!(
         !host_role.contains('*') && !host_role.contains("secrets"),
+        "{host_role}"
+    );
+    // NodeOverlays (feature gate NodeOverlay) are read and their status written.
+    assert!(
+        host_role.contains("\"nodeoverlays\"") && host_role.contains("nodeoverlays/status"),
         "{host_role}"
     );
     let providers =
@@ -483,9 +488,10 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     assert_eq!(settings["healthProbeAddress"], "0.0.0.0:8081");
     assert_eq!(settings["featureGates"]["nodeRepair"], true);
     assert_eq!(settings["featureGates"]["spotToSpotConsolidation"], true);
+    assert_eq!(settings["featureGates"]["nodeOverlay"], false);
     assert_eq!(
         settings["featureGates"]["ignored"],
-        serde_json::json!(["NodeOverlay=false", "ReservedCapacity=true"])
+        serde_json::json!(["ReservedCapacity=true"])
     );
 
     // A gate neither Karpenter nor Capstan has is refused, naming it.

@@ -1,5 +1,5 @@
-//! The rules of Capstan's NodePool and NodeClaim CRDs (Karpenter's rules) on the real API server:
-//! one row per rule, each malformed object refused with 422 and the rule's message, the
+//! The rules of Capstan's NodePool, NodeClaim and NodeOverlay CRDs (Karpenter's rules) on the real
+//! API server: one row per rule, each malformed object refused with 422 and the rule's message, the
 //! well-formed variants accepted, and the transition rules (immutable NodeClaim spec, NodePool
 //! `nodeClassRef` group and kind, static versus dynamic pools) enforced on update.
 
@@ -650,4 +650,124 @@ async fn node_claim_specs_and_node_pool_modes_and_class_kinds_do_not_change() {
         .delete(&claim_name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A NodeOverlay using every field, well-formed.
+fn overlay(names: &Names, name: &str) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+        "metadata": {"name": names.name(name), "labels": {RUN_LABEL: names.run}},
+        "spec": {
+            "weight": 10,
+            "requirements": [
+                {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["a"]},
+                {"key": "karpenter.sh/capacity-type", "operator": "NotIn", "values": ["spot"]},
+                {"key": "example.com/cpus", "operator": "Gte", "values": ["4"]},
+            ],
+            "priceAdjustment": "-10%",
+            "capacity": {"example.com/fpga": "2"},
+        },
+    })
+}
+
+/// Karpenter's NodeOverlay rules on the API server: both prices, a price that is not a decimal,
+/// an adjustment below -100%, capacity of a standard resource, `In` or `NotIn` without values, a
+/// bound with two values, a karpenter.sh key, a weight out of range.
+#[tokio::test]
+async fn malformed_node_overlays_are_refused_by_the_crd_rules() {
+    use capstan::api::NodeOverlay;
+    use capstan::api::rules::{
+        NOT_IN_NEEDS_VALUES, OVERLAY_ONE_INTEGER, PRICE_OR_ADJUSTMENT, RESTRICTED_RESOURCE,
+    };
+    let (_cp, client) = cluster().await;
+    let names = Names::new("overlayrules");
+    let overlays = api::<NodeOverlay>(&client);
+    for (what, changes) in [
+        ("an adjustment", vec![]),
+        (
+            "a price",
+            vec![
+                ("/spec/priceAdjustment".to_owned(), Value::Null),
+                ("/spec/price".to_owned(), json!("0.25")),
+            ],
+        ),
+        (
+            "+0.5 and no weight",
+            vec![
+                ("/spec/priceAdjustment".to_owned(), json!("+0.5")),
+                ("/spec/weight".to_owned(), Value::Null),
+            ],
+        ),
+        (
+            "-100%",
+            vec![("/spec/priceAdjustment".to_owned(), json!("-100%"))],
+        ),
+    ] {
+        let object: DynamicObject =
+            serde_json::from_value(with(overlay(&names, "ok"), &changes)).unwrap();
+        if let Err(err) = overlays.create(&dry_run(), &object).await {
+            panic!("NodeOverlay with {what} refused: {err}");
+        }
+    }
+    let requirement = |r: Value| ("/spec/requirements".to_owned(), json!([r]));
+    let rows: Vec<Row> = vec![
+        (
+            "both prices",
+            vec![("/spec/price".to_owned(), json!("1"))],
+            vec![PRICE_OR_ADJUSTMENT],
+        ),
+        (
+            "a negative price",
+            vec![
+                ("/spec/priceAdjustment".to_owned(), Value::Null),
+                ("/spec/price".to_owned(), json!("-1")),
+            ],
+            vec![PATTERN],
+        ),
+        (
+            "-150%",
+            vec![("/spec/priceAdjustment".to_owned(), json!("-150%"))],
+            vec![PATTERN],
+        ),
+        (
+            "capacity of memory",
+            vec![("/spec/capacity".to_owned(), json!({"memory": "1Gi"}))],
+            vec![RESTRICTED_RESOURCE],
+        ),
+        (
+            "NotIn without values",
+            vec![requirement(json!({"key": "a", "operator": "NotIn"}))],
+            vec![NOT_IN_NEEDS_VALUES],
+        ),
+        (
+            "In without values",
+            vec![requirement(json!({"key": "a", "operator": "In"}))],
+            vec![IN_NEEDS_VALUES],
+        ),
+        (
+            "Gt with two values",
+            vec![requirement(
+                json!({"key": "a", "operator": "Gt", "values": ["1", "2"]}),
+            )],
+            vec![OVERLAY_ONE_INTEGER],
+        ),
+        (
+            "a karpenter.sh key",
+            vec![requirement(
+                json!({"key": "karpenter.sh/foo", "operator": "Exists"}),
+            )],
+            vec![KARPENTER_DOMAIN_RESTRICTED],
+        ),
+        (
+            "weight 0",
+            vec![("/spec/weight".to_owned(), json!(0))],
+            vec!["should be greater than or equal to 1"],
+        ),
+    ];
+    for (what, changes, expected) in rows {
+        let object: DynamicObject =
+            serde_json::from_value(with(overlay(&names, "bad"), &changes)).unwrap();
+        let result = overlays.create(&dry_run(), &object).await;
+        assert_refused(&format!("NodeOverlay with {what}"), result, &expected);
+    }
 }

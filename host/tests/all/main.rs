@@ -28,6 +28,7 @@ mod leader_election;
 mod lifecycle;
 mod metrics;
 mod node_class_kinds;
+mod node_overlays;
 mod node_repair;
 mod nominated;
 mod pool_deletion;

@@ -197,6 +197,54 @@ fn simulate_the_documented_example_without_a_cluster() {
     assert_eq!(nodes, ["general-q9d4m", "general-w2b8n"]);
     assert_eq!(report["totals"]["afterConsolidation"]["nodes"], 2);
 
+    // A NodeOverlay in the dump prices the claim, with the gate on only; one of the same weight
+    // on the same offering is left out (the name earlier in the alphabet).
+    let overlays = Path::new(env!("CARGO_TARGET_TMPDIR")).join("simulate-overlays.yaml");
+    let overlay = |name: &str, price: &str| {
+        json!({"apiVersion": "karpenter.sh/v1alpha1", "kind": "NodeOverlay",
+               "metadata": {"name": name},
+               "spec": {"requirements": [
+                   {"key": "karpenter.sh/nodepool", "operator": "In", "values": ["batch"]},
+                   {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                    "values": ["m-16x-amd64-linux"]}],
+                "price": price}})
+    };
+    std::fs::write(
+        &overlays,
+        json!({"apiVersion": "v1", "kind": "List",
+               "items": [overlay("b-cheap", "0.001"), overlay("a-rival", "0.002")]})
+        .to_string(),
+    )
+    .unwrap();
+    let with_overlays = [&example[..], &[overlays.to_str().unwrap(), "-o", "json"]].concat();
+    for (gate, price) in [
+        ("NodeOverlay=false", None),
+        ("NodeOverlay=true", Some(0.001)),
+    ] {
+        let out = run(&[&with_overlays[..], &["--feature-gates", gate]].concat());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let overlaid: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let claim = &overlaid["provisioning"]["nodeClaims"][0];
+        assert_eq!(claim["cheapest"]["instanceType"], "m-16x-amd64-linux");
+        let want = price.unwrap_or_else(|| claims[0]["pricePerHour"].as_f64().unwrap());
+        assert_eq!(
+            claim["pricePerHour"].as_f64(),
+            Some(want),
+            "{gate}: {claim:#}"
+        );
+        if price.is_some() {
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                stderr.contains("a-rival") && stderr.contains("conflicts with NodeOverlay b-cheap"),
+                "{stderr}"
+            );
+        }
+    }
+
     // The table, as docs/simulate.md shows it.
     let out = run(&example);
     let table = String::from_utf8_lossy(&out.stdout);

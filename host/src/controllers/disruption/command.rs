@@ -27,8 +27,8 @@ use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
-use crate::controllers::provisioner::claim_for;
 use crate::controllers::provisioner::snapshot::Snapshot;
+use crate::controllers::provisioner::{claim_for, mark_overlays};
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
 use crate::scheduling;
@@ -165,6 +165,7 @@ pub async fn launch(
             continue;
         };
         let mut replacement = claim_for(new, pool, &ctx.selector.equality_labels());
+        mark_overlays(&ctx.instance_types, new, &mut replacement);
         let annotations = replacement
             .metadata
             .annotations

@@ -155,12 +155,14 @@ async fn decide(
     };
     let allowance = allowances(ctx, view, pools, now).await;
     // What the budgets allow is part of what a search depends on: a node that finishes leaving
-    // opens the budget without changing the nodes the search sees.
+    // opens the budget without changing the nodes the search sees; so are the prices, which
+    // NodeOverlays change.
     let mut hasher = DefaultHasher::new();
     (
         cluster_fingerprint,
         &allowance.empty,
         &allowance.underutilized,
+        ctx.instance_types.overlay_version(),
     )
         .hash(&mut hasher);
     let fingerprint = hasher.finish();
