@@ -23,8 +23,8 @@ use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
 use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
-use crate::scheduling::quantity;
 use crate::controllers::{Context, ControllerError};
+use crate::scheduling::quantity;
 
 /// How often static pools are checked.
 pub const INTERVAL: Duration = Duration::from_secs(2);
