@@ -260,8 +260,8 @@ fn with_provider(
 }
 
 /// The provider that launched `claim`: through its NodeClass, or, when the NodeClass is gone, the
-/// provider recorded on the claim at launch ([`PROVIDER_ANNOTATION`]), so a claim whose NodeClass
-/// was deleted first still terminates its instance.
+/// provider recorded on the claim at launch ([`PROVIDER_ANNOTATION`]) or the one serving the
+/// class's kind, so a claim whose node class was deleted first still terminates its instance.
 ///
 /// [`PROVIDER_ANNOTATION`]: crate::api::labels::PROVIDER_ANNOTATION
 pub async fn launching_provider(
@@ -275,12 +275,29 @@ pub async fn launching_provider(
             | Unresolved::ServedNodeClassNotFound { .. }
             | Unresolved::UnsupportedNodeClassRef { .. }),
         ) => {
+            // The provider recorded at launch, else the one serving the class's kind (a client
+            // that rewrote the claim's annotations from a stale copy may have dropped the record).
             let recorded = claim
                 .metadata
                 .annotations
                 .as_ref()
-                .and_then(|a| a.get(crate::api::labels::PROVIDER_ANNOTATION));
-            Ok(match recorded {
+                .and_then(|a| a.get(crate::api::labels::PROVIDER_ANNOTATION))
+                .or_else(|| {
+                    // Providers may label their nodes with the same key.
+                    claim
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(crate::api::labels::PROVIDER_ANNOTATION))
+                })
+                .cloned()
+                .or_else(|| {
+                    ctx.state
+                        .served
+                        .serving(&claim.spec.node_class_ref)
+                        .map(|served| served.provider)
+                });
+            Ok(match recorded.as_ref() {
                 Some(name) => match ctx.registry.get(name) {
                     Some(provider) => Ok((name.clone(), provider)),
                     None => Err(Unresolved::ProviderNotFound {

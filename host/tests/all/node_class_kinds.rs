@@ -433,3 +433,59 @@ async fn a_node_that_cannot_register_leaves_the_claim_launched_until_the_registr
         .delete(&class, &DeleteParams::default())
         .await;
 }
+
+/// A claim terminates its instance even when its node class is deleted first and a client
+/// rewrote its annotations from a stale copy (Karpenter's suite does both): the provider serving
+/// the class's kind deletes it.
+#[tokio::test]
+async fn a_claim_whose_class_and_provider_record_are_gone_still_terminates() {
+    let (cp, client) = with_kwok_crd().await;
+    let names = Names::new("kinds-orphan");
+    let host = Host::start(cp, &names, &[]);
+    let (class, pool) = (names.name("class"), names.name("pool"));
+    kwok_class(&client, &names, &class, json!({})).await;
+    kwok_pool(&client, &names, &pool, &class).await;
+    let name = names.name("claim");
+    kwok_claim(&client, &names, &name, &pool, &class, json!({})).await;
+    let launched = wait_condition(
+        &client,
+        &host,
+        &name,
+        "Registered",
+        "True",
+        None,
+        Duration::from_secs(60),
+    )
+    .await;
+    let node = launched.status.as_ref().unwrap().node_name.clone().unwrap();
+    // Every record of the provider on the claim goes.
+    let claims = Api::<NodeClaim>::all(client.clone());
+    let forget = json!({"metadata": {
+        "annotations": {"capstan.dev/provider": null},
+        "labels": {"capstan.dev/provider": null},
+    }});
+    let patched = claims
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&forget))
+        .await
+        .unwrap();
+    assert!(!patched.annotations().contains_key("capstan.dev/provider"));
+    assert!(!patched.labels().contains_key("capstan.dev/provider"));
+    kwok_classes(&client)
+        .delete(&class, &DeleteParams::default())
+        .await
+        .unwrap();
+    claims
+        .delete(&name, &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_claim_gone(&client, &host, &name, Duration::from_secs(60)).await;
+    let nodes = Api::<Node>::all(client.clone());
+    wait_until(
+        Duration::from_secs(30),
+        "the instance's Node gone",
+        || async { Ok::<_, kube::Error>(nodes.get_opt(&node).await?.is_none().then_some(())) },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    cleanup(&client, &names).await;
+}
