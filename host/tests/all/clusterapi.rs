@@ -328,8 +328,13 @@ async fn pending_pods_scale_a_machine_deployment_and_back() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
-    let deleted = world.infrastructure.record().deleted.len();
-    assert_eq!(deleted, nodes.len());
+    // Every machine that came up went again, the ones that ran the pods among them (a machine
+    // the host gave up on under load, launch timeout, is replaced and also goes: none leaks).
+    let record = world.infrastructure.record();
+    let deleted: std::collections::BTreeSet<&String> = record.deleted.iter().collect();
+    let provisioned: std::collections::BTreeSet<&String> = record.provisioned.iter().collect();
+    assert!(provisioned.is_subset(&deleted), "{record:?}");
+    assert!(deleted.len() >= nodes.len(), "{record:?}");
 }
 
 /// A new Machine template drifts the claims of its MachineDeployment (`MachineTemplateChanged`

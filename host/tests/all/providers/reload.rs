@@ -107,12 +107,14 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_on() {
         .put_provider(&name, setup.spec("src", "provider.wasm"))
         .await;
     let provider = setup.wait_serving(&name, &old_digest).await;
-    // A call that takes 3 s (a host sleep inside the guest), started on the old version.
+    // A call that takes 12 s (a host sleep inside the guest, no CPU), started on the old version:
+    // long enough that compiling and swapping in the new version ends first even on a loaded
+    // machine.
     let slow = tokio::spawn(async move {
         let result = provider
             .get_instance_types(
                 &crate::fixtures::pool("slow"),
-                &crate::fixtures::class(serde_json::json!({"mode": "sleep", "millis": 3000})),
+                &crate::fixtures::class(serde_json::json!({"mode": "sleep", "millis": 12000})),
             )
             .await;
         (
