@@ -4,9 +4,10 @@
 //!
 //! Every [`INTERVAL`], for each managed static pool: fewer live claims than `replicas` → new ones
 //! from the template (every instance type the pool can launch, cheapest first:
-//! [`Snapshot::static_claim`]); more → the surplus is deleted, the claims whose nodes run the
-//! fewest pods first, then the youngest. A claim being deleted does not count, so a deleted node
-//! is replaced at once (its replacement launches while it drains).
+//! [`Snapshot::static_claim`]); more → the surplus is deleted in Karpenter's order ([`Removal`]):
+//! claims not launched, then empty nodes, then by disruption cost, nodes with a `do-not-disrupt`
+//! pod last. `spec.limits.nodes` caps the replicas. A claim being deleted does not count, so a
+//! deleted node is replaced at once (its replacement launches while it drains).
 //!
 //! [`not_for_dynamic_provisioning`]: super::provisioner::snapshot::not_for_dynamic_provisioning
 
@@ -17,14 +18,17 @@ use std::time::{Duration, Instant};
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
+use super::disruption::candidates;
 use super::nodeclaim;
 use super::provisioner::claim_for;
 use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
 use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
+use crate::consolidation::cost;
 use crate::controllers::{Context, ControllerError};
 use crate::scheduling::quantity;
+use k8s_openapi::api::core::v1::Pod;
 
 /// How often static pools are checked.
 pub const INTERVAL: Duration = Duration::from_secs(2);
@@ -91,6 +95,54 @@ fn target(pool: &NodePool) -> usize {
         .and_then(|q| quantity::parse_units(q.as_str()).ok())
         .and_then(|n| usize::try_from(n.max(0)).ok());
     limit.map_or(replicas, |limit| replicas.min(limit))
+}
+
+/// Where a claim stands in a static pool's scale-down order (Karpenter's): claims not launched
+/// yet, then empty nodes (DaemonSet pods only), then the others by disruption cost (eviction cost
+/// of their pods × lifetime left), nodes with a `do-not-disrupt` pod last; the youngest first
+/// among equals.
+#[derive(Debug, PartialEq, PartialOrd)]
+struct Removal {
+    launched: bool,
+    busy: bool,
+    do_not_disrupt: bool,
+    cost: f64,
+    age: std::cmp::Reverse<Option<i64>>,
+}
+
+/// [`Removal`] of `claim`, whose node runs `pods` (not finished).
+fn removal(claim: &NodeClaim, pods: &[&Pod], now: k8s_openapi::jiff::Timestamp) -> Removal {
+    let daemon = |p: &&Pod| p.owner_references().iter().any(|o| o.kind == "DaemonSet");
+    let do_not_disrupt = pods.iter().any(|p| candidates::do_not_disrupt(p, now));
+    let busy = do_not_disrupt || !pods.iter().all(daemon);
+    Removal {
+        launched: nodeclaim::provider_id(claim).is_some(),
+        busy,
+        do_not_disrupt,
+        cost: if busy {
+            cost::disruption_cost(
+                pods.iter().copied(),
+                candidates::lifetime_remaining(claim, now),
+            )
+        } else {
+            0.0
+        },
+        age: std::cmp::Reverse(
+            claim
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_millisecond()),
+        ),
+    }
+}
+
+/// A pod that has finished (it holds nothing).
+fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
 }
 
 /// Brings one static pool to its replica count (within its node limit).
@@ -164,7 +216,8 @@ async fn reconcile(
             created.record(&name, made.name_any());
         }
     } else if live.len() > want {
-        let pods_on = |claim: &NodeClaim| {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let pods_on = |claim: &NodeClaim| -> Vec<&Pod> {
             let node = claim.status.as_ref().and_then(|s| s.node_name.as_deref());
             snapshot
                 .bound
@@ -172,16 +225,15 @@ async fn reconcile(
                 .filter(|p| {
                     node.is_some() && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == node
                 })
-                .count()
+                .filter(|p| !is_terminal(p))
+                .collect()
         };
-        let mut surplus = live;
-        surplus.sort_by_cached_key(|c| {
-            (
-                pods_on(c),
-                std::cmp::Reverse(c.metadata.creation_timestamp.as_ref().map(|t| t.0)),
-            )
-        });
-        for claim in surplus.iter().take(surplus.len() - want) {
+        let mut surplus: Vec<(Removal, &NodeClaim)> = live
+            .iter()
+            .map(|claim| (removal(claim, &pods_on(claim), now), *claim))
+            .collect();
+        surplus.sort_by(|(a, _), (b, _)| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+        for (_, claim) in surplus.iter().take(surplus.len() - want) {
             tracing::info!(nodepool = %name, nodeclaim = %claim.name_any(), replicas = want, "static nodepool: deleting a surplus nodeclaim");
             ctx.events
                 .normal(
@@ -213,6 +265,80 @@ mod tests {
             },
         }))
         .unwrap()
+    }
+
+    fn claim(name: &str, created: &str, launched: bool) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"}, "requirements": []},
+        }))
+        .unwrap();
+        if launched {
+            claim.status = Some(
+                serde_json::from_value(json!({"providerID": format!("kwok://{name}")})).unwrap(),
+            );
+        }
+        claim
+    }
+
+    fn pod(daemon: bool, do_not_disrupt: bool) -> Pod {
+        let owners = if daemon {
+            json!([{"apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u", "controller": true}])
+        } else {
+            json!([])
+        };
+        let annotations = if do_not_disrupt {
+            json!({"karpenter.sh/do-not-disrupt": "true"})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "metadata": {"name": "p", "namespace": "ns", "ownerReferences": owners, "annotations": annotations},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn scale_down_takes_unlaunched_then_empty_then_cheapest_and_do_not_disrupt_last() {
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let hour_ago = (now - k8s_openapi::jiff::SignedDuration::from_hours(1)).to_string();
+        let minute_ago = (now - k8s_openapi::jiff::SignedDuration::from_mins(1)).to_string();
+        let (daemon, plain, held) = (pod(true, false), pod(false, false), pod(false, true));
+        let mut order = [
+            (
+                "held",
+                removal(&claim("held", &hour_ago, true), &[&held], now),
+            ),
+            (
+                "two",
+                removal(&claim("two", &hour_ago, true), &[&plain, &plain], now),
+            ),
+            (
+                "one",
+                removal(&claim("one", &hour_ago, true), &[&plain], now),
+            ),
+            (
+                "empty",
+                removal(&claim("empty", &hour_ago, true), &[&daemon], now),
+            ),
+            (
+                "pending",
+                removal(&claim("pending", &hour_ago, false), &[], now),
+            ),
+            (
+                "younger-one",
+                removal(&claim("younger-one", &minute_ago, true), &[&plain], now),
+            ),
+        ];
+        order.sort_by(|(_, a), (_, b)| a.partial_cmp(b).unwrap());
+        let names: Vec<&str> = order.iter().map(|(n, _)| *n).collect();
+        // Among equal pods, the node with less of its lifetime left costs less to disrupt.
+        assert_eq!(
+            names,
+            ["pending", "empty", "one", "younger-one", "two", "held"]
+        );
     }
 
     #[test]
