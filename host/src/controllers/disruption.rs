@@ -45,7 +45,7 @@ use crate::api::shared::find_condition;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
-use crate::controllers::{Context, ControllerError};
+use crate::controllers::{Context, ControllerError, provisioner, static_pools};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
 use crate::state::View;
@@ -376,6 +376,9 @@ async fn start_disruptions(
             drifted.entry(pool_name.as_str()).or_default().push(m);
         }
     }
+    if start_static_drift(ctx, view, pools, &all, &counts, now).await? {
+        started = true;
+    }
     ctx.metrics
         .disruption
         .eligible("Drifted", drifted.values().map(Vec::len).sum());
@@ -445,6 +448,100 @@ async fn start_disruptions(
                 started = true;
                 break;
             }
+        }
+    }
+    Ok(started)
+}
+
+/// Drift of static pools (`replicas`), as Karpenter's static drift: each drifted claim, within
+/// the pool's Drifted budget and its `limits.nodes` (counting the claims it has, the ones leaving
+/// included), gets one replacement from the pool's template (no scheduling: a static pool's
+/// nodes are not for pods), then goes once it is initialized ([`command`]). A pool over its
+/// replicas is left to the static pool controller first.
+async fn start_static_drift(
+    ctx: &Context,
+    view: &View,
+    pools: &BTreeMap<String, &NodePool>,
+    all: &[Machine<'_>],
+    counts: &BTreeMap<String, (usize, usize)>,
+    now: Timestamp,
+) -> Result<bool, ControllerError> {
+    let mut started = false;
+    for (name, pool) in pools {
+        let Some(replicas) = pool.spec.replicas else {
+            continue;
+        };
+        let of_pool = |c: &&Arc<NodeClaim>| {
+            c.metadata.deletion_timestamp.is_none()
+                && c.labels().get(NODEPOOL).is_some_and(|p| p == name)
+        };
+        let claims = view.claims.iter().filter(of_pool).count();
+        let staying = view
+            .claims
+            .iter()
+            .filter(of_pool)
+            .filter(|c| !candidates::disrupting(c))
+            .count();
+        if i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
+            continue;
+        }
+        let candidates: Vec<&Machine<'_>> = all
+            .iter()
+            .filter(|m| m.claim.labels().get(NODEPOOL) == Some(name))
+            .filter(|m| candidates::settled(m) && is_true(m.claim, DRIFTED))
+            .filter(|m| held(m, pool, &view.pdbs, now).is_none())
+            .collect();
+        if candidates.is_empty() {
+            continue;
+        }
+        let (total, disrupting) = counts.get(name).copied().unwrap_or_default();
+        let Ok(allowed) = budgets::allowed(
+            &pool.spec.disruption.budgets,
+            DisruptionReason::Drifted,
+            total,
+            disrupting,
+            now,
+        ) else {
+            continue;
+        };
+        let room =
+            static_pools::node_limit(pool).map_or(usize::MAX, |limit| limit.saturating_sub(claims));
+        let take = allowed.min(room).min(candidates.len());
+        if take == 0 {
+            continue;
+        }
+        let snapshot = provisioner::snapshot::Snapshot::take(ctx);
+        let source = provisioner::instance_types::FromProviders {
+            ctx,
+            cache: &ctx.instance_types,
+        };
+        let new = match snapshot.static_claim(&source, pool).await {
+            Ok(Ok(new)) => new,
+            Ok(Err(why)) => {
+                ctx.events
+                    .warning(
+                        *pool,
+                        "DisruptionBlocked",
+                        format!("cannot replace drifted static capacity: {why}"),
+                    )
+                    .await;
+                continue;
+            }
+            Err(err) => {
+                tracing::debug!(nodepool = %name, error = %err, "static drift: no template claim");
+                continue;
+            }
+        };
+        for m in candidates.into_iter().take(take) {
+            command::launch(
+                ctx,
+                &[m],
+                "Drifted",
+                &[&new],
+                "replacing drifted static capacity",
+            )
+            .await?;
+            started = true;
         }
     }
     Ok(started)

@@ -6,8 +6,9 @@
 //! from the template (every instance type the pool can launch, cheapest first:
 //! [`Snapshot::static_claim`]); more → the surplus is deleted in Karpenter's order ([`Removal`]):
 //! claims not launched, then empty nodes, then by disruption cost, nodes with a `do-not-disrupt`
-//! pod last. `spec.limits.nodes` caps the replicas. A claim being deleted does not count, so a
-//! deleted node is replaced at once (its replacement launches while it drains).
+//! pod last. `spec.limits.nodes` caps the replicas. A claim being deleted, or replaced by a
+//! drift ([`super::disruption`]'s static drift), does not count, so a deleted node is replaced
+//! at once (its replacement launches while it drains).
 //!
 //! [`not_for_dynamic_provisioning`]: super::provisioner::snapshot::not_for_dynamic_provisioning
 
@@ -87,14 +88,17 @@ pub async fn run(ctx: Arc<Context>) {
 /// limit a static pool takes, as in Karpenter; an unreadable limit caps nothing).
 fn target(pool: &NodePool) -> usize {
     let replicas = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
-    let limit = pool
-        .spec
+    node_limit(pool).map_or(replicas, |limit| replicas.min(limit))
+}
+
+/// A pool's `spec.limits.nodes`, if it has a readable one.
+pub fn node_limit(pool: &NodePool) -> Option<usize> {
+    pool.spec
         .limits
-        .as_ref()
-        .and_then(|l| l.get("nodes"))
+        .as_ref()?
+        .get("nodes")
         .and_then(|q| quantity::parse_units(q.as_str()).ok())
-        .and_then(|n| usize::try_from(n.max(0)).ok());
-    limit.map_or(replicas, |limit| replicas.min(limit))
+        .map(|n| usize::try_from(n.max(0)).unwrap_or(0))
 }
 
 /// Where a claim stands in a static pool's scale-down order (Karpenter's): claims not launched
@@ -163,6 +167,14 @@ async fn reconcile(
                 && c.labels().get(NODEPOOL).is_some_and(|p| *p == name)
         })
         .collect();
+    // Every claim the pool holds counts against its node limit, the ones being replaced too.
+    let held = live.len() + created.unseen(&name, &live);
+    let room = node_limit(pool).map_or(usize::MAX, |limit| limit.saturating_sub(held));
+    // A claim being replaced (static drift) no longer counts: its replacement does.
+    let live: Vec<&NodeClaim> = live
+        .into_iter()
+        .filter(|c| !candidates::disrupting(c))
+        .collect();
     let have = live.len() + created.unseen(&name, &live);
     if have < replicas && have >= want {
         ctx.events
@@ -197,7 +209,7 @@ async fn reconcile(
             }
         };
         let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        for _ in have..want {
+        for _ in 0..(want - have).min(room) {
             let claim = claim_for(&new, pool, &ctx.selector.equality_labels());
             let made = api.create(&PostParams::default(), &claim).await?;
             ctx.metrics.lifecycle.created("provisioned", &name, false);

@@ -288,8 +288,13 @@ pub fn pool_counts(
 /// Whether a machine may be considered at all: initialized, not disrupting, of a pool that is
 /// not static.
 pub fn eligible(machine: &Machine<'_>, pool: &NodePool) -> bool {
-    pool.spec.replicas.is_none()
-        && !disrupting(machine.claim)
+    pool.spec.replicas.is_none() && settled(machine)
+}
+
+/// Whether a machine may start a disruption at all (whatever its pool): not being disrupted or
+/// deleted, not tainted by a disruption, its node initialized.
+pub fn settled(machine: &Machine<'_>) -> bool {
+    !disrupting(machine.claim)
         && machine.node.metadata.deletion_timestamp.is_none()
         && !tainted_disrupted(machine.node)
         && machine.node.labels().get(INITIALIZED).map(String::as_str) == Some("true")
