@@ -475,7 +475,12 @@ async fn start_static_drift(
             c.metadata.deletion_timestamp.is_none()
                 && c.labels().get(NODEPOOL).is_some_and(|p| p == name)
         };
-        let claims = view.claims.iter().filter(of_pool).count();
+        // The node limit counts every claim the pool holds, the ones being deleted too.
+        let claims = view
+            .claims
+            .iter()
+            .filter(|c| c.labels().get(NODEPOOL).is_some_and(|p| p == name))
+            .count();
         let staying = view
             .claims
             .iter()

@@ -167,8 +167,14 @@ async fn reconcile(
                 && c.labels().get(NODEPOOL).is_some_and(|p| *p == name)
         })
         .collect();
-    // Every claim the pool holds counts against its node limit, the ones being replaced too.
-    let held = live.len() + created.unseen(&name, &live);
+    // Every claim the pool holds counts against its node limit, the ones being replaced or
+    // deleted too.
+    let held = snapshot
+        .claims
+        .iter()
+        .filter(|c| c.labels().get(NODEPOOL).is_some_and(|p| *p == name))
+        .count()
+        + created.unseen(&name, &live);
     let room = node_limit(pool).map_or(usize::MAX, |limit| limit.saturating_sub(held));
     // A claim being replaced (static drift) no longer counts: its replacement does.
     let live: Vec<&NodeClaim> = live
