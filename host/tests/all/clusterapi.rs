@@ -1052,12 +1052,15 @@ async fn consolidation_removes_the_empty_machine_and_no_other() {
             .collect();
         let machines = world.machines().await;
         Ok::<_, String>(
-            (machines.len() == 1 && running(&pods) == 1 && busy.len() == 1).then_some((
-                machines[0].data["status"]["nodeRef"]["name"]
-                    .as_str()
-                    .map(str::to_owned),
-                busy[0].clone(),
-            )),
+            // `then`, not `then_some`: the indexing must wait for the lengths to be checked.
+            (machines.len() == 1 && running(&pods) == 1 && busy.len() == 1).then(|| {
+                (
+                    machines[0].data["status"]["nodeRef"]["name"]
+                        .as_str()
+                        .map(str::to_owned),
+                    busy[0].clone(),
+                )
+            }),
         )
     })
     .await
