@@ -21,6 +21,7 @@ use kube::{Api, ResourceExt};
 
 use super::disruption::candidates;
 use super::nodeclaim;
+use super::nodeclaim::termination::drain;
 use super::provisioner::claim_for;
 use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
@@ -141,14 +142,6 @@ fn removal(claim: &NodeClaim, pods: &[&Pod], now: k8s_openapi::jiff::Timestamp) 
     }
 }
 
-/// A pod that has finished (it holds nothing).
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
 /// Brings one static pool to its replica count (within its node limit).
 async fn reconcile(
     ctx: &Context,
@@ -243,7 +236,7 @@ async fn reconcile(
                 .filter(|p| {
                     node.is_some() && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == node
                 })
-                .filter(|p| !is_terminal(p))
+                .filter(|p| !drain::terminal(p))
                 .collect()
         };
         let mut surplus: Vec<(Removal, &NodeClaim)> = live

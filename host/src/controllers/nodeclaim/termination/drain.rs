@@ -206,7 +206,8 @@ fn deletion(pod: &Pod, deadline: Timestamp, now: Timestamp) -> Option<Decision> 
     needed.then_some(Decision::Delete { grace_seconds })
 }
 
-fn terminal(pod: &Pod) -> bool {
+/// A pod that has finished (`Succeeded` or `Failed`): it holds nothing.
+pub fn terminal(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")
