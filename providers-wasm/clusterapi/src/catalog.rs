@@ -134,6 +134,7 @@ mod tests {
             namespace: "capi".into(),
             replicas,
             max_size: max,
+            min_size: 0,
             capacity: ResourceList::new()
                 .with("cpu", Quantity::from_units(cpu))
                 .with("memory", Quantity::from_bytes(cpu * (4 << 30)))

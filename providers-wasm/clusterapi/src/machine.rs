@@ -11,6 +11,11 @@ use crate::node_group::{Meta, NodeGroup};
 pub const CLAIM_LABEL: &str = "capstan.dev/nodeclaim";
 /// The template hash a Machine was claimed under (drift detection).
 pub const HASH_ANNOTATION: &str = "capstan.dev/machine-template-hash";
+/// Marks a Machine claimed while its MachineDeployment had fewer such Machines than its minimum
+/// size: its NodeClaim gets `karpenter.sh/do-not-disrupt`, so consolidation and drift keep it.
+pub const MIN_SIZE_MEMBER: &str = "capstan.dev/min-size-member";
+/// Karpenter's annotation that holds a node from voluntary disruption.
+pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// Cluster API's mark for the Machine to remove first on scale-down.
 pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 /// The MachineDeployment a Machine belongs to.
@@ -64,6 +69,11 @@ impl Machine {
         self.metadata.labels.get(CLAIM_LABEL).map(String::as_str)
     }
 
+    /// Whether it is one of the Machines that keep its MachineDeployment at its minimum size.
+    pub fn holds_min_size(&self) -> bool {
+        self.metadata.annotations.contains_key(MIN_SIZE_MEMBER)
+    }
+
     /// Its MachineDeployment.
     pub fn deployment(&self) -> Option<&str> {
         self.metadata
@@ -104,17 +114,22 @@ impl Machine {
                 .or_insert_with(|| deployment.to_string());
         }
         let capacity = group.map(|g| g.capacity.to_resources()).unwrap_or_default();
-        let annotations = self
+        let mut annotations: Vec<KeyValue> = self
             .metadata
             .annotations
             .get(HASH_ANNOTATION)
-            .map(|hash| {
-                vec![KeyValue {
-                    key: HASH_ANNOTATION.to_string(),
-                    value: hash.clone(),
-                }]
+            .map(|hash| KeyValue {
+                key: HASH_ANNOTATION.to_string(),
+                value: hash.clone(),
             })
-            .unwrap_or_default();
+            .into_iter()
+            .collect();
+        if self.holds_min_size() {
+            annotations.push(KeyValue {
+                key: DO_NOT_DISRUPT.to_string(),
+                value: "true".to_string(),
+            });
+        }
         NodeClaim {
             name: self.claim().unwrap_or(&self.metadata.name).to_string(),
             node_pool_name: None,
@@ -191,5 +206,22 @@ mod tests {
             machine(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
         assert!(deleting.is_leaving());
         assert!(!machine(serde_json::json!({})).is_leaving());
+    }
+
+    #[test]
+    fn a_min_size_member_is_held_from_disruption() {
+        let annotation = |m: &Machine, key: &str| {
+            m.to_claim(None)
+                .annotations
+                .into_iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value)
+        };
+        let member =
+            machine(serde_json::json!({"metadata": {"annotations": {MIN_SIZE_MEMBER: "true"}}}));
+        assert!(member.holds_min_size());
+        assert_eq!(annotation(&member, DO_NOT_DISRUPT).as_deref(), Some("true"));
+        let other = machine(serde_json::json!({}));
+        assert_eq!(annotation(&other, DO_NOT_DISRUPT), None);
     }
 }

@@ -6,7 +6,7 @@
 //! management cluster, or in the workload cluster when the host has no management cluster; with
 //! `v1beta2`, or `v1beta1` where that is all the API server serves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use capstan_provider_sdk::kube::{self, Cluster, KubeError, ListOptions, Target};
 use capstan_provider_sdk::{
@@ -18,9 +18,12 @@ use serde_json::json;
 use crate::catalog::{self, NoGroup};
 use crate::ledger::{self, AtMaxSize, Capacity, Ledger};
 use crate::machine::{
-    CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, Machine, parse_pending,
+    CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, MIN_SIZE_MEMBER, Machine,
+    parse_pending,
 };
-use crate::node_group::{self, GroupError, MEMBER_LABEL, MachineDeployment, NodeGroup};
+use crate::node_group::{
+    self, GroupError, InfraTemplateStatus, MEMBER_LABEL, MachineDeployment, NodeGroup,
+};
 use crate::params::{GROUP, Parameters};
 use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
 
@@ -118,6 +121,124 @@ fn claimed_machine(
     Ok(None)
 }
 
+/// The label on an infrastructure provider's CRD that names its API versions implementing Cluster
+/// API's contract `version` (`v1beta1_v1beta2`: the last is the newest).
+fn contract_label(version: &str) -> String {
+    format!("{GROUP}/{version}")
+}
+
+/// The API version of infrastructure `kind` in `group` that implements the contract of `place`'s
+/// Cluster API version, as Cluster API finds it: the contract label of the kind's CRD
+/// (`<kind>s.<group>`, lower case), else the CRD's storage version.
+fn contract_version(place: &Place, group: &str, kind: &str) -> Result<String, String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Crd {
+        metadata: node_group::Meta,
+        spec: CrdSpec,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct CrdSpec {
+        versions: Vec<CrdVersion>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct CrdVersion {
+        name: String,
+        storage: bool,
+    }
+    let name = format!("{}s.{group}", kind.to_lowercase());
+    let crd: Crd = kube::get(
+        &Target::new(
+            place.cluster,
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+        )
+        .object(&name),
+    )
+    .map_err(|e| format!("reading CustomResourceDefinition {name}: {e}"))?;
+    crd.metadata
+        .labels
+        .get(&contract_label(&place.version))
+        .and_then(|versions| versions.split('_').next_back())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            crd.spec
+                .versions
+                .iter()
+                .find(|v| v.storage)
+                .map(|v| v.name.clone())
+        })
+        .ok_or_else(|| format!("CustomResourceDefinition {name} names no version"))
+}
+
+/// The status of a MachineDeployment's infrastructure machine template (what scaling from zero
+/// reads when the capacity annotations are absent). `versions` remembers what
+/// [`contract_version`] found for each group and kind.
+fn template_status(
+    place: &Place,
+    md: &MachineDeployment,
+    versions: &mut BTreeMap<(String, String), Result<String, String>>,
+) -> Result<InfraTemplateStatus, String> {
+    let reference = &md.spec.template.spec.infrastructure_ref;
+    let field = |name: &str| {
+        reference[name]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("spec.template.spec.infrastructureRef has no {name}"))
+    };
+    let (kind, name) = (field("kind")?, field("name")?);
+    // v1beta1 references carry an apiVersion; v1beta2 ones only the group.
+    let api_version = match reference["apiVersion"].as_str() {
+        Some(version) => version.to_string(),
+        None => {
+            let group = field("apiGroup")?;
+            let version = versions
+                .entry((group.to_string(), kind.to_string()))
+                .or_insert_with(|| contract_version(place, group, kind))
+                .clone()?;
+            format!("{group}/{version}")
+        }
+    };
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Template {
+        status: InfraTemplateStatus,
+    }
+    let template: Template = kube::get(
+        &Target::new(place.cluster, &api_version, kind)
+            .namespaced(&md.metadata.namespace)
+            .object(name),
+    )
+    .map_err(|e| format!("reading {kind} {name}: {e}"))?;
+    Ok(template.status)
+}
+
+/// A MachineDeployment as a node group, reading its infrastructure template's status when its
+/// annotations do not give the capacity.
+fn parse_group(
+    place: &Place,
+    md: &MachineDeployment,
+    versions: &mut BTreeMap<(String, String), Result<String, String>>,
+) -> Result<NodeGroup, GroupError> {
+    if !md.needs_template_capacity() {
+        return node_group::parse(md, None);
+    }
+    match template_status(place, md, versions) {
+        Ok(status) => node_group::parse(md, Some(&status)),
+        Err(problem) => {
+            capstan_provider_sdk::warn!(
+                "MachineDeployment {}/{}: no capacity annotations, and its infrastructure template could not be read: {problem}",
+                md.metadata.namespace,
+                md.metadata.name
+            );
+            node_group::parse(md, None)
+        }
+    }
+}
+
 /// The member MachineDeployments of `place` (with the extra selector), parsed; the malformed ones
 /// come back as errors.
 fn load_groups(
@@ -141,11 +262,12 @@ fn load_groups(
     lift_stale_pauses(place, &deployments);
     let mut groups = Vec::new();
     let mut errors = Vec::new();
+    let mut versions = BTreeMap::new();
     for md in deployments
         .iter()
         .filter(|md| md.metadata.deletion_timestamp.is_none())
     {
-        match node_group::parse(md) {
+        match parse_group(place, md, &mut versions) {
             Ok(group) => groups.push(group),
             Err(e) => errors.push(e),
         }
@@ -163,7 +285,7 @@ fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
             .object(name),
     )
     .ok()?;
-    node_group::parse(&md).ok()
+    parse_group(place, &md, &mut BTreeMap::new()).ok()
 }
 
 /// Lowers a MachineDeployment's (or MachineSet's: `kind`) replicas by one through its `scale`
@@ -274,7 +396,8 @@ fn adopt(
         return Ok(None);
     }
     let mut candidates: Vec<Machine> = machines
-        .into_iter()
+        .iter()
+        .cloned()
         .filter(|m| !m.is_leaving() && m.claim().is_none())
         .collect();
     candidates.sort_by(|a, b| {
@@ -283,11 +406,21 @@ fn adopt(
             .cmp(&b.metadata.creation_timestamp)
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
+    // The first `min_size` claimed Machines are held from disruption (see [`MIN_SIZE_MEMBER`]).
+    let holders = machines
+        .iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_some() && m.holds_min_size())
+        .count();
+    let member = i64::try_from(holders).unwrap_or(i64::MAX) < group.min_size;
     for machine in candidates {
+        let mut annotations = json!({HASH_ANNOTATION: group.template_hash});
+        if member {
+            annotations[MIN_SIZE_MEMBER] = json!("true");
+        }
         let patch = json!({"metadata": {
             "resourceVersion": machine.metadata.resource_version,
             "labels": {CLAIM_LABEL: claim},
-            "annotations": {HASH_ANNOTATION: group.template_hash},
+            "annotations": annotations,
         }});
         match kube::patch_merge::<_, Machine>(
             &place.target("Machine").object(&machine.metadata.name),
@@ -656,8 +789,7 @@ impl Guest for ClusterApi {
         let (place, machines) = find_machines(CLAIM_LABEL)?;
         // Each claim with its MachineDeployment's node labels (garbage collection matches the
         // host's selector against them); one read per MachineDeployment.
-        let mut groups: std::collections::BTreeMap<(String, String), Option<NodeGroup>> =
-            std::collections::BTreeMap::new();
+        let mut groups: BTreeMap<(String, String), Option<NodeGroup>> = BTreeMap::new();
         Ok(machines
             .iter()
             .filter(|m| !m.is_leaving())
