@@ -135,6 +135,7 @@ mod tests {
             replicas,
             max_size: max,
             min_size: 0,
+            max_provision_millis: None,
             capacity: ResourceList::new()
                 .with("cpu", Quantity::from_units(cpu))
                 .with("memory", Quantity::from_bytes(cpu * (4 << 30)))

@@ -12,6 +12,7 @@
 //! | `…/taints` | node taints, `key=value:Effect,key:Effect` |
 //! | `cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size` | replicas it may grow to (unbounded if absent) |
 //! | `cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size` | Machines consolidation keeps (0 if absent) |
+//! | `cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime` | launch timeout for this group (a Go duration; the NodeClass's if shorter) |
 //! | `capstan.dev/price-per-hour` (or `cluster.x-k8s.io/machine-current-price`) | hourly price (0 if absent) |
 //!
 //! The zone is the template's `failureDomain`, else the `topology.kubernetes.io/zone` label, else
@@ -33,6 +34,8 @@ use serde_json::Value;
 pub const CAPACITY_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
 /// The node-group minimum size annotation.
 pub const MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+/// Cluster Autoscaler's per-node-group launch timeout (a Go duration, `15m`).
+pub const MAX_PROVISION_TIME: &str = "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime";
 /// The node-group maximum size annotation.
 pub const MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 /// The price annotation this provider defines.
@@ -233,6 +236,8 @@ pub struct NodeGroup {
     pub max_size: Option<i64>,
     /// Machines consolidation keeps (0 if unset).
     pub min_size: i64,
+    /// How long a launch may take, in milliseconds, if the group says.
+    pub max_provision_millis: Option<u64>,
     /// Node capacity.
     pub capacity: ResourceList,
     /// Node labels (well-known ones included).
@@ -434,6 +439,15 @@ pub fn parse(
             format!("{min_size} is above the maximum size {max}"),
         ));
     }
+    let max_provision_millis = match annotations.get(MAX_PROVISION_TIME) {
+        Some(text) => Some(go_duration_millis(text.trim()).ok_or_else(|| {
+            error(
+                MAX_PROVISION_TIME,
+                format!("{text:?} is not a duration (like 15m, 90s, 1h30m)"),
+            )
+        })?),
+        None => None,
+    };
     let (price_key, price_text) = match (annotations.get(PRICE), annotations.get(PRICE_UPSTREAM)) {
         (Some(text), _) => (PRICE, Some(text)),
         (None, Some(text)) => (PRICE_UPSTREAM, Some(text)),
@@ -503,6 +517,7 @@ pub fn parse(
         replicas: md.spec.replicas.unwrap_or(0),
         max_size,
         min_size,
+        max_provision_millis,
         capacity,
         labels: node_labels,
         taints,
@@ -511,6 +526,34 @@ pub fn parse(
         price,
         template_hash: template_hash(&md.spec.template.spec),
     })
+}
+
+/// A Go duration (`1h30m`, `90s`, `500ms`; h, m, s, ms, whole numbers) in milliseconds.
+pub fn go_duration_millis(text: &str) -> Option<u64> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1000, 1)
+        } else {
+            return None;
+        };
+        rest = &rest[len..];
+        total = total.checked_add(number.checked_mul(unit)?)?;
+    }
+    Some(total)
 }
 
 /// The hash of what makes a Machine: infrastructure reference, bootstrap, version.
@@ -817,5 +860,22 @@ mod tests {
         assert_eq!(err(&[(MIN_SIZE, "two")]).annotation, MIN_SIZE);
         let above = err(&[(MIN_SIZE, "6"), (MAX_SIZE, "5")]);
         assert!(above.problem.contains("above the maximum"), "{above}");
+    }
+
+    #[test]
+    fn max_node_provision_time_is_a_go_duration() {
+        assert_eq!(go_duration_millis("15m"), Some(900_000));
+        assert_eq!(go_duration_millis("1h30m10s"), Some(5_410_000));
+        assert_eq!(go_duration_millis("500ms"), Some(500));
+        for bad in ["", "15", "m", "1.5h", "10d", "-1s"] {
+            assert_eq!(go_duration_millis(bad), None, "{bad}");
+        }
+        let group = parse_md(&md(&[BASE[0], BASE[1], (MAX_PROVISION_TIME, "90s")])).unwrap();
+        assert_eq!(group.max_provision_millis, Some(90_000));
+        assert_eq!(parse_md(&md(&BASE)).unwrap().max_provision_millis, None);
+        assert_eq!(
+            err(&[(MAX_PROVISION_TIME, "soon")]).annotation,
+            MAX_PROVISION_TIME
+        );
     }
 }

@@ -22,7 +22,8 @@ use crate::machine::{
     parse_pending,
 };
 use crate::node_group::{
-    self, GroupError, InfraTemplateStatus, MEMBER_LABEL, MachineDeployment, NodeGroup,
+    self, GroupError, InfraTemplateStatus, MAX_PROVISION_TIME, MEMBER_LABEL, MachineDeployment,
+    NodeGroup,
 };
 use crate::params::{GROUP, Parameters};
 use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
@@ -506,7 +507,7 @@ fn wait_launched(
             return Err(ProviderError::create_failed(
                 "LaunchTimeout",
                 format!(
-                    "Machine {} got no providerID within {} s; it was removed and its MachineDeployment scaled back",
+                    "Machine {} got no providerID within the launch timeout (launchTimeoutSeconds {} s, or its MachineDeployment's shorter {MAX_PROVISION_TIME}); it was removed and its MachineDeployment scaled back",
                     machine.metadata.name, params.launch_timeout_seconds
                 ),
             ));
@@ -734,6 +735,10 @@ impl Guest for ClusterApi {
         })?;
         // The MachineDeployment's own namespace (a ClusterAPINodeClass looks in all of them).
         let place = place.in_namespace(&group.namespace);
+        // Its own launch timeout (Cluster Autoscaler's `maxnodeprovisiontime`), if shorter.
+        let deadline = group
+            .max_provision_millis
+            .map_or(deadline, |millis| deadline.min(clock::now_millis() + millis));
         // Join the MachineDeployment's waiting launches, give others a moment to join too, then
         // take an unclaimed Machine, or raise the replicas for everyone still waiting.
         let max_age = params.ledger_max_age();
