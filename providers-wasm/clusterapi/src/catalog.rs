@@ -130,6 +130,7 @@ mod tests {
 
     fn group(name: &str, cpu: i128, price: f64, replicas: i64, max: Option<i64>) -> NodeGroup {
         NodeGroup {
+            kind: crate::node_group::Kind::MachineDeployment,
             name: name.into(),
             namespace: "capi".into(),
             replicas,

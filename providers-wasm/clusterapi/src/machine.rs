@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use capstan_provider_sdk::{KeyValue, NodeClaim, labels};
 use serde::Deserialize;
 
-use crate::node_group::{Meta, NodeGroup};
+use crate::node_group::{Kind, Meta, NodeGroup};
 
 /// The label that ties a Machine to the NodeClaim it was launched for.
 pub const CLAIM_LABEL: &str = "capstan.dev/nodeclaim";
@@ -74,12 +74,17 @@ impl Machine {
         self.metadata.annotations.contains_key(MIN_SIZE_MEMBER)
     }
 
-    /// Its MachineDeployment.
-    pub fn deployment(&self) -> Option<&str> {
-        self.metadata
-            .labels
-            .get(DEPLOYMENT_LABEL)
-            .map(String::as_str)
+    /// The node group it belongs to: its MachineDeployment, else its MachineSet (one no
+    /// MachineDeployment owns).
+    pub fn owner(&self) -> Option<(Kind, &str)> {
+        [Kind::MachineDeployment, Kind::MachineSet]
+            .into_iter()
+            .find_map(|kind| {
+                self.metadata
+                    .labels
+                    .get(kind.machine_label())
+                    .map(|name| (kind, name.as_str()))
+            })
     }
 
     /// Whether it is going away (deleting, or marked for scale-down).
@@ -108,10 +113,10 @@ impl Machine {
     pub fn to_claim(&self, group: Option<&NodeGroup>) -> NodeClaim {
         let mut node_labels: BTreeMap<String, String> =
             group.map(|g| g.labels.clone()).unwrap_or_default();
-        if let Some(deployment) = self.deployment() {
+        if let Some((_, owner)) = self.owner() {
             node_labels
                 .entry(labels::INSTANCE_TYPE.to_string())
-                .or_insert_with(|| deployment.to_string());
+                .or_insert_with(|| owner.to_string());
         }
         let capacity = group.map(|g| g.capacity.to_resources()).unwrap_or_default();
         let mut annotations: Vec<KeyValue> = self
@@ -223,5 +228,18 @@ mod tests {
         assert_eq!(annotation(&member, DO_NOT_DISRUPT).as_deref(), Some("true"));
         let other = machine(serde_json::json!({}));
         assert_eq!(annotation(&other, DO_NOT_DISRUPT), None);
+    }
+
+    #[test]
+    fn the_owner_is_the_deployment_else_the_set() {
+        let of_deployment = machine(serde_json::json!({"metadata": {"labels": {
+            DEPLOYMENT_LABEL: "md", "cluster.x-k8s.io/set-name": "md-abc"}}}));
+        assert_eq!(of_deployment.owner(), Some((Kind::MachineDeployment, "md")));
+        let of_set = machine(
+            serde_json::json!({"metadata": {"labels": {"cluster.x-k8s.io/set-name": "ms"}}}),
+        );
+        assert_eq!(of_set.owner(), Some((Kind::MachineSet, "ms")));
+        assert_eq!(of_set.to_claim(None).labels[0].value, "ms");
+        assert_eq!(machine(serde_json::json!({})).owner(), None);
     }
 }

@@ -202,9 +202,39 @@ pub struct GroupTaint {
     pub effect: String,
 }
 
-/// A MachineDeployment whose annotations cannot be used.
+/// The kind of Cluster API resource a node group scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Kind {
+    /// A MachineDeployment.
+    #[default]
+    MachineDeployment,
+    /// A MachineSet that no MachineDeployment owns.
+    MachineSet,
+}
+
+impl Kind {
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::MachineDeployment => "MachineDeployment",
+            Kind::MachineSet => "MachineSet",
+        }
+    }
+
+    /// The label Cluster API puts on the Machines it owns, naming it.
+    pub fn machine_label(self) -> &'static str {
+        match self {
+            Kind::MachineDeployment => "cluster.x-k8s.io/deployment-name",
+            Kind::MachineSet => "cluster.x-k8s.io/set-name",
+        }
+    }
+}
+
+/// A MachineDeployment (or MachineSet) whose annotations cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupError {
+    /// Its kind.
+    pub kind: Kind,
     /// `namespace/name`.
     pub deployment: String,
     /// The annotation at fault.
@@ -217,8 +247,11 @@ impl fmt::Display for GroupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "MachineDeployment {}: annotation {}: {}",
-            self.deployment, self.annotation, self.problem
+            "{} {}: annotation {}: {}",
+            self.kind.as_str(),
+            self.deployment,
+            self.annotation,
+            self.problem
         )
     }
 }
@@ -226,6 +259,8 @@ impl fmt::Display for GroupError {
 /// What nodes of a MachineDeployment look like and cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeGroup {
+    /// What it scales: a MachineDeployment, or a MachineSet no MachineDeployment owns.
+    pub kind: Kind,
     /// The MachineDeployment's name (the instance type name).
     pub name: String,
     /// Its namespace.
@@ -256,6 +291,11 @@ pub struct NodeGroup {
 }
 
 impl NodeGroup {
+    /// Its kind and name: what the launch ledger and the scale requests go to.
+    pub fn of(&self) -> (Kind, &str) {
+        (self.kind, &self.name)
+    }
+
     /// Whether it may grow by one.
     pub fn can_grow(&self) -> bool {
         self.max_size.is_none_or(|max| self.replicas < max)
@@ -282,9 +322,19 @@ pub fn parse(
     md: &MachineDeployment,
     template: Option<&InfraTemplateStatus>,
 ) -> Result<NodeGroup, GroupError> {
+    parse_kind(Kind::MachineDeployment, md, template)
+}
+
+/// [`parse`] for a resource of `kind` (a MachineSet has the same fields).
+pub fn parse_kind(
+    kind: Kind,
+    md: &MachineDeployment,
+    template: Option<&InfraTemplateStatus>,
+) -> Result<NodeGroup, GroupError> {
     let deployment = format!("{}/{}", md.metadata.namespace, md.metadata.name);
     let annotations = &md.metadata.annotations;
     let error = |annotation: &str, problem: String| GroupError {
+        kind,
         deployment: deployment.clone(),
         annotation: annotation.to_string(),
         problem,
@@ -512,6 +562,7 @@ pub fn parse(
         });
 
     Ok(NodeGroup {
+        kind,
         name: md.metadata.name.clone(),
         namespace: md.metadata.namespace.clone(),
         replicas: md.spec.replicas.unwrap_or(0),
@@ -536,7 +587,9 @@ pub fn go_duration_millis(text: &str) -> Option<u64> {
     let mut total: u64 = 0;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let number: u64 = rest[..digits].parse().ok()?;
         rest = &rest[digits..];
         let (unit, len) = if rest.starts_with("ms") {

@@ -22,8 +22,8 @@ use crate::machine::{
     parse_pending,
 };
 use crate::node_group::{
-    self, GroupError, InfraTemplateStatus, MAX_PROVISION_TIME, MEMBER_LABEL, MachineDeployment,
-    NodeGroup,
+    self, GroupError, InfraTemplateStatus, Kind, MAX_PROVISION_TIME, MEMBER_LABEL,
+    MachineDeployment, NodeGroup,
 };
 use crate::params::{GROUP, Parameters};
 use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
@@ -221,27 +221,29 @@ fn template_status(
 /// annotations do not give the capacity.
 fn parse_group(
     place: &Place,
+    kind: Kind,
     md: &MachineDeployment,
     versions: &mut BTreeMap<(String, String), Result<String, String>>,
 ) -> Result<NodeGroup, GroupError> {
     if !md.needs_template_capacity() {
-        return node_group::parse(md, None);
+        return node_group::parse_kind(kind, md, None);
     }
     match template_status(place, md, versions) {
-        Ok(status) => node_group::parse(md, Some(&status)),
+        Ok(status) => node_group::parse_kind(kind, md, Some(&status)),
         Err(problem) => {
             capstan_provider_sdk::warn!(
-                "MachineDeployment {}/{}: no capacity annotations, and its infrastructure template could not be read: {problem}",
+                "{} {}/{}: no capacity annotations, and its infrastructure template could not be read: {problem}",
+                kind.as_str(),
                 md.metadata.namespace,
                 md.metadata.name
             );
-            node_group::parse(md, None)
+            node_group::parse_kind(kind, md, None)
         }
     }
 }
 
-/// The member MachineDeployments of `place` (with the extra selector), parsed; the malformed ones
-/// come back as errors.
+/// The member MachineDeployments of `place` (with the extra selector), and the member MachineSets
+/// no MachineDeployment owns, parsed; the malformed ones come back as errors.
 fn load_groups(
     place: &Place,
     params: &Parameters,
@@ -268,7 +270,30 @@ fn load_groups(
         .iter()
         .filter(|md| md.metadata.deletion_timestamp.is_none())
     {
-        match parse_group(place, md, &mut versions) {
+        match parse_group(place, Kind::MachineDeployment, md, &mut versions) {
+            Ok(group) => groups.push(group),
+            Err(e) => errors.push(e),
+        }
+    }
+    // MachineSets of a MachineDeployment carry its name label; the others are node groups too.
+    let sets: Vec<MachineDeployment> =
+        kube::list(&place.target("MachineSet"), &ListOptions::labels(&selector))
+            .map_err(err(launch))?;
+    for set in sets.iter().filter(|s| {
+        s.metadata.deletion_timestamp.is_none() && !s.metadata.labels.contains_key(DEPLOYMENT_LABEL)
+    }) {
+        let taken = deployments.iter().any(|md| {
+            md.metadata.name == set.metadata.name && md.metadata.namespace == set.metadata.namespace
+        });
+        if taken {
+            capstan_provider_sdk::warn!(
+                "skipping MachineSet {}/{}: a MachineDeployment has its name (instance types are named after them)",
+                set.metadata.namespace,
+                set.metadata.name
+            );
+            continue;
+        }
+        match parse_group(place, Kind::MachineSet, set, &mut versions) {
             Ok(group) => groups.push(group),
             Err(e) => errors.push(e),
         }
@@ -276,17 +301,17 @@ fn load_groups(
     Ok((groups, errors))
 }
 
-/// The node group of a Machine's MachineDeployment, if it still parses.
+/// The node group of a Machine (its MachineDeployment or MachineSet), if it still parses.
 fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
-    let name = machine.deployment()?;
+    let (kind, name) = machine.owner()?;
     let md: MachineDeployment = kube::get(
         &place
             .in_namespace(&machine.metadata.namespace)
-            .target("MachineDeployment")
+            .target(kind.as_str())
             .object(name),
     )
     .ok()?;
-    parse_group(place, &md, &mut BTreeMap::new()).ok()
+    parse_group(place, kind, &md, &mut BTreeMap::new()).ok()
 }
 
 /// Lowers a MachineDeployment's (or MachineSet's: `kind`) replicas by one through its `scale`
@@ -392,7 +417,7 @@ fn adopt(
     claim: &str,
     max_age: u64,
 ) -> Result<Option<Machine>, ProviderError> {
-    let (_, capacity, machines) = capacity(place, &group.name, max_age)?;
+    let (_, capacity, machines) = capacity(place, group.of(), max_age)?;
     if capacity.available() == 0 {
         return Ok(None);
     }
@@ -448,15 +473,19 @@ fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
         &json!({"metadata": {"annotations": {DELETE_MACHINE: "true"}}}),
     )
     .map_err(err(false))?;
-    let Some(deployment) = machine.deployment() else {
-        // Not from a MachineDeployment: delete it directly.
-        return match kube::delete(&object) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into_provider_error(false)),
-        };
+    let scaled = match machine.owner() {
+        Some((Kind::MachineDeployment, deployment)) => scale_down_for(&place, deployment, machine),
+        Some((Kind::MachineSet, set)) => scale_down_one(&place, "MachineSet", set),
+        // Neither: delete it directly.
+        None => {
+            return match kube::delete(&object) {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(e.into_provider_error(false)),
+            };
+        }
     };
-    if let Err(e) = scale_down_for(&place, deployment, machine) {
+    if let Err(e) = scaled {
         let undo = kube::patch_merge::<_, serde_json::Value>(
             &object,
             &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
@@ -529,15 +558,15 @@ fn wait_launched(
     }
 }
 
-/// Edits a MachineDeployment's launch ledger (compare-and-swap on its resourceVersion), pruning
-/// entries older than `max_age` ms.
+/// Edits a node group's launch ledger (compare-and-swap on its resourceVersion), pruning entries
+/// older than `max_age` ms.
 fn update_ledger(
     place: &Place,
-    deployment: &str,
+    (kind, deployment): (Kind, &str),
     max_age: u64,
     edit: impl Fn(&mut Ledger),
 ) -> Result<(), ProviderError> {
-    let object = place.target("MachineDeployment").object(deployment);
+    let object = place.target(kind.as_str()).object(deployment);
     for _ in 0..8 {
         let md: MachineDeployment = kube::get(&object).map_err(err(true))?;
         let before = Ledger::parse(
@@ -563,31 +592,33 @@ fn update_ledger(
         }
     }
     Err(ProviderError::Retryable(format!(
-        "MachineDeployment {deployment}: its launch requests keep changing"
+        "{} {deployment}: its launch requests keep changing",
+        kind.as_str()
     )))
 }
 
 /// Takes `claim` off the ledger; a failure only logs (the entry ages out, and a claimed Machine
 /// no longer counts as waiting anyway).
-fn leave_ledger(place: &Place, deployment: &str, max_age: u64, claim: &str) {
-    if let Err(e) = update_ledger(place, deployment, max_age, |l| l.remove(claim)) {
+fn leave_ledger(place: &Place, of: (Kind, &str), max_age: u64, claim: &str) {
+    if let Err(e) = update_ledger(place, of, max_age, |l| l.remove(claim)) {
         capstan_provider_sdk::warn!(
-            "claim {claim}: could not leave the launch ledger of {deployment}: {e:?}"
+            "claim {claim}: could not leave the launch ledger of {}: {e:?}",
+            of.1
         );
     }
 }
 
-/// A MachineDeployment's capacity for its waiting launches, its resourceVersion and Machines.
+/// A node group's capacity for its waiting launches, its resourceVersion and Machines.
 fn capacity(
     place: &Place,
-    deployment: &str,
+    (kind, deployment): (Kind, &str),
     max_age: u64,
 ) -> Result<(Option<String>, Capacity, Vec<Machine>), ProviderError> {
     let md: MachineDeployment =
-        kube::get(&place.target("MachineDeployment").object(deployment)).map_err(err(true))?;
+        kube::get(&place.target(kind.as_str()).object(deployment)).map_err(err(true))?;
     let machines: Vec<Machine> = kube::list(
         &place.target("Machine"),
-        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={deployment}")),
+        &ListOptions::labels(&format!("{}={deployment}", kind.machine_label())),
     )
     .map_err(err(true))?;
     let live: Vec<&Machine> = machines.iter().filter(|m| !m.is_leaving()).collect();
@@ -616,26 +647,28 @@ fn capacity(
 /// launch gets a Machine: one request for all of them.
 fn ensure_capacity(place: &Place, group: &NodeGroup, max_age: u64) -> Result<(), ProviderError> {
     for _ in 0..8 {
-        let (version, capacity, _) = capacity(place, &group.name, max_age)?;
+        let (version, capacity, _) = capacity(place, group.of(), max_age)?;
         let target = match capacity.wanted(group.max_size) {
             Ok(None) => return Ok(()),
             Ok(Some(target)) => target,
             Err(AtMaxSize { max }) => {
                 return Err(ProviderError::InsufficientCapacity(format!(
-                    "MachineDeployment {} is at its maximum size ({max})",
+                    "{} {} is at its maximum size ({max})",
+                    group.kind.as_str(),
                     group.name
                 )));
             }
         };
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
         let scale = place
-            .target("MachineDeployment")
+            .target(group.kind.as_str())
             .object(&group.name)
             .subresource("scale");
         match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
             Ok(_) => {
                 capstan_provider_sdk::info!(
-                    "scaled MachineDeployment {} from {} to {} for {} waiting launches",
+                    "scaled {} {} from {} to {} for {} waiting launches",
+                    group.kind.as_str(),
                     group.name,
                     capacity.replicas,
                     target,
@@ -653,9 +686,13 @@ fn ensure_capacity(place: &Place, group: &NodeGroup, max_age: u64) -> Result<(),
 
 /// Gives back capacity no launch waits for any more: marks unclaimed Machines for removal (so
 /// the scale-down takes them, never a claimed one) and lowers the replicas.
-fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), ProviderError> {
+fn release_excess(
+    place: &Place,
+    (kind, deployment): (Kind, &str),
+    max_age: u64,
+) -> Result<(), ProviderError> {
     for _ in 0..8 {
-        let (version, capacity, machines) = capacity(place, deployment, max_age)?;
+        let (version, capacity, machines) = capacity(place, (kind, deployment), max_age)?;
         let excess = capacity.excess();
         if excess == 0 {
             return Ok(());
@@ -678,7 +715,7 @@ fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), P
         let target = (capacity.replicas - i64::try_from(excess).unwrap_or(i64::MAX)).max(0);
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
         let scale = place
-            .target("MachineDeployment")
+            .target(kind.as_str())
             .object(deployment)
             .subresource("scale");
         match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
@@ -688,7 +725,8 @@ fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), P
         }
     }
     Err(ProviderError::Retryable(format!(
-        "MachineDeployment {deployment}: could not give back unused capacity"
+        "{} {deployment}: could not give back unused capacity",
+        kind.as_str()
     )))
 }
 
@@ -736,34 +774,36 @@ impl Guest for ClusterApi {
         // The MachineDeployment's own namespace (a ClusterAPINodeClass looks in all of them).
         let place = place.in_namespace(&group.namespace);
         // Its own launch timeout (Cluster Autoscaler's `maxnodeprovisiontime`), if shorter.
-        let deadline = group
-            .max_provision_millis
-            .map_or(deadline, |millis| deadline.min(clock::now_millis() + millis));
+        let deadline = group.max_provision_millis.map_or(deadline, |millis| {
+            deadline.min(clock::now_millis() + millis)
+        });
         // Join the MachineDeployment's waiting launches, give others a moment to join too, then
         // take an unclaimed Machine, or raise the replicas for everyone still waiting.
         let max_age = params.ledger_max_age();
-        update_ledger(&place, &group.name, max_age, |l| {
+        update_ledger(&place, group.of(), max_age, |l| {
             l.add(&claim.name, clock::now_millis());
         })?;
         clock::sleep_millis(params.batch_millis);
         let machine = loop {
             if let Some(machine) = adopt(&place, group, &claim.name, max_age)? {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
+                leave_ledger(&place, group.of(), max_age, &claim.name);
                 break machine;
             }
             if clock::now_millis() >= deadline {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
-                release_excess(&place, &group.name, max_age)?;
+                leave_ledger(&place, group.of(), max_age, &claim.name);
+                release_excess(&place, group.of(), max_age)?;
                 return Err(ProviderError::create_failed(
                     "MachineNotCreated",
                     format!(
-                        "no new Machine of MachineDeployment {} within {} s; scaled it back",
-                        group.name, params.launch_timeout_seconds
+                        "no new Machine of {} {} within the launch timeout (launchTimeoutSeconds {} s, or its shorter {MAX_PROVISION_TIME}); scaled it back",
+                        group.kind.as_str(),
+                        group.name,
+                        params.launch_timeout_seconds
                     ),
                 ));
             }
             if let Err(e) = ensure_capacity(&place, group, max_age) {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
+                leave_ledger(&place, group.of(), max_age, &claim.name);
                 return Err(e);
             }
             clock::sleep_millis(params.poll_millis);
@@ -801,7 +841,10 @@ impl Guest for ClusterApi {
             .map(|m| {
                 let key = (
                     m.metadata.namespace.clone(),
-                    m.deployment().unwrap_or_default().to_owned(),
+                    m.owner()
+                        .map(|(_, name)| name)
+                        .unwrap_or_default()
+                        .to_owned(),
                 );
                 let group = groups
                     .entry(key)

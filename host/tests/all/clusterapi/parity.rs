@@ -1,6 +1,7 @@
 //! Parity with Cluster Autoscaler's clusterapi provider (the table in the provider's README),
 //! against real Cluster API: scale from zero from the infrastructure template's status, the
-//! Machine template's taints, and the minimum size consolidation keeps.
+//! Machine template's taints, the minimum size consolidation keeps, and MachineSets without a
+//! MachineDeployment as instance types.
 
 use std::time::Duration;
 
@@ -10,7 +11,7 @@ use capstan::runtime::types::{Operator, Requirement, Taint, TaintEffect};
 use capstan_test_support::cluster_api::machine_template;
 use capstan_test_support::wait_until;
 use k8s_openapi::api::core::v1::{Namespace, Node};
-use kube::api::{DeleteParams, ListParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -241,4 +242,107 @@ async fn consolidation_keeps_a_machine_deployment_at_its_minimum_size() {
     )
     .await
     .unwrap();
+}
+
+/// A MachineSet no MachineDeployment owns, labelled as a member, is an instance type of its own:
+/// a launch scales it up and claims its Machine, a delete marks that Machine and scales it down.
+#[tokio::test]
+async fn a_machine_set_without_a_deployment_is_an_instance_type() {
+    let world = World::new("capi-set", &[]).await;
+    let set_label = "cluster.x-k8s.io/set-name";
+    let mut set = machine_deployment("solo", capacity("2", "8Gi", "0.05", "3"));
+    set["kind"] = json!("MachineSet");
+    set["spec"]["selector"] = json!({"matchLabels": {set_label: "solo"}});
+    set["spec"]["template"]["metadata"]["labels"] = json!({set_label: "solo"});
+    let sets: Api<DynamicObject> = Api::namespaced_with(
+        world.management.clone(),
+        &world.namespace,
+        &resource("MachineSet"),
+    );
+    let templates_api: Api<DynamicObject> = Api::namespaced_with(
+        world.management.clone(),
+        &world.namespace,
+        &capstan_test_support::cluster_api::infrastructure_resource("TestMachineTemplate"),
+    );
+    for template in templates(&set, "Provision").into_iter().take(1) {
+        templates_api
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(template).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    sets.create(
+        &PostParams::default(),
+        &serde_json::from_value(set).unwrap(),
+    )
+    .await
+    .unwrap();
+    // Beside a MachineDeployment, whose own MachineSets are not instance types.
+    world
+        .add(
+            &templates(
+                &machine_deployment("pricier", capacity("2", "8Gi", "0.50", "3")),
+                "Provision",
+            )[..1],
+            &machine_deployment("pricier", capacity("2", "8Gi", "0.50", "3")),
+        )
+        .await;
+
+    let provider = provider(&world, CLUSTERAPI_GRANTS);
+    let class = wit_class(&world.parameters());
+    let catalog = provider
+        .get_instance_types(&crate::fixtures::pool("p"), &class)
+        .await
+        .unwrap();
+    let mut names: Vec<String> = CatalogView::new(&catalog)
+        .unwrap()
+        .instance_types()
+        .map(|it| it.name.to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, vec!["pricier".to_string(), "solo".to_string()]);
+
+    // The cheapest: the MachineSet.
+    let mut any = claim("solo-claim", "solo");
+    any.requirements.clear();
+    let launched = provider.create(&any, &class).await.unwrap();
+    let machines = world.machines().await;
+    assert_eq!(machines.len(), 1, "{machines:?}");
+    assert_eq!(
+        machines[0].labels().get(set_label).map(String::as_str),
+        Some("solo")
+    );
+    assert_eq!(
+        machines[0]
+            .labels()
+            .get("capstan.dev/nodeclaim")
+            .map(String::as_str),
+        Some("solo-claim")
+    );
+    let replicas = |set: DynamicObject| set.data["spec"]["replicas"].as_i64().unwrap_or(0);
+    assert_eq!(replicas(sets.get("solo").await.unwrap()), 1);
+    // get finds it, with its instance type.
+    let got = provider
+        .get(launched.provider_id.as_deref().unwrap())
+        .await
+        .unwrap();
+    assert!(
+        got.labels
+            .iter()
+            .any(|kv| kv.key == "node.kubernetes.io/instance-type" && kv.value == "solo"),
+        "{:?}",
+        got.labels
+    );
+
+    provider.delete(&launched).await.unwrap();
+    wait_until(Duration::from_secs(60), "the Machine gone", || async {
+        let machines = world.machines().await.len();
+        let replicas = replicas(sets.get("solo").await.map_err(|e| e.to_string())?);
+        Ok::<_, String>((machines == 0 && replicas == 0).then_some(()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(world.replicas("pricier").await, 0);
 }
