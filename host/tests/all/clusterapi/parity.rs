@@ -16,7 +16,8 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::{
-    CLUSTERAPI_GRANTS, World, capacity, claim, machine_deployment, provider, start_host, wit_class,
+    CLUSTERAPI_GRANTS, World, capacity, claim, machine_deployment, provider, resource, start_host,
+    templates, wit_class,
 };
 use crate::disruption::{App, deployment, pods as disruption_pods, running};
 use crate::lifecycle::{Names, cleanup, cluster, node_class, node_pool, node_pool_json};
