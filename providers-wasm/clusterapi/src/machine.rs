@@ -12,10 +12,11 @@ pub const CLAIM_LABEL: &str = "capstan.dev/nodeclaim";
 /// The template hash a Machine was claimed under (drift detection).
 pub const HASH_ANNOTATION: &str = "capstan.dev/machine-template-hash";
 /// Marks a Machine claimed while its MachineDeployment had fewer such Machines than its minimum
-/// size: its NodeClaim gets `karpenter.sh/do-not-disrupt`, so consolidation and drift keep it.
+/// size (the value): its NodeClaim gets [`HELD_BY_PROVIDER`], so consolidation and drift keep it.
 pub const MIN_SIZE_MEMBER: &str = "capstan.dev/min-size-member";
-/// Karpenter's annotation that holds a node from voluntary disruption.
-pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// The host's annotation for a provider's hold on a node (providers may not set Karpenter's
+/// `karpenter.sh/do-not-disrupt`); the value is the reason.
+pub const HELD_BY_PROVIDER: &str = "capstan.dev/held-by-provider";
 /// Cluster API's mark for the Machine to remove first on scale-down.
 pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 /// The MachineDeployment a Machine belongs to.
@@ -131,8 +132,17 @@ impl Machine {
             .collect();
         if self.holds_min_size() {
             annotations.push(KeyValue {
-                key: DO_NOT_DISRUPT.to_string(),
-                value: "true".to_string(),
+                key: HELD_BY_PROVIDER.to_string(),
+                value: format!(
+                    "keeps {} {} at its minimum size ({})",
+                    self.owner()
+                        .map_or("MachineDeployment", |(kind, _)| kind.as_str()),
+                    self.owner().map_or("", |(_, name)| name),
+                    self.metadata
+                        .annotations
+                        .get(MIN_SIZE_MEMBER)
+                        .map_or("", String::as_str)
+                ),
             });
         }
         NodeClaim {
@@ -222,12 +232,17 @@ mod tests {
                 .find(|kv| kv.key == key)
                 .map(|kv| kv.value)
         };
-        let member =
-            machine(serde_json::json!({"metadata": {"annotations": {MIN_SIZE_MEMBER: "true"}}}));
+        let member = machine(serde_json::json!({"metadata": {
+            "labels": {DEPLOYMENT_LABEL: "md"},
+            "annotations": {MIN_SIZE_MEMBER: "2"},
+        }}));
         assert!(member.holds_min_size());
-        assert_eq!(annotation(&member, DO_NOT_DISRUPT).as_deref(), Some("true"));
+        assert_eq!(
+            annotation(&member, HELD_BY_PROVIDER).as_deref(),
+            Some("keeps MachineDeployment md at its minimum size (2)")
+        );
         let other = machine(serde_json::json!({}));
-        assert_eq!(annotation(&other, DO_NOT_DISRUPT), None);
+        assert_eq!(annotation(&other, HELD_BY_PROVIDER), None);
     }
 
     #[test]

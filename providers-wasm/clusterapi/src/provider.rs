@@ -441,7 +441,7 @@ fn adopt(
     for machine in candidates {
         let mut annotations = json!({HASH_ANNOTATION: group.template_hash});
         if member {
-            annotations[MIN_SIZE_MEMBER] = json!("true");
+            annotations[MIN_SIZE_MEMBER] = json!(group.min_size.to_string());
         }
         let patch = json!({"metadata": {
             "resourceVersion": machine.metadata.resource_version,
@@ -452,12 +452,47 @@ fn adopt(
             &place.target("Machine").object(&machine.metadata.name),
             &patch,
         ) {
+            Ok(adopted) if member => return settle_min_size(place, group, adopted).map(Some),
             Ok(adopted) => return Ok(Some(adopted)),
             Err(kube::Error::Kube(KubeError::Conflict(_) | KubeError::NotFound(_))) => continue,
             Err(e) => return Err(e.into_provider_error(true)),
         }
     }
     Ok(None)
+}
+
+/// Launches adopting at once may all have seen too few Machines holding `group`'s minimum size:
+/// of the holders, the first `min_size` by name keep the mark, and `adopted` gives it up if it is
+/// not among them (every launch agrees on the order, so exactly `min_size` stay).
+fn settle_min_size(
+    place: &Place,
+    group: &NodeGroup,
+    adopted: Machine,
+) -> Result<Machine, ProviderError> {
+    let machines: Vec<Machine> = kube::list(
+        &place.target("Machine"),
+        &ListOptions::labels(&format!("{}={}", group.kind.machine_label(), group.name)),
+    )
+    .map_err(err(true))?;
+    let mut holders: Vec<&str> = machines
+        .iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_some() && m.holds_min_size())
+        .map(|m| m.metadata.name.as_str())
+        .collect();
+    holders.sort_unstable();
+    let keep = usize::try_from(group.min_size).unwrap_or(usize::MAX);
+    if holders
+        .iter()
+        .take(keep)
+        .any(|h| *h == adopted.metadata.name)
+    {
+        return Ok(adopted);
+    }
+    kube::patch_merge::<_, Machine>(
+        &place.target("Machine").object(&adopted.metadata.name),
+        &json!({"metadata": {"annotations": {MIN_SIZE_MEMBER: null}}}),
+    )
+    .map_err(err(true))
 }
 
 /// Marks a Machine for removal and scales its MachineDeployment down by one; undoes the mark if
