@@ -152,9 +152,9 @@ async fn scale_from_zero_reads_the_infrastructure_template_and_the_machine_taint
     .unwrap();
 }
 
-/// With `…-node-group-min-size: 1`, the first Machine launched holds the MachineDeployment at its
-/// minimum: its NodeClaim carries `karpenter.sh/do-not-disrupt`, and when both nodes are empty
-/// consolidation removes only the other one.
+/// With `…-node-group-min-size: 1`, one of the two Machines launched together holds the
+/// MachineDeployment at its minimum: its NodeClaim carries `capstan.dev/held-by-provider`, and when
+/// both nodes are empty consolidation removes only the other one.
 #[tokio::test]
 async fn consolidation_keeps_a_machine_deployment_at_its_minimum_size() {
     let mut annotations = capacity("2", "8Gi", "0.10", "5");
@@ -197,9 +197,8 @@ async fn consolidation_keeps_a_machine_deployment_at_its_minimum_size() {
         .iter()
         .filter(|c| {
             c.annotations()
-                .get("karpenter.sh/do-not-disrupt")
-                .map(String::as_str)
-                == Some("true")
+                .get("capstan.dev/held-by-provider")
+                .is_some_and(|reason| reason.contains("minimum size"))
         })
         .map(ResourceExt::name_any)
         .collect();
