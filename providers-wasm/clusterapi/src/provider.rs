@@ -593,6 +593,9 @@ fn wait_launched(
     }
 }
 
+/// How often an edit of a launch ledger is tried against conflicting edits.
+const LEDGER_ATTEMPTS: u32 = 30;
+
 /// Edits a node group's launch ledger (compare-and-swap on its resourceVersion), pruning entries
 /// older than `max_age` ms.
 fn update_ledger(
@@ -602,7 +605,12 @@ fn update_ledger(
     edit: impl Fn(&mut Ledger),
 ) -> Result<(), ProviderError> {
     let object = place.target(kind.as_str()).object(deployment);
-    for _ in 0..8 {
+    // Many launches joining at once conflict: retry longer, after a short pause that differs
+    // between them (so they do not collide again in step).
+    for attempt in 0..LEDGER_ATTEMPTS {
+        if attempt > 0 {
+            clock::sleep_millis(5 + clock::now_millis() % 25);
+        }
         let md: MachineDeployment = kube::get(&object).map_err(err(true))?;
         let before = Ledger::parse(
             md.metadata
