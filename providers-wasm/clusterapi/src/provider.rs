@@ -423,8 +423,8 @@ fn adopt(
     }
     let mut candidates: Vec<Machine> = machines
         .iter()
-        .cloned()
         .filter(|m| !m.is_leaving() && m.claim().is_none())
+        .cloned()
         .collect();
     candidates.sort_by(|a, b| {
         a.metadata
