@@ -808,14 +808,11 @@ async fn check_signature(
             manifest,
             manifest_digest,
         } => {
-            let signatures = match oci::signatures(remote, manifest_digest).await {
-                Ok(signatures) => signatures,
-                Err(err) => return Ok(Err(err.into())),
-            };
-            let bundles = match oci::bundle_referrers(remote, manifest_digest).await {
-                Ok(bundles) => bundles,
-                Err(err) => return Ok(Err(err.into())),
-            };
+            let (signatures, bundles) =
+                match oci::signature_evidence(remote, manifest_digest).await {
+                    Ok(found) => found,
+                    Err(err) => return Ok(Err(err.into())),
+                };
             verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)
         }
     };

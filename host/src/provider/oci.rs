@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod cache;
 pub mod layout;
+pub mod push;
 
 use std::time::Duration;
 
@@ -437,6 +438,18 @@ pub async fn bundle_referrers(
         }
     }
     Ok(bundles)
+}
+
+/// Everything stored in the registry that may sign `manifest_digest`: cosign's simple-signing
+/// signatures (the `.sig` tag) and the Sigstore bundles attached as referrers — what
+/// [`crate::provider::verify::verify_oci`] checks.
+pub async fn signature_evidence(
+    remote: &Remote,
+    manifest_digest: &str,
+) -> Result<(Vec<SimpleSignature>, Vec<String>), OciError> {
+    let signatures = signatures(remote, manifest_digest).await?;
+    let bundles = bundle_referrers(remote, manifest_digest).await?;
+    Ok((signatures, bundles))
 }
 
 /// Whether a client error is the registry's "no such manifest" (`MANIFEST_UNKNOWN`,

@@ -263,6 +263,14 @@ impl Workdir {
         self.resolve(reference)
     }
 
+    /// Pulls `reference` with `oras pull` into `dir` (under this directory); the bytes of the
+    /// file named `file` it wrote.
+    pub fn oras_pull(&self, reference: &str, dir: &str, file: &str) -> Result<Vec<u8>> {
+        self.run("oras", &["pull", "--plain-http", "-o", dir, reference])?;
+        let path = self.0.join(dir).join(file);
+        std::fs::read(&path).map_err(io_error(path))
+    }
+
     /// The manifest digest `reference` resolves to.
     pub fn resolve(&self, reference: &str) -> Result<String> {
         self.run("oras", &["resolve", "--plain-http", reference])
