@@ -21,7 +21,7 @@ use crate::lifecycle::{
 };
 
 /// Runs `capstan ARGS` in `work` (no docker config of the user's: `HOME` is the workdir).
-fn capstan(work: &Workdir, args: &[&str]) -> Output {
+pub fn capstan(work: &Workdir, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_capstan"))
         .args(args)
         .current_dir(work.path())

@@ -7,7 +7,11 @@
 //!   and checked against its digest, and the cosign signatures stored beside it (the `.sig` tag
 //!   and Sigstore bundle referrers).
 //!
-//! Exits 0 and names the key that verified it, or 1 with the reason the host would give
+//! Keyless signatures (a bundle carrying a certificate) are checked with `--trust-root ca.pem`
+//! and the identity (`--subject`/`--subject-prefix`, `--issuer`/`--issuer-prefix`), as the
+//! Provider's `spec.verification.identities` and `trustRoot` are.
+//!
+//! Exits 0 and names the key (or identity) that verified it, or 1 with the reason the host would give
 //! (`SignatureMissing`, `SignatureInvalid`, ...).
 
 use std::path::PathBuf;
@@ -16,8 +20,10 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 
+use capstan::api::provider::KeylessIdentity;
 use capstan::provider::oci;
 use capstan::provider::source;
+use capstan::provider::verify::keyless::{Identity, TrustRoot};
 use capstan::provider::verify::{self, Keys};
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 
@@ -37,8 +43,23 @@ pub struct VerifyArgs {
     #[arg(long, conflicts_with = "oci")]
     bundle: Option<PathBuf>,
     /// A cosign public key (PEM, `cosign.pub`); repeatable: any one of them is enough.
-    #[arg(long = "key", required = true)]
+    #[arg(long = "key", required_unless_present = "trust_root")]
     keys: Vec<PathBuf>,
+    /// PEM certificates keyless signatures must chain to (Fulcio's CA chain, or your own CA's).
+    #[arg(long, requires = "subject_match", requires = "issuer_match")]
+    trust_root: Option<PathBuf>,
+    /// The keyless signer's certificate subject (email or URI), exactly.
+    #[arg(long, group = "subject_match")]
+    subject: Option<String>,
+    /// The keyless signer's certificate subject, by prefix.
+    #[arg(long, group = "subject_match")]
+    subject_prefix: Option<String>,
+    /// The keyless signer's OIDC issuer, exactly.
+    #[arg(long, group = "issuer_match")]
+    issuer: Option<String>,
+    /// The keyless signer's OIDC issuer, by prefix.
+    #[arg(long, group = "issuer_match")]
+    issuer_prefix: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
 }
@@ -51,7 +72,19 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
             .with_context(|| format!("cannot read {}", path.display()))?;
         named.push((path.display().to_string(), pem));
     }
-    let keys = Keys::parse(named)?;
+    let mut keys = Keys::parse(named)?;
+    if let Some(path) = &args.trust_root {
+        let pem = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read {}", path.display()))?;
+        let root = TrustRoot::parse(path.display().to_string(), &pem)?;
+        let identity = Identity::from(&KeylessIdentity {
+            issuer: args.issuer.clone(),
+            issuer_prefix: args.issuer_prefix.clone(),
+            subject: args.subject.clone(),
+            subject_prefix: args.subject_prefix.clone(),
+        });
+        keys = keys.with_keyless(root, vec![identity]);
+    }
     let (what, verified) = if args.oci {
         let remote = args.registry.remote(&args.target)?;
         block_on(async {
