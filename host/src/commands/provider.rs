@@ -60,7 +60,12 @@ pub struct RegistryArgs {
     #[arg(long, requires = "password")]
     username: Option<String>,
     /// Registry password or token (with `--username`).
-    #[arg(long, env = "CAPSTAN_REGISTRY_PASSWORD", hide_env_values = true, requires = "username")]
+    #[arg(
+        long,
+        env = "CAPSTAN_REGISTRY_PASSWORD",
+        hide_env_values = true,
+        requires = "username"
+    )]
     password: Option<String>,
     /// Docker config file holding credentials (default: `$DOCKER_CONFIG/config.json`, else
     /// `~/.docker/config.json`, when it exists).
@@ -85,14 +90,17 @@ impl RegistryArgs {
             None => {
                 let dir = std::env::var_os("DOCKER_CONFIG")
                     .map(PathBuf::from)
-                    .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker")));
+                    .or_else(|| {
+                        std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".docker"))
+                    });
                 match dir.map(|dir| dir.join("config.json")) {
                     Some(path) if path.exists() => path,
                     _ => return Ok(RegistryAuth::Anonymous),
                 }
             }
         };
-        let config = std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
+        let config =
+            std::fs::read(&path).with_context(|| format!("cannot read {}", path.display()))?;
         match auth::from_docker_config(&config, registry, &path.display().to_string()) {
             Ok(auth) => Ok(auth),
             // A docker config without this registry: anonymous, as docker does.

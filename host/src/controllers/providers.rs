@@ -845,11 +845,11 @@ async fn check_signature(
             manifest,
             manifest_digest,
         } => {
-            let (signatures, bundles) =
-                match oci::signature_evidence(remote, manifest_digest).await {
-                    Ok(found) => found,
-                    Err(err) => return Ok(Err(err.into())),
-                };
+            let (signatures, bundles) = match oci::signature_evidence(remote, manifest_digest).await
+            {
+                Ok(found) => found,
+                Err(err) => return Ok(Err(err.into())),
+            };
             verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)
         }
     };

@@ -105,7 +105,11 @@ impl Keys {
     }
 
     /// These keys, and keyless signatures by `identities` chaining to `root`.
-    pub fn with_keyless(self, root: keyless::TrustRoot, identities: Vec<keyless::Identity>) -> Self {
+    pub fn with_keyless(
+        self,
+        root: keyless::TrustRoot,
+        identities: Vec<keyless::Identity>,
+    ) -> Self {
         Self {
             keyless: Some(keyless::Keyless { root, identities }),
             ..self
@@ -335,13 +339,8 @@ fn verify_keyed(artifact: &[u8], bundle: &Bundle, der: &DerPublicKey) -> Result<
             {
                 return Err("the bundle's message digest is not the component's".into());
             }
-            sigstore_verify::crypto::verify_signature(
-                der,
-                artifact,
-                &signature.signature,
-                scheme,
-            )
-            .map_err(|err| err.to_string())
+            sigstore_verify::crypto::verify_signature(der, artifact, &signature.signature, scheme)
+                .map_err(|err| err.to_string())
         }
         SignatureContent::DsseEnvelope(envelope) => {
             sigstore_verify::crypto::verify_signature(

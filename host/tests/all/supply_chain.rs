@@ -66,7 +66,15 @@ async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     work.cosign_key("other").expect("cosign key");
     let unsigned = capstan(
         &work,
-        &["provider", "verify", "--oci", &pinned, "--key", "release.pub", "--plain-http"],
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &pinned,
+            "--key",
+            "release.pub",
+            "--plain-http",
+        ],
     );
     assert!(!unsigned.status.success(), "{unsigned:?}");
     assert!(
@@ -76,7 +84,15 @@ async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     work.cosign_sign("release", &pinned).expect("cosign sign");
     let verified = capstan(
         &work,
-        &["provider", "verify", "--oci", &reference, "--key", "release.pub", "--plain-http"],
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &reference,
+            "--key",
+            "release.pub",
+            "--plain-http",
+        ],
     );
     assert!(verified.status.success(), "{verified:?}");
     assert!(
@@ -85,7 +101,15 @@ async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     );
     let wrong_key = capstan(
         &work,
-        &["provider", "verify", "--oci", &pinned, "--key", "other.pub", "--plain-http"],
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &pinned,
+            "--key",
+            "other.pub",
+            "--plain-http",
+        ],
     );
     assert!(!wrong_key.status.success(), "{wrong_key:?}");
     assert!(

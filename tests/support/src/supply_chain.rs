@@ -337,40 +337,6 @@ impl Workdir {
         self.run("cosign", &args).map(drop)
     }
 
-    /// A keyless-style Sigstore bundle of `bytes`: signed with `<prefix>.key`, carrying the
-    /// certificate `leaf_pem` (issued for that key) and its CA chain `chain_pem`
-    /// (`cosign sign-blob --certificate --certificate-chain --bundle`).
-    pub fn cosign_bundle_with_certificate(
-        &self,
-        prefix: &str,
-        bytes: &[u8],
-        leaf_pem: &str,
-        chain_pem: &str,
-    ) -> Result<String> {
-        self.write("blob.wasm", bytes)?;
-        self.write("leaf.pem", leaf_pem.as_bytes())?;
-        self.write("chain.pem", chain_pem.as_bytes())?;
-        self.run(
-            "cosign",
-            &[
-                "sign-blob",
-                "--key",
-                &format!("{prefix}.key"),
-                "--certificate",
-                "leaf.pem",
-                "--certificate-chain",
-                "chain.pem",
-                "--new-bundle-format",
-                "--tlog-upload=false",
-                "--bundle",
-                "blob.sigstore.json",
-                "--yes",
-                "blob.wasm",
-            ],
-        )?;
-        self.read("blob.sigstore.json")
-    }
-
     /// A Sigstore bundle of `bytes` signed with `<prefix>.key` (`cosign sign-blob --bundle`).
     pub fn cosign_bundle(&self, prefix: &str, bytes: &[u8]) -> Result<String> {
         self.write("blob.wasm", bytes)?;

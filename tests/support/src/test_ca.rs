@@ -1,7 +1,7 @@
 //! A certificate authority made in test code, issuing Fulcio-style signing certificates (an
 //! email subject alternative name, code signing, the OIDC issuer extension) for the keyless
-//! verification tests: the unit tests sign with the leaf keys themselves, the e2e tests hand
-//! the certificate to `cosign sign-blob --certificate`.
+//! verification tests, and the Sigstore bundles those keys sign (cosign's `sign-blob` cannot
+//! take a certificate of one's own CA).
 
 pub use rcgen;
 use rcgen::{
@@ -129,4 +129,24 @@ impl PublicKeyData for P256Public {
 /// A new P-256 leaf key pair (it signs: `rcgen::SigningKey::sign`).
 pub fn leaf_key() -> Result<KeyPair> {
     KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).map_err(cert_error)
+}
+
+/// A Sigstore bundle v0.3 (what `cosign sign-blob --new-bundle-format --bundle` writes for a
+/// keyless signature, without a transparency-log entry): the certificate `certificate_der` and
+/// `key`'s message signature over `artifact`.
+pub fn message_bundle(certificate_der: &[u8], key: &KeyPair, artifact: &[u8]) -> Result<String> {
+    use base64::Engine;
+    use rcgen::SigningKey;
+    use sha2::Digest;
+    let b64 = |bytes: &[u8]| base64::engine::general_purpose::STANDARD.encode(bytes);
+    let signature = key.sign(artifact).map_err(cert_error)?;
+    Ok(serde_json::json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"certificate": {"rawBytes": b64(certificate_der)}},
+        "messageSignature": {
+            "messageDigest": {"algorithm": "SHA2_256", "digest": b64(&sha2::Sha256::digest(artifact))},
+            "signature": b64(&signature),
+        },
+    })
+    .to_string())
 }

@@ -8,7 +8,9 @@ use oci_client::client::{Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
 use serde_json::json;
 
-use super::layout::{OCI_MANIFEST, TITLE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE};
+use super::layout::{
+    OCI_MANIFEST, TITLE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
+};
 use super::{OciError, Remote, pull_error};
 use crate::provider::source::sha256_hex;
 
@@ -86,11 +88,7 @@ pub async fn push(
     }
     let what = reference.whole();
     client
-        .auth(
-            reference,
-            &remote.auth,
-            oci_client::RegistryOperation::Push,
-        )
+        .auth(reference, &remote.auth, oci_client::RegistryOperation::Push)
         .await
         .map_err(|err| pull_error(&what, err))?;
     let layer_digest = layer.sha256_digest();
@@ -103,9 +101,12 @@ pub async fn push(
         .push_blob(reference, config.data, &config_digest)
         .await
         .map_err(|err| pull_error(&what, err))?;
-    let content_type = OCI_MANIFEST
-        .parse()
-        .map_err(|_| pull_error(&what, oci_client::errors::OciDistributionError::GenericError(None)))?;
+    let content_type = OCI_MANIFEST.parse().map_err(|_| {
+        pull_error(
+            &what,
+            oci_client::errors::OciDistributionError::GenericError(None),
+        )
+    })?;
     client
         .push_manifest_raw(reference, manifest, content_type)
         .await
@@ -127,7 +128,10 @@ mod tests {
         let (bytes, layer, config) = manifest(
             component,
             "kwok.wasm",
-            BTreeMap::from([("org.opencontainers.image.version".to_owned(), "1".to_owned())]),
+            BTreeMap::from([(
+                "org.opencontainers.image.version".to_owned(),
+                "1".to_owned(),
+            )]),
         );
         let found = layout::wasm_layer(&bytes).unwrap();
         assert_eq!(found.layout, Layout::CncfWasm);
@@ -137,8 +141,14 @@ mod tests {
         let parsed: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
         assert_eq!(parsed["mediaType"], OCI_MANIFEST);
         assert_eq!(parsed["config"]["mediaType"], WASM_CONFIG_MEDIA_TYPE);
-        assert_eq!(parsed["layers"][0]["annotations"][TITLE_ANNOTATION], "kwok.wasm");
-        assert_eq!(parsed["annotations"]["org.opencontainers.image.version"], "1");
+        assert_eq!(
+            parsed["layers"][0]["annotations"][TITLE_ANNOTATION],
+            "kwok.wasm"
+        );
+        assert_eq!(
+            parsed["annotations"]["org.opencontainers.image.version"],
+            "1"
+        );
         let config: serde_json::Value = serde_json::from_slice(&config.data).unwrap();
         assert_eq!(config["layerDigests"][0], found.digest.as_str());
         assert_eq!(config["architecture"], "wasm");

@@ -1,13 +1,9 @@
 //! Keyless bundles built here: a test CA (rcgen) issues Fulcio-style leaves (an email SAN, code
-//! signing, the OIDC issuer extension), whose keys sign a component; the bundle is what `cosign
-//! sign-blob --bundle` writes with a certificate.
+//! signing, the OIDC issuer extension), whose keys sign a component in a Sigstore bundle.
 
-use capstan_test_support::test_ca::rcgen::{KeyPair, SigningKey};
-use capstan_test_support::test_ca::{IssuerExtension, Leaf, TestCa, leaf_key};
-use serde_json::json;
-use sigstore_verify::types::SignatureBytes;
+use capstan_test_support::test_ca::rcgen::KeyPair;
+use capstan_test_support::test_ca::{IssuerExtension, Leaf, TestCa, leaf_key, message_bundle};
 
-use crate::provider::source::sha256_hex;
 use crate::provider::verify::{Keys, VerifyError, verify_bundle};
 
 use super::{Identity, Match, TrustRoot};
@@ -17,15 +13,15 @@ const SUBJECT: &str = "release@example.com";
 /// Years a valid leaf spans (now is inside).
 const VALID: (i32, i32) = (2020, 2200);
 
-/// A leaf of `ca` for `subject` and `issuer` through `extension`, valid over `years`; its base64
-/// DER and its key.
+/// A leaf of `ca` for `subject` and `issuer` through `extension`, valid over `years`; its DER
+/// and its key.
 fn leaf(
     ca: &TestCa,
     subject: &str,
     issuer: &str,
     extension: IssuerExtension,
     years: (i32, i32),
-) -> (String, KeyPair) {
+) -> (Vec<u8>, KeyPair) {
     let key = leaf_key().unwrap();
     let der = ca
         .issue(
@@ -39,27 +35,12 @@ fn leaf(
             &key,
         )
         .unwrap();
-    (b64(&der), key)
+    (der, key)
 }
 
-fn b64(bytes: &[u8]) -> String {
-    SignatureBytes::from_bytes(bytes).to_base64()
-}
-
-/// A v0.3 bundle: `certificate` (base64 DER) and `key`'s signature over `artifact`.
-fn bundle(certificate: &str, key: &KeyPair, artifact: &[u8]) -> String {
-    json!({
-        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
-        "verificationMaterial": {"certificate": {"rawBytes": certificate}},
-        "messageSignature": {
-            "messageDigest": {
-                "algorithm": "SHA2_256",
-                "digest": b64(&hex::decode(sha256_hex(artifact)).unwrap()),
-            },
-            "signature": b64(&key.sign(artifact).unwrap()),
-        },
-    })
-    .to_string()
+/// `key`'s bundle of `artifact` with `certificate`.
+fn bundle(certificate: &[u8], key: &KeyPair, artifact: &[u8]) -> String {
+    message_bundle(certificate, key, artifact).unwrap()
 }
 
 fn trusting(ca: &TestCa, identities: Vec<Identity>) -> Keys {
@@ -90,8 +71,12 @@ fn a_certificate_of_a_trusted_identity_verifies() {
     let component = b"\0asm component bytes";
     let (certificate, key) = leaf(&ca, SUBJECT, ISSUER, IssuerExtension::Current, VALID);
     let signed = bundle(&certificate, &key, component);
-    let who = verify_bundle(component, &signed, &trusting(&ca, vec![exact(ISSUER, SUBJECT)]))
-        .unwrap();
+    let who = verify_bundle(
+        component,
+        &signed,
+        &trusting(&ca, vec![exact(ISSUER, SUBJECT)]),
+    )
+    .unwrap();
     assert!(who.contains(SUBJECT) && who.contains(ISSUER), "{who}");
 
     // By prefix, and through the legacy issuer extension.
@@ -99,7 +84,8 @@ fn a_certificate_of_a_trusted_identity_verifies() {
         issuer: Match::Prefix("https://token.".into()),
         subject: Match::Prefix("release@".into()),
     };
-    let (legacy_certificate, legacy_key) = leaf(&ca, SUBJECT, ISSUER, IssuerExtension::Legacy, VALID);
+    let (legacy_certificate, legacy_key) =
+        leaf(&ca, SUBJECT, ISSUER, IssuerExtension::Legacy, VALID);
     let legacy = bundle(&legacy_certificate, &legacy_key, component);
     verify_bundle(component, &legacy, &trusting(&ca, vec![prefixed])).unwrap();
 
@@ -126,7 +112,10 @@ fn identity_issuer_chain_and_expiry_are_each_refused() {
         &signed,
         &trusting(&ca, vec![exact(ISSUER, "someone@example.com")]),
     ));
-    assert!(message.contains("none of the trusted identities"), "{message}");
+    assert!(
+        message.contains("none of the trusted identities"),
+        "{message}"
+    );
     let message = invalid(verify_bundle(
         component,
         &signed,
@@ -174,7 +163,10 @@ fn identity_issuer_chain_and_expiry_are_each_refused() {
 
 #[test]
 fn trust_roots_must_be_certificates() {
-    for bad in ["", "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n"] {
+    for bad in [
+        "",
+        "-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n",
+    ] {
         let err = TrustRoot::parse("cm".into(), bad).unwrap_err();
         assert_eq!(err.reason(), "InvalidVerificationKey", "{err}");
     }
