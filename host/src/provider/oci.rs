@@ -58,6 +58,14 @@ pub enum OciError {
         /// What the client said.
         message: String,
     },
+    /// A push was refused or failed (`capstan provider push`).
+    #[error("pushing to {reference}: {message}")]
+    Push {
+        /// Where to.
+        reference: String,
+        /// What the client said.
+        message: String,
+    },
     /// The registry has no such manifest (a tag or digest that does not exist).
     #[error("{reference}: not found in the registry")]
     NotFound {
@@ -98,6 +106,7 @@ impl OciError {
         match self {
             OciError::Reference { .. } => "InvalidReference",
             OciError::Pull { .. } | OciError::NotFound { .. } => "PullFailed",
+            OciError::Push { .. } => "PushFailed",
             OciError::Layout { .. } => "InvalidArtifact",
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::TooLarge { .. } => "TooLarge",

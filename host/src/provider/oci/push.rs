@@ -11,7 +11,7 @@ use serde_json::json;
 use super::layout::{
     OCI_MANIFEST, TITLE_ANNOTATION, WASM_CONFIG_MEDIA_TYPE, WASM_LAYER_MEDIA_TYPE,
 };
-use super::{OciError, Remote, pull_error};
+use super::{OciError, Remote};
 use crate::provider::source::sha256_hex;
 
 /// What a push stored.
@@ -41,7 +41,7 @@ pub fn manifest(
     component: &[u8],
     file_name: &str,
     annotations: BTreeMap<String, String>,
-) -> (Vec<u8>, ImageLayer, Config) {
+) -> Result<(Vec<u8>, ImageLayer, Config), serde_json::Error> {
     let layer = ImageLayer::new(
         component.to_vec(),
         WASM_LAYER_MEDIA_TYPE.to_owned(),
@@ -62,8 +62,15 @@ pub fn manifest(
     );
     manifest.media_type = Some(OCI_MANIFEST.to_owned());
     // Serialized once here: these bytes are what the registry stores and the digest names.
-    let bytes = serde_json::to_vec(&manifest).unwrap_or_default();
-    (bytes, layer, config)
+    let bytes = serde_json::to_vec(&manifest)?;
+    Ok((bytes, layer, config))
+}
+
+fn push_error(what: &str, err: oci_client::errors::OciDistributionError) -> OciError {
+    OciError::Push {
+        reference: what.to_owned(),
+        message: err.to_string(),
+    }
 }
 
 /// Pushes `component` to `remote` (its tag, or the digest it must get). Returns the digests.
@@ -75,7 +82,12 @@ pub async fn push(
 ) -> Result<Pushed, OciError> {
     let client = remote.client();
     let reference = &remote.reference;
-    let (manifest, layer, config) = manifest(component, file_name, annotations);
+    let what = reference.whole();
+    let (manifest, layer, config) =
+        manifest(component, file_name, annotations).map_err(|err| OciError::Push {
+            reference: what.clone(),
+            message: format!("cannot serialize the manifest: {err}"),
+        })?;
     let manifest_digest = format!("sha256:{}", sha256_hex(&manifest));
     if let Some(expected) = reference.digest()
         && expected != manifest_digest
@@ -86,31 +98,25 @@ pub async fn push(
             actual: manifest_digest,
         });
     }
-    let what = reference.whole();
     client
         .auth(reference, &remote.auth, oci_client::RegistryOperation::Push)
         .await
-        .map_err(|err| pull_error(&what, err))?;
+        .map_err(|err| push_error(&what, err))?;
     let layer_digest = layer.sha256_digest();
     client
         .push_blob(reference, layer.data, &layer_digest)
         .await
-        .map_err(|err| pull_error(&what, err))?;
+        .map_err(|err| push_error(&what, err))?;
     let config_digest = config.sha256_digest();
     client
         .push_blob(reference, config.data, &config_digest)
         .await
-        .map_err(|err| pull_error(&what, err))?;
-    let content_type = OCI_MANIFEST.parse().map_err(|_| {
-        pull_error(
-            &what,
-            oci_client::errors::OciDistributionError::GenericError(None),
-        )
-    })?;
+        .map_err(|err| push_error(&what, err))?;
+    let content_type = http::HeaderValue::from_static(OCI_MANIFEST);
     client
         .push_manifest_raw(reference, manifest, content_type)
         .await
-        .map_err(|err| pull_error(&what, err))?;
+        .map_err(|err| push_error(&what, err))?;
     Ok(Pushed {
         manifest_digest,
         layer_digest,
