@@ -75,6 +75,12 @@ struct Memory {
 /// How often the loop looks whether a NodePool changed (a changed pool starts a pass at once, so
 /// its claims show `Drifted` within a second of the edit, as Karpenter's pool watch does).
 pub const POOL_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// A claim's or node's `DisruptionBlocked` Event with the same note is published once per this
+/// window (Karpenter's default dedupe), not once per pass.
+pub const BLOCKED_EVENT_WINDOW: Duration = Duration::from_secs(120);
+/// A NodePool's budget-blocked Event, once per this window (Karpenter's: budgets change by the
+/// minute).
+pub const POOL_BLOCKED_EVENT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Runs passes until the host stops: every [`PASS_INTERVAL`], and at once when a NodePool's
 /// spec changes.
@@ -405,7 +411,8 @@ async fn start_disruptions(
         if allowed == 0 {
             ctx.metrics.own.disruption_blocked("drifted");
             ctx.events
-                .normal(
+                .normal_once_per(
+                    POOL_BLOCKED_EVENT_WINDOW,
                     *pool,
                     "DisruptionBlocked",
                     format!(
@@ -429,14 +436,16 @@ async fn start_disruptions(
         for m in machines {
             if let Some(why) = held(m, pool, &view.pdbs, now) {
                 ctx.events
-                    .normal(
+                    .normal_once_per(
+                        BLOCKED_EVENT_WINDOW,
                         m.claim,
                         "DisruptionBlocked",
                         format!("Cannot disrupt NodeClaim: {why}"),
                     )
                     .await;
                 ctx.events
-                    .normal(
+                    .normal_once_per(
+                        BLOCKED_EVENT_WINDOW,
                         m.node,
                         "DisruptionBlocked",
                         format!("Cannot disrupt Node: {why}"),

@@ -602,6 +602,14 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
     let after = claims(&client, &names).await;
     assert_eq!(after.len(), claims_before, "nothing was replaced");
     assert_eq!(disrupting(&after), 0);
+    // A pass every 3 s finds the budget closed; the Event is published once per minute, not once
+    // per pass (an Event series would count every repeat).
+    let occurrences: i32 = events(&client, "default", &closed_pool, "DisruptionBlocked")
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    assert_eq!(occurrences, 1, "the blocked budget's Event repeated");
     println!(
         "pool: {:?}; claim: {:?}",
         blocked.note.unwrap_or_default(),

@@ -21,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::BLOCKED_EVENT_WINDOW;
 use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines, tainted_disrupted};
 use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
@@ -100,9 +101,16 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
         };
         ctx.metrics.own.disruption_blocked(reason);
         ctx.events
-            .normal(m.claim, "DisruptionBlocked", why.clone())
+            .normal_once_per(
+                BLOCKED_EVENT_WINDOW,
+                m.claim,
+                "DisruptionBlocked",
+                why.clone(),
+            )
             .await;
-        ctx.events.normal(m.node, "DisruptionBlocked", why).await;
+        ctx.events
+            .normal_once_per(BLOCKED_EVENT_WINDOW, m.node, "DisruptionBlocked", why)
+            .await;
         return Ok(false);
     }
     // The new claims that hold pods of this node are its replacements (the others are the

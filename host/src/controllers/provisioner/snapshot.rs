@@ -15,7 +15,7 @@ use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
 use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
-use crate::scheduling::convert::{self, NamespaceLabels};
+use crate::scheduling::convert::{self, NamespaceLabels, is_terminal};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
 
@@ -109,10 +109,7 @@ pub fn tainted_disrupted(node: &Node) -> bool {
 /// Whether a pod bound to a leaving node needs a place elsewhere: active, not a DaemonSet's
 /// (its DaemonSet runs one on the new node) and not a static pod.
 pub fn is_reschedulable(pod: &Pod) -> bool {
-    let terminal = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
+    let terminal = is_terminal(pod);
     let daemon_or_static = pod
         .owner_references()
         .iter()
