@@ -138,7 +138,8 @@ mod tests {
                 "org.opencontainers.image.version".to_owned(),
                 "1".to_owned(),
             )]),
-        );
+        )
+        .unwrap();
         let found = layout::wasm_layer(&bytes).unwrap();
         assert_eq!(found.layout, Layout::CncfWasm);
         assert_eq!(found.digest, format!("sha256:{}", sha256_hex(component)));
