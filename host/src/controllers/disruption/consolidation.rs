@@ -385,7 +385,9 @@ async fn start(
         cmd.savings()
     );
     ctx.metrics.own.consolidation_savings(reason, cmd.savings());
-    command::launch(ctx, &chosen, reason, &replacements, &note).await
+    command::launch(ctx, &chosen, reason, &replacements, &note)
+        .await
+        .map(|_| ())
 }
 
 /// At most this many `ConsolidationBlocked` writes a pass: a cause that changes for every node
