@@ -378,6 +378,12 @@ fn scale_down_for(place: &Place, deployment: &str, machine: &Machine) -> Result<
     }
     let result = scale_down_one(place, "MachineSet", &set.metadata.name)
         .and_then(|()| scale_down_one(place, "MachineDeployment", deployment));
+    if result.is_ok() {
+        // The MachineDeployment controller must see the MachineSet's new size before the pause
+        // goes: resumed on a stale view it would shrink another MachineSet too (another claim's
+        // Machine), as it did under load.
+        wait_set_settled(place, &set.metadata.name, &machine.metadata.name);
+    }
     let unpaused = if ours {
         set_paused(place, deployment, false)
     } else {
@@ -389,6 +395,38 @@ fn scale_down_for(place: &Place, deployment: &str, machine: &Machine) -> Result<
         machine.metadata.name
     );
     result.and(unpaused)
+}
+
+/// How long [`wait_set_settled`] waits for the MachineSet controller.
+const SET_SETTLE_MILLIS: u64 = 15_000;
+
+/// Waits (at most [`SET_SETTLE_MILLIS`]) until MachineSet `set` has been reconciled at its
+/// current generation and its Machine `machine` is being deleted or gone.
+fn wait_set_settled(place: &Place, set: &str, machine: &str) {
+    let deadline = clock::now_millis() + SET_SETTLE_MILLIS;
+    loop {
+        let set_done = kube::get::<serde_json::Value>(&place.target("MachineSet").object(set))
+            .ok()
+            .is_none_or(|s| {
+                let generation = s["metadata"]["generation"].as_i64().unwrap_or(0);
+                s["status"]["observedGeneration"].as_i64().unwrap_or(0) >= generation
+            });
+        let machine_done = match kube::get_opt::<Machine>(&place.target("Machine").object(machine))
+        {
+            Ok(found) => found.is_none_or(|m| m.metadata.deletion_timestamp.is_some()),
+            Err(_) => false,
+        };
+        if set_done && machine_done {
+            return;
+        }
+        if clock::now_millis() >= deadline {
+            capstan_provider_sdk::warn!(
+                "MachineSet {set} not settled after {SET_SETTLE_MILLIS} ms; resuming its MachineDeployment"
+            );
+            return;
+        }
+        clock::sleep_millis(200);
+    }
 }
 
 /// Lifts the pauses this provider left on MachineDeployments (a host that died mid-removal).
