@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -62,12 +63,42 @@ pub async fn run(ctx: Arc<Context>) {
     let mut repair = NodeRepair::default();
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // A node that turns unhealthy is looked at at once, not at the next tick: a condition may
+    // be long past its toleration when it is written (and gone again a moment later), as
+    // Karpenter's health controller reacts to the node's update.
+    let mut unhealthy = ctx
+        .state
+        .nodes
+        .subscribe()
+        .filter(|node| std::future::ready(not_ready(node)))
+        .boxed();
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            Some(_) = unhealthy.next() => {}
+        }
         if let Err(err) = repair.pass(&ctx).await {
             tracing::warn!(error = %err, "node repair pass failed; retrying");
         }
     }
+}
+
+/// Whether a node reports any condition other than `Ready=True` that could match a policy: its
+/// `Ready` is not `True`, or another condition is `True` (kubelet's pressure conditions, a node
+/// problem detector's).
+fn not_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions.iter().any(|c| {
+                if c.type_ == "Ready" {
+                    c.status != "True"
+                } else {
+                    c.status == "True"
+                }
+            })
+        })
 }
 
 /// The repair policies of each loaded provider version, and when blocked Events were published.
