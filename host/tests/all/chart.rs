@@ -215,6 +215,16 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         host_role.contains("\"nodeoverlays\"") && host_role.contains("nodeoverlays/status"),
         "{host_role}"
     );
+    // CapacityBuffers (feature gate CapacityBuffer): read, their status written, and the
+    // PodTemplates and workloads they take their pod shape from read.
+    for resource in [
+        "\"capacitybuffers\"",
+        "capacitybuffers/status",
+        "\"podtemplates\"",
+        "\"deployments\"",
+    ] {
+        assert!(host_role.contains(resource), "{resource}: {host_role}");
+    }
     let providers =
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan-providers").data)
             .unwrap();
