@@ -8,7 +8,8 @@
 //! consolidation counts as those nodes' pods.
 //!
 //! It evaluates at start, when a CapacityBuffer or a PodTemplate changes, and every [`RECHECK`]
-//! (a workload's replicas change without an event here). A bad reference is a
+//! (a workload's replicas change without an event here). With `--selector`, only the buffers
+//! carrying its labels are this host's (as NodePools). A bad reference is a
 //! `ReadyForProvisioning=False` condition and a Warning Event; the buffer keeps no room.
 
 use std::collections::BTreeMap;
@@ -28,7 +29,7 @@ use crate::api::capacitybuffer::{
     SCALABLE_KINDS, SCALABLE_REF_NOT_FOUND,
 };
 use crate::api::shared::{find_condition, set_condition};
-use crate::api::{CapacityBuffer, CapacityBufferStatus, ConditionStatus};
+use crate::api::{CapacityBuffer, CapacityBufferStatus, ConditionStatus, NodeClaim};
 use crate::controllers::{Context, ControllerError, now};
 use crate::scheduling::buffer::{self, BufferKey, Placed};
 use crate::scheduling::convert::pod_requests;
@@ -44,8 +45,8 @@ const SETTLE: Duration = Duration::from_millis(200);
 pub struct Buffers {
     /// The virtual pods of every ready buffer.
     pods: Mutex<BTreeMap<BufferKey, Vec<Pod>>>,
-    /// Per node, the virtual pods the last provisioning pass placed there.
-    room: Mutex<BTreeMap<String, Vec<Pod>>>,
+    /// Where the last provisioning pass placed virtual pods.
+    room: Mutex<Room>,
     /// Told when the virtual pods change (the provisioner runs a batch).
     changed: tokio::sync::Notify,
     /// Status writes, one at a time (this controller and the provisioner both write).
@@ -82,11 +83,28 @@ impl Buffers {
         self.changed.notified().await;
     }
 
-    /// The virtual pods placed on nodes by the last provisioning pass, bound to those nodes
-    /// (`spec.nodeName`), for consolidation: the room they hold is not free.
-    pub fn room(&self) -> Vec<Pod> {
+    /// Asks the provisioner for another pass (its claims for buffer pods were created: the next
+    /// pass finds the pods fit on them).
+    pub fn again(&self) {
+        self.changed.notify_one();
+    }
+
+    /// The virtual pods the last provisioning pass placed on nodes, or on claims that have a node
+    /// now (`claims`), bound to those nodes (`spec.nodeName`), for consolidation: the room they
+    /// hold is not free.
+    pub fn room(&self, claims: &[Arc<NodeClaim>]) -> Vec<Pod> {
         let room = self.room.lock().unwrap_or_else(PoisonError::into_inner);
-        room.iter()
+        let node_of: BTreeMap<String, String> = claims
+            .iter()
+            .filter_map(|c| Some((c.name_any(), c.status.as_ref()?.node_name.clone()?)))
+            .collect();
+        let on_claims = room
+            .claims
+            .iter()
+            .filter_map(|(claim, pods)| Some((node_of.get(claim)?, pods)));
+        room.nodes
+            .iter()
+            .chain(on_claims)
             .flat_map(|(node, pods)| {
                 pods.iter().map(move |pod| {
                     let mut pod = pod.clone();
@@ -100,6 +118,13 @@ impl Buffers {
     }
 }
 
+/// Where a provisioning pass placed virtual pods: on nodes, and on NodeClaims not up yet.
+#[derive(Debug, Default)]
+pub struct Room {
+    pub nodes: BTreeMap<String, Vec<Pod>>,
+    pub claims: BTreeMap<String, Vec<Pod>>,
+}
+
 /// Runs while the gate is on; does nothing (forever) when it is off.
 pub async fn run(ctx: Arc<Context>) {
     if !ctx.settings.capacity_buffer {
@@ -111,7 +136,7 @@ pub async fn run(ctx: Arc<Context>) {
     let buffers = tokio::spawn(
         watcher(
             Api::<CapacityBuffer>::all(ctx.client.clone()),
-            watcher::Config::default(),
+            ctx.watcher_config(),
         )
         .default_backoff()
         .for_each(move |event| {
@@ -186,7 +211,11 @@ fn key_of(buffer: &CapacityBuffer) -> BufferKey {
 /// ones handed to the provisioner.
 async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
     let api: Api<CapacityBuffer> = Api::all(ctx.client.clone());
-    let objects = match api.list(&ListParams::default()).await {
+    let mut params = ListParams::default();
+    if let Some(selector) = &ctx.settings.selector {
+        params = params.labels(selector);
+    }
+    let objects = match api.list(&params).await {
         Ok(list) => list.items,
         Err(kube::Error::Api(status)) if status.code == 404 => {
             tracing::warn!(
@@ -337,8 +366,8 @@ async fn write_resolution(
     resolution: &Resolution,
 ) -> Result<(), ControllerError> {
     let strategy = object.spec.provisioning_strategy.clone();
-    let outcome = update_status(ctx, object, |buffer, status| {
-        let generation = buffer.metadata.generation;
+    let outcome = update_status(ctx, object, |current, status| {
+        let generation = current.metadata.generation;
         let mut changed = status.provisioning_strategy != strategy;
         status.provisioning_strategy = strategy.clone();
         let (ready, reason, message) = match resolution {
@@ -380,7 +409,7 @@ async fn write_resolution(
         );
         let probe = CapacityBuffer {
             status: Some(status.clone()),
-            ..buffer.clone()
+            ..current.clone()
         };
         // The provisioner decides `Provisioning` for a buffer with room; one without is settled
         // here.
@@ -458,20 +487,16 @@ async fn update_status(
 /// What a provisioning pass did with the virtual pods: per buffer where they went, per node
 /// the ones placed there. Keeps the room for consolidation and writes each ready buffer's
 /// `Provisioning` condition when the pass settles it.
-pub async fn record_pass(
-    ctx: &Context,
-    placed: BTreeMap<BufferKey, Placed>,
-    room: BTreeMap<String, Vec<Pod>>,
-) {
+pub async fn record_pass(ctx: &Context, placed: BTreeMap<BufferKey, Placed>, room: Room) {
     *ctx.buffers.room.lock().unwrap_or_else(PoisonError::into_inner) = room;
     for (namespace, name) in placed.keys() {
         let mut object = CapacityBuffer::new(name, Default::default());
         object.metadata.namespace = Some(namespace.clone());
         let key = (namespace.clone(), name.clone());
-        let written = update_status(ctx, &object, |buffer, status| {
+        let written = update_status(ctx, &object, |current, status| {
             let probe = CapacityBuffer {
                 status: Some(status.clone()),
-                ..buffer.clone()
+                ..current.clone()
             };
             let Some((s, reason, message)) =
                 buffer::provisioning_condition(&probe, placed.get(&key))
@@ -484,7 +509,7 @@ pub async fn record_pass(
                 s,
                 Some(reason),
                 Some(&message),
-                buffer.metadata.generation,
+                current.metadata.generation,
                 now(),
             )
         })

@@ -225,7 +225,7 @@ pub async fn provision(
     nominations.expire(&snapshot.claims, &pending_uids);
     if snapshot.pending.is_empty() {
         if ctx.settings.capacity_buffer {
-            capacity_buffers::record_pass(ctx, BTreeMap::new(), BTreeMap::new()).await;
+            capacity_buffers::record_pass(ctx, BTreeMap::new(), Default::default()).await;
         }
         return Ok(Outcome::default());
     }
@@ -334,6 +334,7 @@ pub async fn provision(
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
+                buffers.created |= new.pods.iter().any(|i| !real(*i));
                 ctx.metrics
                     .lifecycle
                     .created("provisioned", &new.node_pool, false);
@@ -404,6 +405,9 @@ pub async fn provision(
             .await;
     }
     if ctx.settings.capacity_buffer {
+        if buffers.created {
+            ctx.buffers.again();
+        }
         capacity_buffers::record_pass(ctx, buffers.placed, buffers.room).await;
     }
     Ok(outcome)
@@ -413,7 +417,9 @@ pub async fn provision(
 #[derive(Debug, Default)]
 struct BufferPass {
     placed: BTreeMap<buffer::BufferKey, buffer::Placed>,
-    room: BTreeMap<String, Vec<Pod>>,
+    room: capacity_buffers::Room,
+    /// Whether a NodeClaim was created for buffer pods.
+    created: bool,
 }
 
 impl BufferPass {
@@ -423,9 +429,11 @@ impl BufferPass {
             return false;
         };
         self.placed.entry(key).or_default().existing += 1;
-        if let Target::Node(node) = target {
-            self.room.entry(node.clone()).or_default().push(pod.clone());
-        }
+        let on = match target {
+            Target::Node(node) => self.room.nodes.entry(node.clone()),
+            Target::Claim(claim) => self.room.claims.entry(claim.clone()),
+        };
+        on.or_default().push(pod.clone());
         true
     }
 

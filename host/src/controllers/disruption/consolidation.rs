@@ -691,7 +691,7 @@ async fn build(
 ) -> Option<(Cluster, u64)> {
     // The room CapacityBuffers hold counts as pods on the nodes the provisioner placed their
     // virtual pods on: such a node is not empty, and whatever moves must leave the room.
-    let room = ctx.buffers.room();
+    let room = ctx.buffers.room(&view.claims);
     let (mut snapshot, held);
     let view = if room.is_empty() {
         snapshot = Snapshot::take(ctx);

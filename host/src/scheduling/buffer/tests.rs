@@ -198,3 +198,32 @@ fn provisioning_condition_follows_where_the_pods_went() {
     assert!(!ready(&buffer(true, 0)));
     assert!(!ready(&buffer(false, 2)));
 }
+
+#[test]
+fn real_pods_take_the_room_before_buffer_pods() {
+    use crate::scheduling::{self, ExistingNode, Pod as SimPod, SchedulingInput, Target};
+    // One free CPU on the node; the buffer pod comes first in the input and is larger, yet the
+    // real pod gets the room and the buffer pod is left without.
+    let node = ExistingNode {
+        name: "n1".into(),
+        allocatable: Resources::new(2000, 8 << 30, 110),
+        used: Resources::new(1000, 0, 1),
+        initialized: true,
+        ..ExistingNode::default()
+    };
+    let mut placeholder = SimPod::new("ns", "capacity-buffer-b-1", Resources::new(1000, 1 << 20, 0));
+    placeholder.buffer = true;
+    let real = SimPod::new("ns", "web", Resources::new(900, 1 << 20, 0));
+    let input = SchedulingInput {
+        pods: vec![placeholder, real],
+        existing_nodes: vec![node],
+        ..SchedulingInput::default()
+    };
+    let result = scheduling::solve(&input);
+    assert_eq!(
+        result.existing_placements,
+        vec![(1, Target::Node("n1".into()))]
+    );
+    assert_eq!(result.unschedulable.len(), 1);
+    assert_eq!(result.unschedulable[0].0, 0);
+}
