@@ -7,13 +7,14 @@
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
 
+pub mod capacity_buffers;
+pub mod evaluations;
 pub mod disruption;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
 pub mod metrics;
 pub mod node_class_kinds;
-pub mod capacity_buffers;
 pub mod node_overlays;
 pub mod node_repair;
 pub mod nodeclaim;

@@ -98,6 +98,7 @@ pub struct CapacityBufferSpec {
     /// How the buffer is used; `buffer.x-k8s.io/active-capacity` (the default) is the only
     /// strategy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "buffer.x-k8s.io/active-capacity"))]
     pub provisioning_strategy: Option<String>,
     /// A PodTemplate in the buffer's namespace: the shape of one buffer pod.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -16,11 +16,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{Pod, PodTemplate, PodTemplateSpec};
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -30,7 +29,7 @@ use crate::api::capacitybuffer::{
 };
 use crate::api::shared::{find_condition, set_condition};
 use crate::api::{CapacityBuffer, CapacityBufferStatus, ConditionStatus, NodeClaim};
-use crate::controllers::{Context, ControllerError, now};
+use crate::controllers::{Context, ControllerError, evaluations, now};
 use crate::scheduling::buffer::{self, BufferKey, Placed};
 use crate::scheduling::convert::pod_requests;
 
@@ -131,60 +130,23 @@ pub async fn run(ctx: Arc<Context>) {
         return std::future::pending().await;
     }
     tracing::info!("capacity buffers on (feature gate CapacityBuffer)");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let buffers_tx = tx.clone();
-    let buffers = tokio::spawn(
-        watcher(
-            Api::<CapacityBuffer>::all(ctx.client.clone()),
-            ctx.watcher_config(),
-        )
-        .default_backoff()
-        .for_each(move |event| {
-            match event {
-                Ok(_) => {
-                    let _ = buffers_tx.send(());
-                }
-                Err(err) => tracing::debug!(error = %err, "CapacityBuffer watch"),
-            }
-            futures::future::ready(())
-        }),
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let buffers = evaluations::trigger_on(
+        Api::<CapacityBuffer>::all(ctx.client.clone()),
+        ctx.watcher_config(),
+        tx.clone(),
+        "CapacityBuffer",
     );
-    let templates_tx = tx.clone();
-    let templates = tokio::spawn(
-        watcher(
-            Api::<PodTemplate>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .for_each(move |event| {
-            match event {
-                Ok(_) => {
-                    let _ = templates_tx.send(());
-                }
-                Err(err) => tracing::debug!(error = %err, "PodTemplate watch"),
-            }
-            futures::future::ready(())
-        }),
+    let templates = evaluations::trigger_on(
+        Api::<PodTemplate>::all(ctx.client.clone()),
+        watcher::Config::default(),
+        tx.clone(),
+        "PodTemplate",
     );
-    let mut tick = tokio::time::interval(RECHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            got = rx.recv() => if got.is_none() { break },
-        }
-        tokio::time::sleep(SETTLE).await;
-        while rx.try_recv().is_ok() {}
-        match evaluate(&ctx).await {
-            Ok(()) => ctx.reset_backoff("capacitybuffers"),
-            Err(err) => {
-                let delay = ctx.backoff("capacitybuffers");
-                tracing::warn!(error = %err, retry_in = ?delay, "evaluating CapacityBuffers failed");
-                tokio::time::sleep(delay).await;
-                let _ = tx.send(());
-            }
-        }
-    }
+    evaluations::run(&ctx, "capacitybuffers", (RECHECK, SETTLE), (tx, rx), || {
+        evaluate(&ctx)
+    })
+    .await;
     buffers.abort();
     templates.abort();
 }
@@ -376,11 +338,9 @@ async fn write_resolution(
                 pod_template,
                 ..
             } => {
-                let template_ref = pod_template
-                    .as_ref()
-                    .map(|(name, _)| crate::api::capacitybuffer::LocalObjectRef {
-                        name: name.clone(),
-                    });
+                let template_ref = pod_template.as_ref().map(|(name, _)| {
+                    crate::api::capacitybuffer::LocalObjectRef { name: name.clone() }
+                });
                 let generation = pod_template.as_ref().map(|(_, g)| *g);
                 changed |= status.replicas != Some(*replicas)
                     || status.pod_template_ref != template_ref
@@ -488,7 +448,10 @@ async fn update_status(
 /// the ones placed there. Keeps the room for consolidation and writes each ready buffer's
 /// `Provisioning` condition when the pass settles it.
 pub async fn record_pass(ctx: &Context, placed: BTreeMap<BufferKey, Placed>, room: Room) {
-    *ctx.buffers.room.lock().unwrap_or_else(PoisonError::into_inner) = room;
+    *ctx.buffers
+        .room
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) = room;
     for (namespace, name) in placed.keys() {
         let mut object = CapacityBuffer::new(name, Default::default());
         object.metadata.namespace = Some(namespace.clone());

@@ -124,8 +124,7 @@ pub async fn run(ctx: Arc<Context>) {
     let pods = ctx.state.pods.subscribe().for_each(move |pod| {
         // While CapacityBuffers hold room, any pod may take it (kube-scheduler binds real pods
         // to the room the buffer pods kept), so every pod change is a reason to look again.
-        if (is_provisionable(&pod) || watch_ctx.buffers.active())
-            && selector.matches(pod.labels())
+        if (is_provisionable(&pod) || watch_ctx.buffers.active()) && selector.matches(pod.labels())
         {
             let _ = watch_tx.send(());
         }

@@ -13,13 +13,13 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodSpec, PodStatus, PodTemplateSpec};
 use kube::api::ObjectMeta;
 
+use crate::api::ResourceList;
 use crate::api::capacitybuffer::{
     BUFFER_EMPTY, BUFFER_NAME_ANNOTATION, BUFFER_NAMESPACE_ANNOTATION, CapacityBuffer,
-    FAKE_POD_ANNOTATION, FITS_EXISTING_CAPACITY, NOT_READY_FOR_PROVISIONING, READY_FOR_PROVISIONING,
-    REQUIRES_NEW_CAPACITY,
+    FAKE_POD_ANNOTATION, FITS_EXISTING_CAPACITY, NOT_READY_FOR_PROVISIONING,
+    READY_FOR_PROVISIONING, REQUIRES_NEW_CAPACITY,
 };
 use crate::api::shared::{ConditionStatus, find_condition};
-use crate::api::ResourceList;
 
 use super::quantity::QuantityError;
 use super::resources::{ResourceLimits, Resources};

@@ -34,7 +34,13 @@ fn kwok_types() -> serde_json::Value {
 
 /// A PodTemplate `name` of one 1-CPU pod on pool `pool`, and a CapacityBuffer `name` of
 /// `replicas` of it, both labelled with the test's run label.
-async fn buffer(client: &Client, names: &Names, ns: &str, (name, pool): (&str, &str), replicas: i32) {
+async fn buffer(
+    client: &Client,
+    names: &Names,
+    ns: &str,
+    (name, pool): (&str, &str),
+    replicas: i32,
+) {
     let template: PodTemplate = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "PodTemplate",
         "metadata": {"name": name, "labels": {RUN_LABEL: names.run}},
@@ -82,7 +88,12 @@ async fn buffer_state(
         .conditions
         .iter()
         .find(|c| c.type_ == type_)
-        .map(|c| (format!("{:?}", c.status), c.reason.clone().unwrap_or_default()));
+        .map(|c| {
+            (
+                format!("{:?}", c.status),
+                c.reason.clone().unwrap_or_default(),
+            )
+        });
     (condition, status.replicas)
 }
 
@@ -232,7 +243,10 @@ async fn a_buffer_keeps_room_through_a_scale_up_and_a_consolidation() {
     )
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
-    assert!(after > before, "new room: {before} node(s) before, {after} after");
+    assert!(
+        after > before,
+        "new room: {before} node(s) before, {after} after"
+    );
 
     // Scaled to 0, the extra node goes; the buffer's room stays, and stays for a while.
     Api::<Deployment>::namespaced(client.clone(), &ns)
@@ -279,7 +293,12 @@ async fn with_the_gate_off_a_buffer_is_ignored() {
         class,
         ns,
         ..
-    } = scene("buffer-off", &["--batch-idle-duration", "500ms"], kwok_types()).await;
+    } = scene(
+        "buffer-off",
+        &["--batch-idle-duration", "500ms"],
+        kwok_types(),
+    )
+    .await;
     let p = names.name("pool");
     pool(
         &client,

@@ -1,7 +1,7 @@
 use super::*;
+use crate::api::Quantity;
 use crate::api::capacitybuffer::{CapacityBufferSpec, CapacityBufferStatus, LocalObjectRef};
 use crate::api::shared::Condition;
-use crate::api::Quantity;
 use serde_json::json;
 
 fn limits(pairs: &[(&str, &str)]) -> ResourceList {
@@ -17,8 +17,14 @@ fn one_cpu() -> Resources {
 
 #[test]
 fn replicas_alone() {
-    assert_eq!(desired_replicas(Some(3), None, None, &one_cpu(), None).unwrap(), 3);
-    assert_eq!(desired_replicas(None, None, None, &one_cpu(), None).unwrap(), 0);
+    assert_eq!(
+        desired_replicas(Some(3), None, None, &one_cpu(), None).unwrap(),
+        3
+    );
+    assert_eq!(
+        desired_replicas(None, None, None, &one_cpu(), None).unwrap(),
+        0
+    );
 }
 
 #[test]
@@ -109,13 +115,22 @@ fn template() -> PodTemplateSpec {
 fn virtual_pods_are_marked_unscheduled_placeholders() {
     let pods = virtual_pods("ns", "buf", "uid", 3, &template());
     assert_eq!(pods.len(), 3);
-    let names: Vec<_> = pods.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+    let names: Vec<_> = pods
+        .iter()
+        .map(|p| p.metadata.name.clone().unwrap())
+        .collect();
     assert_eq!(
         names,
-        ["capacity-buffer-buf-1", "capacity-buffer-buf-2", "capacity-buffer-buf-3"]
+        [
+            "capacity-buffer-buf-1",
+            "capacity-buffer-buf-2",
+            "capacity-buffer-buf-3"
+        ]
     );
-    let uids: std::collections::HashSet<_> =
-        pods.iter().map(|p| p.metadata.uid.clone().unwrap()).collect();
+    let uids: std::collections::HashSet<_> = pods
+        .iter()
+        .map(|p| p.metadata.uid.clone().unwrap())
+        .collect();
     assert_eq!(uids.len(), 3);
     let pod = &pods[0];
     assert!(is_virtual(pod));
@@ -124,7 +139,12 @@ fn virtual_pods_are_marked_unscheduled_placeholders() {
     let spec = pod.spec.as_ref().unwrap();
     assert_eq!(spec.node_name, None);
     assert_eq!(spec.priority, Some(i32::MIN));
-    let volumes: Vec<_> = spec.volumes.iter().flatten().map(|v| v.name.as_str()).collect();
+    let volumes: Vec<_> = spec
+        .volumes
+        .iter()
+        .flatten()
+        .map(|v| v.name.as_str())
+        .collect();
     assert_eq!(volumes, ["config"]);
     let mounts: Vec<_> = spec.containers[0]
         .volume_mounts
@@ -175,20 +195,44 @@ fn buffer(resolved: bool, replicas: i32) -> CapacityBuffer {
 
 #[test]
 fn provisioning_condition_follows_where_the_pods_went() {
-    let fits = Placed { existing: 2, new: 0, failed: 0 };
+    let fits = Placed {
+        existing: 2,
+        new: 0,
+        failed: 0,
+    };
     let (status, reason, _) = provisioning_condition(&buffer(true, 2), Some(&fits)).unwrap();
-    assert_eq!((status, reason), (ConditionStatus::True, FITS_EXISTING_CAPACITY));
-    let new = Placed { existing: 1, new: 1, failed: 0 };
-    let (status, reason, message) =
-        provisioning_condition(&buffer(true, 2), Some(&new)).unwrap();
-    assert_eq!((status, reason), (ConditionStatus::False, REQUIRES_NEW_CAPACITY));
+    assert_eq!(
+        (status, reason),
+        (ConditionStatus::True, FITS_EXISTING_CAPACITY)
+    );
+    let new = Placed {
+        existing: 1,
+        new: 1,
+        failed: 0,
+    };
+    let (status, reason, message) = provisioning_condition(&buffer(true, 2), Some(&new)).unwrap();
+    assert_eq!(
+        (status, reason),
+        (ConditionStatus::False, REQUIRES_NEW_CAPACITY)
+    );
     assert_eq!(message, "1/2 virtual pods required new capacity, 0 failed");
-    let failed = Placed { existing: 1, new: 0, failed: 1 };
+    let failed = Placed {
+        existing: 1,
+        new: 0,
+        failed: 1,
+    };
     let (_, reason, _) = provisioning_condition(&buffer(true, 2), Some(&failed)).unwrap();
     assert_eq!(reason, REQUIRES_NEW_CAPACITY);
     // A pass that saw only part of the pods (or none) decides nothing.
-    let partial = Placed { existing: 1, new: 0, failed: 0 };
-    assert_eq!(provisioning_condition(&buffer(true, 2), Some(&partial)), None);
+    let partial = Placed {
+        existing: 1,
+        new: 0,
+        failed: 0,
+    };
+    assert_eq!(
+        provisioning_condition(&buffer(true, 2), Some(&partial)),
+        None
+    );
     assert_eq!(provisioning_condition(&buffer(true, 2), None), None);
     let (_, reason, _) = provisioning_condition(&buffer(false, 2), None).unwrap();
     assert_eq!(reason, NOT_READY_FOR_PROVISIONING);
@@ -211,7 +255,11 @@ fn real_pods_take_the_room_before_buffer_pods() {
         initialized: true,
         ..ExistingNode::default()
     };
-    let mut placeholder = SimPod::new("ns", "capacity-buffer-b-1", Resources::new(1000, 1 << 20, 0));
+    let mut placeholder = SimPod::new(
+        "ns",
+        "capacity-buffer-b-1",
+        Resources::new(1000, 1 << 20, 0),
+    );
     placeholder.buffer = true;
     let real = SimPod::new("ns", "web", Resources::new(900, 1 << 20, 0));
     let input = SchedulingInput {
