@@ -5,7 +5,8 @@
 #
 #   providers-wasm/python/build.sh OUT_DIR
 #
-# Artifacts: kwok-python.wasm (contract 0.1.0).
+# Artifacts: kwok-python.wasm (contract 0.1.0), serving Karpenter's KWOKNodeClass from the same CRD
+# file as the Rust kwok provider (node_class_crds.py embeds it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -16,14 +17,15 @@ cache="${CAPSTAN_CACHE:-$HOME/.cache/capstan}/python-components"
 source "$here/toolchain.sh"
 ensure_python_toolchain
 
-# build NAME APP_DIR: the component of APP_DIR's app.py with the SDK on its path.
+# build NAME APP_DIR [CRDS]: the component of APP_DIR's app.py with the SDK on its path, declaring
+# the node class kinds of the CRD file CRDS (relative to this directory) when given.
 build() {
-  local name=$1 app=$2 digest tmp
+  local name=$1 app=$2 crds=${3:-} digest tmp
   digest=$(
     cd "$here" && {
       find "$app" sdk -type f -name '*.py' -not -path '*/tests/*' | LC_ALL=C sort | xargs sha256sum
       find "$wit" -type f | LC_ALL=C sort | xargs sha256sum
-      sha256sum requirements.txt
+      sha256sum requirements.txt node_class_crds.py ${crds:+"$crds"}
     } | sha256sum | cut -c1-16
   )
   mkdir -p "$cache" "$out"
@@ -31,6 +33,9 @@ build() {
     tmp=$(mktemp -d)
     (cd "$tmp" && "$CAPSTAN_PYTHON_VENV/bin/componentize-py" -d "$wit" -w cloud-provider-world \
       componentize -p "$here/$app" -p "$here/sdk" app -o "$tmp/$name.wasm" >/dev/null)
+    if [ -n "$crds" ]; then
+      "$CAPSTAN_PYTHON_VENV/bin/python" "$here/node_class_crds.py" "$tmp/$name.wasm" "$here/$crds"
+    fi
     mv "$tmp/$name.wasm" "$cache/$name-$digest.wasm"
     rm -rf "$tmp"
   fi
@@ -38,4 +43,4 @@ build() {
   printf '%s\t%s bytes\n' "$out/$name.wasm" "$(wc -c <"$out/$name.wasm")"
 }
 
-build kwok-python kwok
+build kwok-python kwok ../kwok/node-class-crds.yaml

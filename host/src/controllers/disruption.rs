@@ -75,6 +75,15 @@ struct Memory {
 /// How often the loop looks whether a NodePool changed (a changed pool starts a pass at once, so
 /// its claims show `Drifted` within a second of the edit, as Karpenter's pool watch does).
 pub const POOL_CHECK_INTERVAL: Duration = Duration::from_millis(500);
+/// How long a pass may spend starting drift disruptions (a simulation each); the next pass goes
+/// on where it stopped.
+pub const DRIFT_STARTS_TIME: Duration = Duration::from_secs(5);
+/// A claim's or node's `DisruptionBlocked` Event with the same note is published once per this
+/// window (Karpenter's default dedupe), not once per pass.
+pub const BLOCKED_EVENT_WINDOW: Duration = Duration::from_secs(120);
+/// A NodePool's budget-blocked Event, once per this window (Karpenter's: budgets change by the
+/// minute).
+pub const POOL_BLOCKED_EVENT_WINDOW: Duration = Duration::from_secs(60);
 
 /// Runs passes until the host stops: every [`PASS_INTERVAL`], and at once when a NodePool's
 /// spec changes.
@@ -354,7 +363,10 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
     nodeclaim::delete(ctx, claim).await
 }
 
-/// Starts at most one disruption per pool, within its budget. Returns whether it started any.
+/// Starts drift disruptions, as many per pool as its Drifted budget allows (each simulated with
+/// the ones started before it gone), for at most [`DRIFT_STARTS_TIME`] a pass; Karpenter starts
+/// one command per loop, which bounds a large drift by the host (kubernetes-sigs/karpenter#3197).
+/// Returns whether it started any.
 async fn start_disruptions(
     ctx: &Context,
     view: &View,
@@ -405,7 +417,8 @@ async fn start_disruptions(
         if allowed == 0 {
             ctx.metrics.own.disruption_blocked("drifted");
             ctx.events
-                .normal(
+                .normal_once_per(
+                    POOL_BLOCKED_EVENT_WINDOW,
                     *pool,
                     "DisruptionBlocked",
                     format!(
@@ -426,17 +439,25 @@ async fn start_disruptions(
                 .unwrap_or_default();
             (!m.pods.is_empty(), since)
         });
+        let mut room = allowed;
+        let mut started_here: Vec<(&Machine<'_>, command::Started)> = Vec::new();
+        let deadline = Instant::now() + DRIFT_STARTS_TIME;
         for m in machines {
+            if room == 0 || Instant::now() >= deadline {
+                break;
+            }
             if let Some(why) = held(m, pool, &view.pdbs, now) {
                 ctx.events
-                    .normal(
+                    .normal_once_per(
+                        BLOCKED_EVENT_WINDOW,
                         m.claim,
                         "DisruptionBlocked",
                         format!("Cannot disrupt NodeClaim: {why}"),
                     )
                     .await;
                 ctx.events
-                    .normal(
+                    .normal_once_per(
+                        BLOCKED_EVENT_WINDOW,
                         m.node,
                         "DisruptionBlocked",
                         format!("Cannot disrupt Node: {why}"),
@@ -444,9 +465,10 @@ async fn start_disruptions(
                     .await;
                 continue;
             }
-            if command::start(ctx, m, "Drifted").await? {
+            if let Some(plan) = command::start(ctx, m, &started_here, "Drifted").await? {
                 started = true;
-                break;
+                room -= 1;
+                started_here.push((m, plan));
             }
         }
     }

@@ -5,8 +5,15 @@
 //! object, and [`OTHER_REASON`] (with the original reason leading the note) for the rest, so a
 //! reason that ever came from a provider cannot grow the recorder's cache or the Event stream's
 //! vocabulary without end.
+//!
+//! Events a loop would repeat every pass (`DisruptionBlocked` every 3 s while a budget or a pod
+//! holds a node) go through [`Events::normal_once_per`]: the same object, reason and note is
+//! published once per window, as Karpenter's recorder dedupes. Unlike Karpenter's (keyed on the
+//! object and reason only), a changed note is published at once, so the newest cause shows.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use kube::Client;
 use kube::Resource;
@@ -20,11 +27,36 @@ pub const MAX_REASONS: usize = 128;
 /// The reason of Events past the bound.
 pub const OTHER_REASON: &str = "Other";
 
+/// Past this many remembered Events, expired ones are dropped on the next publish.
+const DEDUPE_PRUNE_AT: usize = 4096;
+
+/// Which repeated Events were published when: (object, reason, note) → when the window ends.
+#[derive(Debug, Default)]
+pub struct Dedupe {
+    until: HashMap<(String, String, String), Instant>,
+}
+
+impl Dedupe {
+    /// Whether an Event keyed `key` should be published at `now`: not when the same one was
+    /// within `window` before. Remembers it when it should.
+    pub fn admit(&mut self, key: (String, String, String), now: Instant, window: Duration) -> bool {
+        if self.until.get(&key).is_some_and(|until| *until > now) {
+            return false;
+        }
+        if self.until.len() >= DEDUPE_PRUNE_AT {
+            self.until.retain(|_, until| *until > now);
+        }
+        self.until.insert(key, now + window);
+        true
+    }
+}
+
 /// The Event recorder of the controllers.
 #[derive(Clone)]
 pub struct Events {
     recorder: Recorder,
     reasons: Arc<BoundedValues>,
+    dedupe: Arc<Mutex<Dedupe>>,
 }
 
 impl std::fmt::Debug for Events {
@@ -43,6 +75,7 @@ impl Events {
         Self {
             recorder: Recorder::new(client, reporter),
             reasons: Arc::new(BoundedValues::with_other(MAX_REASONS, OTHER_REASON)),
+            dedupe: Arc::default(),
         }
     }
 
@@ -58,6 +91,40 @@ impl Events {
     {
         self.publish(object, EventType::Normal, reason, note.into())
             .await;
+    }
+
+    /// A `Normal` Event about `object`, published at most once per `window` with this reason and
+    /// note (a loop's repeated verdicts; see the module's documentation).
+    pub async fn normal_once_per<K>(
+        &self,
+        window: Duration,
+        object: &K,
+        reason: &str,
+        note: impl Into<String>,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        let note = note.into();
+        let reference = object.object_ref(&());
+        let key = (
+            format!(
+                "{}/{}/{}/{}",
+                reference.kind.as_deref().unwrap_or_default(),
+                reference.namespace.as_deref().unwrap_or_default(),
+                reference.name.as_deref().unwrap_or_default(),
+                reference.uid.as_deref().unwrap_or_default(),
+            ),
+            reason.to_owned(),
+            note.clone(),
+        );
+        let admitted = self
+            .dedupe
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .admit(key, Instant::now(), window);
+        if admitted {
+            self.publish(object, EventType::Normal, reason, note).await;
+        }
     }
 
     /// A `Warning` Event about `object`.
@@ -178,5 +245,38 @@ mod tests {
         assert!(distinct.contains(OTHER_REASON));
         assert_eq!(events.reason("NodeClaim", "Reason0"), "Reason0");
         assert_eq!(events.reason("NodePool", "Reason999"), "Reason999");
+    }
+
+    fn key(object: &str, note: &str) -> (String, String, String) {
+        (object.into(), "DisruptionBlocked".into(), note.into())
+    }
+
+    #[test]
+    fn a_repeated_event_is_published_once_per_window_and_a_changed_one_at_once() {
+        let mut dedupe = Dedupe::default();
+        let (start, window) = (Instant::now(), Duration::from_secs(120));
+        assert!(dedupe.admit(key("n1", "pdb a"), start, window));
+        for s in [3, 6, 60, 119] {
+            let at = start + Duration::from_secs(s);
+            assert!(!dedupe.admit(key("n1", "pdb a"), at, window), "{s} s");
+        }
+        let at = start + Duration::from_secs(9);
+        assert!(dedupe.admit(key("n1", "pdb b"), at, window), "a new cause");
+        assert!(dedupe.admit(key("n2", "pdb a"), at, window), "another node");
+        assert!(
+            dedupe.admit(key("n1", "pdb a"), start + window, window),
+            "window over"
+        );
+    }
+
+    #[test]
+    fn expired_entries_are_pruned() {
+        let mut dedupe = Dedupe::default();
+        let (start, window) = (Instant::now(), Duration::from_secs(1));
+        for i in 0..DEDUPE_PRUNE_AT {
+            assert!(dedupe.admit(key(&format!("n{i}"), ""), start, window));
+        }
+        assert!(dedupe.admit(key("last", ""), start + window, window));
+        assert_eq!(dedupe.until.len(), 1);
     }
 }

@@ -171,6 +171,11 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
     let mut listing: HashSet<String> = HashSet::new();
     let mut reported_error = false;
     while let Some(event) = events.next().await {
+        // The watcher announces `Init` before every list attempt, failed ones too: only an
+        // object or a finished list shows the watch works again.
+        if matches!(&event, Ok(event) if !matches!(event, watcher::Event::Init)) {
+            reported_error = false;
+        }
         match event {
             Ok(watcher::Event::Init) => listing.clear(),
             Ok(watcher::Event::InitApply(object)) => {
@@ -189,10 +194,8 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
                     tracing::warn!(%kind, provider = %served.provider, error = %err, "cannot watch a served node class kind (is its CRD installed?)");
                     reported_error = true;
                 }
-                continue;
             }
         }
-        reported_error = false;
     }
 }
 

@@ -35,6 +35,7 @@ use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
 use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
+use crate::scheduling::convert::is_terminal;
 use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target, buffer};
 
@@ -91,10 +92,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
     {
         return false;
     }
-    if matches!(
-        status.and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    ) {
+    if is_terminal(pod) {
         return false;
     }
     let unschedulable = status

@@ -21,7 +21,6 @@ use kube::{Api, ResourceExt};
 
 use super::disruption::candidates;
 use super::nodeclaim;
-use super::nodeclaim::termination::drain;
 use super::provisioner::claim_for;
 use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
@@ -29,6 +28,7 @@ use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
 use crate::consolidation::cost;
 use crate::controllers::{Context, ControllerError};
+use crate::scheduling::convert::is_terminal;
 use crate::scheduling::quantity;
 use k8s_openapi::api::core::v1::Pod;
 
@@ -236,7 +236,7 @@ async fn reconcile(
                 .filter(|p| {
                     node.is_some() && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == node
                 })
-                .filter(|p| !drain::terminal(p))
+                .filter(|p| !is_terminal(p))
                 .collect()
         };
         let mut surplus: Vec<(Removal, &NodeClaim)> = live

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::scheduling::convert::is_terminal;
+
 use super::labels::labels;
 use super::{Gauges, Histograms, Registrar, durations};
 
@@ -49,13 +51,6 @@ fn since_creation(pod: &Pod, then: &k8s_openapi::apimachinery::pkg::apis::meta::
     #[allow(clippy::cast_precision_loss)]
     let seconds = millis.max(0) as f64 / 1000.0;
     seconds
-}
-
-fn terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 fn has_dynamic_resources(pod: &Pod) -> bool {
@@ -147,7 +142,7 @@ impl Scheduler {
         let Some(uid) = pod.metadata.uid.as_deref() else {
             return;
         };
-        if pod.metadata.deletion_timestamp.is_some() || terminal(pod) {
+        if pod.metadata.deletion_timestamp.is_some() || is_terminal(pod) {
             self.pod_gone(uid);
             return;
         }

@@ -21,7 +21,7 @@ use super::lifecycle::seconds_since;
 use super::{Gauges, Registrar};
 use crate::api::ResourceList;
 use crate::api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
-use crate::scheduling::convert::pod_requests;
+use crate::scheduling::convert::{is_terminal, pod_requests};
 use crate::scheduling::resources::Resources;
 use crate::state::View;
 
@@ -203,13 +203,6 @@ fn pod_limits(pod: &Pod) -> Resources {
 
 fn is_daemon(pod: &Pod) -> bool {
     pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 fn condition_true(pod: &Pod, type_: &str) -> bool {

@@ -431,11 +431,12 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
     Ok(out)
 }
 
-/// Whether a pod still occupies its node (not Succeeded or Failed).
-fn is_active(pod: &core::Pod) -> bool {
-    !matches!(
+/// A pod that has finished (`Succeeded` or `Failed`): it holds nothing on its node, needs no
+/// place and blocks no drain. The one copy of this rule for the host.
+pub fn is_terminal(pod: &core::Pod) -> bool {
+    matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded") | Some("Failed")
+        Some("Succeeded" | "Failed")
     )
 }
 
@@ -446,7 +447,7 @@ fn running(
 ) -> Result<(Resources, Vec<Pod>), ConvertError> {
     let mut used = Resources::default();
     let mut out = Vec::new();
-    for p in pods.iter().filter(|p| is_active(p)) {
+    for p in pods.iter().filter(|p| !is_terminal(p)) {
         let converted = pod(p, namespaces)?;
         used.add(&converted.requests);
         used.pods += 1;

@@ -345,6 +345,80 @@ async fn a_template_change_replaces_every_node_one_at_a_time() {
 
 /// The NodeClass changes so that kwok reports its nodes drifted (a new image): they are replaced
 /// with the provider's reason, budget 100%.
+/// A drift with budget `100%` starts every disruption at once — several in one pass, each
+/// simulated with the ones before it carried out — not one per pass (Karpenter starts one command
+/// per loop: kubernetes-sigs/karpenter#3197). Six nodes: one at a time, a pass every 3 s, the
+/// replacements would be created over 15 s or more.
+#[tokio::test]
+async fn a_drift_starts_every_disruption_its_budget_allows_at_once() {
+    let Setup {
+        client,
+        names,
+        host,
+        pool: pool_name,
+        ns,
+        ..
+    } = setup(
+        ("drift-all", "500ms"),
+        json!({"maxCpu": 2}),
+        (json!([{"nodes": "100%"}]), "720h"),
+        (6, "1500m"),
+    )
+    .await;
+    let before: BTreeSet<String> = pool_nodes(&client, &pool_name, GROUP)
+        .await
+        .into_keys()
+        .collect();
+    assert_eq!(before.len(), 6, "a pod of 1500m per 2-cpu node: {before:?}");
+    patch_pool(
+        &client,
+        &pool_name,
+        json!({"spec": {"template": {"metadata": {"labels": {"e2e.capstan.dev/rev": "2"}}}}}),
+    )
+    .await;
+    let scene = Scene {
+        client: &client,
+        host: &host,
+        names: &names,
+        ns: &ns,
+    };
+    // Replacement claims, by when they were created (seconds).
+    let created = wait_until(
+        Duration::from_secs(120),
+        "six replacements created",
+        || async {
+            let made: Vec<i64> = claims(&client, &names)
+                .await
+                .iter()
+                .filter(|c| c.annotations().contains_key("capstan.dev/replaces"))
+                .filter_map(|c| c.metadata.creation_timestamp.as_ref())
+                .map(|t| t.0.as_second())
+                .collect();
+            Ok::<_, kube::Error>((made.len() >= 6).then_some(made))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    let spread = created.iter().max().unwrap() - created.iter().min().unwrap();
+    let (most, took) = wait_rolled(
+        &scene,
+        &pool_name,
+        ("e2e.capstan.dev/rev", "2"),
+        6,
+        Duration::from_secs(300),
+    )
+    .await;
+    println!(
+        "6 nodes drifted: replacements created within {spread} s, at most {most} disrupting at once, rolled in {took:?}"
+    );
+    assert!(
+        spread <= 6,
+        "the six replacements were created over {spread} s: one disruption a pass?"
+    );
+    assert!(most >= 4, "at most {most} claims disrupting at once");
+    teardown(&client, &names, &ns).await;
+}
+
 #[tokio::test]
 async fn a_node_class_change_the_provider_calls_drift_replaces_the_nodes() {
     let Setup {
@@ -602,6 +676,14 @@ async fn do_not_disrupt_and_a_closed_budget_window_hold_drift() {
     let after = claims(&client, &names).await;
     assert_eq!(after.len(), claims_before, "nothing was replaced");
     assert_eq!(disrupting(&after), 0);
+    // A pass every 3 s finds the budget closed; the Event is published once per minute, not once
+    // per pass (an Event series would count every repeat).
+    let occurrences: i32 = events(&client, "default", &closed_pool, "DisruptionBlocked")
+        .await
+        .iter()
+        .map(|e| e.series.as_ref().map_or(1, |s| s.count))
+        .sum();
+    assert_eq!(occurrences, 1, "the blocked budget's Event repeated");
     println!(
         "pool: {:?}; claim: {:?}",
         blocked.note.unwrap_or_default(),

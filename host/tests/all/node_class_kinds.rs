@@ -201,9 +201,21 @@ fn ready(object: &DynamicObject) -> Option<(String, String, Option<i64>)> {
 /// `Ready` condition (its observed generation is the host's).
 #[tokio::test]
 async fn a_kwok_node_class_pool_provisions_nodes_with_karpenters_labels() {
+    provisions_nodes_with_karpenters_labels("rust").await;
+}
+
+/// The same with the kwok provider in Python: it declares the same KWOKNodeClass CRD (appended
+/// to its component by `providers-wasm/python/node_class_crds.py`) and reads the class as the
+/// Rust one does.
+#[tokio::test]
+async fn a_python_provider_serves_the_kwok_node_class_too() {
+    provisions_nodes_with_karpenters_labels("python").await;
+}
+
+async fn provisions_nodes_with_karpenters_labels(language: &str) {
     let (cp, client) = with_kwok_crd().await;
-    let names = Names::new("kinds-kwok");
-    let host = Host::start(cp, &names, &[]);
+    let names = Names::new(&format!("kinds-kwok-{language}"));
+    let host = Host::start_with_kwok(cp, &names, &[], &crate::fixtures::kwok_file(language));
     let (class, pool) = (names.name("kwoknc"), names.name("pool"));
     let created = kwok_class(
         &client,

@@ -17,6 +17,7 @@ use kube::ResourceExt;
 use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
+pub use crate::controllers::nodeclaim::termination::drain::do_not_disrupt;
 use crate::controllers::nodeclaim::{is_true, node_ready, provider_id};
 use crate::controllers::provisioner::snapshot::is_reschedulable;
 pub use crate::controllers::provisioner::snapshot::tainted_disrupted;
@@ -70,26 +71,6 @@ impl std::fmt::Display for Held {
 
 fn key(pod: &Pod) -> String {
     format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any())
-}
-
-/// Whether a pod's `karpenter.sh/do-not-disrupt` holds at `now`: `"true"`, or a duration the pod
-/// has not been running for yet (from its start time). Anything else is ignored, as Karpenter
-/// does.
-pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
-    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
-        return false;
-    };
-    if value == "true" {
-        return true;
-    }
-    let Ok(length) = duration::parse(value) else {
-        return false;
-    };
-    let Some(started) = pod.status.as_ref().and_then(|s| s.start_time.as_ref()) else {
-        return true;
-    };
-    let age = now.as_millisecond() - started.0.as_millisecond();
-    u128::try_from(age).map_or(true, |age| age < length.as_millis())
 }
 
 /// The PodDisruptionBudget that allows no eviction of `pod`, if one does.

@@ -13,7 +13,7 @@
 //! at any point resumes from the table; a decision whose replacements were only partly created
 //! is given up (and its replacements left as ordinary capacity).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use kube::api::{Patch, PatchParams, PostParams};
@@ -21,6 +21,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
+use super::BLOCKED_EVENT_WINDOW;
 use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines, tainted_disrupted};
 use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
@@ -52,11 +53,34 @@ fn parse(value: &str) -> Option<(&str, usize)> {
     Some((reason, count.parse().ok()?))
 }
 
-/// Tries to start disrupting `m` for `reason`: simulates moving its pods, and if they all fit,
-/// marks the claim and launches the replacements. Returns whether it started.
-pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool, ControllerError> {
+/// A disruption [`start`] started: where its pods go.
+#[derive(Debug, Default)]
+pub struct Started {
+    /// The replacement claims created for it.
+    pub replacements: Vec<String>,
+    /// Its pods placed on existing nodes: (namespace, name) → node.
+    pub on_nodes: HashMap<(String, String), String>,
+}
+
+/// Tries to start disrupting `m` for `reason`: simulates moving its pods (with the disruptions
+/// this pass already started, `started`, carried out: [`Snapshot::decided`]), and if they all
+/// fit, marks the claim and launches the replacements.
+pub async fn start(
+    ctx: &Context,
+    m: &Machine<'_>,
+    started: &[(&Machine<'_>, Started)],
+    reason: &str,
+) -> Result<Option<Started>, ControllerError> {
     let node = m.node.name_any();
     let mut snapshot = Snapshot::take(ctx);
+    for (earlier, plan) in started {
+        snapshot.decided(
+            &earlier.node.name_any(),
+            earlier.claim,
+            &plan.on_nodes,
+            &plan.replacements,
+        );
+    }
     snapshot.leave(&node, m.claim);
     let built = snapshot.input(ctx, &ctx.instance_types).await;
     let result = scheduling::solve(&built.input);
@@ -100,10 +124,17 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
         };
         ctx.metrics.own.disruption_blocked(reason);
         ctx.events
-            .normal(m.claim, "DisruptionBlocked", why.clone())
+            .normal_once_per(
+                BLOCKED_EVENT_WINDOW,
+                m.claim,
+                "DisruptionBlocked",
+                why.clone(),
+            )
             .await;
-        ctx.events.normal(m.node, "DisruptionBlocked", why).await;
-        return Ok(false);
+        ctx.events
+            .normal_once_per(BLOCKED_EVENT_WINDOW, m.node, "DisruptionBlocked", why)
+            .await;
+        return Ok(None);
     }
     // The new claims that hold pods of this node are its replacements (the others are the
     // provisioner's business).
@@ -117,20 +148,32 @@ pub async fn start(ctx: &Context, m: &Machine<'_>, reason: &str) -> Result<bool,
     } else {
         format!("launching {} replacement(s)", replacements.len())
     };
-    launch(ctx, &[m], reason, &replacements, &note).await?;
-    Ok(true)
+    let on_nodes = result
+        .existing_placements
+        .iter()
+        .filter_map(|(i, target)| match target {
+            scheduling::Target::Node(name) => Some((pod_key(*i), name.clone())),
+            scheduling::Target::Claim(_) => None,
+        })
+        .filter(|(key, _)| moving.contains(key))
+        .collect();
+    let replacements = launch(ctx, &[m], reason, &replacements, &note).await?;
+    Ok(Some(Started {
+        replacements,
+        on_nodes,
+    }))
 }
 
 /// Starts one decided disruption of `machines` for `reason`: marks each claim (the "decided"
 /// row of the table) and creates the `replacements`, each annotated with every claim it
-/// replaces. `note` says why, for the Events.
+/// replaces. `note` says why, for the Events. Returns the replacements' names.
 pub async fn launch(
     ctx: &Context,
     machines: &[&Machine<'_>],
     reason: &str,
     replacements: &[&scheduling::NewClaim],
     note: &str,
-) -> Result<(), ControllerError> {
+) -> Result<Vec<String>, ControllerError> {
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let names: Vec<String> = machines.iter().map(|m| m.claim.name_any()).collect();
     // 1. Decided.
@@ -201,7 +244,7 @@ pub async fn launch(
             .normal(m.node, "DisruptionLaunching", note.clone())
             .await;
     }
-    Ok(())
+    Ok(launched)
 }
 
 /// Whether `claim` is a replacement for the claim named `name`.

@@ -38,6 +38,7 @@ use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
+use crate::scheduling::convert::is_terminal;
 use crate::state::View;
 
 /// Consolidation's settings.
@@ -385,7 +386,9 @@ async fn start(
         cmd.savings()
     );
     ctx.metrics.own.consolidation_savings(reason, cmd.savings());
-    command::launch(ctx, &chosen, reason, &replacements, &note).await
+    command::launch(ctx, &chosen, reason, &replacements, &note)
+        .await
+        .map(|_| ())
 }
 
 /// At most this many `ConsolidationBlocked` writes a pass: a cause that changes for every node
@@ -527,11 +530,7 @@ async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<Stri
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
             continue;
         };
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if finished {
+        if is_terminal(pod) {
             continue;
         }
         by_node
@@ -751,12 +750,8 @@ pub fn add_unbound(
         .collect();
     for pod in &view.pods {
         let unbound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_none());
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
         if unbound
-            && !finished
+            && !is_terminal(pod)
             && pod.metadata.deletion_timestamp.is_none()
             && crate::controllers::provisioner::snapshot::is_reschedulable(pod)
             && selector.matches(pod.labels())

@@ -15,7 +15,7 @@ use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
 use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
-use crate::scheduling::convert::{self, NamespaceLabels};
+use crate::scheduling::convert::{self, NamespaceLabels, is_terminal};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
 
@@ -109,10 +109,7 @@ pub fn tainted_disrupted(node: &Node) -> bool {
 /// Whether a pod bound to a leaving node needs a place elsewhere: active, not a DaemonSet's
 /// (its DaemonSet runs one on the new node) and not a static pod.
 pub fn is_reschedulable(pod: &Pod) -> bool {
-    let terminal = matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    );
+    let terminal = is_terminal(pod);
     let daemon_or_static = pod
         .owner_references()
         .iter()
@@ -198,6 +195,47 @@ impl Snapshot {
                 .filter(|(_, limits)| !limits.is_empty())
                 .collect(),
         }
+    }
+
+    /// Simulates a disruption decided a moment ago as carried out: `claim`'s node `node` gone,
+    /// its pods the decision put on existing nodes bound there (`on_nodes`: (namespace, name) →
+    /// node), and its `replacements` left out with the pods they will hold (they are sized for
+    /// them) — their Nodes too, once registered. So the next decision of the same pass neither
+    /// counts on room the first one took nor on the first one's replacements.
+    pub fn decided(
+        &mut self,
+        node: &str,
+        claim: &NodeClaim,
+        on_nodes: &HashMap<(String, String), String>,
+        replacements: &[String],
+    ) {
+        let (moving, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut self.bound)
+            .into_iter()
+            .partition(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
+        self.bound = staying;
+        for mut pod in moving {
+            let key = (pod.namespace().unwrap_or_default(), pod.name_any());
+            if let (Some(target), Some(spec)) = (on_nodes.get(&key), pod.spec.as_mut()) {
+                spec.node_name = Some(target.clone());
+                self.bound.push(pod);
+            }
+        }
+        if let Some(id) = provider_id(claim) {
+            self.leaving.insert(id.to_owned());
+        }
+        let (gone, kept): (Vec<NodeClaim>, Vec<NodeClaim>) = std::mem::take(&mut self.claims)
+            .into_iter()
+            .partition(|c| replacements.iter().any(|r| *r == c.name_any()));
+        self.claims = kept;
+        let gone_ids: HashSet<&str> = gone.iter().filter_map(provider_id).collect();
+        self.nodes.retain(|n| {
+            n.name_any() != node
+                && !n
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.provider_id.as_deref())
+                    .is_some_and(|id| gone_ids.contains(id))
+        });
     }
 
     /// Simulates `claim`'s node `node` gone: its reschedulable pods join the pending ones and
@@ -439,4 +477,87 @@ fn inflight(
         .get_or_insert_with(Default::default)
         .allocatable = requests;
     convert::inflight_claim(&claim, &[], namespaces)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(name: &str, node: &str) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"nodeName": node, "containers": []},
+            "status": {"phase": "Running"},
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {"name": name},
+            "spec": {"providerID": format!("kwok://{name}")},
+        }))
+        .unwrap()
+    }
+
+    fn claim(name: &str, node: Option<&str>) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {"nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+                     "requirements": []},
+            "status": node.map_or(json!({}), |n| json!({"providerID": format!("kwok://{n}")})),
+        }))
+        .unwrap()
+    }
+
+    /// A disruption decided earlier in the pass is simulated as carried out: its node and claim
+    /// gone, its pods bound where it put them or gone with its replacements, which are left out.
+    #[test]
+    fn a_decided_disruption_is_simulated_as_carried_out() {
+        let leaving = claim("a", Some("node-a"));
+        let mut snapshot = Snapshot {
+            bound: vec![pod("p1", "node-a"), pod("p2", "node-a"), pod("q", "node-b")],
+            nodes: vec![node("node-a"), node("node-b"), node("node-r")],
+            claims: vec![
+                leaving.clone(),
+                claim("b", Some("node-b")),
+                claim("r", Some("node-r")),
+            ],
+            ..Snapshot::default()
+        };
+        let on_nodes = HashMap::from([(("ns".into(), "p1".into()), "node-b".into())]);
+        snapshot.decided("node-a", &leaving, &on_nodes, &["r".to_owned()]);
+
+        let bound: Vec<(String, Option<String>)> = snapshot
+            .bound
+            .iter()
+            .map(|p| {
+                (
+                    p.name_any(),
+                    p.spec.as_ref().and_then(|s| s.node_name.clone()),
+                )
+            })
+            .collect();
+        assert_eq!(
+            bound,
+            [
+                ("q".to_owned(), Some("node-b".to_owned())),
+                ("p1".to_owned(), Some("node-b".to_owned()))
+            ],
+            "p1 where the decision put it; p2 went with the replacement"
+        );
+        assert!(snapshot.pending.is_empty(), "nothing to place again");
+        let nodes: Vec<String> = snapshot.nodes.iter().map(|n| n.name_any()).collect();
+        assert_eq!(
+            nodes,
+            ["node-b"],
+            "the replacement's registered Node is left out too"
+        );
+        let claims: Vec<String> = snapshot.claims.iter().map(|c| c.name_any()).collect();
+        assert_eq!(claims, ["a", "b"], "the replacement is left out");
+        assert!(snapshot.leaving.contains("kwok://node-a"));
+    }
 }

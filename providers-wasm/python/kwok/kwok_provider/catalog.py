@@ -79,7 +79,8 @@ class Entry:
         if self.size is not None:
             out[SIZE_LABEL] = self.size
         out[CPU_LABEL] = str(self.cpu())
-        out[MEMORY_LABEL] = str(self.capacity.get(labels.RESOURCE_MEMORY, Quantity(0)).value() // (1024 * 1024))
+        # A quantity (``16Gi``), as Karpenter's kwok provider writes it.
+        out[MEMORY_LABEL] = str(self.capacity.get(labels.RESOURCE_MEMORY, Quantity(0)))
         return out
 
     def requirements(self) -> list[Requirement]:

@@ -19,6 +19,7 @@ PROVIDER_LABEL = "capstan.dev/provider"
 """Label on every node this provider launched (``list`` selects on it)."""
 PROVIDER_NAME = "kwok"
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+NODE_VIEWER_PRICE_LABEL = "eks-node-viewer/instance-price"
 """The kwok controller marks nodes with this annotation Ready and keeps their lease."""
 HASH_ANNOTATION = "kwok.capstan.dev/parameters-hash"
 IMAGE_ANNOTATION = "kwok.capstan.dev/image-id"
@@ -69,6 +70,10 @@ def build(claim: NodeClaim, launch: Launch, provenance: Provenance) -> dict[str,
     if claim.node_pool_name is not None:
         out[labels.NODE_POOL] = claim.node_pool_name
     out[PROVIDER_LABEL] = PROVIDER_NAME
+    # As Karpenter's kwok provider labels its nodes: the kwok marker, and the price for
+    # eks-node-viewer (Go's ``%f``: six decimals).
+    out[KWOK_ANNOTATION] = "fake"
+    out[NODE_VIEWER_PRICE_LABEL] = f"{launch.offer.price:.6f}"
 
     taints: list[dict[str, str]] = [{"key": labels.UNREGISTERED_TAINT, "effect": "NoExecute"}]
     for t in list(claim.taints) + list(claim.startup_taints):

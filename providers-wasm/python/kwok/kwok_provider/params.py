@@ -7,13 +7,32 @@ import json
 from dataclasses import asdict, dataclass, field
 
 from capstan_provider import labels
-from capstan_provider.params import Fields, invalid, parse
+from capstan_provider.params import Fields, ServedObject, invalid, parse, served_object
 from capstan_provider.quantity import Quantity, QuantityError
 
 DEFAULT_IMAGE_ID = "kwok-default-image"
 """Image reported when ``imageID`` is not set."""
 DEFAULT_PODS = "110"
 """Pods per node when an ``instanceTypes`` entry does not say."""
+KWOK_GROUP = "karpenter.kwok.sh"
+"""Karpenter's group, whose ``KWOKNodeClass`` this provider serves."""
+KWOK_NODE_CLASS = "KWOKNodeClass"
+"""The kind."""
+_UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000}
+
+
+def duration_millis(text: str) -> int | None:
+    """Milliseconds of a duration as Karpenter's CRD admits it (``^([0-9]+(s|m|h))+$``)."""
+    total, digits = 0, ""
+    for c in text:
+        if c.isascii() and c.isdigit():
+            digits += c
+        elif c in _UNITS and digits:
+            total += int(digits) * _UNITS[c]
+            digits = ""
+        else:
+            return None
+    return total if text and not digits else None
 
 
 @dataclass
@@ -124,7 +143,13 @@ class Parameters:
 
     @staticmethod
     def parse(text: str) -> Parameters:
-        """Parses and validates the parameters; raises ``invalid`` naming the field."""
+        """Parses and validates the parameters — a ``capstan.dev`` NodeClass's ``parameters``, or a
+        Karpenter ``KWOKNodeClass`` as the host hands it over (its ``nodeRegistrationDelay`` becomes
+        the delay before the node registers; the default catalog otherwise); raises ``invalid``
+        naming the field."""
+        served = served_object(text)
+        if served is not None:
+            return Parameters._from_kwok_node_class(served)
         f = Fields(parse(text))
         specs = None
         if (items := f.objects("instanceTypes")) is not None:
@@ -155,6 +180,20 @@ class Parameters:
         )
         f.done()
         return params
+
+    @staticmethod
+    def _from_kwok_node_class(served: ServedObject) -> Parameters:
+        if served.group != KWOK_GROUP or served.kind != KWOK_NODE_CLASS:
+            raise invalid("", f"the kwok provider serves {KWOK_NODE_CLASS}.{KWOK_GROUP}, not {served.kind}.{served.group}")
+        f = served.fields()
+        text = f.str("nodeRegistrationDelay")
+        f.done()
+        delay = None
+        if text is not None:
+            delay = duration_millis(text)
+            if delay is None:
+                raise invalid(f.at("nodeRegistrationDelay"), f"{json.dumps(text)} is not a duration like 30s, 1m or 1h30m")
+        return Parameters(launch_delay_millis=delay)
 
     def image(self) -> str:
         """The image nodes launched now report."""

@@ -19,6 +19,13 @@ from .selection import NoLaunch, cheapest
 NODES = kube.Target.workload("v1", "Node")
 
 
+def registration_refused(error: kube.KubeCallError) -> bool:
+    """Whether creating a Node failed because an admission policy or webhook denied it (a Node
+    that cannot register), not because the call failed."""
+    message = str(error).lower()
+    return error.kind in ("invalid", "other") and "admission" in message and "denied" in message
+
+
 def _node_name(pid: str) -> str:
     name = node.name_from_provider_id(pid)
     if name is None:
@@ -79,6 +86,12 @@ class Kwok(Provider):
         try:
             created = kube.create(NODES, body)
         except kube.KubeCallError as e:
+            if registration_refused(e):
+                # The instance is up; its Node cannot register (an admission policy refuses it),
+                # as a kubelet's registration can fail on a real cloud. The claim is launched and
+                # stays unregistered until the registration timeout removes it.
+                host.warn(f"launched {claim.name} as {launch.entry.name}, but its Node cannot register: {e}")
+                return node.launched_claim(body, claim)
             if not e.is_conflict():
                 raise e.provider_error(True) from None
             # Another attempt created it first: return that one.

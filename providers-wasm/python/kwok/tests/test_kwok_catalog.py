@@ -36,7 +36,7 @@ def test_instance_types_carry_the_documented_requirements():
     assert get[FAMILY_LABEL][1] == ["m"]
     assert get[SIZE_LABEL][1] == ["2"]
     assert get[CPU_LABEL][1] == ["2"]
-    assert get[MEMORY_LABEL][1] == ["16384"]
+    assert get[MEMORY_LABEL][1] == ["16Gi"]
     assert len(it.offerings) == 8
     assert sorted(it.capacity) == ["cpu", "ephemeral-storage", "memory", "pods"]
     assert it.capacity["memory"] == (16 << 30) * 1000

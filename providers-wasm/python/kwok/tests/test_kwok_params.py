@@ -65,3 +65,34 @@ def test_selectors_match_given_fields():
     zone = OfferingSelector(zone="a")
     assert zone.matches("t", "a", "spot")
     assert not zone.matches("t", "b", "spot")
+
+
+def kwok_node_class(spec: str, api_version: str = "karpenter.kwok.sh/v1alpha1", kind: str = "KWOKNodeClass") -> str:
+    return f'{{"apiVersion":"{api_version}","kind":"{kind}","spec":{spec}}}'
+
+
+def test_a_kwok_node_class_sets_the_registration_delay():
+    assert Parameters.parse(kwok_node_class('{"nodeRegistrationDelay":"1m30s"}')).launch_delay() == 90_000
+    defaults = Parameters.parse(kwok_node_class("{}"))
+    assert defaults.launch_delay() == 0
+    assert defaults.instance_types is None
+    assert defaults.hash() == Parameters.parse("").hash()
+
+
+@pytest.mark.parametrize(
+    "text,prefix",
+    [
+        (kwok_node_class('{"nodeRegistrationDelay":"5"}'), "parameters.spec.nodeRegistrationDelay:"),
+        (kwok_node_class('{"nodeRegistrationDelay":"1d"}'), "parameters.spec.nodeRegistrationDelay:"),
+        (kwok_node_class('{"other":1}'), "parameters.spec.other: unknown field"),
+        (kwok_node_class("{}", api_version="example.com/v1"), "parameters: the kwok provider serves KWOKNodeClass.karpenter.kwok.sh"),
+    ],
+)
+def test_a_bad_kwok_node_class_is_invalid(text, prefix):
+    assert err(text).startswith(prefix)
+
+
+def test_own_parameters_with_a_fourth_field_are_not_a_served_object():
+    # Exactly apiVersion, kind and spec make a served object; anything else is the NodeClass's own
+    # parameters (and these are unknown fields there).
+    assert err('{"apiVersion":"a/v1","kind":"K","spec":{},"maxCpu":1}').startswith("parameters.apiVersion: unknown field")

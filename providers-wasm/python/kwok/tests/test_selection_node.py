@@ -2,7 +2,7 @@ import pytest
 from capstan_provider.requirements import Requirements, does_not_exist, exists, gt, in_, lt, not_in
 from capstan_provider.resources import parse_map
 from kwok_provider import drift, node
-from kwok_provider.catalog import CPU_LABEL, MEMORY_LABEL, build
+from kwok_provider.catalog import CPU_LABEL, build
 from kwok_provider.params import Parameters
 from kwok_provider.selection import NoLaunch, cheapest
 from capstan_provider.types import KeyValue, NodeClaim, Resource, Taint, TaintEffect
@@ -30,7 +30,7 @@ def test_honours_every_operator():
             exists("node.kubernetes.io/instance-type"),
             does_not_exist("example.com/gpu"),
             gt(CPU_LABEL, 2),
-            lt(MEMORY_LABEL, 20000),
+            lt(CPU_LABEL, 8),
         ],
     )
     assert chosen == ("c-4x-arm64-linux", "test-zone-c", "on-demand")
@@ -73,6 +73,8 @@ def test_node_round_trips_to_a_claim():
     assert labels["example.com/tier"] == "gold" and "kubernetes.io/arch" in labels and labels["team"] == "a"
     assert labels["karpenter.sh/nodepool"] == "pool" and labels["capstan.dev/provider"] == "kwok"
     assert labels["kubernetes.io/hostname"] == "pool-abc"
+    assert labels["kwok.x-k8s.io/node"] == "fake", "as Karpenter's kwok provider labels its nodes"
+    assert labels["eks-node-viewer/instance-price"] == f"{launch.offer.price:.6f}"
     assert [t["key"] for t in body["spec"]["taints"]] == ["karpenter.sh/unregistered", "dedicated", "init"]
     assert body["spec"]["providerID"] == "kwok://pool-abc"
     assert body["status"]["allocatable"]["cpu"] == "900m"

@@ -38,6 +38,42 @@ def parse(parameters: str) -> dict[str, Any]:
     return value
 
 
+class ServedObject:
+    """An object of a node class kind the provider serves (its ``capstan:node-class-crds``), as the
+    host hands it over in ``parameters``: ``{"apiVersion", "kind", "spec"}``."""
+
+    def __init__(self, api_version: str, kind: str, spec: dict[str, Any]) -> None:
+        self.api_version = api_version
+        self.kind = kind
+        self.spec = spec
+
+    @property
+    def group(self) -> str:
+        """The API group of ``api_version``."""
+        return self.api_version.split("/", 1)[0] if "/" in self.api_version else ""
+
+    def fields(self) -> Fields:
+        """Typed reads of ``spec`` (errors name ``parameters.spec.<field>``)."""
+        return Fields(self.spec, "spec")
+
+
+def served_object(parameters: str) -> ServedObject | None:
+    """The served object in ``parameters``, if they hold one: an object with exactly ``apiVersion``,
+    ``kind`` (strings) and ``spec`` (an object). A ``capstan.dev`` NodeClass's parameters are the
+    provider's own object; a provider whose own schema has those three fields must tell them apart
+    itself."""
+    try:
+        value = json.loads(parameters)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or set(value) != {"apiVersion", "kind", "spec"}:
+        return None
+    api_version, kind, spec = value["apiVersion"], value["kind"], value["spec"]
+    if not isinstance(api_version, str) or not isinstance(kind, str) or not isinstance(spec, dict):
+        return None
+    return ServedObject(api_version, kind, spec)
+
+
 def _describe(value: Any) -> str:
     return json.dumps(value)[:60]
 

@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use super::first_few;
 use crate::api::duration;
 use crate::api::labels::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT};
-use crate::scheduling::convert::toleration;
+use crate::scheduling::convert::{is_terminal, toleration};
 use crate::scheduling::taints::{Taint, TaintEffect};
 
 /// How long past its deletion timestamp a terminating pod still holds the drain up (Karpenter's
@@ -174,7 +174,7 @@ pub fn plan(pods: &[Pod], deadline: Option<Timestamp>, now: Timestamp) -> Plan<'
 
 /// Whether the drain waits for the pod to leave (Karpenter's `IsWaitingEviction`).
 pub fn blocks(pod: &Pod, now: Timestamp) -> bool {
-    !terminal(pod) && drainable(pod, now)
+    !is_terminal(pod) && drainable(pod, now)
 }
 
 /// Whether the drain is concerned with the pod at all (Karpenter's `IsDrainable`): not static,
@@ -204,14 +204,6 @@ fn deletion(pod: &Pod, deadline: Timestamp, now: Timestamp) -> Option<Decision> 
         }
     };
     needed.then_some(Decision::Delete { grace_seconds })
-}
-
-/// A pod that has finished (`Succeeded` or `Failed`): it holds nothing.
-pub fn terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 fn terminating(pod: &Pod) -> bool {
