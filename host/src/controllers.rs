@@ -8,8 +8,8 @@
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
 
 pub mod capacity_buffers;
-pub mod evaluations;
 pub mod disruption;
+pub mod evaluations;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;

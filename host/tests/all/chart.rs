@@ -174,7 +174,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
             ("BATCH_IDLE_DURATION", "1s"),
             (
                 "FEATURE_GATES",
-                "NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
             ),
         ],
     );
@@ -474,7 +474,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
             ("KUBE_CLIENT_BURST", "75"),
             (
                 "FEATURE_GATES",
-                "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
             ),
         ],
     );
@@ -499,6 +499,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     assert_eq!(settings["featureGates"]["nodeRepair"], true);
     assert_eq!(settings["featureGates"]["spotToSpotConsolidation"], true);
     assert_eq!(settings["featureGates"]["nodeOverlay"], false);
+    assert_eq!(settings["featureGates"]["capacityBuffer"], false);
     assert_eq!(
         settings["featureGates"]["ignored"],
         serde_json::json!(["ReservedCapacity=true"])
