@@ -157,7 +157,7 @@ enum Resolution {
     /// The pod shape, and how many; the PodTemplate's name and generation for a
     /// `podTemplateRef`.
     Resolved {
-        template: PodTemplateSpec,
+        template: Box<PodTemplateSpec>,
         replicas: i32,
         pod_template: Option<(String, i64)>,
     },
@@ -313,7 +313,7 @@ async fn resolve(ctx: &Context, object: &CapacityBuffer) -> Result<Resolution, C
         }
     };
     Ok(Resolution::Resolved {
-        template,
+        template: Box::new(template),
         replicas,
         pod_template,
     })
