@@ -281,6 +281,18 @@ task_bench_e2e() {
   grep -q "bench_e2e_capstan_beside_karpenter \.\.\. ok" "$out"
 }
 
+# The clusterapi provider on real Cluster API (host/tests/all/clusterapi/bench.rs; ignored by `make test`):
+# 10 launches with Machines provisioned 2 s after creation, in-process and through the host, a delete, and the
+# provider's API requests per launch. Prints a `== bench-capi ==` block; the log stays in $CAPSTAN_CACHE.
+task_bench_capi() {
+  log "bench-capi: the clusterapi provider on Cluster API (about 2 minutes)"
+  mkdir -p "$CAPSTAN_CACHE/bench-capi"
+  local out="$CAPSTAN_CACHE/bench-capi/last-run.log"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
+    clusterapi::bench::bench_clusterapi) | tee "$out"
+  grep -q "bench_clusterapi \.\.\. ok" "$out"
+}
+
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
 # criterion (a filter, `--test` to run each benchmark once).
 task_bench() {

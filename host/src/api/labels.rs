@@ -8,6 +8,10 @@ pub use capstan_model::labels::{
 
 pub const NODEPOOL: &str = capstan_model::labels::NODE_POOL;
 pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
+/// A NodeClaim annotation a provider sets at launch to hold the node from voluntary disruption,
+/// its value saying why (a Capstan extension: the clusterapi provider keeps a node group's
+/// minimum size with it). Providers may not set `karpenter.sh/do-not-disrupt` themselves.
+pub const HELD_BY_PROVIDER: &str = "capstan.dev/held-by-provider";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";

@@ -102,16 +102,60 @@ pub struct NodeClassKindSpec {
     pub served_as: Option<String>,
 }
 
-/// What signs a provider's component.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+/// What signs a provider's component: cosign public keys, keyless identities, or both (a
+/// signature any one of them accepts is enough).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("(has(self.keys) ? size(self.keys) : 0) + (has(self.identities) ? size(self.identities) : 0) > 0")
+        .message("set keys, identities, or both"),
+    validation = Rule::new("!has(self.identities) || size(self.identities) == 0 || has(self.trustRoot)")
+        .message("identities need a trustRoot (the certificate authority their certificates chain to)")
+)]
 pub struct ProviderVerification {
     /// cosign public keys (PEM, as `cosign generate-key-pair` writes `cosign.pub`); a signature
     /// by any one of them is accepted. OCI sources: cosign's signature in the registry (the
-    /// `sha256-<digest>.sig` tag). ConfigMap sources: the Sigstore bundle in
-    /// `source.configMap.bundleKey`.
-    #[schemars(length(min = 1, max = 16))]
+    /// `sha256-<digest>.sig` tag, or a Sigstore bundle referrer). ConfigMap sources: the
+    /// Sigstore bundle in `source.configMap.bundleKey`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub keys: Vec<VerificationKeyRef>,
+    /// Keyless signers: a Sigstore bundle whose certificate chains to `trustRoot` and names one
+    /// of these (the certificate's subject alternative name and its Fulcio OIDC issuer).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub identities: Vec<KeylessIdentity>,
+    /// A ConfigMap key (provider source namespace) holding the PEM certificates keyless
+    /// signatures must chain to: Fulcio's CA chain, or your own CA's. Supplied by the admin, so
+    /// verification needs no network.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_root: Option<LocalObjectKey>,
+}
+
+/// A keyless signer: who (the certificate's subject alternative name: an email address or a
+/// URI such as a CI workflow's) and who vouched for them (the OIDC issuer Fulcio recorded).
+/// Each is matched exactly, or by prefix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.issuer) != has(self.issuerPrefix)")
+        .message("set exactly one of issuer and issuerPrefix"),
+    validation = Rule::new("has(self.subject) != has(self.subjectPrefix)")
+        .message("set exactly one of subject and subjectPrefix")
+)]
+pub struct KeylessIdentity {
+    /// The OIDC issuer, exactly (e.g. `https://token.actions.githubusercontent.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// The OIDC issuer's prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer_prefix: Option<String>,
+    /// The certificate's subject alternative name, exactly (`release@example.com`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
+    /// The subject's prefix (`https://github.com/acme/provider/.github/workflows/`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subject_prefix: Option<String>,
 }
 
 /// Where a public key is: a key of a ConfigMap or of a Secret in the provider source namespace.

@@ -781,7 +781,44 @@ async fn read_keys(
         };
         named.push((kind, pem));
     }
-    Ok(Keys::parse(named).map_err(Rejection::from))
+    let keys = match Keys::parse(named) {
+        Ok(keys) => keys,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    if verification.identities.is_empty() {
+        return Ok(Ok(keys));
+    }
+    let Some(root) = &verification.trust_root else {
+        return Ok(Err(VerifyError::Key {
+            name: "spec.verification.trustRoot".to_owned(),
+            message: "identities need a trust root".to_owned(),
+        }
+        .into()));
+    };
+    let name = format!("ConfigMap {namespace}/{} key {}", root.name, root.key);
+    let Some(pem) = config_maps
+        .get_opt(&root.name)
+        .await?
+        .and_then(|config_map| source::text_key(&config_map, &root.key))
+    else {
+        return Ok(Err(VerifyError::Key {
+            name,
+            message: "does not exist".to_owned(),
+        }
+        .into()));
+    };
+    let root = match verify::keyless::TrustRoot::parse(name, &pem) {
+        Ok(root) => root,
+        Err(err) => return Ok(Err(err.into())),
+    };
+    Ok(Ok(keys.with_keyless(
+        root,
+        verification
+            .identities
+            .iter()
+            .map(verify::keyless::Identity::from)
+            .collect(),
+    )))
 }
 
 /// Checks the signature of a fetched component against `spec.verification`; the key that
@@ -808,12 +845,9 @@ async fn check_signature(
             manifest,
             manifest_digest,
         } => {
-            let signatures = match oci::signatures(remote, manifest_digest).await {
-                Ok(signatures) => signatures,
-                Err(err) => return Ok(Err(err.into())),
-            };
-            let bundles = match oci::bundle_referrers(remote, manifest_digest).await {
-                Ok(bundles) => bundles,
+            let (signatures, bundles) = match oci::signature_evidence(remote, manifest_digest).await
+            {
+                Ok(found) => found,
                 Err(err) => return Ok(Err(err.into())),
             };
             verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod cache;
 pub mod layout;
+pub mod push;
 
 use std::time::Duration;
 
@@ -57,6 +58,14 @@ pub enum OciError {
         /// What the client said.
         message: String,
     },
+    /// A push was refused or failed (`capstan provider push`).
+    #[error("pushing to {reference}: {message}")]
+    Push {
+        /// Where to.
+        reference: String,
+        /// What the client said.
+        message: String,
+    },
     /// The registry has no such manifest (a tag or digest that does not exist).
     #[error("{reference}: not found in the registry")]
     NotFound {
@@ -97,6 +106,7 @@ impl OciError {
         match self {
             OciError::Reference { .. } => "InvalidReference",
             OciError::Pull { .. } | OciError::NotFound { .. } => "PullFailed",
+            OciError::Push { .. } => "PushFailed",
             OciError::Layout { .. } => "InvalidArtifact",
             OciError::DigestMismatch { .. } => "DigestMismatch",
             OciError::TooLarge { .. } => "TooLarge",
@@ -437,6 +447,18 @@ pub async fn bundle_referrers(
         }
     }
     Ok(bundles)
+}
+
+/// Everything stored in the registry that may sign `manifest_digest`: cosign's simple-signing
+/// signatures (the `.sig` tag) and the Sigstore bundles attached as referrers — what
+/// [`crate::provider::verify::verify_oci`] checks.
+pub async fn signature_evidence(
+    remote: &Remote,
+    manifest_digest: &str,
+) -> Result<(Vec<SimpleSignature>, Vec<String>), OciError> {
+    let signatures = signatures(remote, manifest_digest).await?;
+    let bundles = bundle_referrers(remote, manifest_digest).await?;
+    Ok((signatures, bundles))
 }
 
 /// Whether a client error is the registry's "no such manifest" (`MANIFEST_UNKNOWN`,

@@ -155,7 +155,17 @@ pub fn config_maps_read(spec: &ProviderSpec) -> Vec<&str> {
         .flat_map(|v| &v.keys)
         .filter_map(|key| key.config_map_key_ref.as_ref())
         .map(|key| key.name.as_str());
-    source.chain(parts).chain(ca).chain(keys).collect()
+    let trust_root = spec
+        .verification
+        .iter()
+        .filter_map(|v| v.trust_root.as_ref())
+        .map(|root| root.name.as_str());
+    source
+        .chain(parts)
+        .chain(ca)
+        .chain(keys)
+        .chain(trust_root)
+        .collect()
 }
 
 /// Every Secret of the provider source namespace `spec` reads: `spec.config`'s, the pull Secret,

@@ -8,7 +8,11 @@
 //!
 //! A signature is accepted when any one of the keys verifies it. Transparency-log entries in a
 //! bundle are not required (the key is the trust; clusters verifying offline have no log to ask).
+//!
+//! Bundles signed keyless (a certificate instead of a key) are checked against the Provider's
+//! identities and trust root ([`keyless`]).
 
+pub mod keyless;
 pub mod ring_crypto;
 
 use serde::Deserialize;
@@ -71,9 +75,12 @@ pub struct Key {
     der: DerPublicKey,
 }
 
-/// The keys a Provider trusts.
+/// What a Provider trusts: public keys, and keyless identities with their trust root.
 #[derive(Debug, Clone, Default)]
-pub struct Keys(Vec<Key>);
+pub struct Keys {
+    keys: Vec<Key>,
+    keyless: Option<keyless::Keyless>,
+}
 
 impl Keys {
     /// Parses PEM public keys (`-----BEGIN PUBLIC KEY-----`, as `cosign generate-key-pair`
@@ -91,17 +98,32 @@ impl Keys {
             })?;
             keys.push(Key { name, der });
         }
-        Ok(Self(keys))
+        Ok(Self {
+            keys,
+            keyless: None,
+        })
+    }
+
+    /// These keys, and keyless signatures by `identities` chaining to `root`.
+    pub fn with_keyless(
+        self,
+        root: keyless::TrustRoot,
+        identities: Vec<keyless::Identity>,
+    ) -> Self {
+        Self {
+            keyless: Some(keyless::Keyless { root, identities }),
+            ..self
+        }
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.keys.is_empty() && self.keyless.is_none()
     }
 
     /// The first key that verifies `signature` over `data`.
     fn verifying(&self, data: &[u8], signature: &SignatureBytes) -> Option<&Key> {
-        self.0.iter().find(|key| {
+        self.keys.iter().find(|key| {
             KeyAlgorithm::from_spki(&key.der).is_ok_and(|algorithm| {
                 sigstore_verify::crypto::verify_signature(
                     &key.der,
@@ -243,6 +265,9 @@ pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<Strin
         VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
     })?;
     let material = &bundle.verification_material;
+    if let Some((leaf, intermediates)) = keyless::certificates(&material.content) {
+        return verify_keyless(artifact, &bundle, &leaf, &intermediates, keys);
+    }
     let offline = material.tlog_entries.is_empty()
         && material
             .timestamp_verification_data
@@ -252,9 +277,9 @@ pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<Strin
     let verifier = Verifier::new(&root)
         .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
     let mut reasons = Vec::new();
-    for key in &keys.0 {
+    for key in &keys.keys {
         let verified = if offline {
-            verify_keyed(artifact, &bundle, key)
+            verify_keyed(artifact, &bundle, &key.der)
         } else {
             let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
             verifier
@@ -273,9 +298,36 @@ pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<Strin
     )))
 }
 
-/// Checks a bundle without log entries or timestamps with `key`.
-fn verify_keyed(artifact: &[u8], bundle: &Bundle, key: &Key) -> Result<(), String> {
-    let scheme = KeyAlgorithm::from_spki(&key.der)
+/// Checks a keyless bundle: its certificate against the Provider's identities and trust root
+/// (at the current time: see [`keyless`]), then its signature with the certificate's key.
+fn verify_keyless(
+    artifact: &[u8],
+    bundle: &Bundle,
+    leaf: &sigstore_verify::types::DerCertificate,
+    intermediates: &[sigstore_verify::types::DerCertificate],
+    keys: &Keys,
+) -> Result<String, VerifyError> {
+    let Some(keyless) = &keys.keyless else {
+        return Err(VerifyError::Invalid(
+            "the Sigstore bundle is signed keyless (a certificate) and no identities are trusted (spec.verification.identities)".into(),
+        ));
+    };
+    let signer = keyless
+        .check(leaf, intermediates, rustls::pki_types::UnixTime::now())
+        .map_err(VerifyError::Invalid)?;
+    verify_keyed(artifact, bundle, &signer.certificate.public_key).map_err(|err| {
+        VerifyError::Invalid(format!(
+            "the Sigstore bundle's signature by {}: {err}",
+            signer.description
+        ))
+    })?;
+    Ok(signer.description)
+}
+
+/// Checks a bundle's signature (a message signature over the artifact, or a DSSE envelope naming
+/// it) with the public key `der`, without log entries or timestamps.
+fn verify_keyed(artifact: &[u8], bundle: &Bundle, der: &DerPublicKey) -> Result<(), String> {
+    let scheme = KeyAlgorithm::from_spki(der)
         .map_err(|err| err.to_string())?
         .default_signing_scheme();
     let digest = sha256_hex(artifact);
@@ -287,17 +339,12 @@ fn verify_keyed(artifact: &[u8], bundle: &Bundle, key: &Key) -> Result<(), Strin
             {
                 return Err("the bundle's message digest is not the component's".into());
             }
-            sigstore_verify::crypto::verify_signature(
-                &key.der,
-                artifact,
-                &signature.signature,
-                scheme,
-            )
-            .map_err(|err| err.to_string())
+            sigstore_verify::crypto::verify_signature(der, artifact, &signature.signature, scheme)
+                .map_err(|err| err.to_string())
         }
         SignatureContent::DsseEnvelope(envelope) => {
             sigstore_verify::crypto::verify_signature(
-                &key.der,
+                der,
                 &envelope.pae(),
                 &envelope.signature.sig,
                 scheme,

@@ -31,13 +31,26 @@ use crate::fixtures::{providers_dir, runtime};
 use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, node_pool_json};
 use crate::provisioner_e2e::{Pods, wait_running};
 
-/// What the clusterapi provider needs, on the management cluster.
+mod bench;
+mod parity;
+
+/// What the clusterapi provider needs, on the management cluster (the CRDs and templates: to
+/// scale from zero from an infrastructure template's status).
 pub const CLUSTERAPI_GRANTS: &str = r#"
 - cluster: management
   apiGroups: [cluster.x-k8s.io]
   resources: [machinedeployments, machinedeployments/scale, machinesets, machinesets/scale, machines]
   verbs: [get, list, patch, delete]
   namespaces: ["*"]
+- cluster: management
+  apiGroups: [infrastructure.cluster.x-k8s.io]
+  resources: ["*"]
+  verbs: [get]
+  namespaces: ["*"]
+- cluster: management
+  apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get]
 "#;
 
 /// The management cluster: its own API server running Cluster API's core controllers.
@@ -182,6 +195,27 @@ impl World {
             namespace,
             infrastructure,
         }
+    }
+
+    /// Creates infrastructure `templates` and then MachineDeployment `md`.
+    async fn add(&self, templates: &[Value], md: &Value) {
+        let templates_api: Api<DynamicObject> = Api::namespaced_with(
+            self.management.clone(),
+            &self.namespace,
+            &infrastructure_resource("TestMachineTemplate"),
+        );
+        for template in templates {
+            let object: DynamicObject = serde_json::from_value(template.clone()).unwrap();
+            templates_api
+                .create(&PostParams::default(), &object)
+                .await
+                .unwrap();
+        }
+        let object: DynamicObject = serde_json::from_value(md.clone()).unwrap();
+        self.deployments()
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
     }
 
     fn deployments(&self) -> Api<DynamicObject> {
@@ -447,8 +481,18 @@ async fn a_machine_template_change_replaces_the_nodes() {
 
 /// The provider loaded in-process with grants on the management cluster.
 fn provider(world: &World, grants: &str) -> capstan::runtime::ProviderPre {
+    provider_with_metrics(world, grants, std::sync::Arc::default())
+}
+
+/// [`provider`], counting its calls in `metrics`.
+fn provider_with_metrics(
+    world: &World,
+    grants: &str,
+    metrics: std::sync::Arc<capstan::capability::metrics::CapabilityMetrics>,
+) -> capstan::runtime::ProviderPre {
     let caps = Capabilities::builder("clusterapi")
         .grants(parse::from_text(grants).unwrap())
+        .metrics(metrics)
         .workload(ClusterConnection::new(
             Cluster::Workload,
             world.workload.clone(),
@@ -597,25 +641,32 @@ fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
 
 #[tokio::test]
 async fn a_launch_that_times_out_leaves_no_machine_behind() {
-    // The infrastructure never delivers: no providerID within the launch timeout.
+    // The infrastructure never delivers: no providerID within the launch timeout, here the
+    // MachineDeployment's own (Cluster Autoscaler's `maxnodeprovisiontime`, shorter than the
+    // NodeClass's).
+    let mut annotations = capacity("4", "16Gi", "0.2", "3");
+    annotations["cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime"] = json!("8s");
     let world = World::with_outcome(
         "capi-timeout",
-        &[machine_deployment(
-            "slow",
-            capacity("4", "16Gi", "0.2", "3"),
-        )],
+        &[machine_deployment("slow", annotations)],
         "Never",
     )
     .await;
     let provider = provider(&world, CLUSTERAPI_GRANTS);
     let mut parameters = world.parameters();
-    parameters["launchTimeoutSeconds"] = json!(20);
+    parameters["launchTimeoutSeconds"] = json!(30);
+    let started = std::time::Instant::now();
     let err = provider
         .create(&claim("slow-claim", "slow"), &wit_class(&parameters))
         .await
         .unwrap_err();
+    let elapsed = started.elapsed();
     let message = err.to_string();
     assert!(message.contains("LaunchTimeout"), "{message}");
+    assert!(
+        (Duration::from_secs(7)..Duration::from_secs(20)).contains(&elapsed),
+        "timed out after {elapsed:?}, not the MachineDeployment's 8 s"
+    );
     wait_until(Duration::from_secs(30), "no Machine left", || async {
         let machines = world.machines().await.len();
         let replicas = world.replicas("slow").await;

@@ -1,7 +1,8 @@
 //! The rules of Capstan's NodePool, NodeClaim and NodeOverlay CRDs (Karpenter's rules) on the real
 //! API server: one row per rule, each malformed object refused with 422 and the rule's message, the
 //! well-formed variants accepted, and the transition rules (immutable NodeClaim spec, NodePool
-//! `nodeClassRef` group and kind, static versus dynamic pools) enforced on update.
+//! `nodeClassRef` group and kind, static versus dynamic pools) enforced on update; and the Provider's
+//! verification rules.
 
 use capstan::api::rules::{
     HOSTNAME_RESTRICTED, IN_NEEDS_VALUES, KARPENTER_DOMAIN_RESTRICTED, MIN_VALUES,
@@ -769,5 +770,66 @@ async fn malformed_node_overlays_are_refused_by_the_crd_rules() {
             serde_json::from_value(with(overlay(&names, "bad"), &changes)).unwrap();
         let result = overlays.create(&dry_run(), &object).await;
         assert_refused(&format!("NodeOverlay with {what}"), result, &expected);
+    }
+}
+
+/// `Provider.spec.verification`'s rules: something to trust, a trust root for identities, and
+/// exactly one of each exact/prefix pair; a well-formed keyless block is accepted.
+#[tokio::test]
+async fn malformed_provider_verification_is_refused_by_the_crd_rules() {
+    use capstan::api::provider::Provider;
+    let (_cp, client) = cluster().await;
+    let names = Names::new("verifyrules");
+    let providers = api::<Provider>(&client);
+    let provider = |verification: Value| {
+        json!({
+            "apiVersion": "capstan.dev/v1alpha1", "kind": "Provider",
+            "metadata": {"name": names.name("p"), "labels": {RUN_LABEL: names.run}},
+            "spec": {
+                "source": {"configMap": {"namespace": "capstan", "name": "kwok", "key": "provider.wasm"}},
+                "verification": verification,
+            },
+        })
+    };
+    let identity =
+        json!({"subject": "release@example.com", "issuer": "https://accounts.example.com"});
+    let good = provider(json!({
+        "identities": [identity],
+        "trustRoot": {"name": "fulcio", "key": "chain.pem"},
+    }));
+    let object: DynamicObject = serde_json::from_value(good).unwrap();
+    if let Err(err) = providers.create(&dry_run(), &object).await {
+        panic!("keyless verification refused: {err}");
+    }
+    for (what, verification, expected) in [
+        (
+            "nothing to trust",
+            json!({}),
+            "set keys, identities, or both",
+        ),
+        (
+            "identities without a trust root",
+            json!({"identities": [identity]}),
+            "identities need a trustRoot",
+        ),
+        (
+            "subject and subjectPrefix",
+            json!({"identities": [{"subject": "a@example.com", "subjectPrefix": "a@", "issuer": "x"}],
+                   "trustRoot": {"name": "fulcio", "key": "chain.pem"}}),
+            "set exactly one of subject and subjectPrefix",
+        ),
+        (
+            "no issuer",
+            json!({"identities": [{"subject": "a@example.com"}],
+                   "trustRoot": {"name": "fulcio", "key": "chain.pem"}}),
+            "set exactly one of issuer and issuerPrefix",
+        ),
+    ] {
+        let object: DynamicObject = serde_json::from_value(provider(verification)).unwrap();
+        assert_refused(
+            what,
+            providers.create(&dry_run(), &object).await,
+            &[expected],
+        );
     }
 }

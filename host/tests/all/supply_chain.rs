@@ -1,8 +1,10 @@
-//! The supply chain end to end: the kwok provider pushed to a real OCI registry (CNCF
-//! distribution, on loopback), signed with cosign, and served by a `capstan run` host that
-//! requires signatures (`--require-provider-verification`): a NodeClaim of a pool on it launches,
+//! The supply chain end to end: the kwok provider pushed by `capstan provider push` to a real OCI
+//! registry (CNCF distribution, on loopback; `oras pull` gets the same bytes back), signed with
+//! cosign, checked by `capstan provider verify`, and served by a `capstan run` host that requires
+//! signatures (`--require-provider-verification`): a NodeClaim of a pool on it launches,
 //! registers and initializes.
 
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use capstan::api::provider::Provider;
@@ -18,6 +20,17 @@ use crate::lifecycle::{
     node_pool_json, wait_condition,
 };
 
+/// Runs `capstan ARGS` in `work` (no docker config of the user's: `HOME` is the workdir).
+pub fn capstan(work: &Workdir, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_capstan"))
+        .args(args)
+        .current_dir(work.path())
+        .env("HOME", work.path())
+        .env_remove("DOCKER_CONFIG")
+        .output()
+        .expect("capstan runs")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     let registry = OciRegistry::start().expect("registry");
@@ -27,13 +40,82 @@ async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     let namespace = cp.create_namespace_unique("ocipool").await.unwrap();
 
     let reference = format!("{}/capstan/kwok:v1", registry.host());
-    let manifest = work.push_cncf(&reference, &wasm("kwok")).expect("push");
+    let component = wasm("kwok");
+    work.write("kwok.wasm", &component).expect("component");
+    let pushed = capstan(
+        &work,
+        &["provider", "push", "kwok.wasm", &reference, "--plain-http"],
+    );
+    assert!(pushed.status.success(), "{pushed:?}");
+    let pinned = String::from_utf8_lossy(&pushed.stdout).trim().to_owned();
+    let manifest = pinned
+        .rsplit_once('@')
+        .map(|(_, digest)| digest.to_owned())
+        .unwrap_or_default();
+    assert_eq!(
+        work.resolve(&reference).expect("oras resolve"),
+        manifest,
+        "capstan printed the digest the registry serves"
+    );
+    let pulled = work
+        .oras_pull(&reference, "pulled", "kwok.wasm")
+        .expect("oras pull of capstan's push");
+    assert!(pulled == component, "oras pulled other bytes than pushed");
+
     let public = work.cosign_key("release").expect("cosign key");
-    work.cosign_sign(
-        "release",
-        &format!("{}/capstan/kwok@{manifest}", registry.host()),
-    )
-    .expect("cosign sign");
+    work.cosign_key("other").expect("cosign key");
+    let unsigned = capstan(
+        &work,
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &pinned,
+            "--key",
+            "release.pub",
+            "--plain-http",
+        ],
+    );
+    assert!(!unsigned.status.success(), "{unsigned:?}");
+    assert!(
+        String::from_utf8_lossy(&unsigned.stderr).contains("SignatureMissing"),
+        "{unsigned:?}"
+    );
+    work.cosign_sign("release", &pinned).expect("cosign sign");
+    let verified = capstan(
+        &work,
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &reference,
+            "--key",
+            "release.pub",
+            "--plain-http",
+        ],
+    );
+    assert!(verified.status.success(), "{verified:?}");
+    assert!(
+        String::from_utf8_lossy(&verified.stdout).contains("release.pub"),
+        "{verified:?}"
+    );
+    let wrong_key = capstan(
+        &work,
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            &pinned,
+            "--key",
+            "other.pub",
+            "--plain-http",
+        ],
+    );
+    assert!(!wrong_key.status.success(), "{wrong_key:?}");
+    assert!(
+        String::from_utf8_lossy(&wrong_key.stderr).contains("SignatureInvalid"),
+        "{wrong_key:?}"
+    );
     let keys = json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "provider-keys", "namespace": namespace},

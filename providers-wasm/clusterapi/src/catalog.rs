@@ -130,10 +130,13 @@ mod tests {
 
     fn group(name: &str, cpu: i128, price: f64, replicas: i64, max: Option<i64>) -> NodeGroup {
         NodeGroup {
+            kind: crate::node_group::Kind::MachineDeployment,
             name: name.into(),
             namespace: "capi".into(),
             replicas,
             max_size: max,
+            min_size: 0,
+            max_provision_millis: None,
             capacity: ResourceList::new()
                 .with("cpu", Quantity::from_units(cpu))
                 .with("memory", Quantity::from_bytes(cpu * (4 << 30)))

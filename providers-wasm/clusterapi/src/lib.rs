@@ -1,7 +1,8 @@
 //! `clusterapi`: Capstan's Cluster API provider.
 //!
-//! Each MachineDeployment labelled `node.cluster.x-k8s.io/karpenter-member` is an instance type
-//! (capacity, labels, taints, price and maximum size from its annotations). `create` scales the
+//! Each MachineDeployment labelled `node.cluster.x-k8s.io/karpenter-member` (and each such
+//! MachineSet no MachineDeployment owns) is an instance type (capacity, labels, taints, price and
+//! sizes from its annotations, or the capacity from its infrastructure template's status). `create` scales the
 //! cheapest compatible one up through its `scale` subresource, claims one of its new Machines and
 //! waits for the Machine's providerID; `delete` marks the Machine
 //! `cluster.x-k8s.io/delete-machine` and scales back down. Machines may live in a separate

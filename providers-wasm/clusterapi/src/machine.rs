@@ -5,12 +5,18 @@ use std::collections::BTreeMap;
 use capstan_provider_sdk::{KeyValue, NodeClaim, labels};
 use serde::Deserialize;
 
-use crate::node_group::{Meta, NodeGroup};
+use crate::node_group::{Kind, Meta, NodeGroup};
 
 /// The label that ties a Machine to the NodeClaim it was launched for.
 pub const CLAIM_LABEL: &str = "capstan.dev/nodeclaim";
 /// The template hash a Machine was claimed under (drift detection).
 pub const HASH_ANNOTATION: &str = "capstan.dev/machine-template-hash";
+/// Marks a Machine claimed while its MachineDeployment had fewer such Machines than its minimum
+/// size (the value): its NodeClaim gets [`HELD_BY_PROVIDER`], so consolidation and drift keep it.
+pub const MIN_SIZE_MEMBER: &str = "capstan.dev/min-size-member";
+/// The host's annotation for a provider's hold on a node (providers may not set Karpenter's
+/// `karpenter.sh/do-not-disrupt`); the value is the reason.
+pub const HELD_BY_PROVIDER: &str = "capstan.dev/held-by-provider";
 /// Cluster API's mark for the Machine to remove first on scale-down.
 pub const DELETE_MACHINE: &str = "cluster.x-k8s.io/delete-machine";
 /// The MachineDeployment a Machine belongs to.
@@ -64,12 +70,22 @@ impl Machine {
         self.metadata.labels.get(CLAIM_LABEL).map(String::as_str)
     }
 
-    /// Its MachineDeployment.
-    pub fn deployment(&self) -> Option<&str> {
-        self.metadata
-            .labels
-            .get(DEPLOYMENT_LABEL)
-            .map(String::as_str)
+    /// Whether it is one of the Machines that keep its MachineDeployment at its minimum size.
+    pub fn holds_min_size(&self) -> bool {
+        self.metadata.annotations.contains_key(MIN_SIZE_MEMBER)
+    }
+
+    /// The node group it belongs to: its MachineDeployment, else its MachineSet (one no
+    /// MachineDeployment owns).
+    pub fn owner(&self) -> Option<(Kind, &str)> {
+        [Kind::MachineDeployment, Kind::MachineSet]
+            .into_iter()
+            .find_map(|kind| {
+                self.metadata
+                    .labels
+                    .get(kind.machine_label())
+                    .map(|name| (kind, name.as_str()))
+            })
     }
 
     /// Whether it is going away (deleting, or marked for scale-down).
@@ -98,23 +114,37 @@ impl Machine {
     pub fn to_claim(&self, group: Option<&NodeGroup>) -> NodeClaim {
         let mut node_labels: BTreeMap<String, String> =
             group.map(|g| g.labels.clone()).unwrap_or_default();
-        if let Some(deployment) = self.deployment() {
+        if let Some((_, owner)) = self.owner() {
             node_labels
                 .entry(labels::INSTANCE_TYPE.to_string())
-                .or_insert_with(|| deployment.to_string());
+                .or_insert_with(|| owner.to_string());
         }
         let capacity = group.map(|g| g.capacity.to_resources()).unwrap_or_default();
-        let annotations = self
+        let mut annotations: Vec<KeyValue> = self
             .metadata
             .annotations
             .get(HASH_ANNOTATION)
-            .map(|hash| {
-                vec![KeyValue {
-                    key: HASH_ANNOTATION.to_string(),
-                    value: hash.clone(),
-                }]
+            .map(|hash| KeyValue {
+                key: HASH_ANNOTATION.to_string(),
+                value: hash.clone(),
             })
-            .unwrap_or_default();
+            .into_iter()
+            .collect();
+        if self.holds_min_size() {
+            annotations.push(KeyValue {
+                key: HELD_BY_PROVIDER.to_string(),
+                value: format!(
+                    "keeps {} {} at its minimum size ({})",
+                    self.owner()
+                        .map_or("MachineDeployment", |(kind, _)| kind.as_str()),
+                    self.owner().map_or("", |(_, name)| name),
+                    self.metadata
+                        .annotations
+                        .get(MIN_SIZE_MEMBER)
+                        .map_or("", String::as_str)
+                ),
+            });
+        }
         NodeClaim {
             name: self.claim().unwrap_or(&self.metadata.name).to_string(),
             node_pool_name: None,
@@ -191,5 +221,40 @@ mod tests {
             machine(serde_json::json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}}));
         assert!(deleting.is_leaving());
         assert!(!machine(serde_json::json!({})).is_leaving());
+    }
+
+    #[test]
+    fn a_min_size_member_is_held_from_disruption() {
+        let annotation = |m: &Machine, key: &str| {
+            m.to_claim(None)
+                .annotations
+                .into_iter()
+                .find(|kv| kv.key == key)
+                .map(|kv| kv.value)
+        };
+        let member = machine(serde_json::json!({"metadata": {
+            "labels": {DEPLOYMENT_LABEL: "md"},
+            "annotations": {MIN_SIZE_MEMBER: "2"},
+        }}));
+        assert!(member.holds_min_size());
+        assert_eq!(
+            annotation(&member, HELD_BY_PROVIDER).as_deref(),
+            Some("keeps MachineDeployment md at its minimum size (2)")
+        );
+        let other = machine(serde_json::json!({}));
+        assert_eq!(annotation(&other, HELD_BY_PROVIDER), None);
+    }
+
+    #[test]
+    fn the_owner_is_the_deployment_else_the_set() {
+        let of_deployment = machine(serde_json::json!({"metadata": {"labels": {
+            DEPLOYMENT_LABEL: "md", "cluster.x-k8s.io/set-name": "md-abc"}}}));
+        assert_eq!(of_deployment.owner(), Some((Kind::MachineDeployment, "md")));
+        let of_set = machine(
+            serde_json::json!({"metadata": {"labels": {"cluster.x-k8s.io/set-name": "ms"}}}),
+        );
+        assert_eq!(of_set.owner(), Some((Kind::MachineSet, "ms")));
+        assert_eq!(of_set.to_claim(None).labels[0].value, "ms");
+        assert_eq!(machine(serde_json::json!({})).owner(), None);
     }
 }

@@ -11,10 +11,17 @@
 //! | `…/labels` | node labels, `k=v,k=v` |
 //! | `…/taints` | node taints, `key=value:Effect,key:Effect` |
 //! | `cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size` | replicas it may grow to (unbounded if absent) |
+//! | `cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size` | Machines consolidation keeps (0 if absent) |
+//! | `cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime` | launch timeout for this group (a Go duration; the NodeClass's if shorter) |
 //! | `capstan.dev/price-per-hour` (or `cluster.x-k8s.io/machine-current-price`) | hourly price (0 if absent) |
 //!
 //! The zone is the template's `failureDomain`, else the `topology.kubernetes.io/zone` label, else
 //! `default`.
+//!
+//! Without the `cpu`/`memory` annotations, the capacity comes from the infrastructure machine
+//! template's `status.capacity`, and the architecture and OS from its `status.nodeInfo` (Cluster
+//! API's opt-in scale-from-zero contract; an annotation wins over the status, resource by
+//! resource). Taints come from the annotation and from the Machine template's `spec.taints`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -25,6 +32,10 @@ use serde_json::Value;
 
 /// Prefix of the scale-from-zero capacity annotations.
 pub const CAPACITY_PREFIX: &str = "capacity.cluster-autoscaler.kubernetes.io/";
+/// The node-group minimum size annotation.
+pub const MIN_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-min-size";
+/// Cluster Autoscaler's per-node-group launch timeout (a Go duration, `15m`).
+pub const MAX_PROVISION_TIME: &str = "cluster.x-k8s.io/autoscaling-options-maxnodeprovisiontime";
 /// The node-group maximum size annotation.
 pub const MAX_SIZE: &str = "cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size";
 /// The price annotation this provider defines.
@@ -123,6 +134,61 @@ pub struct TemplateSpec {
     /// Bootstrap configuration.
     #[serde(default)]
     pub bootstrap: Value,
+    /// Taints Cluster API puts on the Node (v1beta2, feature gate `MachineTaintPropagation`).
+    #[serde(default)]
+    pub taints: Vec<MachineTaint>,
+}
+
+/// A taint of the Machine template (`spec.taints`).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+pub struct MachineTaint {
+    /// Key.
+    #[serde(default)]
+    pub key: String,
+    /// Value.
+    #[serde(default)]
+    pub value: Option<String>,
+    /// Effect.
+    #[serde(default)]
+    pub effect: String,
+}
+
+/// What an infrastructure machine template reports for scaling from zero (Cluster API's opt-in
+/// contract): its `status`.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InfraTemplateStatus {
+    /// Node capacity (`cpu`, `memory`, `nvidia.com/gpu`, ...): quantities as strings or numbers.
+    #[serde(default)]
+    pub capacity: BTreeMap<String, Value>,
+    /// The node's architecture and OS.
+    #[serde(default)]
+    pub node_info: NodeInfo,
+}
+
+/// `status.nodeInfo` of an infrastructure machine template.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeInfo {
+    /// `amd64`, `arm64`, ...
+    #[serde(default)]
+    pub architecture: Option<String>,
+    /// `linux`, `windows`.
+    #[serde(default)]
+    pub operating_system: Option<String>,
+}
+
+impl MachineDeployment {
+    /// Whether its annotations leave out the capacity that scaling from zero needs, so the
+    /// infrastructure template's status has to say it.
+    pub fn needs_template_capacity(&self) -> bool {
+        ["cpu", "memory"].iter().any(|name| {
+            !self
+                .metadata
+                .annotations
+                .contains_key(&format!("{CAPACITY_PREFIX}{name}"))
+        })
+    }
 }
 
 /// A node taint from the `taints` annotation.
@@ -136,9 +202,39 @@ pub struct GroupTaint {
     pub effect: String,
 }
 
-/// A MachineDeployment whose annotations cannot be used.
+/// The kind of Cluster API resource a node group scales.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Kind {
+    /// A MachineDeployment.
+    #[default]
+    MachineDeployment,
+    /// A MachineSet that no MachineDeployment owns.
+    MachineSet,
+}
+
+impl Kind {
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::MachineDeployment => "MachineDeployment",
+            Kind::MachineSet => "MachineSet",
+        }
+    }
+
+    /// The label Cluster API puts on the Machines it owns, naming it.
+    pub fn machine_label(self) -> &'static str {
+        match self {
+            Kind::MachineDeployment => "cluster.x-k8s.io/deployment-name",
+            Kind::MachineSet => "cluster.x-k8s.io/set-name",
+        }
+    }
+}
+
+/// A MachineDeployment (or MachineSet) whose annotations cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupError {
+    /// Its kind.
+    pub kind: Kind,
     /// `namespace/name`.
     pub deployment: String,
     /// The annotation at fault.
@@ -151,8 +247,11 @@ impl fmt::Display for GroupError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "MachineDeployment {}: annotation {}: {}",
-            self.deployment, self.annotation, self.problem
+            "{} {}: annotation {}: {}",
+            self.kind.as_str(),
+            self.deployment,
+            self.annotation,
+            self.problem
         )
     }
 }
@@ -160,6 +259,8 @@ impl fmt::Display for GroupError {
 /// What nodes of a MachineDeployment look like and cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NodeGroup {
+    /// What it scales: a MachineDeployment, or a MachineSet no MachineDeployment owns.
+    pub kind: Kind,
     /// The MachineDeployment's name (the instance type name).
     pub name: String,
     /// Its namespace.
@@ -168,6 +269,10 @@ pub struct NodeGroup {
     pub replicas: i64,
     /// Maximum replicas, if bounded.
     pub max_size: Option<i64>,
+    /// Machines consolidation keeps (0 if unset).
+    pub min_size: i64,
+    /// How long a launch may take, in milliseconds, if the group says.
+    pub max_provision_millis: Option<u64>,
     /// Node capacity.
     pub capacity: ResourceList,
     /// Node labels (well-known ones included).
@@ -186,6 +291,11 @@ pub struct NodeGroup {
 }
 
 impl NodeGroup {
+    /// Its kind and name: what the launch ledger and the scale requests go to.
+    pub fn of(&self) -> (Kind, &str) {
+        (self.kind, &self.name)
+    }
+
     /// Whether it may grow by one.
     pub fn can_grow(&self) -> bool {
         self.max_size.is_none_or(|max| self.replicas < max)
@@ -206,40 +316,85 @@ impl NodeGroup {
     }
 }
 
-/// Reads a MachineDeployment as a node group.
-pub fn parse(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
+/// Reads a MachineDeployment as a node group, with its infrastructure template's status when
+/// read (see the module docs).
+pub fn parse(
+    md: &MachineDeployment,
+    template: Option<&InfraTemplateStatus>,
+) -> Result<NodeGroup, GroupError> {
+    parse_kind(Kind::MachineDeployment, md, template)
+}
+
+/// [`parse`] for a resource of `kind` (a MachineSet has the same fields).
+pub fn parse_kind(
+    kind: Kind,
+    md: &MachineDeployment,
+    template: Option<&InfraTemplateStatus>,
+) -> Result<NodeGroup, GroupError> {
     let deployment = format!("{}/{}", md.metadata.namespace, md.metadata.name);
     let annotations = &md.metadata.annotations;
     let error = |annotation: &str, problem: String| GroupError {
+        kind,
         deployment: deployment.clone(),
         annotation: annotation.to_string(),
         problem,
     };
     let capacity_key = |name: &str| format!("{CAPACITY_PREFIX}{name}");
-    let quantity = |name: &str, required: bool| -> Result<Option<Quantity>, GroupError> {
+    let quantity = |name: &str| -> Result<Option<Quantity>, GroupError> {
         let key = capacity_key(name);
         match annotations.get(&key) {
             Some(text) => Quantity::parse(text.trim())
                 .map(Some)
                 .map_err(|e| error(&key, format!("{text:?} is not a quantity: {e}"))),
-            None if required => Err(error(&key, "missing (needed to scale from zero)".into())),
             None => Ok(None),
         }
     };
 
+    // The template's status first; the annotations override it resource by resource.
     let mut capacity = ResourceList::new();
-    for (annotation, resource, required) in [
-        ("cpu", labels::RESOURCE_CPU, true),
-        ("memory", labels::RESOURCE_MEMORY, true),
-        ("ephemeral-disk", labels::RESOURCE_EPHEMERAL_STORAGE, false),
-    ] {
-        if let Some(q) = quantity(annotation, required)? {
+    if let Some(status) = template {
+        for (resource, value) in &status.capacity {
+            let text = match value {
+                Value::String(s) => s.trim().to_string(),
+                other => other.to_string(),
+            };
+            let q = Quantity::parse(&text).map_err(|e| {
+                error(
+                    &format!("infrastructure template status.capacity.{resource}"),
+                    format!("{text:?} is not a quantity: {e}"),
+                )
+            })?;
             capacity.insert(resource, q);
         }
     }
-    let pods = quantity("maxPods", false)?.unwrap_or(Quantity::from_units(DEFAULT_MAX_PODS));
-    capacity.insert(labels::RESOURCE_PODS, pods);
-    if let Some(count) = quantity("gpu-count", false)? {
+    for (annotation, resource) in [
+        ("cpu", labels::RESOURCE_CPU),
+        ("memory", labels::RESOURCE_MEMORY),
+        ("ephemeral-disk", labels::RESOURCE_EPHEMERAL_STORAGE),
+        ("maxPods", labels::RESOURCE_PODS),
+    ] {
+        if let Some(q) = quantity(annotation)? {
+            capacity.insert(resource, q);
+        }
+    }
+    for (annotation, resource) in [
+        ("cpu", labels::RESOURCE_CPU),
+        ("memory", labels::RESOURCE_MEMORY),
+    ] {
+        if !capacity.contains(resource) {
+            return Err(error(
+                &capacity_key(annotation),
+                "missing (needed to scale from zero), and the infrastructure template's status.capacity has no such resource".into(),
+            ));
+        }
+    }
+    if !capacity.contains(labels::RESOURCE_PODS) {
+        capacity.insert(
+            labels::RESOURCE_PODS,
+            Quantity::from_units(DEFAULT_MAX_PODS),
+        );
+    }
+    if let Some(count) = quantity("gpu-count")? {
         let kind = annotations
             .get(&capacity_key("gpu-type"))
             .filter(|t| t.contains('/'))
@@ -305,14 +460,42 @@ pub fn parse(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
         }
     }
 
-    let max_size = match annotations.get(MAX_SIZE) {
-        Some(text) => Some(
-            text.trim()
-                .parse::<i64>()
-                .ok()
-                .filter(|n| *n >= 0)
-                .ok_or_else(|| error(MAX_SIZE, format!("{text:?} is not a count")))?,
-        ),
+    for taint in &md.spec.template.spec.taints {
+        let item = GroupTaint {
+            key: taint.key.clone(),
+            value: taint.value.clone().unwrap_or_default(),
+            effect: taint.effect.clone(),
+        };
+        if !taints.contains(&item) {
+            taints.push(item);
+        }
+    }
+
+    let count = |annotation: &str| match annotations.get(annotation) {
+        Some(text) => text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .map(Some)
+            .ok_or_else(|| error(annotation, format!("{text:?} is not a count"))),
+        None => Ok(None),
+    };
+    let max_size = count(MAX_SIZE)?;
+    let min_size = count(MIN_SIZE)?.unwrap_or(0);
+    if let Some(max) = max_size.filter(|max| *max < min_size) {
+        return Err(error(
+            MIN_SIZE,
+            format!("{min_size} is above the maximum size {max}"),
+        ));
+    }
+    let max_provision_millis = match annotations.get(MAX_PROVISION_TIME) {
+        Some(text) => Some(go_duration_millis(text.trim()).ok_or_else(|| {
+            error(
+                MAX_PROVISION_TIME,
+                format!("{text:?} is not a duration (like 15m, 90s, 1h30m)"),
+            )
+        })?),
         None => None,
     };
     let (price_key, price_text) = match (annotations.get(PRICE), annotations.get(PRICE_UPSTREAM)) {
@@ -357,18 +540,35 @@ pub fn parse(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
     node_labels.insert(labels::INSTANCE_TYPE.to_string(), md.metadata.name.clone());
     node_labels.insert(labels::ZONE.to_string(), zone.clone());
     node_labels.insert(labels::CAPACITY_TYPE.to_string(), capacity_type.clone());
+    let node_info = template.map(|t| &t.node_info);
+    let reported = |field: Option<&Option<String>>| {
+        field
+            .and_then(Option::as_deref)
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+    };
     node_labels
         .entry(labels::ARCH.to_string())
-        .or_insert_with(|| labels::ARCH_AMD64.to_string());
+        .or_insert_with(|| {
+            reported(node_info.map(|n| &n.architecture))
+                .unwrap_or_else(|| labels::ARCH_AMD64.to_string())
+        });
     node_labels
         .entry(labels::OS.to_string())
-        .or_insert_with(|| labels::OS_LINUX.to_string());
+        .or_insert_with(|| {
+            reported(node_info.map(|n| &n.operating_system))
+                .unwrap_or_else(|| labels::OS_LINUX.to_string())
+        });
 
     Ok(NodeGroup {
+        kind,
         name: md.metadata.name.clone(),
         namespace: md.metadata.namespace.clone(),
         replicas: md.spec.replicas.unwrap_or(0),
         max_size,
+        min_size,
+        max_provision_millis,
         capacity,
         labels: node_labels,
         taints,
@@ -377,6 +577,36 @@ pub fn parse(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
         price,
         template_hash: template_hash(&md.spec.template.spec),
     })
+}
+
+/// A Go duration (`1h30m`, `90s`, `500ms`; h, m, s, ms, whole numbers) in milliseconds.
+pub fn go_duration_millis(text: &str) -> Option<u64> {
+    if text.is_empty() {
+        return None;
+    }
+    let mut total: u64 = 0;
+    let mut rest = text;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let number: u64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let (unit, len) = if rest.starts_with("ms") {
+            (1, 2)
+        } else if rest.starts_with('h') {
+            (3_600_000, 1)
+        } else if rest.starts_with('m') {
+            (60_000, 1)
+        } else if rest.starts_with('s') {
+            (1000, 1)
+        } else {
+            return None;
+        };
+        rest = &rest[len..];
+        total = total.checked_add(number.checked_mul(unit)?)?;
+    }
+    Some(total)
 }
 
 /// The hash of what makes a Machine: infrastructure reference, bootstrap, version.
@@ -423,15 +653,19 @@ mod tests {
         ("capacity.cluster-autoscaler.kubernetes.io/memory", "4G"),
     ];
 
+    fn parse_md(md: &MachineDeployment) -> Result<NodeGroup, GroupError> {
+        parse(md, None)
+    }
+
     fn err(extra: &[(&str, &str)]) -> GroupError {
         let mut all = BASE.to_vec();
         all.extend_from_slice(extra);
-        parse(&md(&all)).unwrap_err()
+        parse_md(&md(&all)).unwrap_err()
     }
 
     #[test]
     fn reads_the_upstream_example_annotations() {
-        let group = parse(&md(&[
+        let group = parse_md(&md(&[
             ("cluster.x-k8s.io/cluster-api-autoscaler-node-group-max-size", "10"),
             ("capacity.cluster-autoscaler.kubernetes.io/memory", "4G"),
             ("capacity.cluster-autoscaler.kubernetes.io/cpu", "2"),
@@ -462,7 +696,7 @@ mod tests {
 
     #[test]
     fn defaults_gpus_taints_and_our_price_annotation() {
-        let group = parse(&md(&[
+        let group = parse_md(&md(&[
             BASE[0],
             BASE[1],
             ("capacity.cluster-autoscaler.kubernetes.io/gpu-count", "2"),
@@ -498,7 +732,7 @@ mod tests {
                 },
             ]
         );
-        let amd = parse(&md(&[
+        let amd = parse_md(&md(&[
             BASE[0],
             BASE[1],
             ("capacity.cluster-autoscaler.kubernetes.io/gpu-count", "1"),
@@ -515,7 +749,7 @@ mod tests {
     fn failure_domain_wins_and_max_size_bounds_growth() {
         let mut m = md(&[BASE[0], BASE[1], (MAX_SIZE, "2")]);
         m.spec.template.spec.failure_domain = Some("fd-1".into());
-        let group = parse(&m).unwrap();
+        let group = parse_md(&m).unwrap();
         assert_eq!(group.zone, "fd-1");
         assert_eq!(group.labels[labels::ZONE], "fd-1");
         assert!(!group.can_grow(), "2 replicas of at most 2");
@@ -523,7 +757,7 @@ mod tests {
 
     #[test]
     fn malformed_annotations_name_the_deployment_and_the_annotation() {
-        let missing = parse(&md(&[BASE[0]])).unwrap_err();
+        let missing = parse_md(&md(&[BASE[0]])).unwrap_err();
         assert_eq!(
             missing.annotation,
             "capacity.cluster-autoscaler.kubernetes.io/memory"
@@ -585,21 +819,116 @@ mod tests {
         b.spec.replicas = Some(7);
         b.metadata.annotations.insert(PRICE.into(), "3".into());
         assert_eq!(
-            parse(&a).unwrap().template_hash,
-            parse(&b).unwrap().template_hash
+            parse_md(&a).unwrap().template_hash,
+            parse_md(&b).unwrap().template_hash
         );
         let mut c = a.clone();
         c.spec.template.spec.version = Some("v1.35.0".into());
         assert_ne!(
-            parse(&a).unwrap().template_hash,
-            parse(&c).unwrap().template_hash
+            parse_md(&a).unwrap().template_hash,
+            parse_md(&c).unwrap().template_hash
         );
         let mut d = a.clone();
         d.spec.template.spec.infrastructure_ref =
             serde_json::json!({"kind": "DockerMachineTemplate", "name": "t2"});
         assert_ne!(
-            parse(&a).unwrap().template_hash,
-            parse(&d).unwrap().template_hash
+            parse_md(&a).unwrap().template_hash,
+            parse_md(&d).unwrap().template_hash
+        );
+    }
+
+    #[test]
+    fn scale_from_zero_reads_the_infrastructure_templates_status() {
+        let status: InfraTemplateStatus = serde_json::from_value(serde_json::json!({
+            "capacity": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": 1, "pods": "58"},
+            "nodeInfo": {"architecture": "arm64", "operatingSystem": "linux"},
+        }))
+        .unwrap();
+        let bare = md(&[]);
+        assert!(bare.needs_template_capacity());
+        assert!(!md(&BASE).needs_template_capacity());
+        let missing = parse(&bare, None).unwrap_err();
+        assert!(missing.problem.contains("status.capacity"), "{missing}");
+        let group = parse(&bare, Some(&status)).unwrap();
+        assert_eq!(group.capacity.get("cpu").millis(), 4000);
+        assert_eq!(group.capacity.get("memory").value(), 16 << 30);
+        assert_eq!(group.capacity.get("nvidia.com/gpu").value(), 1);
+        assert_eq!(group.capacity.get("pods").value(), 58);
+        assert_eq!((group.arch(), group.os()), ("arm64", "linux"));
+        // An annotation wins over the status, resource by resource; so does a labels annotation.
+        let mixed = parse(
+            &md(&[
+                ("capacity.cluster-autoscaler.kubernetes.io/cpu", "8"),
+                (
+                    "capacity.cluster-autoscaler.kubernetes.io/labels",
+                    "kubernetes.io/arch=amd64",
+                ),
+            ]),
+            Some(&status),
+        )
+        .unwrap();
+        assert_eq!(mixed.capacity.get("cpu").millis(), 8000);
+        assert_eq!(mixed.capacity.get("memory").value(), 16 << 30);
+        assert_eq!(mixed.arch(), "amd64");
+        let bad: InfraTemplateStatus = serde_json::from_value(
+            serde_json::json!({"capacity": {"cpu": "many", "memory": "1Gi"}}),
+        )
+        .unwrap();
+        let error = parse(&bare, Some(&bad)).unwrap_err();
+        assert!(error.annotation.contains("status.capacity.cpu"), "{error}");
+    }
+
+    #[test]
+    fn machine_template_taints_join_the_annotations() {
+        let mut m = md(&[
+            BASE[0],
+            BASE[1],
+            (
+                "capacity.cluster-autoscaler.kubernetes.io/taints",
+                "gpu=true:NoSchedule",
+            ),
+        ]);
+        m.spec.template.spec.taints = serde_json::from_value(serde_json::json!([
+            {"key": "gpu", "value": "true", "effect": "NoSchedule", "propagation": "Always"},
+            {"key": "dedicated", "effect": "NoExecute", "propagation": "OnInitialization"},
+        ]))
+        .unwrap();
+        let group = parse_md(&m).unwrap();
+        let keys: Vec<(&str, &str)> = group
+            .taints
+            .iter()
+            .map(|t| (t.key.as_str(), t.effect.as_str()))
+            .collect();
+        assert_eq!(
+            keys,
+            vec![("gpu", "NoSchedule"), ("dedicated", "NoExecute")]
+        );
+    }
+
+    #[test]
+    fn min_size_is_a_count_not_above_the_max() {
+        let group = parse_md(&md(&[BASE[0], BASE[1], (MIN_SIZE, "2"), (MAX_SIZE, "5")])).unwrap();
+        assert_eq!((group.min_size, group.max_size), (2, Some(5)));
+        assert_eq!(parse_md(&md(&BASE)).unwrap().min_size, 0);
+        assert_eq!(err(&[(MIN_SIZE, "two")]).annotation, MIN_SIZE);
+        let above = err(&[(MIN_SIZE, "6"), (MAX_SIZE, "5")]);
+        assert!(above.problem.contains("above the maximum"), "{above}");
+    }
+
+    #[test]
+    fn max_node_provision_time_is_a_go_duration() {
+        assert_eq!(go_duration_millis("15m"), Some(900_000));
+        assert_eq!(go_duration_millis("1h30m10s"), Some(5_410_000));
+        assert_eq!(go_duration_millis("500ms"), Some(500));
+        for bad in ["", "15", "m", "1.5h", "10d", "-1s"] {
+            assert_eq!(go_duration_millis(bad), None, "{bad}");
+        }
+        let group = parse_md(&md(&[BASE[0], BASE[1], (MAX_PROVISION_TIME, "90s")])).unwrap();
+        assert_eq!(group.max_provision_millis, Some(90_000));
+        assert_eq!(parse_md(&md(&BASE)).unwrap().max_provision_millis, None);
+        assert_eq!(
+            err(&[(MAX_PROVISION_TIME, "soon")]).annotation,
+            MAX_PROVISION_TIME
         );
     }
 }

@@ -6,7 +6,7 @@
 //! management cluster, or in the workload cluster when the host has no management cluster; with
 //! `v1beta2`, or `v1beta1` where that is all the API server serves.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use capstan_provider_sdk::kube::{self, Cluster, KubeError, ListOptions, Target};
 use capstan_provider_sdk::{
@@ -18,9 +18,13 @@ use serde_json::json;
 use crate::catalog::{self, NoGroup};
 use crate::ledger::{self, AtMaxSize, Capacity, Ledger};
 use crate::machine::{
-    CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, Machine, parse_pending,
+    CLAIM_LABEL, DELETE_MACHINE, DEPLOYMENT_LABEL, HASH_ANNOTATION, MIN_SIZE_MEMBER, Machine,
+    parse_pending,
 };
-use crate::node_group::{self, GroupError, MEMBER_LABEL, MachineDeployment, NodeGroup};
+use crate::node_group::{
+    self, GroupError, InfraTemplateStatus, Kind, MAX_PROVISION_TIME, MEMBER_LABEL,
+    MachineDeployment, NodeGroup,
+};
 use crate::params::{GROUP, Parameters};
 use crate::rollout::{self, MachineSet, PAUSED, PAUSED_AT};
 
@@ -118,8 +122,128 @@ fn claimed_machine(
     Ok(None)
 }
 
-/// The member MachineDeployments of `place` (with the extra selector), parsed; the malformed ones
-/// come back as errors.
+/// The label on an infrastructure provider's CRD that names its API versions implementing Cluster
+/// API's contract `version` (`v1beta1_v1beta2`: the last is the newest).
+fn contract_label(version: &str) -> String {
+    format!("{GROUP}/{version}")
+}
+
+/// The API version of infrastructure `kind` in `group` that implements the contract of `place`'s
+/// Cluster API version, as Cluster API finds it: the contract label of the kind's CRD
+/// (`<kind>s.<group>`, lower case), else the CRD's storage version.
+fn contract_version(place: &Place, group: &str, kind: &str) -> Result<String, String> {
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Crd {
+        metadata: node_group::Meta,
+        spec: CrdSpec,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct CrdSpec {
+        versions: Vec<CrdVersion>,
+    }
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct CrdVersion {
+        name: String,
+        storage: bool,
+    }
+    let name = format!("{}s.{group}", kind.to_lowercase());
+    let crd: Crd = kube::get(
+        &Target::new(
+            place.cluster,
+            "apiextensions.k8s.io/v1",
+            "CustomResourceDefinition",
+        )
+        .object(&name),
+    )
+    .map_err(|e| format!("reading CustomResourceDefinition {name}: {e}"))?;
+    crd.metadata
+        .labels
+        .get(&contract_label(&place.version))
+        .and_then(|versions| versions.split('_').next_back())
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .or_else(|| {
+            crd.spec
+                .versions
+                .iter()
+                .find(|v| v.storage)
+                .map(|v| v.name.clone())
+        })
+        .ok_or_else(|| format!("CustomResourceDefinition {name} names no version"))
+}
+
+/// The status of a MachineDeployment's infrastructure machine template (what scaling from zero
+/// reads when the capacity annotations are absent). `versions` remembers what
+/// [`contract_version`] found for each group and kind.
+fn template_status(
+    place: &Place,
+    md: &MachineDeployment,
+    versions: &mut BTreeMap<(String, String), Result<String, String>>,
+) -> Result<InfraTemplateStatus, String> {
+    let reference = &md.spec.template.spec.infrastructure_ref;
+    let field = |name: &str| {
+        reference[name]
+            .as_str()
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| format!("spec.template.spec.infrastructureRef has no {name}"))
+    };
+    let (kind, name) = (field("kind")?, field("name")?);
+    // v1beta1 references carry an apiVersion; v1beta2 ones only the group.
+    let api_version = match reference["apiVersion"].as_str() {
+        Some(version) => version.to_string(),
+        None => {
+            let group = field("apiGroup")?;
+            let version = versions
+                .entry((group.to_string(), kind.to_string()))
+                .or_insert_with(|| contract_version(place, group, kind))
+                .clone()?;
+            format!("{group}/{version}")
+        }
+    };
+    #[derive(serde::Deserialize, Default)]
+    #[serde(default)]
+    struct Template {
+        status: InfraTemplateStatus,
+    }
+    let template: Template = kube::get(
+        &Target::new(place.cluster, &api_version, kind)
+            .namespaced(&md.metadata.namespace)
+            .object(name),
+    )
+    .map_err(|e| format!("reading {kind} {name}: {e}"))?;
+    Ok(template.status)
+}
+
+/// A MachineDeployment as a node group, reading its infrastructure template's status when its
+/// annotations do not give the capacity.
+fn parse_group(
+    place: &Place,
+    kind: Kind,
+    md: &MachineDeployment,
+    versions: &mut BTreeMap<(String, String), Result<String, String>>,
+) -> Result<NodeGroup, GroupError> {
+    if !md.needs_template_capacity() {
+        return node_group::parse_kind(kind, md, None);
+    }
+    match template_status(place, md, versions) {
+        Ok(status) => node_group::parse_kind(kind, md, Some(&status)),
+        Err(problem) => {
+            capstan_provider_sdk::warn!(
+                "{} {}/{}: no capacity annotations, and its infrastructure template could not be read: {problem}",
+                kind.as_str(),
+                md.metadata.namespace,
+                md.metadata.name
+            );
+            node_group::parse_kind(kind, md, None)
+        }
+    }
+}
+
+/// The member MachineDeployments of `place` (with the extra selector), and the member MachineSets
+/// no MachineDeployment owns, parsed; the malformed ones come back as errors.
 fn load_groups(
     place: &Place,
     params: &Parameters,
@@ -141,11 +265,35 @@ fn load_groups(
     lift_stale_pauses(place, &deployments);
     let mut groups = Vec::new();
     let mut errors = Vec::new();
+    let mut versions = BTreeMap::new();
     for md in deployments
         .iter()
         .filter(|md| md.metadata.deletion_timestamp.is_none())
     {
-        match node_group::parse(md) {
+        match parse_group(place, Kind::MachineDeployment, md, &mut versions) {
+            Ok(group) => groups.push(group),
+            Err(e) => errors.push(e),
+        }
+    }
+    // MachineSets of a MachineDeployment carry its name label; the others are node groups too.
+    let sets: Vec<MachineDeployment> =
+        kube::list(&place.target("MachineSet"), &ListOptions::labels(&selector))
+            .map_err(err(launch))?;
+    for set in sets.iter().filter(|s| {
+        s.metadata.deletion_timestamp.is_none() && !s.metadata.labels.contains_key(DEPLOYMENT_LABEL)
+    }) {
+        let taken = deployments.iter().any(|md| {
+            md.metadata.name == set.metadata.name && md.metadata.namespace == set.metadata.namespace
+        });
+        if taken {
+            capstan_provider_sdk::warn!(
+                "skipping MachineSet {}/{}: a MachineDeployment has its name (instance types are named after them)",
+                set.metadata.namespace,
+                set.metadata.name
+            );
+            continue;
+        }
+        match parse_group(place, Kind::MachineSet, set, &mut versions) {
             Ok(group) => groups.push(group),
             Err(e) => errors.push(e),
         }
@@ -153,17 +301,17 @@ fn load_groups(
     Ok((groups, errors))
 }
 
-/// The node group of a Machine's MachineDeployment, if it still parses.
+/// The node group of a Machine (its MachineDeployment or MachineSet), if it still parses.
 fn group_of(place: &Place, machine: &Machine) -> Option<NodeGroup> {
-    let name = machine.deployment()?;
+    let (kind, name) = machine.owner()?;
     let md: MachineDeployment = kube::get(
         &place
             .in_namespace(&machine.metadata.namespace)
-            .target("MachineDeployment")
+            .target(kind.as_str())
             .object(name),
     )
     .ok()?;
-    node_group::parse(&md).ok()
+    parse_group(place, kind, &md, &mut BTreeMap::new()).ok()
 }
 
 /// Lowers a MachineDeployment's (or MachineSet's: `kind`) replicas by one through its `scale`
@@ -269,13 +417,14 @@ fn adopt(
     claim: &str,
     max_age: u64,
 ) -> Result<Option<Machine>, ProviderError> {
-    let (_, capacity, machines) = capacity(place, &group.name, max_age)?;
+    let (_, capacity, machines) = capacity(place, group.of(), max_age)?;
     if capacity.available() == 0 {
         return Ok(None);
     }
     let mut candidates: Vec<Machine> = machines
-        .into_iter()
+        .iter()
         .filter(|m| !m.is_leaving() && m.claim().is_none())
+        .cloned()
         .collect();
     candidates.sort_by(|a, b| {
         a.metadata
@@ -283,22 +432,67 @@ fn adopt(
             .cmp(&b.metadata.creation_timestamp)
             .then_with(|| a.metadata.name.cmp(&b.metadata.name))
     });
+    // The first `min_size` claimed Machines are held from disruption (see [`MIN_SIZE_MEMBER`]).
+    let holders = machines
+        .iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_some() && m.holds_min_size())
+        .count();
+    let member = i64::try_from(holders).unwrap_or(i64::MAX) < group.min_size;
     for machine in candidates {
+        let mut annotations = json!({HASH_ANNOTATION: group.template_hash});
+        if member {
+            annotations[MIN_SIZE_MEMBER] = json!(group.min_size.to_string());
+        }
         let patch = json!({"metadata": {
             "resourceVersion": machine.metadata.resource_version,
             "labels": {CLAIM_LABEL: claim},
-            "annotations": {HASH_ANNOTATION: group.template_hash},
+            "annotations": annotations,
         }});
         match kube::patch_merge::<_, Machine>(
             &place.target("Machine").object(&machine.metadata.name),
             &patch,
         ) {
+            Ok(adopted) if member => return settle_min_size(place, group, adopted).map(Some),
             Ok(adopted) => return Ok(Some(adopted)),
             Err(kube::Error::Kube(KubeError::Conflict(_) | KubeError::NotFound(_))) => continue,
             Err(e) => return Err(e.into_provider_error(true)),
         }
     }
     Ok(None)
+}
+
+/// Launches adopting at once may all have seen too few Machines holding `group`'s minimum size:
+/// of the holders, the first `min_size` by name keep the mark, and `adopted` gives it up if it is
+/// not among them (every launch agrees on the order, so exactly `min_size` stay).
+fn settle_min_size(
+    place: &Place,
+    group: &NodeGroup,
+    adopted: Machine,
+) -> Result<Machine, ProviderError> {
+    let machines: Vec<Machine> = kube::list(
+        &place.target("Machine"),
+        &ListOptions::labels(&format!("{}={}", group.kind.machine_label(), group.name)),
+    )
+    .map_err(err(true))?;
+    let mut holders: Vec<&str> = machines
+        .iter()
+        .filter(|m| !m.is_leaving() && m.claim().is_some() && m.holds_min_size())
+        .map(|m| m.metadata.name.as_str())
+        .collect();
+    holders.sort_unstable();
+    let keep = usize::try_from(group.min_size).unwrap_or(usize::MAX);
+    if holders
+        .iter()
+        .take(keep)
+        .any(|h| *h == adopted.metadata.name)
+    {
+        return Ok(adopted);
+    }
+    kube::patch_merge::<_, Machine>(
+        &place.target("Machine").object(&adopted.metadata.name),
+        &json!({"metadata": {"annotations": {MIN_SIZE_MEMBER: null}}}),
+    )
+    .map_err(err(true))
 }
 
 /// Marks a Machine for removal and scales its MachineDeployment down by one; undoes the mark if
@@ -314,15 +508,19 @@ fn remove(place: &Place, machine: &Machine) -> Result<(), ProviderError> {
         &json!({"metadata": {"annotations": {DELETE_MACHINE: "true"}}}),
     )
     .map_err(err(false))?;
-    let Some(deployment) = machine.deployment() else {
-        // Not from a MachineDeployment: delete it directly.
-        return match kube::delete(&object) {
-            Ok(()) => Ok(()),
-            Err(e) if e.is_not_found() => Ok(()),
-            Err(e) => Err(e.into_provider_error(false)),
-        };
+    let scaled = match machine.owner() {
+        Some((Kind::MachineDeployment, deployment)) => scale_down_for(&place, deployment, machine),
+        Some((Kind::MachineSet, set)) => scale_down_one(&place, "MachineSet", set),
+        // Neither: delete it directly.
+        None => {
+            return match kube::delete(&object) {
+                Ok(()) => Ok(()),
+                Err(e) if e.is_not_found() => Ok(()),
+                Err(e) => Err(e.into_provider_error(false)),
+            };
+        }
     };
-    if let Err(e) = scale_down_for(&place, deployment, machine) {
+    if let Err(e) = scaled {
         let undo = kube::patch_merge::<_, serde_json::Value>(
             &object,
             &json!({"metadata": {"annotations": {DELETE_MACHINE: null}}}),
@@ -373,7 +571,7 @@ fn wait_launched(
             return Err(ProviderError::create_failed(
                 "LaunchTimeout",
                 format!(
-                    "Machine {} got no providerID within {} s; it was removed and its MachineDeployment scaled back",
+                    "Machine {} got no providerID within the launch timeout (launchTimeoutSeconds {} s, or its MachineDeployment's shorter {MAX_PROVISION_TIME}); it was removed and its MachineDeployment scaled back",
                     machine.metadata.name, params.launch_timeout_seconds
                 ),
             ));
@@ -395,16 +593,24 @@ fn wait_launched(
     }
 }
 
-/// Edits a MachineDeployment's launch ledger (compare-and-swap on its resourceVersion), pruning
-/// entries older than `max_age` ms.
+/// How often an edit of a launch ledger is tried against conflicting edits.
+const LEDGER_ATTEMPTS: u32 = 30;
+
+/// Edits a node group's launch ledger (compare-and-swap on its resourceVersion), pruning entries
+/// older than `max_age` ms.
 fn update_ledger(
     place: &Place,
-    deployment: &str,
+    (kind, deployment): (Kind, &str),
     max_age: u64,
     edit: impl Fn(&mut Ledger),
 ) -> Result<(), ProviderError> {
-    let object = place.target("MachineDeployment").object(deployment);
-    for _ in 0..8 {
+    let object = place.target(kind.as_str()).object(deployment);
+    // Many launches joining at once conflict: retry longer, after a short pause that differs
+    // between them (so they do not collide again in step).
+    for attempt in 0..LEDGER_ATTEMPTS {
+        if attempt > 0 {
+            clock::sleep_millis(5 + clock::now_millis() % 25);
+        }
         let md: MachineDeployment = kube::get(&object).map_err(err(true))?;
         let before = Ledger::parse(
             md.metadata
@@ -429,31 +635,33 @@ fn update_ledger(
         }
     }
     Err(ProviderError::Retryable(format!(
-        "MachineDeployment {deployment}: its launch requests keep changing"
+        "{} {deployment}: its launch requests keep changing",
+        kind.as_str()
     )))
 }
 
 /// Takes `claim` off the ledger; a failure only logs (the entry ages out, and a claimed Machine
 /// no longer counts as waiting anyway).
-fn leave_ledger(place: &Place, deployment: &str, max_age: u64, claim: &str) {
-    if let Err(e) = update_ledger(place, deployment, max_age, |l| l.remove(claim)) {
+fn leave_ledger(place: &Place, of: (Kind, &str), max_age: u64, claim: &str) {
+    if let Err(e) = update_ledger(place, of, max_age, |l| l.remove(claim)) {
         capstan_provider_sdk::warn!(
-            "claim {claim}: could not leave the launch ledger of {deployment}: {e:?}"
+            "claim {claim}: could not leave the launch ledger of {}: {e:?}",
+            of.1
         );
     }
 }
 
-/// A MachineDeployment's capacity for its waiting launches, its resourceVersion and Machines.
+/// A node group's capacity for its waiting launches, its resourceVersion and Machines.
 fn capacity(
     place: &Place,
-    deployment: &str,
+    (kind, deployment): (Kind, &str),
     max_age: u64,
 ) -> Result<(Option<String>, Capacity, Vec<Machine>), ProviderError> {
     let md: MachineDeployment =
-        kube::get(&place.target("MachineDeployment").object(deployment)).map_err(err(true))?;
+        kube::get(&place.target(kind.as_str()).object(deployment)).map_err(err(true))?;
     let machines: Vec<Machine> = kube::list(
         &place.target("Machine"),
-        &ListOptions::labels(&format!("{DEPLOYMENT_LABEL}={deployment}")),
+        &ListOptions::labels(&format!("{}={deployment}", kind.machine_label())),
     )
     .map_err(err(true))?;
     let live: Vec<&Machine> = machines.iter().filter(|m| !m.is_leaving()).collect();
@@ -482,26 +690,28 @@ fn capacity(
 /// launch gets a Machine: one request for all of them.
 fn ensure_capacity(place: &Place, group: &NodeGroup, max_age: u64) -> Result<(), ProviderError> {
     for _ in 0..8 {
-        let (version, capacity, _) = capacity(place, &group.name, max_age)?;
+        let (version, capacity, _) = capacity(place, group.of(), max_age)?;
         let target = match capacity.wanted(group.max_size) {
             Ok(None) => return Ok(()),
             Ok(Some(target)) => target,
             Err(AtMaxSize { max }) => {
                 return Err(ProviderError::InsufficientCapacity(format!(
-                    "MachineDeployment {} is at its maximum size ({max})",
+                    "{} {} is at its maximum size ({max})",
+                    group.kind.as_str(),
                     group.name
                 )));
             }
         };
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
         let scale = place
-            .target("MachineDeployment")
+            .target(group.kind.as_str())
             .object(&group.name)
             .subresource("scale");
         match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
             Ok(_) => {
                 capstan_provider_sdk::info!(
-                    "scaled MachineDeployment {} from {} to {} for {} waiting launches",
+                    "scaled {} {} from {} to {} for {} waiting launches",
+                    group.kind.as_str(),
                     group.name,
                     capacity.replicas,
                     target,
@@ -519,9 +729,13 @@ fn ensure_capacity(place: &Place, group: &NodeGroup, max_age: u64) -> Result<(),
 
 /// Gives back capacity no launch waits for any more: marks unclaimed Machines for removal (so
 /// the scale-down takes them, never a claimed one) and lowers the replicas.
-fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), ProviderError> {
+fn release_excess(
+    place: &Place,
+    (kind, deployment): (Kind, &str),
+    max_age: u64,
+) -> Result<(), ProviderError> {
     for _ in 0..8 {
-        let (version, capacity, machines) = capacity(place, deployment, max_age)?;
+        let (version, capacity, machines) = capacity(place, (kind, deployment), max_age)?;
         let excess = capacity.excess();
         if excess == 0 {
             return Ok(());
@@ -544,7 +758,7 @@ fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), P
         let target = (capacity.replicas - i64::try_from(excess).unwrap_or(i64::MAX)).max(0);
         let patch = json!({"metadata": {"resourceVersion": version}, "spec": {"replicas": target}});
         let scale = place
-            .target("MachineDeployment")
+            .target(kind.as_str())
             .object(deployment)
             .subresource("scale");
         match kube::patch_merge::<_, serde_json::Value>(&scale, &patch) {
@@ -554,7 +768,8 @@ fn release_excess(place: &Place, deployment: &str, max_age: u64) -> Result<(), P
         }
     }
     Err(ProviderError::Retryable(format!(
-        "MachineDeployment {deployment}: could not give back unused capacity"
+        "{} {deployment}: could not give back unused capacity",
+        kind.as_str()
     )))
 }
 
@@ -601,31 +816,37 @@ impl Guest for ClusterApi {
         })?;
         // The MachineDeployment's own namespace (a ClusterAPINodeClass looks in all of them).
         let place = place.in_namespace(&group.namespace);
+        // Its own launch timeout (Cluster Autoscaler's `maxnodeprovisiontime`), if shorter.
+        let deadline = group.max_provision_millis.map_or(deadline, |millis| {
+            deadline.min(clock::now_millis() + millis)
+        });
         // Join the MachineDeployment's waiting launches, give others a moment to join too, then
         // take an unclaimed Machine, or raise the replicas for everyone still waiting.
         let max_age = params.ledger_max_age();
-        update_ledger(&place, &group.name, max_age, |l| {
+        update_ledger(&place, group.of(), max_age, |l| {
             l.add(&claim.name, clock::now_millis());
         })?;
         clock::sleep_millis(params.batch_millis);
         let machine = loop {
             if let Some(machine) = adopt(&place, group, &claim.name, max_age)? {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
+                leave_ledger(&place, group.of(), max_age, &claim.name);
                 break machine;
             }
             if clock::now_millis() >= deadline {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
-                release_excess(&place, &group.name, max_age)?;
+                leave_ledger(&place, group.of(), max_age, &claim.name);
+                release_excess(&place, group.of(), max_age)?;
                 return Err(ProviderError::create_failed(
                     "MachineNotCreated",
                     format!(
-                        "no new Machine of MachineDeployment {} within {} s; scaled it back",
-                        group.name, params.launch_timeout_seconds
+                        "no new Machine of {} {} within the launch timeout (launchTimeoutSeconds {} s, or its shorter {MAX_PROVISION_TIME}); scaled it back",
+                        group.kind.as_str(),
+                        group.name,
+                        params.launch_timeout_seconds
                     ),
                 ));
             }
             if let Err(e) = ensure_capacity(&place, group, max_age) {
-                leave_ledger(&place, &group.name, max_age, &claim.name);
+                leave_ledger(&place, group.of(), max_age, &claim.name);
                 return Err(e);
             }
             clock::sleep_millis(params.poll_millis);
@@ -656,15 +877,17 @@ impl Guest for ClusterApi {
         let (place, machines) = find_machines(CLAIM_LABEL)?;
         // Each claim with its MachineDeployment's node labels (garbage collection matches the
         // host's selector against them); one read per MachineDeployment.
-        let mut groups: std::collections::BTreeMap<(String, String), Option<NodeGroup>> =
-            std::collections::BTreeMap::new();
+        let mut groups: BTreeMap<(String, String), Option<NodeGroup>> = BTreeMap::new();
         Ok(machines
             .iter()
             .filter(|m| !m.is_leaving())
             .map(|m| {
                 let key = (
                     m.metadata.namespace.clone(),
-                    m.deployment().unwrap_or_default().to_owned(),
+                    m.owner()
+                        .map(|(_, name)| name)
+                        .unwrap_or_default()
+                        .to_owned(),
                 );
                 let group = groups
                     .entry(key)

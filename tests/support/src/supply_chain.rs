@@ -59,8 +59,18 @@ pub struct OciRegistry {
 }
 
 impl OciRegistry {
-    /// Starts a registry and waits until it answers `/v2/`.
+    /// Starts a registry (anonymous access) and waits until it listens.
     pub fn start() -> Result<Self> {
+        Self::launch(None)
+    }
+
+    /// Starts a registry that requires `user` and `password` for every request (HTTP basic
+    /// auth against an htpasswd file of bcrypt entries, as the distribution registry reads).
+    pub fn start_with_auth(user: &str, password: &str) -> Result<Self> {
+        Self::launch(Some((user, password)))
+    }
+
+    fn launch(credentials: Option<(&str, &str)>) -> Result<Self> {
         let registry = tool("registry")?;
         let port = TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
@@ -76,11 +86,24 @@ impl OciRegistry {
             move |source| Error::Io { path, source }
         };
         std::fs::create_dir_all(dir.join("storage")).map_err(io(&dir))?;
+        let auth = match credentials {
+            None => String::new(),
+            Some((user, password)) => {
+                let hash = bcrypt::hash(password, 4)
+                    .map_err(|err| Error::Start(format!("bcrypt: {err}")))?;
+                let htpasswd = dir.join("htpasswd");
+                std::fs::write(&htpasswd, format!("{user}:{hash}\n")).map_err(io(&htpasswd))?;
+                format!(
+                    "auth:\n  htpasswd:\n    realm: capstan-tests\n    path: {}\n",
+                    htpasswd.display()
+                )
+            }
+        };
         let config = dir.join("config.yml");
         std::fs::write(
             &config,
             format!(
-                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n",
+                "version: 0.1\nlog:\n  level: warn\n  accesslog:\n    disabled: true\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: 127.0.0.1:{port}\n{auth}",
                 dir.join("storage").display()
             ),
         )
@@ -261,6 +284,14 @@ impl Workdir {
         self.write(file, bytes)?;
         self.run("oras", &["push", "--plain-http", reference, file])?;
         self.resolve(reference)
+    }
+
+    /// Pulls `reference` with `oras pull` into `dir` (under this directory); the bytes of the
+    /// file named `file` it wrote.
+    pub fn oras_pull(&self, reference: &str, dir: &str, file: &str) -> Result<Vec<u8>> {
+        self.run("oras", &["pull", "--plain-http", "-o", dir, reference])?;
+        let path = self.0.join(dir).join(file);
+        std::fs::read(&path).map_err(io_error(path))
     }
 
     /// The manifest digest `reference` resolves to.

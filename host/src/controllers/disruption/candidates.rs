@@ -1,7 +1,8 @@
 //! Which nodes voluntary disruption may take now, and what holds the others (pure).
 //!
 //! A candidate is an initialized node whose claim is not being deleted or disrupted already, of
-//! a pool that is not static. It is held by `karpenter.sh/do-not-disrupt` on the node, or on an
+//! a pool that is not static. It is held by `karpenter.sh/do-not-disrupt` on the node, by
+//! `capstan.dev/held-by-provider` on its claim (set by the provider at launch), or on an
 //! active pod (`"true"`, or a duration the pod has not run for yet, as Karpenter reads it), and
 //! by a PodDisruptionBudget that allows no eviction of one of its pods, and — when its pool has
 //! the `capstan.dev/wait-for-jobs` annotation (a Capstan extension) — by a running pod of a Job.
@@ -14,7 +15,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::labels::{DO_NOT_DISRUPT, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
+use crate::api::labels::{DO_NOT_DISRUPT, HELD_BY_PROVIDER, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
 pub use crate::controllers::nodeclaim::termination::drain::do_not_disrupt;
@@ -45,6 +46,8 @@ pub struct Machine<'a> {
 pub enum Held {
     /// `karpenter.sh/do-not-disrupt` on the node.
     Node,
+    /// `capstan.dev/held-by-provider` on the claim: the provider's reason.
+    Provider(String),
     /// `karpenter.sh/do-not-disrupt` on this pod (namespace/name).
     Pod(String),
     /// This PodDisruptionBudget (namespace/name) allows no eviction of this pod.
@@ -57,6 +60,9 @@ impl std::fmt::Display for Held {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Held::Node => write!(f, "node has the {DO_NOT_DISRUPT} annotation"),
+            Held::Provider(reason) => {
+                write!(f, "the provider holds it ({HELD_BY_PROVIDER}): {reason}")
+            }
             Held::Pod(pod) => write!(f, "pod {pod} has the {DO_NOT_DISRUPT} annotation"),
             Held::Budget { pod, pdb } => {
                 write!(f, "PodDisruptionBudget {pdb} prevents evicting pod {pod}")
@@ -162,6 +168,9 @@ pub fn held(
             == Some("true")
     {
         return Some(Held::Node);
+    }
+    if let Some(reason) = machine.claim.annotations().get(HELD_BY_PROVIDER) {
+        return Some(Held::Provider(reason.clone()));
     }
     for pod in &machine.pods {
         if do_not_disrupt(pod, now) {

@@ -80,6 +80,7 @@ impl Blocked {
             Blocked::NotInitialized => "NotInitialized",
             Blocked::Disrupting => "Disrupting",
             Blocked::Held(Held::Node) => "DoNotDisruptNode",
+            Blocked::Held(Held::Provider(_)) => "HeldByProvider",
             Blocked::Held(Held::Pod(_)) => "DoNotDisruptPod",
             Blocked::Held(Held::Budget { .. }) => "PodDisruptionBudget",
             Blocked::Held(Held::Job { .. }) => "JobRunning",
@@ -149,6 +150,9 @@ pub fn unblock(reason: &str) -> &'static str {
         "NotInitialized" => "wait for the node to become initialized",
         "Disrupting" => "nothing: it is on its way out",
         "DoNotDisruptNode" => "remove the karpenter.sh/do-not-disrupt annotation from the node",
+        "HeldByProvider" => {
+            "see the provider's reason in the NodeClaim's capstan.dev/held-by-provider annotation (clusterapi: the node group's minimum size)"
+        }
         "DoNotDisruptPod" => {
             "remove karpenter.sh/do-not-disrupt from the pod, or wait for it to finish or for its duration to pass"
         }

@@ -1,15 +1,22 @@
 //! Providers from an OCI registry, and signatures checked before a byte of them runs: a real
-//! CNCF distribution registry on loopback, artifacts pushed with `oras` (the CNCF wasm layout and
-//! a plain file), signed with `cosign` (keys, the `.sig` tag, `sign-blob` bundles), all three
-//! built from their pinned Go modules (`tests/control-plane/cp supply-chain`).
+//! CNCF distribution registry on loopback (anonymous, or requiring credentials), artifacts pushed
+//! with `oras` (the CNCF wasm layout and a plain file) and `capstan provider push`, signed with
+//! `cosign` (keys, the `.sig` tag, `sign-blob` bundles), all three built from their pinned Go
+//! modules (`tests/control-plane/cp supply-chain`); keyless bundles from a test CA.
 
 use std::time::Duration;
 
 use capstan::api::provider::{
-    LocalObjectKey, OciSource, ProviderSpec, ProviderVerification, VerificationKeyRef,
+    KeylessIdentity, LocalObjectKey, OciSource, ProviderSpec, ProviderVerification,
+    VerificationKeyRef,
 };
 use capstan::provider::source::sha256_hex;
 use capstan_test_support::supply_chain::{OciRegistry, Workdir as Scratch};
+use capstan_test_support::test_ca::{IssuerExtension, Leaf, TestCa, leaf_key, message_bundle};
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
 
 use super::{CallerReport, Callers, Setup, variant};
 use crate::fixtures::chaos_bytes;
@@ -38,6 +45,8 @@ fn keys_in(name: &str) -> ProviderVerification {
             }),
             secret_key_ref: None,
         }],
+        identities: Vec::new(),
+        trust_root: None,
     }
 }
 
@@ -225,6 +234,127 @@ async fn config_map_sources_verify_a_sigstore_bundle() {
     assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
 }
 
+/// Keyless: a test CA issues a Fulcio-style certificate (an email subject, the OIDC issuer
+/// extension) whose key signs the component in a Sigstore bundle; the Provider trusts that CA (a
+/// ConfigMap) and an identity.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyless_signers_are_trusted_by_identity_and_ca() {
+    const ISSUER: &str = "https://accounts.example.com";
+    let setup = Setup::start("ocikeyless", |_| {}).await;
+    let ca = TestCa::new("capstan test fulcio").expect("test CA");
+    let key = leaf_key().expect("leaf key");
+    let leaf = ca
+        .issue(
+            &Leaf {
+                subject: "release@example.com",
+                issuer: ISSUER,
+                extension: IssuerExtension::Current,
+                from_year: 2020,
+                to_year: 2200,
+            },
+            &key,
+        )
+        .expect("leaf");
+    let component = variant(chaos_bytes(), 7501);
+    let bundle = message_bundle(&leaf, &key, &component).expect("bundle");
+
+    // `capstan provider verify` checks it as the host does.
+    let scratch = Scratch::new("keyless").expect("scratch");
+    scratch
+        .write("provider.wasm", &component)
+        .expect("component");
+    scratch
+        .write("provider.sigstore.json", bundle.as_bytes())
+        .expect("bundle");
+    scratch
+        .write("chain.pem", ca.pem().as_bytes())
+        .expect("chain");
+    let verify = |subject_flag: &str, subject: &str| {
+        crate::supply_chain::capstan(
+            &scratch,
+            &[
+                "provider",
+                "verify",
+                "provider.wasm",
+                "--bundle",
+                "provider.sigstore.json",
+                "--trust-root",
+                "chain.pem",
+                subject_flag,
+                subject,
+                "--issuer",
+                ISSUER,
+            ],
+        )
+    };
+    let good = verify("--subject", "release@example.com");
+    assert!(good.status.success(), "{good:?}");
+    let stranger = verify("--subject-prefix", "ops@");
+    assert!(!stranger.status.success(), "{stranger:?}");
+    assert!(
+        String::from_utf8_lossy(&stranger.stderr).contains("SignatureInvalid"),
+        "{stranger:?}"
+    );
+    setup
+        .put_config_map("fulcio", None, Some(("chain.pem", ca.pem())))
+        .await;
+    setup
+        .put_config_map(
+            "src",
+            Some(("provider.wasm", &component)),
+            Some(("provider.sigstore.json", &bundle)),
+        )
+        .await;
+    let spec_for = |subject: &str| {
+        let mut spec = setup.spec("src", "provider.wasm");
+        if let Some(source) = spec.source.config_map.as_mut() {
+            source.bundle_key = Some("provider.sigstore.json".into());
+        }
+        spec.verification = Some(ProviderVerification {
+            keys: Vec::new(),
+            identities: vec![KeylessIdentity {
+                issuer: Some(ISSUER.into()),
+                issuer_prefix: None,
+                subject: Some(subject.into()),
+                subject_prefix: None,
+            }],
+            trust_root: Some(LocalObjectKey {
+                name: "fulcio".into(),
+                key: "chain.pem".into(),
+            }),
+        });
+        spec
+    };
+
+    // Another identity: refused, with the certificate's identity in the message.
+    let stranger = setup.names.name("stranger");
+    setup
+        .put_provider(&stranger, spec_for("someone@example.com"))
+        .await;
+    let refused = setup
+        .wait_condition(&stranger, "Ready", "False", "SignatureInvalid")
+        .await;
+    let message = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains("release@example.com"), "{message}");
+    setup.wait_event(&stranger, "SignatureInvalid").await;
+
+    // The signer's identity: loaded.
+    let name = setup.names.name("p");
+    setup
+        .put_provider(&name, spec_for("release@example.com"))
+        .await;
+    let loaded = setup.wait_loaded(&name, &sha256_hex(&component)).await;
+    let signed_by = loaded.status.unwrap().signed_by.unwrap_or_default();
+    assert!(signed_by.contains("release@example.com"), "{signed_by}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pins_size_caps_and_the_host_wide_policy_refuse() {
     let registry = OciRegistry::start().expect("registry");
@@ -294,6 +424,94 @@ async fn pins_size_caps_and_the_host_wide_policy_refuse() {
         .and_then(|c| c.message)
         .unwrap_or_default();
     assert!(message.contains("limit"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authenticated_registry_needs_the_pull_secret() {
+    let registry = OciRegistry::start_with_auth("capstan", "pull-s3cret").expect("registry");
+    let scratch = Scratch::new("auth").expect("scratch");
+    let setup = Setup::start("ociauth", |_| {}).await;
+    let component = variant(chaos_bytes(), 7401);
+    let reference = format!("{}/capstan/private:v1", registry.host());
+
+    // `capstan provider push` with credentials; without them the registry refuses it.
+    scratch
+        .write("private.wasm", &component)
+        .expect("component");
+    let anonymous = crate::supply_chain::capstan(
+        &scratch,
+        &[
+            "provider",
+            "push",
+            "private.wasm",
+            &reference,
+            "--plain-http",
+        ],
+    );
+    assert!(!anonymous.status.success(), "{anonymous:?}");
+    let pushed = crate::supply_chain::capstan(
+        &scratch,
+        &[
+            "provider",
+            "push",
+            "private.wasm",
+            &reference,
+            "--plain-http",
+            "--username",
+            "capstan",
+            "--password",
+            "pull-s3cret",
+        ],
+    );
+    assert!(pushed.status.success(), "{pushed:?}");
+
+    // No pull Secret: refused with a condition and an Event naming the registry's answer.
+    let name = setup.names.name("p");
+    setup
+        .put_provider(&name, oci_spec(&setup, &reference))
+        .await;
+    let refused = setup
+        .wait_condition(&name, "Ready", "False", "PullFailed")
+        .await;
+    let message = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Ready")
+        .and_then(|c| c.message)
+        .unwrap_or_default();
+    assert!(message.contains("capstan/private"), "{message}");
+    assert!(
+        message.to_lowercase().contains("not authorized"),
+        "{message}"
+    );
+    setup.wait_event(&name, "PullFailed").await;
+
+    // A `kubernetes.io/dockerconfigjson` pull Secret: pulled and served.
+    let config =
+        json!({"auths": {registry.host(): {"username": "capstan", "password": "pull-s3cret"}}});
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "pull", "namespace": setup.namespace},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": config.to_string()},
+    });
+    Api::<Secret>::namespaced(setup.client.clone(), &setup.namespace)
+        .patch(
+            "pull",
+            &PatchParams::apply("capstan-tests").force(),
+            &Patch::Apply(&secret),
+        )
+        .await
+        .unwrap();
+    let mut spec = oci_spec(&setup, &reference);
+    if let Some(oci) = spec.source.oci.as_mut() {
+        oci.pull_secret = Some("pull".to_owned());
+    }
+    setup.put_provider(&name, spec).await;
+    setup.wait_serving(&name, &sha256_hex(&component)).await;
+    setup.wait_condition(&name, "Ready", "True", "Loaded").await;
 }
 
 /// What a pull and a verification cost next to reading the same component from a ConfigMap

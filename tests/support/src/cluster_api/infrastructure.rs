@@ -11,6 +11,9 @@
 //!   cluster (capacity `spec.capacity`, labels `spec.nodeLabels`) and
 //!   `status.initialization.provisioned`; `spec.outcome: Never` never provisions it, `Fail`
 //!   reports a failure (`status.failureReason`, a `Ready=False` condition) instead;
+//! - a `TestMachineTemplate` with `spec.reportCapacity` gets `status.capacity` (its template's
+//!   capacity) and `status.nodeInfo` (architecture and OS from its `nodeLabels`), as an
+//!   infrastructure provider implementing Cluster API's scale-from-zero contract reports them;
 //! - a `TestMachine` being deleted loses its Node (if Cluster API has not deleted it already), then
 //!   its finalizer, as a cloud's VM going takes its Node with it.
 
@@ -76,6 +79,29 @@ impl Drop for Running {
 
 fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(status) if status.code == 404)
+}
+
+/// The status a `TestMachineTemplate` with `spec.reportCapacity` reports: its template's capacity,
+/// and the architecture and OS its Nodes register with (`amd64`, `linux` by default).
+fn reported_status(template: &DynamicObject) -> Option<Value> {
+    let spec = &template.data["spec"];
+    if spec["reportCapacity"] != json!(true) {
+        return None;
+    }
+    let machine = &spec["template"]["spec"];
+    let label = |key: &str, default: &str| {
+        machine["nodeLabels"][key]
+            .as_str()
+            .unwrap_or(default)
+            .to_owned()
+    };
+    Some(json!({
+        "capacity": machine["capacity"].clone(),
+        "nodeInfo": {
+            "architecture": label("kubernetes.io/arch", "amd64"),
+            "operatingSystem": label("kubernetes.io/os", "linux"),
+        },
+    }))
 }
 
 fn age_millis(object: &DynamicObject) -> i64 {
@@ -161,6 +187,20 @@ impl TestInfrastructure {
                             "externalManagedControlPlane": true,
                             "version": version,
                         }})),
+                    )
+                    .await?;
+            }
+        }
+        let templates = self.api("TestMachineTemplate");
+        for template in templates.list(&ListParams::default()).await?.items {
+            if let Some(status) = reported_status(&template)
+                && template.data["status"] != status
+            {
+                templates
+                    .patch_status(
+                        &template.name_any(),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"status": status})),
                     )
                     .await?;
             }

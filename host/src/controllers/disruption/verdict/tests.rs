@@ -155,6 +155,15 @@ fn do_not_disrupt_names_the_pod_or_the_node() {
         &[],
     );
     assert_eq!(reason(&v), "DoNotDisruptNode");
+    // A provider's hold on the claim, with its reason.
+    let mut held = claim(None, true);
+    held.metadata.annotations = Some(std::collections::BTreeMap::from([(
+        crate::api::labels::HELD_BY_PROVIDER.to_owned(),
+        "minimum size".to_owned(),
+    )]));
+    let v = w.verdict(&p, &held, &node(json!({})), &[]);
+    assert_eq!(reason(&v), "HeldByProvider");
+    assert!(v.unwrap().message().contains("minimum size"));
 }
 
 #[test]
@@ -327,6 +336,7 @@ fn every_reason_says_what_unblocks_it() {
         "NotInitialized",
         "Disrupting",
         "DoNotDisruptNode",
+        "HeldByProvider",
         "DoNotDisruptPod",
         "PodDisruptionBudget",
         "JobRunning",
