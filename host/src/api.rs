@@ -4,6 +4,8 @@
 //!   NodePool YAML works unchanged and `kubectl get nodeclaims` shows what Karpenter would.
 //! - `karpenter.sh/v1alpha1` [`NodeOverlay`]: prices and extended resources of matching instance
 //!   types (feature gate `NodeOverlay`).
+//! - `autoscaling.x-k8s.io/v1beta1` [`CapacityBuffer`]: spare room kept for placeholder pods
+//!   (feature gate `CapacityBuffer`), the API Karpenter v1.14 carries from SIG Autoscaling.
 //! - `capstan.dev/v1alpha1` [`NodeClass`] (what a NodePool's `nodeClassRef` points at; selects a
 //!   provider and carries its parameters) and [`Provider`] (where a provider's wasm comes from, and
 //!   the grants and limits it runs with).
@@ -13,6 +15,9 @@
 //! Karpenter's CRDs have (patterns, enums, lengths, and the CEL rules of [`rules`]), so the API
 //! server refuses malformed NodePools and NodeClaims.
 
+// `#[kube(printcolumn(...), ...)]` repeats keys on purpose.
+#[allow(clippy::duplicated_attributes)]
+pub mod capacitybuffer;
 pub mod crds;
 pub mod duration;
 pub mod labels;
@@ -35,6 +40,7 @@ pub mod rules;
 pub mod shared;
 pub mod template_hash;
 
+pub use capacitybuffer::{CapacityBuffer, CapacityBufferSpec, CapacityBufferStatus};
 pub use nodeclaim::{NodeClaim, NodeClaimSpec, NodeClaimStatus};
 pub use nodeclass::{NodeClass, NodeClassSpec, NodeClassStatus};
 pub use nodeoverlay::{NodeOverlay, NodeOverlaySpec, NodeOverlayStatus};

@@ -7,7 +7,9 @@
 //! All are level-triggered and idempotent (kube-rs `Controller`s plus one periodic loop): a
 //! restart at any point converges. [`run`] starts them all and runs until one stops.
 
+pub mod capacity_buffers;
 pub mod disruption;
+pub mod evaluations;
 pub mod events;
 pub mod finalizer;
 pub mod garbage_collection;
@@ -134,6 +136,9 @@ pub struct Settings {
     pub node_repair: bool,
     /// NodeOverlays (`--feature-gates NodeOverlay=true`): off by default, as in Karpenter v1.14.
     pub node_overlay: bool,
+    /// CapacityBuffers (`--feature-gates CapacityBuffer=true`): off by default, as in Karpenter
+    /// v1.14.
+    pub capacity_buffer: bool,
 }
 
 impl Default for Settings {
@@ -152,6 +157,7 @@ impl Default for Settings {
             min_values_policy: crate::scheduling::MinValuesPolicy::default(),
             node_repair: false,
             node_overlay: false,
+            capacity_buffer: false,
         }
     }
 }
@@ -214,6 +220,8 @@ pub struct Context {
     pub unavailable_offerings: unavailable_offerings::UnavailableOfferings,
     /// Drain Events published lately (one per distinct note, not one per retry).
     pub drain_events: nodeclaim::termination::Dedupe,
+    /// CapacityBuffers' virtual pods and the room they hold.
+    pub buffers: capacity_buffers::Buffers,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -352,6 +360,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         metrics: crate::metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),
+        buffers: capacity_buffers::Buffers::default(),
         failures: Mutex::new(HashMap::new()),
     });
     if ctx.settings.node_overlay {
@@ -371,6 +380,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         () = metrics::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("metrics")),
         () = node_repair::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-repair")),
         () = node_overlays::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("node-overlays")),
+        () = capacity_buffers::run(Arc::clone(&ctx)) => Err(ControllerError::Stopped("capacity-buffers")),
     };
     for task in state_tasks {
         task.abort();

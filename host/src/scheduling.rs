@@ -55,6 +55,7 @@
 //! assert_eq!(result.new_claims[0].instance_type_options, vec!["small".to_string()]);
 //! ```
 
+pub mod buffer;
 pub mod cluster;
 pub mod convert;
 pub mod overlay;

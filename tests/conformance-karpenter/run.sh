@@ -15,7 +15,7 @@
 #   CAPSTAN_WASM_DIR           the built wasm providers (kwok.wasm)
 #   CONFORMANCE_CONTROLLERS    "capstan karpenter" (default), or one of them
 #   CONFORMANCE_PARTITIONS     control planes per controller, run at once (default 2)
-#   CONFORMANCE_SUBSET         all (default: every area but CapacityBuffer) | fast (the Validation specs
+#   CONFORMANCE_SUBSET         all (default: every area) | fast (the Validation specs
 #                              and a few fast ones; what `make test` runs)
 #   CONFORMANCE_NODECLASS      the default node class Capstan's runs use (Karpenter's always use the
 #                              suite's own): suite: the suite's own default KWOKNodeClass, no flag;
@@ -50,8 +50,7 @@ log() { printf '==> %s\n' "$*" >&2; }
 # The areas of the suite (its top-level containers) and a rough weight in minutes (estimates; Karpenter's
 # kwok controller took 21 min for Drift, NodeClaim and Expiration together on a loaded 2-core machine),
 # used to spread them over the partitions, heaviest first. A failing spec costs its 15-minute Eventually.
-# CapacityBuffer belongs to the NodeOverlay and CapacityBuffer issue.
-AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8)
+AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8 CapacityBuffer:15)
 # The fast subset: the NodePool Validation specs, the NodePool hash, DaemonSet overhead under a
 # LimitRange and two short lifecycles.
 # Ginkgo matches focus regexes against the suite's description ("Regression") and the spec's text.
@@ -162,10 +161,8 @@ start_controller() {
 	health=$(free_port)
 	case "$controller" in
 	capstan)
-		# Capstan's CRDs (NodeOverlay among them), and Karpenter's for the kinds the suite cleans up
-		# but Capstan does not serve (CapacityBuffer; the suite lists them after every spec).
+		# Capstan's CRDs (NodeOverlay and CapacityBuffer among them).
 		k apply --server-side -f "$ROOT/crds" >/dev/null
-		k apply --server-side -f "$MODULE_DIR/pkg/apis/crds/autoscaling.x-k8s.io_capacitybuffers.yaml" >/dev/null
 		k wait --for condition=established --timeout=60s crd --all >/dev/null
 		k create namespace capstan >/dev/null
 		"$CAPSTAN_HOST_BIN" provider package "$KWOK_WASM" --name kwok --namespace capstan \
@@ -217,7 +214,7 @@ run_partition() {
 	fi
 	log "$controller-$i: running [$focus] with ${flags[*]:-the default KWOKNodeClass of the suite} (log: $dir/suite.log)"
 	KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$SUITE" -test.timeout 0 -test.v \
-		--ginkgo.focus "$focus" --ginkgo.skip '^Regression CapacityBuffer ' --ginkgo.no-color --ginkgo.v \
+		--ginkgo.focus "$focus" --ginkgo.no-color --ginkgo.v \
 		--ginkgo.timeout 3h --ginkgo.junit-report "$dir/junit.xml" "${flags[@]}" \
 		>"$dir/suite.log" 2>&1 || rc=$?
 	echo "$((SECONDS - started))" >"$dir/seconds"

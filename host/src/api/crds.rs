@@ -9,7 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 use thiserror::Error;
 
-use super::{NodeClaim, NodeClass, NodeOverlay, NodePool, Provider};
+use super::{CapacityBuffer, NodeClaim, NodeClass, NodeOverlay, NodePool, Provider};
 
 #[derive(Debug, Error)]
 pub enum CrdError {
@@ -25,6 +25,10 @@ pub fn all() -> Vec<(&'static str, CustomResourceDefinition)> {
         ("karpenter.sh_nodeoverlays.yaml", NodeOverlay::crd()),
         ("capstan.dev_nodeclasses.yaml", NodeClass::crd()),
         ("capstan.dev_providers.yaml", Provider::crd()),
+        (
+            "autoscaling.x-k8s.io_capacitybuffers.yaml",
+            CapacityBuffer::crd(),
+        ),
     ]
 }
 
@@ -98,9 +102,15 @@ mod tests {
     }
 
     #[test]
-    fn every_crd_is_cluster_scoped_with_status() {
+    fn every_crd_has_its_upstream_scope_and_status() {
         for (file, crd) in all() {
-            assert_eq!(crd.spec.scope, "Cluster", "{file}");
+            // CapacityBuffers live with the workloads they buffer, as upstream.
+            let scope = if file.starts_with("autoscaling.x-k8s.io") {
+                "Namespaced"
+            } else {
+                "Cluster"
+            };
+            assert_eq!(crd.spec.scope, scope, "{file}");
             let version = &crd.spec.versions[0];
             assert!(
                 version
@@ -287,6 +297,6 @@ mod tests {
         for (file, crd) in all() {
             walk(&serde_json::to_value(&crd).unwrap(), file, &mut rules);
         }
-        assert_eq!(rules, 35, "rules counted across all CRDs");
+        assert_eq!(rules, 37, "rules counted across all CRDs");
     }
 }

@@ -140,8 +140,9 @@ pub struct RunArgs {
     /// false) replaces nodes the provider's repair policies call unhealthy;
     /// `SpotToSpotConsolidation` (default false) lets consolidation replace a spot node with a
     /// cheaper spot node; `NodeOverlay` (default false) applies NodeOverlays (prices and
-    /// extended resources) to every catalog. Karpenter's other gates are accepted and ignored
-    /// with a warning.
+    /// extended resources) to every catalog; `CapacityBuffer` (default false) keeps room for
+    /// CapacityBuffers' placeholder pods. Karpenter's other gates are accepted and ignored with
+    /// a warning.
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     feature_gates: FeatureGates,
     /// How long a consolidation decision waits before it is re-checked against the cluster and
@@ -159,6 +160,7 @@ pub(crate) struct FeatureGates {
     pub(crate) node_repair: bool,
     pub(crate) spot_to_spot_consolidation: bool,
     pub(crate) node_overlay: bool,
+    pub(crate) capacity_buffer: bool,
     /// Karpenter's gates Capstan does not implement, as given (`NAME=value`): accepted, so that
     /// Karpenter's settings keep working, and logged as ignored.
     pub(crate) ignored: Vec<String>,
@@ -168,7 +170,6 @@ pub(crate) struct FeatureGates {
 const KARPENTER_ONLY_GATES: &[&str] = &[
     "ReservedCapacity",
     "StaticCapacity",
-    "CapacityBuffer",
     "TerminateFirstDrift",
     "TerminateFirstRepair",
     "PodDeletionCostManagement",
@@ -188,12 +189,13 @@ pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
             "NodeRepair" => gates.node_repair = value,
             "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = value,
             "NodeOverlay" => gates.node_overlay = value,
+            "CapacityBuffer" => gates.capacity_buffer = value,
             other if KARPENTER_ONLY_GATES.contains(&other) => {
                 gates.ignored.push(format!("{other}={value}"));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation, NodeOverlay; \
+                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation, NodeOverlay, CapacityBuffer; \
                      accepted and ignored: {})",
                     KARPENTER_ONLY_GATES.join(", ")
                 ));
@@ -249,6 +251,7 @@ impl RunArgs {
                 "nodeRepair": self.feature_gates.node_repair,
                 "spotToSpotConsolidation": self.feature_gates.spot_to_spot_consolidation,
                 "nodeOverlay": self.feature_gates.node_overlay,
+                "capacityBuffer": self.feature_gates.capacity_buffer,
                 "ignored": self.feature_gates.ignored,
             },
             "preferencePolicy": self.preference_policy.to_string(),
@@ -383,6 +386,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             min_values_policy: args.min_values_policy,
             node_repair: args.feature_gates.node_repair,
             node_overlay: args.feature_gates.node_overlay,
+            capacity_buffer: args.feature_gates.capacity_buffer,
             ..controllers::Settings::default()
         },
         providers,

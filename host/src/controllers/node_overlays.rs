@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use kube::api::{ListParams, Patch, PatchParams};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
@@ -24,7 +24,7 @@ use crate::api::nodeoverlay::{READY, VALIDATION_SUCCEEDED};
 use crate::api::shared::set_condition;
 use crate::api::{ConditionStatus, NodeClass, NodeOverlay, NodeOverlayStatus};
 use crate::controllers::provisioner::instance_types::{Catalog, FromProviders};
-use crate::controllers::{Context, ControllerError, now};
+use crate::controllers::{Context, ControllerError, evaluations, now};
 use crate::scheduling::overlay::{self, Overlay};
 
 /// How often the overlays are evaluated again without a change (the instance-type cache's TTL).
@@ -38,21 +38,12 @@ pub async fn run(ctx: Arc<Context>) {
         return std::future::pending().await;
     }
     tracing::info!("node overlays on (feature gate NodeOverlay)");
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<()>();
-    let api: Api<NodeOverlay> = Api::all(ctx.client.clone());
-    let overlays_tx = tx.clone();
-    let overlays = tokio::spawn(
-        watcher(api, watcher::Config::default())
-            .default_backoff()
-            .for_each(move |event| {
-                match event {
-                    Ok(_) => {
-                        let _ = overlays_tx.send(());
-                    }
-                    Err(err) => tracing::debug!(error = %err, "NodeOverlay watch"),
-                }
-                futures::future::ready(())
-            }),
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let overlays = evaluations::trigger_on(
+        Api::<NodeOverlay>::all(ctx.client.clone()),
+        watcher::Config::default(),
+        tx.clone(),
+        "NodeOverlay",
     );
     let pools_tx = tx.clone();
     let pools = tokio::spawn(ctx.state.pools.subscribe().for_each(move |_| {
@@ -68,25 +59,10 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     });
-    let mut tick = tokio::time::interval(RECHECK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            got = rx.recv() => if got.is_none() { break },
-        }
-        tokio::time::sleep(SETTLE).await;
-        while rx.try_recv().is_ok() {}
-        match evaluate(&ctx).await {
-            Ok(()) => ctx.reset_backoff("nodeoverlays"),
-            Err(err) => {
-                let delay = ctx.backoff("nodeoverlays");
-                tracing::warn!(error = %err, retry_in = ?delay, "evaluating NodeOverlays failed");
-                tokio::time::sleep(delay).await;
-                let _ = tx.send(());
-            }
-        }
-    }
+    evaluations::run(&ctx, "nodeoverlays", (RECHECK, SETTLE), (tx, rx), || {
+        evaluate(&ctx)
+    })
+    .await;
     overlays.abort();
     pools.abort();
     providers.abort();

@@ -33,11 +33,11 @@ use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
 use crate::api::nodeclaim::ResourceRequirements;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
-use crate::controllers::Context;
+use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
 use crate::scheduling::convert::is_terminal;
 use crate::scheduling::requirements::SetOperator;
-use crate::scheduling::{self, NewClaim, Requirements, Resources, Target};
+use crate::scheduling::{self, NewClaim, Requirements, Resources, Target, buffer};
 
 use self::instance_types::InstanceTypeCache;
 use self::limits::LimitEvents;
@@ -118,13 +118,27 @@ pub async fn run(ctx: Arc<Context>) {
     let selector = ctx.selector.clone();
     // A batch at once for what is pending already, then one per change of a pod to provision for.
     let _ = tx.send(());
+    let watch_ctx = Arc::clone(&ctx);
     let pods = ctx.state.pods.subscribe().for_each(move |pod| {
-        if is_provisionable(&pod) && selector.matches(pod.labels()) {
+        // While CapacityBuffers hold room, any pod may take it (kube-scheduler binds real pods
+        // to the room the buffer pods kept), so every pod change is a reason to look again.
+        if (is_provisionable(&pod) || watch_ctx.buffers.active()) && selector.matches(pod.labels())
+        {
             let _ = watch_tx.send(());
         }
         futures::future::ready(())
     });
     let watch = tokio::spawn(pods);
+    let buffers_tx = tx.clone();
+    let buffers_ctx = Arc::clone(&ctx);
+    let buffers = tokio::spawn(async move {
+        loop {
+            buffers_ctx.buffers.changed().await;
+            if buffers_tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
     let resync = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RESYNC);
         tick.tick().await;
@@ -158,6 +172,7 @@ pub async fn run(ctx: Arc<Context>) {
     }
     watch.abort();
     resync.abort();
+    buffers.abort();
 }
 
 /// A fresh id for one scheduling simulation (`karpenter_scheduler_queue_depth`'s
@@ -190,7 +205,15 @@ pub async fn provision(
     nominations: &mut Nominations,
     limit_events: &mut LimitEvents,
 ) -> Result<Outcome, ProvisionError> {
-    let snapshot = Snapshot::take(ctx);
+    let mut snapshot = Snapshot::take(ctx);
+    // CapacityBuffers' virtual pods: pending pods that must fit, never bound, after every real
+    // pod in the solver's order (see [`crate::scheduling::buffer`]).
+    snapshot.pending.extend(
+        ctx.buffers
+            .pods()
+            .into_iter()
+            .filter(|p| ctx.selector.matches(p.labels())),
+    );
     let pending_uids: std::collections::HashSet<&str> = snapshot
         .pending
         .iter()
@@ -198,6 +221,9 @@ pub async fn provision(
         .collect();
     nominations.expire(&snapshot.claims, &pending_uids);
     if snapshot.pending.is_empty() {
+        if ctx.settings.capacity_buffer {
+            capacity_buffers::record_pass(ctx, BTreeMap::new(), Default::default()).await;
+        }
         return Ok(Outcome::default());
     }
     let built = snapshot.input(ctx, cache).await;
@@ -231,6 +257,8 @@ pub async fn provision(
         ..Outcome::default()
     };
     let pod_of = |i: usize| &snapshot.pending[built.pod_index[i]];
+    let real = |i: usize| !buffer::is_virtual(pod_of(i));
+    let mut buffers = BufferPass::default();
     let uid_of = |i: &usize| pod_of(*i).metadata.uid.as_deref().unwrap_or_default();
     let claim_of_node: BTreeMap<&str, String> = snapshot
         .claims
@@ -239,8 +267,12 @@ pub async fn provision(
         .collect();
     for (i, why) in &built.rejected {
         outcome.unschedulable += 1;
+        let pod = &snapshot.pending[*i];
+        if buffers.failed(pod) {
+            continue;
+        }
         ctx.events
-            .warning(&snapshot.pending[*i], "FailedScheduling", why.clone())
+            .warning(pod, "FailedScheduling", why.clone())
             .await;
     }
     for (i, target) in &result.existing_placements {
@@ -256,6 +288,9 @@ pub async fn provision(
         };
         if let Some(claim) = claim {
             nominations.nominate([uid_of(i)], &claim);
+        }
+        if buffers.existing(pod_of(*i), target) {
+            continue;
         }
         ctx.events.normal(pod_of(*i), "Nominated", note).await;
     }
@@ -278,6 +313,9 @@ pub async fn provision(
         let Some(pool) = pools.get(&new.node_pool) else {
             continue;
         };
+        for i in &new.pods {
+            buffers.new_claim(pod_of(*i));
+        }
         if let Verdict::Waiting(claims) = &held {
             outcome.held += 1;
             tracing::warn!(
@@ -293,6 +331,7 @@ pub async fn provision(
         match api.create(&PostParams::default(), &claim).await {
             Ok(created) => {
                 outcome.created += 1;
+                buffers.created |= new.pods.iter().any(|i| !real(*i));
                 ctx.metrics
                     .lifecycle
                     .created("provisioned", &new.node_pool, false);
@@ -320,7 +359,7 @@ pub async fn provision(
                         ),
                     )
                     .await;
-                for i in &new.pods {
+                for i in new.pods.iter().filter(|i| real(**i)) {
                     ctx.events
                         .normal(
                             pod_of(*i),
@@ -332,7 +371,7 @@ pub async fn provision(
             }
             Err(err) => {
                 tracing::warn!(nodepool = %new.node_pool, error = %err, "cannot create nodeclaim");
-                for i in &new.pods {
+                for i in new.pods.iter().filter(|i| real(**i)) {
                     ctx.events
                         .warning(
                             pod_of(*i),
@@ -346,6 +385,9 @@ pub async fn provision(
     }
     for (i, why) in &result.unschedulable {
         outcome.unschedulable += 1;
+        if buffers.failed(pod_of(*i)) {
+            continue;
+        }
         let mut note = why.clone();
         if !built.skipped_pools.is_empty() {
             let skipped: Vec<String> = built
@@ -359,7 +401,54 @@ pub async fn provision(
             .warning(pod_of(*i), "FailedScheduling", note)
             .await;
     }
+    if ctx.settings.capacity_buffer {
+        if buffers.created {
+            ctx.buffers.again();
+        }
+        capacity_buffers::record_pass(ctx, buffers.placed, buffers.room).await;
+    }
     Ok(outcome)
+}
+
+/// Where one pass put the CapacityBuffers' virtual pods: per buffer, and per node.
+#[derive(Debug, Default)]
+struct BufferPass {
+    placed: BTreeMap<buffer::BufferKey, buffer::Placed>,
+    room: capacity_buffers::Room,
+    /// Whether a NodeClaim was created for buffer pods.
+    created: bool,
+}
+
+impl BufferPass {
+    /// Counts `pod` as placed on existing capacity if virtual; whether it is.
+    fn existing(&mut self, pod: &Pod, target: &Target) -> bool {
+        let Some(key) = buffer::buffer_of(pod) else {
+            return false;
+        };
+        self.placed.entry(key).or_default().existing += 1;
+        let on = match target {
+            Target::Node(node) => self.room.nodes.entry(node.clone()),
+            Target::Claim(claim) => self.room.claims.entry(claim.clone()),
+        };
+        on.or_default().push(pod.clone());
+        true
+    }
+
+    /// Counts `pod` as needing a new NodeClaim if virtual.
+    fn new_claim(&mut self, pod: &Pod) {
+        if let Some(key) = buffer::buffer_of(pod) {
+            self.placed.entry(key).or_default().new += 1;
+        }
+    }
+
+    /// Counts `pod` as placed nowhere if virtual; whether it is.
+    fn failed(&mut self, pod: &Pod) -> bool {
+        let Some(key) = buffer::buffer_of(pod) else {
+            return false;
+        };
+        self.placed.entry(key).or_default().failed += 1;
+        true
+    }
 }
 
 /// Marks `claim` (made for `new`) with Karpenter's `price-overlay-applied` and

@@ -311,6 +311,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             .find(|o| o.controller == Some(true))
             .map(|o| o.kind.clone()),
         requests: pod_requests(pod)?,
+        buffer: super::buffer::is_virtual(pod),
         ..Pod::default()
     };
     let Some(spec) = pod.spec.as_ref() else {

@@ -42,6 +42,9 @@ pub struct Pod {
     /// Its persistent volumes with the CSI driver that attaches each, for the nodes' attach
     /// limits ([`super::ExistingNode::volume_limits`]).
     pub csi_volumes: Vec<CsiVolume>,
+    /// A CapacityBuffer's virtual pod ([`super::buffer`]): placed after every real pod, so real
+    /// pods take the room and buffer pods fill what is left.
+    pub buffer: bool,
 }
 
 /// A persistent volume a pod mounts, as CSI attach limits count it: the driver that attaches it

@@ -654,11 +654,14 @@ impl<'a> Solver<'a> {
     fn run(mut self) -> SchedulingResult {
         let input = self.input;
         let mut order: Vec<usize> = (0..input.pods.len()).collect();
-        // Largest first: CPU, then memory, descending; input order breaks ties.
+        // Real pods before CapacityBuffer pods, then largest first: CPU, then memory,
+        // descending; input order breaks ties.
         order.sort_by(|&a, &b| {
             let (ra, rb) = (&self.pods[a].requests, &self.pods[b].requests);
-            rb.cpu_millis
-                .cmp(&ra.cpu_millis)
+            input.pods[a]
+                .buffer
+                .cmp(&input.pods[b].buffer)
+                .then(rb.cpu_millis.cmp(&ra.cpu_millis))
                 .then(rb.memory.cmp(&ra.memory))
         });
         let mut queue = Queue::new(order, input.pods.len());

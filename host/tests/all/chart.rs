@@ -174,7 +174,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
             ("BATCH_IDLE_DURATION", "1s"),
             (
                 "FEATURE_GATES",
-                "NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
             ),
         ],
     );
@@ -215,6 +215,16 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
         host_role.contains("\"nodeoverlays\"") && host_role.contains("nodeoverlays/status"),
         "{host_role}"
     );
+    // CapacityBuffers (feature gate CapacityBuffer): read, their status written, and the
+    // PodTemplates and workloads they take their pod shape from read.
+    for resource in [
+        "\"capacitybuffers\"",
+        "capacitybuffers/status",
+        "\"podtemplates\"",
+        "\"deployments\"",
+    ] {
+        assert!(host_role.contains(resource), "{resource}: {host_role}");
+    }
     let providers =
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan-providers").data)
             .unwrap();
@@ -464,7 +474,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
             ("KUBE_CLIENT_BURST", "75"),
             (
                 "FEATURE_GATES",
-                "NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
             ),
         ],
     );
@@ -489,6 +499,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     assert_eq!(settings["featureGates"]["nodeRepair"], true);
     assert_eq!(settings["featureGates"]["spotToSpotConsolidation"], true);
     assert_eq!(settings["featureGates"]["nodeOverlay"], false);
+    assert_eq!(settings["featureGates"]["capacityBuffer"], false);
     assert_eq!(
         settings["featureGates"]["ignored"],
         serde_json::json!(["ReservedCapacity=true"])

@@ -11,6 +11,7 @@ mod api_restart;
 mod bad_input;
 mod bench_e2e;
 mod cache;
+mod capacity_buffers;
 mod chart;
 mod cli;
 mod cloudstack;

@@ -10,6 +10,7 @@
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -687,7 +688,22 @@ async fn build(
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
 ) -> Option<(Cluster, u64)> {
-    let mut snapshot = Snapshot::take(ctx);
+    // The room CapacityBuffers hold counts as pods on the nodes the provisioner placed their
+    // virtual pods on: such a node is not empty, and whatever moves must leave the room.
+    let room = ctx.buffers.room(&view.claims);
+    let (mut snapshot, held);
+    let view = if room.is_empty() {
+        snapshot = Snapshot::take(ctx);
+        view
+    } else {
+        let mut now_view = ctx.state.view();
+        now_view.pods.extend(room.iter().cloned().map(Arc::new));
+        snapshot = Snapshot::from_view(&now_view, &ctx.selector);
+        let mut with_room = view.clone();
+        with_room.pods.extend(room.into_iter().map(Arc::new));
+        held = with_room;
+        &held
+    };
     add_unbound(&mut snapshot, view, &ctx.selector);
     let built = snapshot.input(ctx, &ctx.instance_types).await;
     cluster_from(
