@@ -27,7 +27,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
@@ -73,11 +73,17 @@ pub async fn run(ctx: Arc<Context>) {
         .filter(|node| std::future::ready(not_ready(node)))
         .boxed();
     loop {
+        // The unhealthy versions of nodes seen since the last pass: a condition flipped back a
+        // moment after it was written is judged as written (the cache may hold the newer one).
+        let mut seen: Vec<Arc<Node>> = Vec::new();
         tokio::select! {
             _ = tick.tick() => {}
-            Some(_) = unhealthy.next() => {}
+            Some(node) = unhealthy.next() => seen.push(node),
         }
-        if let Err(err) = repair.pass(&ctx).await {
+        while let Some(Some(node)) = unhealthy.next().now_or_never() {
+            seen.push(node);
+        }
+        if let Err(err) = repair.pass(&ctx, &seen).await {
             tracing::warn!(error = %err, "node repair pass failed; retrying");
         }
     }
@@ -119,7 +125,7 @@ struct Managed {
 
 impl NodeRepair {
     /// One look at every managed node.
-    async fn pass(&mut self, ctx: &Context) -> Result<(), ControllerError> {
+    async fn pass(&mut self, ctx: &Context, seen: &[Arc<Node>]) -> Result<(), ControllerError> {
         let view = ctx.state.view();
         let classes: HashMap<String, NodeClass> = view
             .classes
@@ -137,6 +143,12 @@ impl NodeRepair {
             if !ctx.selector.matches(node.labels()) {
                 continue;
             }
+            // The unhealthy version seen in an update, if it is the same node.
+            let node = seen
+                .iter()
+                .rev()
+                .find(|s| s.name_any() == node.name_any() && s.uid() == node.uid())
+                .unwrap_or(node);
             let Some(claim) = claims.get(node.name_any().as_str()) else {
                 continue;
             };
