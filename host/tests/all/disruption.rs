@@ -347,8 +347,9 @@ async fn a_template_change_replaces_every_node_one_at_a_time() {
 /// with the provider's reason, budget 100%.
 /// A drift with budget `100%` starts every disruption at once — several in one pass, each
 /// simulated with the ones before it carried out — not one per pass (Karpenter starts one command
-/// per loop: kubernetes-sigs/karpenter#3197). Six nodes: one at a time, a pass every 3 s, the
-/// replacements would be created over 15 s or more.
+/// per loop: kubernetes-sigs/karpenter#3197). Six nodes: one a pass, a pass every 3 s, the six
+/// decisions would take 15 s or more; here a candidate whose pod would land on a replacement not
+/// up yet waits one pass, so within 10 s.
 #[tokio::test]
 async fn a_drift_starts_every_disruption_its_budget_allows_at_once() {
     let Setup {
@@ -382,24 +383,34 @@ async fn a_drift_starts_every_disruption_its_budget_allows_at_once() {
         names: &names,
         ns: &ns,
     };
-    // Replacement claims, by when they were created (seconds).
-    let created = wait_until(
-        Duration::from_secs(120),
-        "six replacements created",
-        || async {
-            let made: Vec<i64> = claims(&client, &names)
-                .await
-                .iter()
-                .filter(|c| c.annotations().contains_key("capstan.dev/replaces"))
-                .filter_map(|c| c.metadata.creation_timestamp.as_ref())
-                .map(|t| t.0.as_second())
-                .collect();
-            Ok::<_, kube::Error>((made.len() >= 6).then_some(made))
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
-    let spread = created.iter().max().unwrap() - created.iter().min().unwrap();
+    // When each of the six claims was first seen decided (its disruption annotation): a pod of a
+    // later one may legitimately fit on an earlier one's replacement and need none of its own, so
+    // decisions are counted, not replacements.
+    let mut decided: BTreeMap<String, Instant> = BTreeMap::new();
+    let watching = Instant::now();
+    while decided.len() < 6 {
+        host.check_alive();
+        assert!(
+            watching.elapsed() < Duration::from_secs(120),
+            "only {} of 6 claims decided: {decided:?}\n{}",
+            decided.len(),
+            host.log_tail()
+        );
+        for c in claims(&client, &names).await {
+            let original = c
+                .status
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| before.contains(n));
+            if original && c.annotations().contains_key(DISRUPTION_ANNOTATION) {
+                decided.entry(c.name_any()).or_insert_with(Instant::now);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    let first = decided.values().min().copied().unwrap();
+    let last = decided.values().max().copied().unwrap();
+    let spread = last.duration_since(first).as_secs_f64();
     let (most, took) = wait_rolled(
         &scene,
         &pool_name,
@@ -409,11 +420,11 @@ async fn a_drift_starts_every_disruption_its_budget_allows_at_once() {
     )
     .await;
     println!(
-        "6 nodes drifted: replacements created within {spread} s, at most {most} disrupting at once, rolled in {took:?}"
+        "6 nodes drifted: all decided within {spread:.1} s, at most {most} disrupting at once, rolled in {took:?}"
     );
     assert!(
-        spread <= 6,
-        "the six replacements were created over {spread} s: one disruption a pass?"
+        spread <= 10.0,
+        "the six disruptions were decided over {spread:.1} s: one a pass?"
     );
     assert!(most >= 4, "at most {most} claims disrupting at once");
     teardown(&client, &names, &ns).await;
