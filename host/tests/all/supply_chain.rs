@@ -31,6 +31,22 @@ pub fn capstan(work: &Workdir, args: &[&str]) -> Output {
         .expect("capstan runs")
 }
 
+/// `capstan provider verify --oci REFERENCE --key KEY --plain-http` in `work`.
+fn verify_oci(work: &Workdir, reference: &str, key: &str) -> Output {
+    capstan(
+        work,
+        &[
+            "provider",
+            "verify",
+            "--oci",
+            reference,
+            "--key",
+            key,
+            "--plain-http",
+        ],
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
     let registry = OciRegistry::start().expect("registry");
@@ -64,53 +80,20 @@ async fn a_signed_kwok_provider_from_a_registry_serves_a_pool() {
 
     let public = work.cosign_key("release").expect("cosign key");
     work.cosign_key("other").expect("cosign key");
-    let unsigned = capstan(
-        &work,
-        &[
-            "provider",
-            "verify",
-            "--oci",
-            &pinned,
-            "--key",
-            "release.pub",
-            "--plain-http",
-        ],
-    );
+    let unsigned = verify_oci(&work, &pinned, "release.pub");
     assert!(!unsigned.status.success(), "{unsigned:?}");
     assert!(
         String::from_utf8_lossy(&unsigned.stderr).contains("SignatureMissing"),
         "{unsigned:?}"
     );
     work.cosign_sign("release", &pinned).expect("cosign sign");
-    let verified = capstan(
-        &work,
-        &[
-            "provider",
-            "verify",
-            "--oci",
-            &reference,
-            "--key",
-            "release.pub",
-            "--plain-http",
-        ],
-    );
+    let verified = verify_oci(&work, &reference, "release.pub");
     assert!(verified.status.success(), "{verified:?}");
     assert!(
         String::from_utf8_lossy(&verified.stdout).contains("release.pub"),
         "{verified:?}"
     );
-    let wrong_key = capstan(
-        &work,
-        &[
-            "provider",
-            "verify",
-            "--oci",
-            &pinned,
-            "--key",
-            "other.pub",
-            "--plain-http",
-        ],
-    );
+    let wrong_key = verify_oci(&work, &pinned, "other.pub");
     assert!(!wrong_key.status.success(), "{wrong_key:?}");
     assert!(
         String::from_utf8_lossy(&wrong_key.stderr).contains("SignatureInvalid"),

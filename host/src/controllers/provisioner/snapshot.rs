@@ -209,19 +209,12 @@ impl Snapshot {
         on_nodes: &HashMap<(String, String), String>,
         replacements: &[String],
     ) {
-        let (moving, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut self.bound)
-            .into_iter()
-            .partition(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
-        self.bound = staying;
-        for mut pod in moving {
+        for mut pod in self.remove_node(node, claim) {
             let key = (pod.namespace().unwrap_or_default(), pod.name_any());
             if let (Some(target), Some(spec)) = (on_nodes.get(&key), pod.spec.as_mut()) {
                 spec.node_name = Some(target.clone());
                 self.bound.push(pod);
             }
-        }
-        if let Some(id) = provider_id(claim) {
-            self.leaving.insert(id.to_owned());
         }
         let (gone, kept): (Vec<NodeClaim>, Vec<NodeClaim>) = std::mem::take(&mut self.claims)
             .into_iter()
@@ -229,29 +222,34 @@ impl Snapshot {
         self.claims = kept;
         let gone_ids: HashSet<&str> = gone.iter().filter_map(provider_id).collect();
         self.nodes.retain(|n| {
-            n.name_any() != node
-                && !n
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.provider_id.as_deref())
-                    .is_some_and(|id| gone_ids.contains(id))
+            !n.spec
+                .as_ref()
+                .and_then(|s| s.provider_id.as_deref())
+                .is_some_and(|id| gone_ids.contains(id))
         });
     }
 
     /// Simulates `claim`'s node `node` gone: its reschedulable pods join the pending ones and
     /// neither it nor its claim is capacity.
     pub fn leave(&mut self, node: &str, claim: &NodeClaim) {
+        let moving = self.remove_node(node, claim);
+        self.pending
+            .extend(moving.into_iter().filter(is_reschedulable));
+        self.pending.sort_by_key(|p| (p.namespace(), p.name_any()));
+    }
+
+    /// Takes node `node` and its claim out of the capacity (the claim's provider ID joins
+    /// `leaving`) and returns the pods bound to it, taken out of `bound`.
+    fn remove_node(&mut self, node: &str, claim: &NodeClaim) -> Vec<Pod> {
         let (moving, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut self.bound)
             .into_iter()
             .partition(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
         self.bound = staying;
-        self.pending
-            .extend(moving.into_iter().filter(is_reschedulable));
-        self.pending.sort_by_key(|p| (p.namespace(), p.name_any()));
         self.nodes.retain(|n| n.name_any() != node);
         if let Some(id) = provider_id(claim) {
             self.leaving.insert(id.to_owned());
         }
+        moving
     }
 
     /// The claim a static pool (`spec.replicas`) adds next, if its template and limits allow one:
