@@ -198,6 +198,9 @@ pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
         .is_some_and(|c| c.is_true())
 }
 
+/// The reason on a dependent condition no step has set yet (Karpenter's word).
+const AWAITING_RECONCILIATION: &str = "AwaitingReconciliation";
+
 /// Sets a condition (reason and message are always present: upstream Karpenter CRDs require
 /// them) and recomputes the root `Ready`. Returns whether anything changed.
 pub fn set(
@@ -209,7 +212,24 @@ pub fn set(
 ) -> bool {
     let generation = claim.metadata.generation;
     let conditions = &mut claim.status.get_or_insert_with(Default::default).conditions;
-    let mut changed = set_condition(
+    // As Karpenter's status conditions: every dependent of `Ready` is present from the first
+    // write, `Unknown` until its step has run, so a claim never shows `Launched` without
+    // `Registered`.
+    let mut changed = false;
+    for dependent in [LAUNCHED, REGISTERED, INITIALIZED] {
+        if dependent != type_ && find_condition(conditions, dependent).is_none() {
+            changed |= set_condition(
+                conditions,
+                dependent,
+                ConditionStatus::Unknown,
+                Some(AWAITING_RECONCILIATION),
+                Some("object is awaiting reconciliation"),
+                generation,
+                now(),
+            );
+        }
+    }
+    changed |= set_condition(
         conditions,
         type_,
         status,
@@ -333,4 +353,72 @@ pub fn owner_reference<K: Resource<DynamicType = ()>>(
     owner.controller = None;
     owner.block_owner_deletion = Some(true);
     Some(owner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status_of<'a>(claim: &'a NodeClaim, type_: &str) -> Option<(&'a ConditionStatus, &'a str)> {
+        let conditions = &claim.status.as_ref()?.conditions;
+        find_condition(conditions, type_).map(|c| (&c.status, c.reason.as_deref().unwrap_or("")))
+    }
+
+    #[test]
+    fn the_first_condition_brings_every_dependent_of_ready_as_unknown() {
+        let spec: crate::api::NodeClaimSpec = serde_json::from_value(serde_json::json!({
+            "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+            "requirements": []
+        }))
+        .unwrap();
+        let mut claim = NodeClaim::new("c", spec);
+        assert!(set(
+            &mut claim,
+            LAUNCHED,
+            ConditionStatus::True,
+            "Launched",
+            ""
+        ));
+        assert_eq!(
+            status_of(&claim, LAUNCHED),
+            Some((&ConditionStatus::True, "Launched"))
+        );
+        for dependent in [REGISTERED, INITIALIZED] {
+            assert_eq!(
+                status_of(&claim, dependent),
+                Some((&ConditionStatus::Unknown, AWAITING_RECONCILIATION)),
+                "{dependent}"
+            );
+        }
+        assert_eq!(
+            status_of(&claim, READY),
+            Some((&ConditionStatus::Unknown, "UnhealthyDependents"))
+        );
+        // Setting the same again changes nothing.
+        assert!(!set(
+            &mut claim,
+            LAUNCHED,
+            ConditionStatus::True,
+            "Launched",
+            ""
+        ));
+        assert!(set(
+            &mut claim,
+            REGISTERED,
+            ConditionStatus::True,
+            "Registered",
+            ""
+        ));
+        assert!(set(
+            &mut claim,
+            INITIALIZED,
+            ConditionStatus::True,
+            "Initialized",
+            ""
+        ));
+        assert_eq!(
+            status_of(&claim, READY),
+            Some((&ConditionStatus::True, "Ready"))
+        );
+    }
 }
