@@ -258,9 +258,9 @@ task_bench_api_load() {
 # plane: 1,000 pods, scaled to 500, deleted (host/tests/all/bench_e2e.rs; ignored by `make test`).
 # The host is a release build ($CAPSTAN_HOST_BIN, if set, runs another one); Karpenter's binary is
 # built from its Go module by tests/bench-e2e/karpenter-kwok.sh.
-task_bench_e2e() {
-  log "Karpenter's kwok controller (cached under $CAPSTAN_CACHE/karpenter-kwok)"
-  bash "$REPO_ROOT/tests/bench-e2e/karpenter-kwok.sh" >/dev/null
+# A release host for the end-to-end benchmarks, copied to $CAPSTAN_CACHE/bench-e2e/capstan (another checkout
+# may rebuild target/release/capstan during the run), unless CAPSTAN_HOST_BIN names one.
+bench_host() {
   # Checkouts of this repository sharing the target directory (git worktrees) build the same
   # cargo units (paths are relative to the workspace), so cargo may call another checkout's newer
   # build fresh: touching the crate roots makes it build the host and the test from this one.
@@ -268,17 +268,37 @@ task_bench_e2e() {
   if [ -z "${CAPSTAN_HOST_BIN:-}" ]; then
     log "release build of the host"
     (cd "$REPO_ROOT" && cargo build --release --locked -p capstan --bin capstan)
-    # A copy, at once: another checkout may rebuild target/release/capstan during the run.
     mkdir -p "$CAPSTAN_CACHE/bench-e2e"
     cp -f "$CARGO_TARGET_DIR/release/capstan" "$CAPSTAN_CACHE/bench-e2e/capstan"
     export CAPSTAN_HOST_BIN="$CAPSTAN_CACHE/bench-e2e/capstan"
   fi
-  log "bench-e2e: Capstan ($CAPSTAN_HOST_BIN) beside Karpenter, 1,000 pods (about 25 minutes)"
-  local out="$CAPSTAN_CACHE/bench-e2e/last-run.log"
-  mkdir -p "$(dirname "$out")"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture bench_e2e) | tee "$out"
+}
+
+# Runs the ignored measurement `$1` of host/tests/all with its log in $CAPSTAN_CACHE/$2/last-run.log.
+run_measurement() {
+  local test="$1" dir="$CAPSTAN_CACHE/$2"
+  mkdir -p "$dir"
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture "$test") |
+    tee "$dir/last-run.log"
   # A filter that matched no test passes silently; this one must have run.
-  grep -q "bench_e2e_capstan_beside_karpenter \.\.\. ok" "$out"
+  grep -q "$test \.\.\. ok" "$dir/last-run.log"
+}
+
+task_bench_e2e() {
+  log "Karpenter's kwok controller (cached under $CAPSTAN_CACHE/karpenter-kwok)"
+  bash "$REPO_ROOT/tests/bench-e2e/karpenter-kwok.sh" >/dev/null
+  bench_host
+  log "bench-e2e: Capstan ($CAPSTAN_HOST_BIN) beside Karpenter, 1,000 pods (about 25 minutes)"
+  run_measurement bench_e2e::bench_e2e_capstan_beside_karpenter bench-e2e
+}
+
+# Capstan beside Karpenter at thousands of nodes (host/tests/all/bench_scale.rs; docs/bench-scale.md).
+task_bench_scale() {
+  log "Karpenter's kwok controller (cached under $CAPSTAN_CACHE/karpenter-kwok)"
+  bash "$REPO_ROOT/tests/bench-e2e/karpenter-kwok.sh" >/dev/null
+  bench_host
+  log "bench-scale: Capstan ($CAPSTAN_HOST_BIN) beside Karpenter, ${SCALE:-2000} nodes (an hour or more)"
+  run_measurement bench_scale::bench_scale_capstan_beside_karpenter bench-scale
 }
 
 # The clusterapi provider on real Cluster API (host/tests/all/clusterapi/bench.rs; ignored by `make test`):

@@ -13,11 +13,12 @@ case "${1:-}" in
   bench-disruption) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_disruption ;;
   bench-api-load) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_api_load ;;
   bench-e2e) ensure_rust; build_control_plane; build_providers; task_bench_e2e ;;
+  bench-scale) ensure_rust; build_control_plane; build_providers; task_bench_scale ;;
   bench-capi) ensure_rust; build_control_plane; build_providers; task_bench_capi ;;
   image) build_image ;;
   chart) build_image; build_control_plane; package_chart ;;
   providers) build_providers ;;
   control-plane) build_control_plane ;;
   upstream) fetch_upstream ;;
-  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-capi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
+  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-scale|bench-capi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
 esac

@@ -6,6 +6,12 @@
 //! reason that ever came from a provider cannot grow the recorder's cache or the Event stream's
 //! vocabulary without end.
 //!
+//! Events are written in the background, as client-go's broadcaster does: a reconcile or a
+//! provisioning pass hands an Event to a queue of [`QUEUE`] and goes on, and [`WRITERS`] writers
+//! send them to the API server. Past the queue's bound, new Events are dropped (and counted in
+//! the log), so a burst — 20,000 pods nominated in one pass — never holds the host back, where
+//! writing each in turn held a provisioning pass for seconds per claim.
+//!
 //! Events a loop would repeat every pass (`DisruptionBlocked` every 3 s while a budget or a pod
 //! holds a node) go through [`Events::normal_once_per`]: the same object, reason and note is
 //! published once per window, as Karpenter's recorder dedupes. Unlike Karpenter's (keyed on the
@@ -15,9 +21,14 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Client;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use tokio::sync::mpsc;
 
 use crate::capability::host::truncate;
 use crate::metrics::BoundedValues;
@@ -26,6 +37,11 @@ use crate::metrics::BoundedValues;
 pub const MAX_REASONS: usize = 128;
 /// The reason of Events past the bound.
 pub const OTHER_REASON: &str = "Other";
+
+/// Events waiting to be written; past this many, new ones are dropped.
+pub const QUEUE: usize = 4096;
+/// Events written at once.
+pub const WRITERS: usize = 8;
 
 /// Past this many remembered Events, expired ones are dropped on the next publish.
 const DEDUPE_PRUNE_AT: usize = 4096;
@@ -57,6 +73,31 @@ pub struct Events {
     recorder: Recorder,
     reasons: Arc<BoundedValues>,
     dedupe: Arc<Mutex<Dedupe>>,
+    /// The writers' queue (`None` outside a Tokio runtime: written in place).
+    queue: Option<mpsc::Sender<(Event, ObjectReference)>>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// Writes queued Events, [`WRITERS`] at once, until every sender is gone.
+async fn write_events(recorder: Recorder, mut queue: mpsc::Receiver<(Event, ObjectReference)>) {
+    futures::stream::poll_fn(move |cx| queue.poll_recv(cx))
+        .for_each_concurrent(WRITERS, |(event, reference)| {
+            let recorder = recorder.clone();
+            async move { write(&recorder, &event, &reference).await }
+        })
+        .await;
+}
+
+async fn write(recorder: &Recorder, event: &Event, reference: &ObjectReference) {
+    if let Err(err) = recorder.publish(event, reference).await {
+        tracing::debug!(
+            kind = reference.kind.as_deref().unwrap_or_default(),
+            name = reference.name.as_deref().unwrap_or_default(),
+            reason = %event.reason,
+            error = %err,
+            "cannot record event"
+        );
+    }
 }
 
 impl std::fmt::Debug for Events {
@@ -72,10 +113,18 @@ impl Events {
             controller: controller.to_owned(),
             instance: std::env::var("POD_NAME").ok(),
         };
+        let recorder = Recorder::new(client, reporter);
+        let queue = tokio::runtime::Handle::try_current().ok().map(|runtime| {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            runtime.spawn(write_events(recorder.clone(), rx));
+            tx
+        });
         Self {
-            recorder: Recorder::new(client, reporter),
+            recorder,
             reasons: Arc::new(BoundedValues::with_other(MAX_REASONS, OTHER_REASON)),
             dedupe: Arc::default(),
+            queue,
+            dropped: Arc::default(),
         }
     }
 
@@ -195,7 +244,7 @@ impl Events {
 
     async fn publish_reference(
         &self,
-        reference: k8s_openapi::api::core::v1::ObjectReference,
+        reference: ObjectReference,
         type_: EventType,
         reason: &str,
         action: &str,
@@ -223,8 +272,20 @@ impl Events {
             action: truncate(action, 128).to_owned(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &reference).await {
-            tracing::debug!(%kind, %name, reason, error = %err, "cannot record event");
+        let Some(queue) = &self.queue else {
+            write(&self.recorder, &event, &reference).await;
+            return;
+        };
+        if let Err(mpsc::error::TrySendError::Full(_)) = queue.try_send((event, reference)) {
+            let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            // One line per thousand, not one per Event, while the queue is full.
+            if dropped % 1000 == 1 {
+                tracing::warn!(
+                    dropped,
+                    queue = QUEUE,
+                    "events are coming faster than the API server takes them: dropping some"
+                );
+            }
         }
     }
 }

@@ -30,6 +30,9 @@ use crate::controllers::{Context, now};
 use crate::provider::kinds::{self, Assignment, Claimant, GroupKind, Served};
 use crate::state::served;
 
+/// The longest wait between attempts to watch a served kind (its CRD may not be installed).
+const CRD_MISSING_RETRY: Duration = Duration::from_secs(30);
+
 /// The Provider condition saying which node class kinds it serves.
 pub const NODE_CLASS_KINDS: &str = "NodeClassKinds";
 /// How often the assignment is worked out again without a provider change.
@@ -166,7 +169,10 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
     let api: Api<DynamicObject> = Api::all_with(ctx.client.clone(), &resource);
     // `--selector` applies, as to NodeClasses: hosts sharing a cluster keep to their own classes.
     let mut events = watcher(api.clone(), ctx.watcher_config())
-        .backoff(crate::state::watch_backoff())
+        // Up to half a minute apart while the kind's CRD is missing.
+        .backoff(crate::state::backoff::watch_backoff_up_to(
+            CRD_MISSING_RETRY,
+        ))
         .boxed();
     let mut listing: HashSet<String> = HashSet::new();
     let mut reported_error = false;

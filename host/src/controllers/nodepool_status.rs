@@ -7,16 +7,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 
 use crate::api::labels::{HOSTNAME, NODEPOOL, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_REQUIREMENTS};
 use crate::api::shared::{find_condition, set_condition};
-use crate::api::{
-    ConditionStatus, NodeClaim, NodeClass, NodePool, NodePoolStatus, NodeSelectorOperator, Quantity,
-};
+use crate::api::{ConditionStatus, NodePool, NodePoolStatus, NodeSelectorOperator, Quantity};
 use crate::controllers::resolve;
 use crate::controllers::{Context, ControllerError, now};
 use crate::provider::convert;
@@ -52,25 +50,25 @@ pub async fn run(ctx: Arc<Context>) {
                 Some(((), rx))
             }),
         ));
+    // Triggers from the host's caches of claims and classes, not watches of their own: one copy
+    // of each object in memory, one watch of each kind on the API server.
+    let claim_pools =
+        ctx.state.claims.subscribe().filter_map(|claim| async move {
+            claim.labels().get(NODEPOOL).map(|p| ObjectRef::new(p))
+        });
+    let class_pools = ctx.state.classes.subscribe().flat_map(move |class| {
+        let name = class.name_any();
+        futures::stream::iter(
+            pools
+                .state()
+                .iter()
+                .filter(|p| p.spec.template.spec.node_class_ref.name == name)
+                .map(|p| ObjectRef::from_obj(p.as_ref()))
+                .collect::<Vec<_>>(),
+        )
+    });
     controller
-        .watches(
-            Api::<NodeClaim>::all(ctx.client.clone()),
-            ctx.watcher_config(),
-            |claim: NodeClaim| claim.labels().get(NODEPOOL).map(|p| ObjectRef::new(p)),
-        )
-        .watches(
-            Api::<NodeClass>::all(ctx.client.clone()),
-            ctx.watcher_config(),
-            move |class: NodeClass| {
-                let name = class.name_any();
-                pools
-                    .state()
-                    .iter()
-                    .filter(|p| p.spec.template.spec.node_class_ref.name == name)
-                    .map(|p| ObjectRef::from_obj(p.as_ref()))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .reconcile_on(futures::stream::select(claim_pools, class_pools))
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(err) = result {
@@ -211,17 +209,15 @@ fn format(name: &str, value: i64) -> Quantity {
 /// One reconcile of one NodePool.
 pub async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action, ControllerError> {
     let name = pool.name_any();
-    let claims: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let members = claims
-        .list(&ListParams::default().labels(&format!("{NODEPOOL}={name}")))
-        .await?;
+    // From the host's cache: listing the pool's claims on every claim change is thousands of
+    // objects a second at scale.
+    let members = ctx.state.claims.store().state();
     let mut totals = BTreeMap::new();
     let mut nodes = 0i64;
-    for claim in members
-        .items
-        .iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
-    {
+    for claim in members.iter().filter(|c| {
+        c.metadata.deletion_timestamp.is_none()
+            && c.labels().get(NODEPOOL).map(String::as_str) == Some(name.as_str())
+    }) {
         nodes += 1;
         for (resource, q) in claim.status.iter().flat_map(|s| s.capacity.iter()) {
             add(&mut totals, resource, q);
@@ -260,7 +256,7 @@ pub async fn reconcile(pool: Arc<NodePool>, ctx: Arc<Context>) -> Result<Action,
         events.push((v_reason, v_message.clone()));
     }
     let (c_status, c_reason, c_message) =
-        match resolve::node_class(&ctx, &pool.spec.template.spec.node_class_ref).await? {
+        match resolve::node_class_cached(&ctx, &pool.spec.template.spec.node_class_ref).await? {
             Err(unresolved) => (
                 ConditionStatus::False,
                 unresolved.reason(),

@@ -51,6 +51,8 @@ pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
 /// How often pending pods are looked at again even without a change (a claim that failed to
 /// launch leaves its pods pending with no pod event).
 const RESYNC: Duration = Duration::from_secs(30);
+/// NodeClaims a pass creates at once.
+const CREATES_AT_ONCE: usize = 16;
 
 /// Why a provisioning run (or part of it) failed.
 #[derive(Debug, thiserror::Error)]
@@ -309,6 +311,7 @@ pub async fn provision(
         }
     }
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    let mut to_create = Vec::new();
     for new in &result.new_claims {
         let Some(pool) = pools.get(&new.node_pool) else {
             continue;
@@ -328,7 +331,18 @@ pub async fn provision(
         }
         let mut claim = claim_for(new, pool, &ctx.selector.equality_labels());
         mark_overlays(cache, new, &mut claim);
-        match api.create(&PostParams::default(), &claim).await {
+        to_create.push((new, claim));
+    }
+    // Created [`CREATES_AT_ONCE`] at a time (in order), as Karpenter creates a pass's claims in
+    // parallel: one at a time, a 2,000-node scale-up waits on 2,000 round trips in turn.
+    let mut created = futures::stream::iter(to_create)
+        .map(|(new, claim)| {
+            let api = api.clone();
+            async move { (new, api.create(&PostParams::default(), &claim).await) }
+        })
+        .buffered(CREATES_AT_ONCE);
+    while let Some((new, answer)) = created.next().await {
+        match answer {
             Ok(created) => {
                 outcome.created += 1;
                 buffers.created |= new.pods.iter().any(|i| !real(*i));

@@ -162,6 +162,15 @@ impl ServedClasses {
             });
     }
 
+    /// The object under `key` ([`class_key`]).
+    pub fn get(&self, key: &str) -> Option<Arc<NodeClass>> {
+        self.objects
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(key)
+            .cloned()
+    }
+
     /// Every object, by [`class_key`].
     pub fn all(&self) -> HashMap<String, Arc<NodeClass>> {
         self.objects

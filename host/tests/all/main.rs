@@ -9,7 +9,9 @@
 mod api_load;
 mod api_restart;
 mod bad_input;
+mod bench;
 mod bench_e2e;
+mod bench_scale;
 mod cache;
 mod capacity_buffers;
 mod chart;

@@ -18,6 +18,7 @@ func runEtcd(args []string) int {
 	dataDir := fs.String("data-dir", "", "etcd data directory")
 	clientURL := fs.String("listen-client-url", "http://127.0.0.1:2379", "client URL")
 	peerURL := fs.String("listen-peer-url", "http://127.0.0.1:2380", "peer URL")
+	quota := fs.Int64("quota-backend-bytes", 0, "etcd's space quota (0: its default, 2 GiB)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -48,6 +49,7 @@ func runEtcd(args []string) int {
 	cfg.UnsafeNoFsync = true
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
+	cfg.QuotaBackendBytes = *quota
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "etcd: start:", err)

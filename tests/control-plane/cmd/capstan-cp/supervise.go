@@ -50,6 +50,12 @@ type options struct {
 	// make them the floor of a large scale-up; kwokctl's --disable-qps-limits does the same).
 	kubeAPIQPS   int
 	kubeAPIBurst int
+	// scale sets the control plane up for thousands of nodes and tens of thousands of
+	// pods (see scaleArgs).
+	scale bool
+	// auditUsers, when set, makes kube-apiserver write one audit line (level Metadata, when the
+	// request completes) for every request of these users to logs/audit.log.
+	auditUsers string
 	// simulateBusyPort makes the first start attempt find the API server's port taken
 	// (exercises the retry path in tests).
 	simulateBusyPort bool
@@ -67,6 +73,8 @@ func parseOptions(name string, args []string) (*options, error) {
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long to wait for everything to become ready")
 	fs.IntVar(&o.kubeAPIQPS, "kube-api-qps", 0, "client QPS of kube-controller-manager and kube-scheduler (0: their defaults)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "client burst of kube-controller-manager and kube-scheduler (0: their defaults, or twice --kube-api-qps)")
+	fs.BoolVar(&o.scale, "scale", false, "settings for thousands of nodes: kwok renews node leases every 150 s, kube-controller-manager waits 20 min before calling a silent node NotReady, kube-apiserver admits 1600 requests in flight (800 mutating), etcd's quota is 8 GiB")
+	fs.StringVar(&o.auditUsers, "audit-users", "", "comma-separated users whose every request kube-apiserver records in logs/audit.log (benchmarks count a controller's requests with it)")
 	fs.BoolVar(&o.simulateBusyPort, "simulate-busy-port", false, "testing: occupy the API server's port during the first start attempt")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -93,6 +101,40 @@ func parseOptions(name string, args []string) (*options, error) {
 		o.kwokBin = filepath.Join(filepath.Dir(self), "kwok")
 	}
 	return o, nil
+}
+
+// The --scale settings. kwok renews each node's Lease every quarter of its duration: at the
+// default 40 s that is 200 writes a second for 2,000 nodes, most of what a 2-core machine has.
+const (
+	scaleNodeLeaseSeconds    = "600"
+	scaleNodeMonitorGrace    = "20m"
+	scaleMaxInflight         = "1600"
+	scaleMaxMutatingInflight = "800"
+	scaleEtcdQuotaBytes      = "8589934592"
+)
+
+// nodeLeaseSeconds is kwok's --node-lease-duration-seconds.
+func (o *options) nodeLeaseSeconds() string {
+	if o.scale {
+		return scaleNodeLeaseSeconds
+	}
+	return "40"
+}
+
+// scaleArgs are the extra flags of one component under --scale.
+func (o *options) scaleArgs(component string) []string {
+	if !o.scale {
+		return nil
+	}
+	switch component {
+	case "etcd":
+		return []string{"--quota-backend-bytes", scaleEtcdQuotaBytes}
+	case "kube-apiserver":
+		return []string{"--max-requests-inflight", scaleMaxInflight, "--max-mutating-requests-inflight", scaleMaxMutatingInflight}
+	case "kube-controller-manager":
+		return []string{"--node-monitor-grace-period", scaleNodeMonitorGrace}
+	}
+	return nil
 }
 
 // rateLimitArgs are the client rate-limit flags of kube-controller-manager and kube-scheduler.
@@ -353,11 +395,11 @@ func (c *cluster) startAll(ctx context.Context) error {
 	etcdData := c.path("etcd")
 	_ = os.RemoveAll(etcdData)
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", ports["etcd-client"])
-	etcd, err := c.start("etcd", c.self, []string{"etcd",
+	etcd, err := c.start("etcd", c.self, append([]string{"etcd",
 		"--data-dir", etcdData,
 		"--listen-client-url", etcdURL,
 		"--listen-peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports["etcd-peer"]),
-	}, nil)
+	}, c.o.scaleArgs("etcd")...), nil)
 	if err != nil {
 		return err
 	}
@@ -387,6 +429,17 @@ func (c *cluster) startAll(ctx context.Context) error {
 		"--enable-priority-and-fairness=false",
 		"--endpoint-reconciler-type", "none",
 		"--v", "1",
+	}
+	c.apiserverArgs = append(c.apiserverArgs, c.o.scaleArgs("kube-apiserver")...)
+	if c.o.auditUsers != "" {
+		policy, err := c.writeAuditPolicy()
+		if err != nil {
+			return err
+		}
+		c.apiserverArgs = append(c.apiserverArgs,
+			"--audit-policy-file", policy,
+			"--audit-log-path", c.path("logs/audit.log"),
+			"--audit-log-maxbackup", "0")
 	}
 	apiserver, err := c.start("kube-apiserver", c.self, c.apiserverArgs, nil)
 	if err != nil {
@@ -429,7 +482,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 			"--leader-elect=false",
 			"--profiling=false",
 			"--v", "1",
-		}, c.o.rateLimitArgs()...), nil)
+		}, append(c.o.rateLimitArgs(), c.o.scaleArgs("kube-controller-manager")...)...), nil)
 		if err != nil {
 			return err
 		}
@@ -467,7 +520,7 @@ func (c *cluster) startAll(ctx context.Context) error {
 			"--config", stages,
 			"--manage-all-nodes=false",
 			"--manage-nodes-with-annotation-selector", kwokNodeSelector,
-			"--node-lease-duration-seconds", "40",
+			"--node-lease-duration-seconds", c.o.nodeLeaseSeconds(),
 			"--cidr", "10.244.0.0/16",
 			"--node-ip", "10.245.0.1",
 			"--server-address", fmt.Sprintf("127.0.0.1:%d", ports["kwok"]),
@@ -484,6 +537,27 @@ func (c *cluster) startAll(ctx context.Context) error {
 		logf("%s ready", p.ch.name)
 	}
 	return nil
+}
+
+// writeAuditPolicy writes the audit policy of --audit-users: Metadata for their requests, once
+// each (when the response completes), nothing for anyone else.
+func (c *cluster) writeAuditPolicy() (string, error) {
+	var users []string
+	for _, u := range strings.Split(c.o.auditUsers, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			users = append(users, strconv.Quote(u))
+		}
+	}
+	policy := fmt.Sprintf(`apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+  users: [%s]
+- level: None
+`, strings.Join(users, ", "))
+	path := c.path("audit-policy.yaml")
+	return path, os.WriteFile(path, []byte(policy), 0o644)
 }
 
 func (c *cluster) adminHTTPClient() (*http.Client, error) {
