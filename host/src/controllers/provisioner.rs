@@ -214,7 +214,8 @@ pub async fn provision(
         ctx.buffers
             .pods()
             .into_iter()
-            .filter(|p| ctx.selector.matches(p.labels())),
+            .filter(|p| ctx.selector.matches(p.labels()))
+            .map(Arc::new),
     );
     let pending_uids: std::collections::HashSet<&str> = snapshot
         .pending
@@ -258,7 +259,7 @@ pub async fn provision(
         pods: snapshot.pending.len(),
         ..Outcome::default()
     };
-    let pod_of = |i: usize| &snapshot.pending[built.pod_index[i]];
+    let pod_of = |i: usize| snapshot.pending[built.pod_index[i]].as_ref();
     let real = |i: usize| !buffer::is_virtual(pod_of(i));
     let mut buffers = BufferPass::default();
     let uid_of = |i: &usize| pod_of(*i).metadata.uid.as_deref().unwrap_or_default();
@@ -269,7 +270,7 @@ pub async fn provision(
         .collect();
     for (i, why) in &built.rejected {
         outcome.unschedulable += 1;
-        let pod = &snapshot.pending[*i];
+        let pod = snapshot.pending[*i].as_ref();
         if buffers.failed(pod) {
             continue;
         }

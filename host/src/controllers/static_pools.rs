@@ -155,6 +155,7 @@ async fn reconcile(
     let live: Vec<&NodeClaim> = snapshot
         .claims
         .iter()
+        .map(AsRef::as_ref)
         .filter(|c| {
             c.metadata.deletion_timestamp.is_none()
                 && c.labels().get(NODEPOOL).is_some_and(|p| *p == name)
@@ -233,6 +234,7 @@ async fn reconcile(
             snapshot
                 .bound
                 .iter()
+                .map(AsRef::as_ref)
                 .filter(|p| {
                     node.is_some() && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == node
                 })

@@ -442,7 +442,7 @@ pub fn is_terminal(pod: &core::Pod) -> bool {
 
 /// The requests and scheduler views of the active pods among `pods`.
 fn running(
-    pods: &[core::Pod],
+    pods: &[&core::Pod],
     namespaces: &NamespaceLabels,
 ) -> Result<(Resources, Vec<Pod>), ConvertError> {
     let mut used = Resources::default();
@@ -520,7 +520,7 @@ fn host_ports(spec: &core::PodSpec) -> Vec<HostPort> {
 /// claim.
 pub fn node(
     node: &core::Node,
-    pods: &[core::Pod],
+    pods: &[&core::Pod],
     namespaces: &NamespaceLabels,
     claim: Option<&api::NodeClaim>,
 ) -> Result<ExistingNode, ConvertError> {
@@ -678,7 +678,7 @@ pub fn node_pool(
 /// it. Its labels join its requirements.
 pub fn inflight_claim(
     claim: &api::NodeClaim,
-    pods: &[core::Pod],
+    pods: &[&core::Pod],
     namespaces: &NamespaceLabels,
 ) -> Result<InflightClaim, ConvertError> {
     let name = claim.metadata.name.clone().unwrap_or_default();

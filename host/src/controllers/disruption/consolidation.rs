@@ -757,7 +757,7 @@ pub fn add_unbound(
             && selector.matches(pod.labels())
             && !known.contains(&(pod.namespace(), pod.name_any()))
         {
-            snapshot.pending.push(pod.as_ref().clone());
+            snapshot.pending.push(pod.clone());
         }
     }
     snapshot

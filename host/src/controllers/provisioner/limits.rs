@@ -76,9 +76,13 @@ pub fn claim_capacity(claim: &NodeClaim, types: &[InstanceType]) -> Resources {
 
 /// What the claims of `pool` (by their `karpenter.sh/nodepool` label) count against its limits.
 /// Claims being deleted are left out, as the NodePool status controller leaves them out.
-pub fn claim_usage(pool: &str, claims: &[NodeClaim], types: &[InstanceType]) -> ClaimUsage {
+pub fn claim_usage<C: std::borrow::Borrow<NodeClaim>>(
+    pool: &str,
+    claims: &[C],
+    types: &[InstanceType],
+) -> ClaimUsage {
     let mut usage = ClaimUsage::default();
-    for claim in claims.iter().filter(|c| {
+    for claim in claims.iter().map(|c| c.borrow()).filter(|c| {
         c.metadata.deletion_timestamp.is_none()
             && c.metadata
                 .labels

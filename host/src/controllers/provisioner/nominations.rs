@@ -16,6 +16,7 @@
 //! interchangeable), so the guard has nothing left to add. The launch and registration timeouts
 //! delete claims that never come up, which ends their nominations.
 
+use std::borrow::Borrow;
 use std::collections::{HashMap, HashSet};
 
 use kube::ResourceExt;
@@ -49,9 +50,10 @@ impl Nominations {
 
     /// Forgets nominations whose claim is gone, deleting or initialized, and those of pods no
     /// longer pending.
-    pub fn expire(&mut self, claims: &[NodeClaim], pending: &HashSet<&str>) {
+    pub fn expire<C: Borrow<NodeClaim>>(&mut self, claims: &[C], pending: &HashSet<&str>) {
         let waiting: HashSet<String> = claims
             .iter()
+            .map(Borrow::borrow)
             .filter(|c| still_coming_up(c))
             .map(|c| c.name_any())
             .collect();

@@ -7,6 +7,7 @@
 //! [`InstanceTypeSource`].
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
@@ -30,13 +31,13 @@ use crate::controllers::nodeclaim::provider_id;
 #[derive(Debug, Default)]
 pub struct Snapshot {
     /// Pods to provision for, in a stable order (namespace, name).
-    pub pending: Vec<Pod>,
+    pub pending: Vec<Arc<Pod>>,
     /// Every pod bound to a node.
-    pub bound: Vec<Pod>,
+    pub bound: Vec<Arc<Pod>>,
     /// Nodes the scheduler may use.
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Arc<Node>>,
     /// Managed NodeClaims.
-    pub claims: Vec<NodeClaim>,
+    pub claims: Vec<Arc<NodeClaim>>,
     /// Managed NodePools, not being deleted.
     pub pools: Vec<NodePool>,
     /// NodeClasses by name.
@@ -138,13 +139,13 @@ impl Snapshot {
             match node {
                 Some(node) if leaving.contains(node) => {
                     if is_reschedulable(pod) && selector.matches(pod.labels()) {
-                        pending.push(pod.as_ref().clone());
+                        pending.push(pod.clone());
                     }
                 }
-                Some(_) => bound.push(pod.as_ref().clone()),
+                Some(_) => bound.push(pod.clone()),
                 None => {
                     if is_provisionable(pod) && selector.matches(pod.labels()) {
-                        pending.push(pod.as_ref().clone());
+                        pending.push(pod.clone());
                     }
                 }
             }
@@ -154,13 +155,13 @@ impl Snapshot {
             .nodes
             .iter()
             .filter(|n| !leaving.contains(n.name_any().as_str()) && selector.matches(n.labels()))
-            .map(|n| n.as_ref().clone())
+            .cloned()
             .collect();
         Self {
             pending,
             bound,
             nodes,
-            claims: view.claims.iter().map(|c| c.as_ref().clone()).collect(),
+            claims: view.claims.clone(),
             pools: view
                 .pools
                 .iter()
@@ -209,18 +210,22 @@ impl Snapshot {
         on_nodes: &HashMap<(String, String), String>,
         replacements: &[String],
     ) {
-        for mut pod in self.remove_node(node, claim) {
+        for pod in self.remove_node(node, claim) {
             let key = (pod.namespace().unwrap_or_default(), pod.name_any());
-            if let (Some(target), Some(spec)) = (on_nodes.get(&key), pod.spec.as_mut()) {
+            let Some(target) = on_nodes.get(&key) else {
+                continue;
+            };
+            let mut pod = Arc::unwrap_or_clone(pod);
+            if let Some(spec) = pod.spec.as_mut() {
                 spec.node_name = Some(target.clone());
-                self.bound.push(pod);
+                self.bound.push(Arc::new(pod));
             }
         }
-        let (gone, kept): (Vec<NodeClaim>, Vec<NodeClaim>) = std::mem::take(&mut self.claims)
+        let (gone, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.claims)
             .into_iter()
             .partition(|c| replacements.iter().any(|r| *r == c.name_any()));
         self.claims = kept;
-        let gone_ids: HashSet<&str> = gone.iter().filter_map(provider_id).collect();
+        let gone_ids: HashSet<&str> = gone.iter().filter_map(|c| provider_id(c)).collect();
         self.nodes.retain(|n| {
             !n.spec
                 .as_ref()
@@ -234,14 +239,14 @@ impl Snapshot {
     pub fn leave(&mut self, node: &str, claim: &NodeClaim) {
         let moving = self.remove_node(node, claim);
         self.pending
-            .extend(moving.into_iter().filter(is_reschedulable));
+            .extend(moving.into_iter().filter(|p| is_reschedulable(p)));
         self.pending.sort_by_key(|p| (p.namespace(), p.name_any()));
     }
 
     /// Takes node `node` and its claim out of the capacity (the claim's provider ID joins
     /// `leaving`) and returns the pods bound to it, taken out of `bound`.
-    fn remove_node(&mut self, node: &str, claim: &NodeClaim) -> Vec<Pod> {
-        let (moving, staying): (Vec<Pod>, Vec<Pod>) = std::mem::take(&mut self.bound)
+    fn remove_node(&mut self, node: &str, claim: &NodeClaim) -> Vec<Arc<Pod>> {
+        let (moving, staying): (Vec<_>, Vec<_>) = std::mem::take(&mut self.bound)
             .into_iter()
             .partition(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node));
         self.bound = staying;
@@ -335,10 +340,10 @@ impl Snapshot {
                 }
             }
         }
-        let mut by_node: HashMap<&str, Vec<Pod>> = HashMap::new();
+        let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
         for pod in &self.bound {
             if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
-                by_node.entry(node).or_default().push(pod.clone());
+                by_node.entry(node).or_default().push(pod);
             }
         }
         // A claim and its Node are one machine: once the Node exists (registered or not) it stands
@@ -347,6 +352,7 @@ impl Snapshot {
         let live_claims: Vec<&NodeClaim> = self
             .claims
             .iter()
+            .map(Arc::as_ref)
             .filter(|c| !deleting(*c) && provider_id(c).is_none_or(|id| !self.leaving.contains(id)))
             .collect();
         let claim_of_node: HashMap<&str, &NodeClaim> = live_claims
@@ -517,13 +523,19 @@ mod tests {
     fn a_decided_disruption_is_simulated_as_carried_out() {
         let leaving = claim("a", Some("node-a"));
         let mut snapshot = Snapshot {
-            bound: vec![pod("p1", "node-a"), pod("p2", "node-a"), pod("q", "node-b")],
-            nodes: vec![node("node-a"), node("node-b"), node("node-r")],
-            claims: vec![
+            bound: [pod("p1", "node-a"), pod("p2", "node-a"), pod("q", "node-b")]
+                .map(Arc::new)
+                .to_vec(),
+            nodes: [node("node-a"), node("node-b"), node("node-r")]
+                .map(Arc::new)
+                .to_vec(),
+            claims: [
                 leaving.clone(),
                 claim("b", Some("node-b")),
                 claim("r", Some("node-r")),
-            ],
+            ]
+            .map(Arc::new)
+            .to_vec(),
             ..Snapshot::default()
         };
         let on_nodes = HashMap::from([(("ns".into(), "p1".into()), "node-b".into())]);

@@ -137,7 +137,7 @@ fn nodes_count_active_pods_and_drop_startup_taints_until_initialized() {
     let done = k8s_pod(
         json!({"metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}, "status": {"phase": "Succeeded"}}),
     );
-    let n = self::node(&node, &[running, done], &NamespaceLabels::new(), None).unwrap();
+    let n = self::node(&node, &[&running, &done], &NamespaceLabels::new(), None).unwrap();
     assert!(!n.initialized);
     assert_eq!(n.node_pool.as_deref(), Some("default"));
     assert_eq!(
