@@ -50,6 +50,9 @@ const DEDUPE_PRUNE_AT: usize = 4096;
 #[derive(Debug, Default)]
 pub struct Dedupe {
     until: HashMap<(String, String, String), Instant>,
+    /// The size at which expired entries are dropped next: twice what the last prune left (at
+    /// least [`DEDUPE_PRUNE_AT`]), so pruning stays linear overall with thousands of live ones.
+    prune_at: usize,
 }
 
 impl Dedupe {
@@ -59,8 +62,9 @@ impl Dedupe {
         if self.until.get(&key).is_some_and(|until| *until > now) {
             return false;
         }
-        if self.until.len() >= DEDUPE_PRUNE_AT {
+        if self.until.len() >= self.prune_at.max(DEDUPE_PRUNE_AT) {
             self.until.retain(|_, until| *until > now);
+            self.prune_at = 2 * self.until.len();
         }
         self.until.insert(key, now + window);
         true
@@ -339,5 +343,25 @@ mod tests {
         }
         assert!(dedupe.admit(key("last", ""), start + window, window));
         assert_eq!(dedupe.until.len(), 1);
+    }
+
+    #[test]
+    fn expired_entries_are_dropped_once_the_bound_is_reached_and_live_ones_kept() {
+        let mut dedupe = Dedupe::default();
+        let (start, window) = (Instant::now(), Duration::from_secs(60));
+        for i in 0..DEDUPE_PRUNE_AT {
+            assert!(dedupe.admit(key(&format!("n{i}"), "a"), start, window));
+        }
+        let later = start + Duration::from_secs(61);
+        assert!(dedupe.admit(key("fresh", "a"), later, window));
+        assert_eq!(dedupe.until.len(), 1, "the expired ones went");
+        // Live entries past the bound: the next prune waits until the map doubles.
+        for i in 0..(2 * DEDUPE_PRUNE_AT) {
+            dedupe.admit(key(&format!("m{i}"), "b"), later, window);
+        }
+        assert!(
+            !dedupe.admit(key("m0", "b"), later, window),
+            "still within its window"
+        );
     }
 }

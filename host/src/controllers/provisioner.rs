@@ -51,6 +51,8 @@ pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
 /// How often pending pods are looked at again even without a change (a claim that failed to
 /// launch leaves its pods pending with no pod event).
 const RESYNC: Duration = Duration::from_secs(30);
+/// A pod's `Nominated` Event for the same target is published once in this window.
+const NOMINATED_EVENT_WINDOW: Duration = Duration::from_secs(120);
 /// NodeClaims a pass creates at once.
 const CREATES_AT_ONCE: usize = 16;
 
@@ -295,7 +297,11 @@ pub async fn provision(
         if buffers.existing(pod_of(*i), target) {
             continue;
         }
-        ctx.events.normal(pod_of(*i), "Nominated", note).await;
+        // Every pass nominates a pod still waiting for its claim again; the Event once per
+        // window for the same target, as Karpenter's recorder dedupes it.
+        ctx.events
+            .normal_once_per(NOMINATED_EVENT_WINDOW, pod_of(*i), "Nominated", note)
+            .await;
     }
     let pools: BTreeMap<String, &NodePool> =
         snapshot.pools.iter().map(|p| (p.name_any(), p)).collect();
