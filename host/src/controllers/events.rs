@@ -158,6 +158,33 @@ impl Events {
         K: Resource<DynamicType = ()>,
     {
         let note = note.into();
+        if self.admit(window, object, reason, Some(&note)) {
+            self.publish(object, EventType::Normal, reason, note).await;
+        }
+    }
+
+    /// A `Normal` Event about `object`, published at most once per `window` with this reason
+    /// whatever its note (Karpenter's dedupe on the object alone: a pod's `Nominated`).
+    pub async fn normal_once_per_object<K>(
+        &self,
+        window: Duration,
+        object: &K,
+        reason: &str,
+        note: impl Into<String>,
+    ) where
+        K: Resource<DynamicType = ()>,
+    {
+        if self.admit(window, object, reason, None) {
+            self.publish(object, EventType::Normal, reason, note.into())
+                .await;
+        }
+    }
+
+    /// Whether an Event about `object` with `reason` (and `note`, when given) is due.
+    fn admit<K>(&self, window: Duration, object: &K, reason: &str, note: Option<&str>) -> bool
+    where
+        K: Resource<DynamicType = ()>,
+    {
         let reference = object.object_ref(&());
         let key = (
             format!(
@@ -168,16 +195,12 @@ impl Events {
                 reference.uid.as_deref().unwrap_or_default(),
             ),
             reason.to_owned(),
-            note.clone(),
+            note.unwrap_or_default().to_owned(),
         );
-        let admitted = self
-            .dedupe
+        self.dedupe
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .admit(key, Instant::now(), window);
-        if admitted {
-            self.publish(object, EventType::Normal, reason, note).await;
-        }
+            .admit(key, Instant::now(), window)
     }
 
     /// A `Warning` Event about `object`.

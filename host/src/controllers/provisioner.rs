@@ -51,7 +51,7 @@ pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
 /// How often pending pods are looked at again even without a change (a claim that failed to
 /// launch leaves its pods pending with no pod event).
 const RESYNC: Duration = Duration::from_secs(30);
-/// A pod's `Nominated` Event for the same target is published once in this window.
+/// A pod's `Nominated` Event is published once in this window (Karpenter's dedupe timeout).
 const NOMINATED_EVENT_WINDOW: Duration = Duration::from_secs(120);
 /// NodeClaims a pass creates at once.
 const CREATES_AT_ONCE: usize = 16;
@@ -297,10 +297,10 @@ pub async fn provision(
         if buffers.existing(pod_of(*i), target) {
             continue;
         }
-        // Every pass nominates a pod still waiting for its claim again; the Event once per
-        // window for the same target, as Karpenter's recorder dedupes it.
+        // Every pass nominates a pod still waiting for its claim again (not always to the same
+        // one): the Event once per pod in the window, as Karpenter's recorder dedupes it.
         ctx.events
-            .normal_once_per(NOMINATED_EVENT_WINDOW, pod_of(*i), "Nominated", note)
+            .normal_once_per_object(NOMINATED_EVENT_WINDOW, pod_of(*i), "Nominated", note)
             .await;
     }
     let pools: BTreeMap<String, &NodePool> =
@@ -382,7 +382,8 @@ pub async fn provision(
                     .await;
                 for i in new.pods.iter().filter(|i| real(**i)) {
                     ctx.events
-                        .normal(
+                        .normal_once_per_object(
+                            NOMINATED_EVENT_WINDOW,
                             pod_of(*i),
                             "Nominated",
                             format!("Pod should schedule on: nodeclaim/{name}"),

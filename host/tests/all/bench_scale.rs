@@ -156,7 +156,8 @@ fn audit_offset(cp: &ControlPlane) -> u64 {
     std::fs::metadata(cp.dir().join("logs/audit.log")).map_or(0, |m| m.len())
 }
 
-/// The admin user's requests in the audit log after `from`, by verb and resource.
+/// The admin user's requests in the audit log after `from`, by verb and resource (and
+/// subresource).
 fn audited_requests(cp: &ControlPlane, from: u64) -> Result<BTreeMap<String, usize>> {
     let path = cp.dir().join("logs/audit.log");
     let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
@@ -169,11 +170,12 @@ fn audited_requests(cp: &ControlPlane, from: u64) -> Result<BTreeMap<String, usi
         if event["user"]["username"] != ADMIN_USER {
             continue;
         }
-        let key = format!(
-            "{} {}",
-            event["verb"].as_str().unwrap_or("?"),
-            event["objectRef"]["resource"].as_str().unwrap_or("?")
-        );
+        let object = &event["objectRef"];
+        let resource = match object["subresource"].as_str() {
+            Some(sub) => format!("{}/{sub}", object["resource"].as_str().unwrap_or("?")),
+            None => object["resource"].as_str().unwrap_or("?").to_owned(),
+        };
+        let key = format!("{} {resource}", event["verb"].as_str().unwrap_or("?"));
         *out.entry(key).or_default() += 1;
     }
     Ok(out)

@@ -75,8 +75,8 @@ pub struct Memory {
     pending: Option<Pending>,
     /// The cluster's fingerprint when a search last found nothing, and when.
     consolidated: Option<(u64, Instant)>,
-    /// Claim → the last `Unconsolidatable` reason published for it.
-    refusals: HashMap<String, String>,
+    /// Claim → the kind of the last `Unconsolidatable` refusal published for it, and when.
+    refusals: HashMap<String, (&'static str, Instant)>,
     /// Claim → the last search's refusal of it (the verdict's; replaced by each search).
     refused: HashMap<String, consolidation::Refusal>,
     /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote, and when: the
@@ -880,9 +880,16 @@ fn machine_price(m: &Machine<'_>, types: &[crate::scheduling::InstanceType]) -> 
     price::node_price(it, labels.get(ZONE)?, labels.get(CAPACITY_TYPE)?)
 }
 
-/// Publishes `Unconsolidatable` on the claim and its node when the reason is new for it (the
-/// kind of refusal is the Event's action, so a new kind is a new Event, not a repeat of the
-/// first one's series).
+/// How long the same kind of `Unconsolidatable` refusal is not published again (Karpenter's
+/// dedupe timeout for it).
+const UNCONSOLIDATABLE_REPEAT: Duration = Duration::from_secs(15 * 60);
+
+/// Publishes `Unconsolidatable` on the claim and its node when the kind of refusal is new for it,
+/// or the last one is [`UNCONSOLIDATABLE_REPEAT`] old (the kind is the Event's action, so a new
+/// kind is a new Event, not a repeat of the first one's series). Karpenter publishes it once per
+/// object in 15 minutes whatever the reason; here a new kind shows at once, while the same kind
+/// with other numbers (a price, a count) waits, so a pool of thousands of nodes whose
+/// refusals' details shift every pass does not write thousands of Events a minute.
 async fn unconsolidatable(
     ctx: &Context,
     memory: &mut Memory,
@@ -891,11 +898,14 @@ async fn unconsolidatable(
     refusal: &consolidation::Refusal,
 ) {
     let why = refusal.to_string();
-    if memory.refusals.get(claim) == Some(&why) {
+    let action = refusal.kind();
+    let now = Instant::now();
+    if memory.refusals.get(claim).is_some_and(|(kind, at)| {
+        *kind == action && now.duration_since(*at) < UNCONSOLIDATABLE_REPEAT
+    }) {
         return;
     }
-    memory.refusals.insert(claim.to_owned(), why.clone());
-    let action = refusal.kind();
+    memory.refusals.insert(claim.to_owned(), (action, now));
     let Some(object) = view.claims.iter().find(|c| c.name_any() == claim) else {
         return;
     };
