@@ -44,6 +44,7 @@ use crate::api::nodepool::DisruptionReason;
 use crate::api::shared::find_condition;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
+use crate::controllers::events::Repeat;
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::{Context, ControllerError, provisioner, static_pools};
 use crate::metrics::cloudprovider::controller;
@@ -419,6 +420,7 @@ async fn start_disruptions(
             ctx.events
                 .normal_once_per(
                     POOL_BLOCKED_EVENT_WINDOW,
+                    Repeat::SameNote,
                     *pool,
                     "DisruptionBlocked",
                     format!(
@@ -450,6 +452,7 @@ async fn start_disruptions(
                 ctx.events
                     .normal_once_per(
                         BLOCKED_EVENT_WINDOW,
+                        Repeat::SameNote,
                         m.claim,
                         "DisruptionBlocked",
                         format!("Cannot disrupt NodeClaim: {why}"),
@@ -458,6 +461,7 @@ async fn start_disruptions(
                 ctx.events
                     .normal_once_per(
                         BLOCKED_EVENT_WINDOW,
+                        Repeat::SameNote,
                         m.node,
                         "DisruptionBlocked",
                         format!("Cannot disrupt Node: {why}"),

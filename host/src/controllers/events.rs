@@ -71,6 +71,15 @@ impl Dedupe {
     }
 }
 
+/// What makes an Event a repeat of one published before (see [`Events::normal_once_per`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Repeat {
+    /// The same object, reason and note.
+    SameNote,
+    /// The same object and reason.
+    AnyNote,
+}
+
 /// The Event recorder of the controllers.
 #[derive(Clone)]
 pub struct Events {
@@ -146,11 +155,14 @@ impl Events {
             .await;
     }
 
-    /// A `Normal` Event about `object`, published at most once per `window` with this reason and
-    /// note (a loop's repeated verdicts; see the module's documentation).
+    /// A `Normal` Event about `object`, published at most once per `window` with this reason and,
+    /// with [`Repeat::SameNote`], this note (a loop's repeated verdicts; see the module's
+    /// documentation); with [`Repeat::AnyNote`] whatever its note (Karpenter's dedupe on the
+    /// object alone: a pod's `Nominated`).
     pub async fn normal_once_per<K>(
         &self,
         window: Duration,
+        repeat: Repeat,
         object: &K,
         reason: &str,
         note: impl Into<String>,
@@ -158,25 +170,9 @@ impl Events {
         K: Resource<DynamicType = ()>,
     {
         let note = note.into();
-        if self.admit(window, object, reason, Some(&note)) {
+        let key_note = (repeat == Repeat::SameNote).then_some(note.as_str());
+        if self.admit(window, object, reason, key_note) {
             self.publish(object, EventType::Normal, reason, note).await;
-        }
-    }
-
-    /// A `Normal` Event about `object`, published at most once per `window` with this reason
-    /// whatever its note (Karpenter's dedupe on the object alone: a pod's `Nominated`).
-    pub async fn normal_once_per_object<K>(
-        &self,
-        window: Duration,
-        object: &K,
-        reason: &str,
-        note: impl Into<String>,
-    ) where
-        K: Resource<DynamicType = ()>,
-    {
-        if self.admit(window, object, reason, None) {
-            self.publish(object, EventType::Normal, reason, note.into())
-                .await;
         }
     }
 

@@ -33,6 +33,7 @@ use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
 use crate::api::nodeclaim::ResourceRequirements;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
+use crate::controllers::events::Repeat;
 use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
 use crate::scheduling::convert::is_terminal;
@@ -297,11 +298,7 @@ pub async fn provision(
         if buffers.existing(pod_of(*i), target) {
             continue;
         }
-        // Every pass nominates a pod still waiting for its claim again (not always to the same
-        // one): the Event once per pod in the window, as Karpenter's recorder dedupes it.
-        ctx.events
-            .normal_once_per_object(NOMINATED_EVENT_WINDOW, pod_of(*i), "Nominated", note)
-            .await;
+        nominated(ctx, pod_of(*i), note).await;
     }
     let pools: BTreeMap<String, &NodePool> =
         snapshot.pools.iter().map(|p| (p.name_any(), p)).collect();
@@ -381,14 +378,8 @@ pub async fn provision(
                     )
                     .await;
                 for i in new.pods.iter().filter(|i| real(**i)) {
-                    ctx.events
-                        .normal_once_per_object(
-                            NOMINATED_EVENT_WINDOW,
-                            pod_of(*i),
-                            "Nominated",
-                            format!("Pod should schedule on: nodeclaim/{name}"),
-                        )
-                        .await;
+                    let note = format!("Pod should schedule on: nodeclaim/{name}");
+                    nominated(ctx, pod_of(*i), note).await;
                 }
             }
             Err(err) => {
@@ -471,6 +462,21 @@ impl BufferPass {
         self.placed.entry(key).or_default().failed += 1;
         true
     }
+}
+
+/// A pod's `Nominated` Event: once per pod in [`NOMINATED_EVENT_WINDOW`] whatever the target, as
+/// Karpenter's recorder keys it (every pass nominates a pod still waiting for its claim again,
+/// not always to the same one).
+async fn nominated(ctx: &Context, pod: &Pod, note: String) {
+    ctx.events
+        .normal_once_per(
+            NOMINATED_EVENT_WINDOW,
+            Repeat::AnyNote,
+            pod,
+            "Nominated",
+            note,
+        )
+        .await;
 }
 
 /// Marks `claim` (made for `new`) with Karpenter's `price-overlay-applied` and

@@ -3,9 +3,10 @@
 //! process's CPU and memory from `/proc`, watches of pods and nodes, and the side-by-side table.
 
 use k8s_openapi::api::apps::v1::Deployment;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::lifecycle::RUN_LABEL;
+use controller::POOL;
 
 pub mod catalog;
 pub mod controller;
@@ -59,4 +60,43 @@ pub fn deployment(run: &str, name: &str, replicas: usize, cpu: &str, memory: &st
         },
     }))
     .unwrap()
+}
+
+/// The NodePool both systems get; only the node class reference (and Capstan's selector label)
+/// differ.
+pub fn node_pool(node_class_ref: Value, labels: Value) -> Value {
+    json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+        "metadata": {"name": POOL, "labels": labels},
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": node_class_ref,
+                "requirements": [
+                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                    {"key": "karpenter.sh/capacity-type", "operator": "In",
+                     "values": ["on-demand", "spot"]},
+                ],
+            }},
+            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
+                           "consolidateAfter": "0s"},
+        },
+    })
+}
+
+/// Sets each of the Deployments `names` to `replicas`.
+pub async fn scale_deployments(
+    deployments: &kube::Api<Deployment>,
+    names: impl IntoIterator<Item = &str>,
+    replicas: usize,
+) -> anyhow::Result<()> {
+    for name in names {
+        deployments
+            .patch(
+                name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await?;
+    }
+    Ok(())
 }

@@ -24,22 +24,21 @@
 //! `CAPSTAN_BENCH_E2E_TIMEOUT` (seconds a step may take to settle, default 900),
 //! `KARPENTER_VERSION` and `KARPENTER_GO` (see the script).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use capstan_test_support::{ControlPlane, Options};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use serde_json::{Value, json};
+use kube::api::{Api, DeleteParams, PostParams};
 
 use crate::bench::catalog::Catalog;
-use crate::bench::controller::{Controller, POOL, Started, System, Upstream, start_controller};
+use crate::bench::controller::{
+    Controller, Finished, Started, System, Upstream, footer, on_own_control_plane, prepare, report,
+    run_label, start_controller,
+};
 use crate::bench::table::Table;
-use crate::bench::usage::load_average;
 use crate::bench::watch::{Sample, Watch};
-use crate::bench::{CONTROL_PLANE_ARGS, env_or, systems};
-use crate::lifecycle::Names;
+use crate::bench::{CONTROL_PLANE_ARGS, env_or, scale_deployments, systems};
 
 /// Pods per size class: cpu and memory (1 GiB per CPU).
 const SIZES: [(&str, &str, &str); 5] = [
@@ -83,12 +82,8 @@ struct Run {
     ready: Option<Duration>,
     startup_cpu_seconds: f64,
     steps: Vec<Step>,
-    total_cpu_seconds: f64,
-    hwm_kib: u64,
-    /// `/proc/loadavg` (1, 5, 15 minutes) before and after: other work on the machine.
-    load_start: String,
-    load_end: String,
-    error: Option<String>,
+    /// CPU, peak RSS, load and error of the whole run.
+    finished: Finished,
 }
 
 /// Watches a step: samples at [`SAMPLES`], until the pods settle (`running` Running and no
@@ -134,27 +129,6 @@ async fn observe(
     Ok(step)
 }
 
-/// The NodePool both systems get; only the node class reference (and Capstan's selector label)
-/// differ.
-fn node_pool(node_class_ref: Value, labels: Value) -> Value {
-    json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": POOL, "labels": labels},
-        "spec": {
-            "template": {"spec": {
-                "nodeClassRef": node_class_ref,
-                "requirements": [
-                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In",
-                     "values": ["on-demand", "spot"]},
-                ],
-            }},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
-                           "consolidateAfter": "0s"},
-        },
-    })
-}
-
 /// The scenario on one system, on a control plane of its own.
 async fn run_system(
     system: System,
@@ -164,52 +138,19 @@ async fn run_system(
     timeout: Duration,
 ) -> Run {
     let mut run = Run {
-        label: match system {
-            System::Capstan => "Capstan".to_string(),
-            System::Karpenter => format!("Karpenter {}", upstream.version),
-        },
-        load_start: load_average(),
+        label: run_label(system, upstream),
         ..Run::default()
     };
     let options = Options {
         extra_args: CONTROL_PLANE_ARGS.iter().map(|s| s.to_string()).collect(),
         ..Options::default()
     };
-    let cp = match ControlPlane::start(options).await {
-        Ok(cp) => cp,
-        Err(e) => {
-            run.error = Some(format!("control plane: {e}"));
-            return run;
-        }
-    };
-    println!("== {}: control plane in {}", run.label, cp.dir().display());
-    let mut controller = None;
-    if let Err(e) = scenario(
-        system,
-        &cp,
-        upstream,
-        catalog,
-        pods,
-        timeout,
-        &mut run,
-        &mut controller,
-    )
-    .await
-    {
-        let tail = controller
-            .as_ref()
-            .map(Controller::log_tail)
-            .unwrap_or_default();
-        run.error = Some(format!("{e:#}\n{tail}"));
-    }
-    if let Some(c) = &controller {
-        let u = c.usage();
-        run.total_cpu_seconds = u.cpu_seconds;
-        run.hwm_kib = u.hwm_kib;
-        c.stop();
-    }
-    let _ = cp.stop();
-    run.load_end = load_average();
+    let label = run.label.clone();
+    let finished = on_own_control_plane(&label, options, async |cp, slot| {
+        scenario(system, cp, upstream, catalog, pods, timeout, &mut run, slot).await
+    })
+    .await;
+    run.finished = finished;
     run
 }
 
@@ -224,19 +165,13 @@ async fn scenario(
     run: &mut Run,
     slot: &mut Option<Controller>,
 ) -> Result<()> {
-    let client = cp.client()?;
-    let names = Names::new("bench");
-    let Started { controller, ready } = start_controller(
-        system,
-        cp,
-        &client,
-        &names,
-        Some(upstream),
-        Some(catalog),
-        &node_pool,
-        &[],
-    )
-    .await?;
+    let beside = Some((upstream, catalog));
+    let Started {
+        controller,
+        ready,
+        client,
+        names,
+    } = start_controller(system, cp, "bench", beside, &crate::bench::node_pool).await?;
     run.ready = Some(ready);
     let controller = slot.insert(controller);
     run.startup_cpu_seconds = controller.usage().cpu_seconds;
@@ -269,15 +204,7 @@ async fn scenario(
 
     let half = per_size / 2;
     println!("== {}: scale to {} pods", run.label, half * SIZES.len());
-    for (name, ..) in SIZES {
-        deployments
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": half}})),
-            )
-            .await?;
-    }
+    scale_deployments(&deployments, SIZES.map(|s| s.0), half).await?;
     let step = observe(
         &format!("scale to {}", half * SIZES.len()),
         half * SIZES.len(),
@@ -370,23 +297,15 @@ fn table(runs: &[Run]) -> String {
         });
     }
     row("controller CPU, total (s)".into(), 1, &|r| {
-        (!r.steps.is_empty()).then_some(r.total_cpu_seconds)
+        (!r.steps.is_empty()).then_some(r.finished.total_cpu_seconds)
     });
     row("controller peak RSS, VmHWM (MiB)".into(), 0, &|r| {
-        (r.hwm_kib > 0).then_some(r.hwm_kib as f64 / 1024.0)
+        (r.finished.hwm_kib > 0).then_some(r.finished.hwm_kib as f64 / 1024.0)
     });
     let mut out = t.render();
-    for r in runs {
-        out.push_str(&format!(
-            "{}: load average {} at the start, {} at the end\n",
-            r.label, r.load_start, r.load_end
-        ));
-    }
-    for r in runs {
-        if let Some(e) = &r.error {
-            out.push_str(&format!("\n{} FAILED: {e}\n", r.label));
-        }
-    }
+    out.push_str(&footer(
+        runs.iter().map(|r| (r.label.as_str(), &r.finished)),
+    ));
     out
 }
 
@@ -396,29 +315,18 @@ async fn bench_e2e_capstan_beside_karpenter() {
     let pods: usize = env_or("CAPSTAN_BENCH_E2E_PODS", 1000);
     let timeout = Duration::from_secs(env_or("CAPSTAN_BENCH_E2E_TIMEOUT", 900));
     let systems = systems("CAPSTAN_BENCH_E2E_SYSTEMS");
-    if std::env::var_os("CAPSTAN_HOST_BIN").is_none() && systems.contains(&System::Capstan) {
-        eprintln!(
-            "warning: CAPSTAN_HOST_BIN is not set: measuring the debug build of the host \
-             (make bench-e2e builds and sets a release one)"
-        );
-    }
-    let upstream = Upstream::build().expect("Karpenter's kwok controller");
-    let catalog = Catalog::load(&upstream.catalog_path()).expect("Karpenter's kwok catalog");
+    let (upstream, catalog) = prepare(&systems);
     let mut runs = Vec::new();
     for system in systems {
         runs.push(run_system(system, &upstream, &catalog, pods, timeout).await);
     }
-    let table = table(&runs);
-    println!(
-        "\n== bench-e2e: {pods} pods, then {}, then none; {} cores\n\n{table}",
-        pods / SIZES.len() / 2 * SIZES.len(),
-        std::thread::available_parallelism().map_or(0, usize::from)
-    );
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-e2e.txt");
-    let _ = std::fs::write(&out, &table);
-    println!("(also in {})", out.display());
-    assert!(
-        runs.iter().all(|r| r.error.is_none()),
-        "a system failed; see above"
+    report(
+        "bench-e2e",
+        &format!(
+            "{pods} pods, then {}, then none",
+            pods / SIZES.len() / 2 * SIZES.len()
+        ),
+        &table(&runs),
+        runs.iter().map(|r| &r.finished),
     );
 }

@@ -25,7 +25,6 @@
 //! `make test`: Capstan alone, 3,000 pods, its memory per pod against a bound.
 
 use std::collections::{BTreeMap, HashSet};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -37,11 +36,13 @@ use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 
 use crate::bench::catalog::Catalog;
-use crate::bench::controller::{Controller, POOL, Started, System, Upstream, start_controller};
+use crate::bench::controller::{
+    Beside, Controller, Finished, POOL, Started, System, footer, on_own_control_plane, prepare,
+    report, run_label, start_controller,
+};
 use crate::bench::table::{Measure, Table};
-use crate::bench::usage::{Usage, load_average};
 use crate::bench::watch::Watch;
-use crate::bench::{CONTROL_PLANE_ARGS, deployment, env_or, systems};
+use crate::bench::{CONTROL_PLANE_ARGS, deployment, env_or, scale_deployments, systems};
 use crate::lifecycle::Names;
 
 /// The pods: three sizes (cpu, memory), as many of each; ten of them fill an 8-vCPU, 16 GiB node
@@ -109,11 +110,8 @@ struct Run {
     rest: Option<Rest>,
     /// RSS once the pool was Ready, before any pod.
     rss_idle_kib: u64,
-    total_cpu_seconds: f64,
-    hwm_kib: u64,
-    load_start: String,
-    load_end: String,
-    error: Option<String>,
+    /// CPU, peak RSS, load and error of the whole run.
+    finished: Finished,
 }
 
 impl Run {
@@ -130,25 +128,17 @@ fn scale() -> (usize, usize) {
     (nodes, pods)
 }
 
+/// `make bench-e2e`'s pool with 8-vCPU types only and a budget of 10% (Karpenter's default,
+/// written out).
 fn node_pool(node_class_ref: Value, labels: Value) -> Value {
-    json!({
-        "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-        "metadata": {"name": POOL, "labels": labels},
-        "spec": {
-            "template": {"spec": {
-                "nodeClassRef": node_class_ref,
-                "requirements": [
-                    {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
-                    {"key": "karpenter.sh/capacity-type", "operator": "In",
-                     "values": ["on-demand", "spot"]},
-                    {"key": "karpenter.kwok.sh/instance-cpu", "operator": "In", "values": ["8"]},
-                ],
-            }},
-            "disruption": {"consolidationPolicy": "WhenEmptyOrUnderutilized",
-                           "consolidateAfter": "0s",
-                           "budgets": [{"nodes": "10%"}]},
-        },
-    })
+    let mut pool = crate::bench::node_pool(node_class_ref, labels);
+    if let Some(requirements) = pool["spec"]["template"]["spec"]["requirements"].as_array_mut() {
+        requirements.push(
+            json!({"key": "karpenter.kwok.sh/instance-cpu", "operator": "In", "values": ["8"]}),
+        );
+    }
+    pool["spec"]["disruption"]["budgets"] = json!([{"nodes": "10%"}]);
+    pool
 }
 
 /// The byte length of the audit log now (0 before it exists).
@@ -269,19 +259,6 @@ fn price(watch: &Watch, catalog: Option<&Catalog>) -> f64 {
         .iter()
         .filter_map(|n| catalog.price(n))
         .sum()
-}
-
-async fn scale_deployments(deployments: &Api<Deployment>, per_size: usize) -> Result<()> {
-    for (name, ..) in SIZES {
-        deployments
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": per_size}})),
-            )
-            .await?;
-    }
-    Ok(())
 }
 
 /// Steps 1 and 2 (scale-up and rest); `rest` of zero seconds skips step 2.
@@ -415,7 +392,7 @@ async fn disrupt_and_delete(
     let half = total / SIZES.len() / 2;
     println!("== {}: scale to {}", run.label, half * SIZES.len());
     let target = run.price_full * (half * SIZES.len()) as f64 / total as f64 * 1.05;
-    scale_deployments(deployments, half).await?;
+    scale_deployments(deployments, SIZES.map(|s| s.0), half).await?;
     let mut step = Step::new("scale to half", timeout);
     observe(&mut step, watch, controller, |w, at, marks| {
         let running = pods_all_running(w, half * SIZES.len());
@@ -453,48 +430,30 @@ fn control_plane_options() -> Options {
 
 async fn run_system(
     system: System,
-    upstream: &Upstream,
-    catalog: &Catalog,
+    beside: Beside<'_>,
     pods: usize,
     timeout: Duration,
     rest: Duration,
 ) -> Run {
+    let (upstream, catalog) = beside;
     let mut run = Run {
-        label: match system {
-            System::Capstan => "Capstan".to_string(),
-            System::Karpenter => format!("Karpenter {}", upstream.version),
-        },
+        label: run_label(system, upstream),
         pods,
-        load_start: load_average(),
         ..Run::default()
     };
-    let cp = match ControlPlane::start(control_plane_options()).await {
-        Ok(cp) => cp,
-        Err(e) => {
-            run.error = Some(format!("control plane: {e}"));
-            return run;
-        }
-    };
-    println!("== {}: control plane in {}", run.label, cp.dir().display());
-    let mut slot = None;
-    let result = async {
-        let client = cp.client()?;
-        let names = Names::new("scale");
-        let Started { controller, .. } = start_controller(
-            system,
-            &cp,
-            &client,
-            &names,
-            Some(upstream),
-            Some(catalog),
-            &node_pool,
-            &[],
-        )
-        .await?;
+    let label = run.label.clone();
+    let finished = on_own_control_plane(&label, control_plane_options(), async |cp, slot| {
+        let beside = Some((upstream, catalog));
+        let Started {
+            controller,
+            client,
+            names,
+            ..
+        } = start_controller(system, cp, "scale", beside, &node_pool).await?;
         let controller = slot.insert(controller);
         let (watch, deployments) = scale_up(
             &mut run,
-            &cp,
+            cp,
             &client,
             &names,
             controller,
@@ -513,20 +472,9 @@ async fn run_system(
             timeout,
         )
         .await
-    }
+    })
     .await;
-    if let Err(e) = result {
-        let tail = slot.as_ref().map(Controller::log_tail).unwrap_or_default();
-        run.error = Some(format!("{e:#}\n{tail}"));
-    }
-    if let Some(c) = &slot {
-        let u: Usage = c.usage();
-        run.total_cpu_seconds = u.cpu_seconds;
-        run.hwm_kib = u.hwm_kib;
-        c.stop();
-    }
-    let _ = cp.stop();
-    run.load_end = load_average();
+    run.finished = finished;
     run
 }
 
@@ -625,19 +573,15 @@ fn table(runs: &[Run]) -> String {
     t.row(
         "controller CPU, total (s)",
         1,
-        col(&|r| (!r.steps.is_empty()).then_some(r.total_cpu_seconds)),
+        col(&|r| (!r.steps.is_empty()).then_some(r.finished.total_cpu_seconds)),
     );
     t.row(
         "controller peak RSS, VmHWM (MiB)",
         0,
-        col(&|r| (r.hwm_kib > 0).then_some(r.hwm_kib as f64 / 1024.0)),
+        col(&|r| (r.finished.hwm_kib > 0).then_some(r.finished.hwm_kib as f64 / 1024.0)),
     );
     let mut out = t.render();
     for r in runs {
-        out.push_str(&format!(
-            "{}: load average {} at the start, {} at the end\n",
-            r.label, r.load_start, r.load_end
-        ));
         if let Some(rest) = &r.rest {
             out.push_str(&format!(
                 "{} at rest, requests: {:?}\n",
@@ -645,11 +589,9 @@ fn table(runs: &[Run]) -> String {
             ));
         }
     }
-    for r in runs {
-        if let Some(e) = &r.error {
-            out.push_str(&format!("\n{} FAILED: {e}\n", r.label));
-        }
-    }
+    out.push_str(&footer(
+        runs.iter().map(|r| (r.label.as_str(), &r.finished)),
+    ));
     out
 }
 
@@ -660,26 +602,16 @@ async fn bench_scale_capstan_beside_karpenter() {
     let timeout = Duration::from_secs(env_or("CAPSTAN_BENCH_SCALE_TIMEOUT", 1800));
     let rest = Duration::from_secs(env_or("CAPSTAN_BENCH_SCALE_REST", 120));
     let systems = systems("CAPSTAN_BENCH_SCALE_SYSTEMS");
-    if std::env::var_os("CAPSTAN_HOST_BIN").is_none() && systems.contains(&System::Capstan) {
-        eprintln!("warning: CAPSTAN_HOST_BIN is not set: measuring the debug build of the host");
-    }
-    let upstream = Upstream::build().expect("Karpenter's kwok controller");
-    let catalog = Catalog::load(&upstream.catalog_path()).expect("Karpenter's kwok catalog");
+    let (upstream, catalog) = prepare(&systems);
     let mut runs = Vec::new();
     for system in systems {
-        runs.push(run_system(system, &upstream, &catalog, pods, timeout, rest).await);
+        runs.push(run_system(system, (&upstream, &catalog), pods, timeout, rest).await);
     }
-    let table = table(&runs);
-    println!(
-        "\n== bench-scale: {nodes} nodes / {pods} pods; {} cores\n\n{table}",
-        std::thread::available_parallelism().map_or(0, usize::from)
-    );
-    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join("bench-scale.txt");
-    let _ = std::fs::write(&out, &table);
-    println!("(also in {})", out.display());
-    assert!(
-        runs.iter().all(|r| r.error.is_none()),
-        "a system failed; see above"
+    report(
+        "bench-scale",
+        &format!("{nodes} nodes / {pods} pods"),
+        &table(&runs),
+        runs.iter().map(|r| &r.finished),
     );
 }
 
@@ -691,7 +623,7 @@ async fn a_host_with_3000_pods_keeps_its_memory_per_pod_bounded() {
     const PODS: usize = 3000;
     const MAX_KIB_PER_POD: f64 = 64.0;
     let run = run_until_rest(PODS).await;
-    assert!(run.error.is_none(), "{:?}", run.error);
+    assert!(run.finished.error.is_none(), "{:?}", run.finished.error);
     let step = run.step("scale-up").expect("the scale-up ran");
     assert!(step.done.is_some(), "3,000 pods did not all run: {step:?}");
     assert!(
@@ -723,19 +655,12 @@ async fn run_until_rest(pods: usize) -> Run {
         .await
         .expect("control plane");
     let result = async {
-        let client = cp.client()?;
-        let names = Names::new("scale");
-        let Started { controller, .. } = start_controller(
-            System::Capstan,
-            &cp,
-            &client,
-            &names,
-            None,
-            None,
-            &node_pool,
-            &[],
-        )
-        .await?;
+        let Started {
+            controller,
+            client,
+            names,
+            ..
+        } = start_controller(System::Capstan, &cp, "scale", None, &node_pool).await?;
         let outcome = scale_up(
             &mut run,
             &cp,
@@ -752,7 +677,7 @@ async fn run_until_rest(pods: usize) -> Run {
     }
     .await;
     if let Err(e) = result {
-        run.error = Some(format!("{e:#}"));
+        run.finished.error = Some(format!("{e:#}"));
     }
     let _ = cp.stop();
     run

@@ -27,6 +27,7 @@ use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
+use crate::controllers::events::Repeat;
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::provisioner::{claim_for, mark_overlays};
@@ -126,13 +127,20 @@ pub async fn start(
         ctx.events
             .normal_once_per(
                 BLOCKED_EVENT_WINDOW,
+                Repeat::SameNote,
                 m.claim,
                 "DisruptionBlocked",
                 why.clone(),
             )
             .await;
         ctx.events
-            .normal_once_per(BLOCKED_EVENT_WINDOW, m.node, "DisruptionBlocked", why)
+            .normal_once_per(
+                BLOCKED_EVENT_WINDOW,
+                Repeat::SameNote,
+                m.node,
+                "DisruptionBlocked",
+                why,
+            )
             .await;
         return Ok(None);
     }

@@ -9,14 +9,14 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use capstan_test_support::{ControlPlane, repo_root, wait_until};
+use capstan_test_support::{ControlPlane, Options, repo_root, wait_until};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::catalog::Catalog;
-use super::usage::{Usage, usage};
+use super::usage::{Usage, load_average, usage};
 use crate::lifecycle::{Host, Names, RUN_LABEL};
 
 /// The NodePool both systems get is named so.
@@ -247,22 +247,28 @@ pub async fn wait_pool_ready(client: &Client, controller: &Controller) -> Result
 pub struct Started {
     pub controller: Controller,
     pub ready: Duration,
+    /// An admin client of the control plane, and the run's names (`run` labels its objects).
+    pub client: Client,
+    pub names: Names,
 }
 
-/// Starts the system's controller on `cp` with its node class (for Capstan, the types of
-/// `catalog` when given) and the pool `node_pool` makes of
-/// the class reference and labels; returns it once `/readyz` answers and the pool is Ready.
-#[allow(clippy::too_many_arguments)]
+/// Karpenter's module and its kwok catalog: what a run beside Karpenter needs (Karpenter's
+/// binary and CRDs; the catalog as Capstan's instance types).
+pub type Beside<'a> = (&'a Upstream, &'a Catalog);
+
+/// Starts the system's controller on `cp` with its node class (for Capstan, the catalog's types
+/// when `beside` is given, else the kwok provider's own) and the pool `node_pool` makes of the
+/// class reference and labels; returns it once `/readyz` answers and the pool is Ready.
 pub async fn start_controller(
     system: System,
     cp: &ControlPlane,
-    client: &Client,
-    names: &Names,
-    upstream: Option<&Upstream>,
-    catalog: Option<&Catalog>,
+    run: &str,
+    beside: Option<Beside<'_>>,
     node_pool: &dyn Fn(Value, Value) -> Value,
-    host_args: &[&str],
 ) -> Result<Started> {
+    let client = cp.client()?;
+    let names = Names::new(run);
+    let (upstream, catalog) = (beside.map(|b| b.0), beside.map(|b| b.1));
     let health = free_port()?;
     if system == System::Capstan {
         // Build the wasm providers first (`Host::start` would): the build is the harness's time.
@@ -274,9 +280,8 @@ pub async fn start_controller(
             cp.install_crds_from_dir(&repo_root().join("crds")).await?;
             let bind = format!("127.0.0.1:{health}");
             // The same log level as Karpenter's (the tests' hosts log at debug).
-            let mut args = vec!["--log-level", "info", "--health-probe-bind-address", &bind];
-            args.extend_from_slice(host_args);
-            Controller::Capstan(Host::start(cp, names, &args))
+            let args = ["--log-level", "info", "--health-probe-bind-address", &bind];
+            Controller::Capstan(Host::start(cp, &names, &args))
         }
         System::Karpenter => {
             let upstream = upstream.context("Karpenter needs its module")?;
@@ -330,6 +335,120 @@ pub async fn start_controller(
             apply(cp, vec![class, pool]).await?;
         }
     }
-    wait_pool_ready(client, &controller).await?;
-    Ok(Started { controller, ready })
+    wait_pool_ready(&client, &controller).await?;
+    Ok(Started {
+        controller,
+        ready,
+        client,
+        names,
+    })
+}
+
+/// A run's name in the output: `Capstan`, or `Karpenter` with its version.
+pub fn run_label(system: System, upstream: &Upstream) -> String {
+    match system {
+        System::Capstan => "Capstan".to_string(),
+        System::Karpenter => format!("Karpenter {}", upstream.version),
+    }
+}
+
+/// How a run on a control plane of its own ended.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// The controller's CPU seconds and peak RSS (`VmHWM`) at the end.
+    pub total_cpu_seconds: f64,
+    pub hwm_kib: u64,
+    /// `/proc/loadavg` before and after: other work on the machine.
+    pub load_start: String,
+    pub load_end: String,
+    /// Why the run stopped early, with the end of the controller's log.
+    pub error: Option<String>,
+}
+
+/// Runs `scenario` on a fresh control plane started with `options`: the scenario puts the
+/// controller it starts in the slot it is given; afterwards the controller's CPU seconds and peak
+/// RSS are read, and the controller and the control plane are stopped.
+pub async fn on_own_control_plane(
+    label: &str,
+    options: Options,
+    scenario: impl AsyncFnOnce(&ControlPlane, &mut Option<Controller>) -> Result<()>,
+) -> Finished {
+    let mut finished = Finished {
+        load_start: load_average(),
+        ..Finished::default()
+    };
+    let cp = match ControlPlane::start(options).await {
+        Ok(cp) => cp,
+        Err(e) => {
+            finished.error = Some(format!("control plane: {e}"));
+            return finished;
+        }
+    };
+    println!("== {label}: control plane in {}", cp.dir().display());
+    let mut slot = None;
+    if let Err(e) = scenario(&cp, &mut slot).await {
+        let tail = slot.as_ref().map(Controller::log_tail).unwrap_or_default();
+        finished.error = Some(format!("{e:#}\n{tail}"));
+    }
+    if let Some(c) = &slot {
+        let u: Usage = c.usage();
+        finished.total_cpu_seconds = u.cpu_seconds;
+        finished.hwm_kib = u.hwm_kib;
+        c.stop();
+    }
+    let _ = cp.stop();
+    finished.load_end = load_average();
+    finished
+}
+
+/// The lines under a table: each run's load average, and why a run failed.
+pub fn footer<'a>(runs: impl Iterator<Item = (&'a str, &'a Finished)> + Clone) -> String {
+    let mut out = String::new();
+    for (label, f) in runs.clone() {
+        out.push_str(&format!(
+            "{label}: load average {} at the start, {} at the end\n",
+            f.load_start, f.load_end
+        ));
+    }
+    for (label, f) in runs {
+        if let Some(e) = &f.error {
+            out.push_str(&format!("\n{label} FAILED: {e}\n"));
+        }
+    }
+    out
+}
+
+/// Karpenter's kwok controller and catalog for a benchmark of `systems` (warning when Capstan's
+/// host is the debug build: the make targets set a release one).
+pub fn prepare(systems: &[System]) -> (Upstream, Catalog) {
+    if std::env::var_os("CAPSTAN_HOST_BIN").is_none() && systems.contains(&System::Capstan) {
+        eprintln!(
+            "warning: CAPSTAN_HOST_BIN is not set: measuring the debug build of the host \
+             (the make targets build and set a release one)"
+        );
+    }
+    let upstream = Upstream::build().expect("Karpenter's kwok controller");
+    let catalog = Catalog::load(&upstream.catalog_path()).expect("Karpenter's kwok catalog");
+    (upstream, catalog)
+}
+
+/// Prints the table of benchmark `name` under `scenario`, writes it to
+/// `$CARGO_TARGET_TMPDIR/<name>.txt`, and fails if a run did.
+pub fn report<'a>(
+    name: &str,
+    scenario: &str,
+    table: &str,
+    runs: impl IntoIterator<Item = &'a Finished>,
+) {
+    println!(
+        "\n== {name}: {scenario}; {} cores\n\n{table}",
+        std::thread::available_parallelism().map_or(0, usize::from)
+    );
+    let out = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.txt"));
+    let _ = std::fs::write(&out, table);
+    println!("(also in {})", out.display());
+    assert!(
+        runs.into_iter().all(|f| f.error.is_none()),
+        "a system failed; see above"
+    );
 }
