@@ -47,6 +47,23 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
     if is_true(claim, LAUNCHED) {
         return Ok(Step::Continue);
     }
+    // The controller's cache can lag behind the claim's own status writes (seen at a thousand
+    // claims under load: a reconcile of a copy from before `Launched=True` called `create` again
+    // for an instance launched and registered a moment before). `create` is the one call that is
+    // not idempotent, so the claim is read afresh first.
+    match Api::<NodeClaim>::all(ctx.client.clone())
+        .get_opt(&claim.name_any())
+        .await?
+    {
+        None => return Ok(Step::Stop(Action::await_change())),
+        // Another claim under the same name: this one is gone.
+        Some(fresh) if fresh.uid() != claim.uid() => return Ok(Step::Stop(Action::await_change())),
+        Some(fresh) if is_true(&fresh, LAUNCHED) => {
+            *claim = fresh;
+            return Ok(Step::Continue);
+        }
+        Some(_) => {}
+    }
     let resolved = match resolve::resolve_for_launch(ctx, &claim.spec.node_class_ref).await? {
         Ok(resolved) => resolved,
         Err(unresolved) if unresolved.deletes_claim().is_some() => {
