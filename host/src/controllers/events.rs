@@ -365,21 +365,24 @@ mod tests {
     }
 
     #[test]
-    fn expired_entries_are_dropped_once_the_bound_is_reached_and_live_ones_kept() {
+    fn live_entries_past_the_bound_wait_until_the_map_doubles_and_stay_deduped() {
         let mut dedupe = Dedupe::default();
-        let (start, window) = (Instant::now(), Duration::from_secs(60));
-        for i in 0..DEDUPE_PRUNE_AT {
-            assert!(dedupe.admit(key(&format!("n{i}"), "a"), start, window));
+        let (now, window) = (Instant::now(), Duration::from_secs(60));
+        for i in 0..(3 * DEDUPE_PRUNE_AT) {
+            assert!(dedupe.admit(key(&format!("m{i}"), "b"), now, window));
         }
-        let later = start + Duration::from_secs(61);
-        assert!(dedupe.admit(key("fresh", "a"), later, window));
-        assert_eq!(dedupe.until.len(), 1, "the expired ones went");
-        // Live entries past the bound: the next prune waits until the map doubles.
-        for i in 0..(2 * DEDUPE_PRUNE_AT) {
-            dedupe.admit(key(&format!("m{i}"), "b"), later, window);
-        }
+        assert_eq!(
+            dedupe.until.len(),
+            3 * DEDUPE_PRUNE_AT,
+            "none expired, none dropped"
+        );
         assert!(
-            !dedupe.admit(key("m0", "b"), later, window),
+            dedupe.prune_at >= 2 * DEDUPE_PRUNE_AT,
+            "{}",
+            dedupe.prune_at
+        );
+        assert!(
+            !dedupe.admit(key("m0", "b"), now, window),
             "still within its window"
         );
     }
