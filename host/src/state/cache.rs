@@ -200,7 +200,12 @@ where
                 };
                 let typed = typed.modify(slim);
                 writer.apply_watcher_event(&typed);
-                if let watcher::Event::Apply(object) | watcher::Event::Delete(object) = typed {
+                // A relist (after the API server expired the watch) brings changes made
+                // meanwhile as `InitApply`: subscribers hear of those too, as in `run`.
+                if let watcher::Event::Apply(object)
+                | watcher::Event::InitApply(object)
+                | watcher::Event::Delete(object) = typed
+                {
                     notify(&subscribers, Arc::new(object));
                 }
             }

@@ -79,19 +79,20 @@ async fn claims_in_flight_do_not_block_a_limited_pool_below_its_limit() {
     let (cp, client) = cluster().await;
     let names = Names::new("poollimit");
     let host = Host::start(cp, &names, &["--batch-idle-duration", "300ms"]);
-    // Every launch takes 6 s, so the claims of all five batches are in flight together.
+    // Every launch takes 20 s, so the claims of all five batches are in flight together.
     let pool = group_pool(
         &client,
         &names,
-        json!({"families": ["c"], "launchDelayMillis": 6000}),
+        json!({"families": ["c"], "launchDelayMillis": 20000}),
         Some(json!({"cpu": "64"})),
     )
     .await;
     let ns = namespace(cp, "poollimit").await;
 
-    // Five batches of two 3-CPU pods, a second apart: each batch fits an 8-CPU node, 40 CPUs in
-    // all. Counting a claim in flight at the largest type under the limit (48 CPUs) would refuse
-    // the second batch.
+    // Five batches of two 3-CPU pods, each created once the claim of the one before exists (a
+    // loaded machine would otherwise merge batches into larger claims): each batch fits an 8-CPU
+    // node, 40 CPUs in all. Counting a claim in flight at the largest type under the limit
+    // (48 CPUs) would refuse the second batch.
     let started = Instant::now();
     for batch in 0..5 {
         Pods::new(&client, &names, &ns, &format!("b{batch}"))
@@ -100,8 +101,14 @@ async fn claims_in_flight_do_not_block_a_limited_pool_below_its_limit() {
             .node_selector(json!({GROUP: names.run}))
             .create()
             .await;
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        check_limit(&client, &names, &host).await;
+        let made = wait_until(Duration::from_secs(60), "the batch's claim", || async {
+            check_limit(&client, &names, &host).await;
+            let n = claims(&client, &names).await.len();
+            Ok::<_, std::convert::Infallible>((n > batch).then_some(n))
+        })
+        .await
+        .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()));
+        assert_eq!(made, batch + 1, "one claim per batch");
     }
     let deadline = Instant::now() + Duration::from_secs(3);
     while Instant::now() < deadline {
