@@ -126,6 +126,8 @@ fn pool_generations(ctx: &Context) -> BTreeMap<String, Option<i64>> {
 }
 
 async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError> {
+    // Before the view: a later read that finds it unchanged knows the view is current.
+    let generation = ctx.state.generation();
     let view = ctx.state.view();
     let now = Timestamp::now();
     let pools: BTreeMap<String, &NodePool> = view
@@ -156,7 +158,14 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
         // The budgets just changed under this view; consolidation waits a pass.
         return Ok(());
     }
-    consolidation::pass(ctx, &mut memory.consolidation, &view, &pools, now).await
+    consolidation::pass(
+        ctx,
+        &mut memory.consolidation,
+        (&view, generation),
+        &pools,
+        now,
+    )
+    .await
 }
 
 /// Writes each pool's template hash onto it when it is not there yet.

@@ -3,6 +3,7 @@
 
 use std::fmt::Debug;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::{Stream, StreamExt};
@@ -31,6 +32,7 @@ where
     writer: Mutex<Option<reflector::store::Writer<K>>>,
     subscribers: Subscribers<K>,
     rejected: Arc<Mutex<BTreeMap<String, Rejected>>>,
+    generation: Arc<AtomicU64>,
 }
 
 /// Who is told of changes.
@@ -70,6 +72,7 @@ where
             writer: Mutex::new(Some(writer)),
             subscribers: Arc::default(),
             rejected: Arc::default(),
+            generation: Arc::default(),
         }
     }
 }
@@ -82,6 +85,13 @@ where
     /// The store (empty until the first list completes: see [`Store::wait_until_ready`]).
     pub fn store(&self) -> Store<K> {
         self.store.clone()
+    }
+
+    /// A number that grows after every change the store takes (an object applied or deleted, a
+    /// relist), and only then: a reader that sees the same generation before two reads of the
+    /// store knows the second read holds nothing the first did not.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
     }
 
     /// The writer (for the first caller only) and the subscribers, to start the watch with.
@@ -107,12 +117,19 @@ where
         config: watcher::Config,
     ) -> impl Future<Output = ()> + Send + 'static {
         let (writer, subscribers) = self.start();
+        let generation = Arc::clone(&self.generation);
         async move {
             let Some(writer) = writer else {
                 return;
             };
             reflector::reflector(writer, watcher(api, config).modify(slim))
                 .backoff(watch_backoff())
+                // The reflector has applied the event to the store by now.
+                .inspect(move |event| {
+                    if event.is_ok() {
+                        generation.fetch_add(1, Ordering::AcqRel);
+                    }
+                })
                 .touched_objects()
                 .for_each(move |object| {
                     match object {
@@ -140,6 +157,7 @@ where
         config: watcher::Config,
     ) -> impl Future<Output = ()> + Send + 'static {
         let (writer, subscribers) = self.start();
+        let generation = Arc::clone(&self.generation);
         let rejected = Arc::clone(&self.rejected);
         let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
@@ -200,6 +218,7 @@ where
                 };
                 let typed = typed.modify(slim);
                 writer.apply_watcher_event(&typed);
+                generation.fetch_add(1, Ordering::AcqRel);
                 // A relist (after the API server expired the watch) brings changes made
                 // meanwhile as `InitApply`: subscribers hear of those too, as in `run`.
                 if let watcher::Event::Apply(object)

@@ -160,6 +160,29 @@ impl ClusterState {
         Ok(tasks)
     }
 
+    /// The sum of every cache's [`Cache::generation`] and the served classes' generation: it
+    /// grows after any change the caches take. Read it before [`ClusterState::view`]: an
+    /// unchanged value at a later read means that view is still the cluster's state.
+    pub fn generation(&self) -> u64 {
+        [
+            self.nodes.generation(),
+            self.pods.generation(),
+            self.claims.generation(),
+            self.pools.generation(),
+            self.classes.generation(),
+            self.daemonsets.generation(),
+            self.pdbs.generation(),
+            self.namespaces.generation(),
+            self.volume_claims.generation(),
+            self.volumes.generation(),
+            self.storage_classes.generation(),
+            self.csi_nodes.generation(),
+            self.served.generation(),
+        ]
+        .into_iter()
+        .fold(0u64, u64::wrapping_add)
+    }
+
     /// Everything the caches hold now.
     pub fn view(&self) -> View {
         View {

@@ -92,6 +92,11 @@ impl ServedClasses {
         self.changes.subscribe()
     }
 
+    /// How many changes there were so far.
+    pub fn generation(&self) -> u64 {
+        *self.changes.borrow()
+    }
+
     /// Tells the subscribers that something changed.
     pub fn touch(&self) {
         self.changes.send_modify(|generation| *generation += 1);

@@ -64,6 +64,12 @@ impl Default for Settings {
 
 /// A search that found nothing is not repeated until the cluster changes, or this long.
 const CONSOLIDATED_FOR: Duration = Duration::from_secs(5 * 60);
+/// A search that found nothing is not even prepared again (pods and nodes converted for the
+/// simulation, the cheapest part of a pass at rest only when skipped) while no cache took a
+/// change and the budgets and recently changed claims are the same, for at most this long: what
+/// changes with time alone (a `do-not-disrupt` duration running out, a job's wait, a catalog
+/// refresh) is seen within it.
+const QUIET_FOR: Duration = Duration::from_secs(20);
 
 /// What consolidation remembers between passes (rate limits and a decision waiting for
 /// validation; nothing that a restart must keep).
@@ -75,6 +81,9 @@ pub struct Memory {
     pending: Option<Pending>,
     /// The cluster's fingerprint when a search last found nothing, and when.
     consolidated: Option<(u64, Instant)>,
+    /// The key of the inputs (cache generation, budgets, recently changed claims) when a search
+    /// last found nothing or had no candidate, and when: see [`QUIET_FOR`].
+    quiet: Option<(u64, Instant)>,
     /// Claim → the kind of the last `Unconsolidatable` refusal published for it, and when.
     refusals: HashMap<String, (&'static str, Instant)>,
     /// Claim → the last search's refusal of it (the verdict's; replaced by each search).
@@ -101,10 +110,12 @@ struct Pending {
 }
 
 /// One consolidation step of a disruption pass.
+///
+/// `generation` is [`crate::state::ClusterState::generation`] read before `view` was taken.
 pub async fn pass(
     ctx: &Context,
     memory: &mut Memory,
-    view: &View,
+    (view, generation): (&View, u64),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
 ) -> Result<(), ControllerError> {
@@ -118,7 +129,7 @@ pub async fn pass(
     memory.changed_at.retain(|claim, _| names.contains(claim));
     let recent = recently_changed(&memory.changed_at, view, pools);
     mark_consolidatable(ctx, view, pools, now, &touched).await;
-    let decided = decide(ctx, memory, view, pools, now, &recent).await;
+    let decided = decide(ctx, memory, (view, generation), pools, now, &recent).await;
     publish_verdicts(ctx, memory, view, pools, now, &recent).await;
     decided
 }
@@ -127,7 +138,7 @@ pub async fn pass(
 async fn decide(
     ctx: &Context,
     memory: &mut Memory,
-    view: &View,
+    (view, generation): (&View, u64),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
@@ -150,12 +161,33 @@ async fn decide(
         }
         return validate_and_start(ctx, view, pools, now, pending, recent).await;
     }
+    let allowance = allowances(ctx, view, pools, now).await;
+    let quiet_key = {
+        let mut recent: Vec<&String> = recent.iter().collect();
+        recent.sort();
+        let mut hasher = DefaultHasher::new();
+        (
+            generation,
+            &allowance.empty,
+            &allowance.underutilized,
+            ctx.instance_types.overlay_version(),
+            recent,
+        )
+            .hash(&mut hasher);
+        hasher.finish()
+    };
+    if let Some((seen, at)) = memory.quiet
+        && seen == quiet_key
+        && at.elapsed() < QUIET_FOR
+    {
+        return Ok(());
+    }
     let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, recent).await
     else {
         memory.refused.clear();
+        memory.quiet = Some((quiet_key, Instant::now()));
         return Ok(());
     };
-    let allowance = allowances(ctx, view, pools, now).await;
     // What the budgets allow is part of what a search depends on: a node that finishes leaving
     // opens the budget without changing the nodes the search sees; so are the prices, which
     // NodeOverlays change.
@@ -207,9 +239,11 @@ async fn decide(
     }
     let Some(cmd) = found else {
         memory.consolidated = Some((fingerprint, Instant::now()));
+        memory.quiet = Some((quiet_key, Instant::now()));
         return Ok(());
     };
     memory.consolidated = None;
+    memory.quiet = None;
     let claims: Vec<String> = cmd
         .candidates
         .iter()
