@@ -303,8 +303,9 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
             continue;
         }
         if !tainted_disrupted(m.node) {
+            // Tainted now: with no replacement, or all of them up already, the claim goes in
+            // this pass rather than once the cache shows the taint (a pass later).
             taint(ctx, m.node).await?;
-            continue;
         }
         if !replacements.iter().all(|r| is_true(r, INITIALIZED)) {
             if decided_before(m.claim, REPLACEMENT_TIMEOUT_MILLIS) {
