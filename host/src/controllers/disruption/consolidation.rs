@@ -162,24 +162,20 @@ async fn decide(
         return validate_and_start(ctx, view, pools, now, pending, recent).await;
     }
     let allowance = allowances(ctx, view, pools, now).await;
+    // What the budgets allow is part of what a search depends on: a node that finishes leaving
+    // opens the budget without changing the nodes the search sees; so are the prices, which
+    // NodeOverlays change.
+    let budgets = key((
+        &allowance.empty,
+        &allowance.underutilized,
+        ctx.instance_types.overlay_version(),
+    ));
     let quiet_key = {
         let mut recent: Vec<&String> = recent.iter().collect();
         recent.sort();
-        let mut hasher = DefaultHasher::new();
-        (
-            generation,
-            &allowance.empty,
-            &allowance.underutilized,
-            ctx.instance_types.overlay_version(),
-            recent,
-        )
-            .hash(&mut hasher);
-        hasher.finish()
+        key((generation, budgets, recent))
     };
-    if let Some((seen, at)) = memory.quiet
-        && seen == quiet_key
-        && at.elapsed() < QUIET_FOR
-    {
+    if remembered(memory.quiet, quiet_key, QUIET_FOR) {
         return Ok(());
     }
     let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, recent).await
@@ -188,22 +184,8 @@ async fn decide(
         memory.quiet = Some((quiet_key, Instant::now()));
         return Ok(());
     };
-    // What the budgets allow is part of what a search depends on: a node that finishes leaving
-    // opens the budget without changing the nodes the search sees; so are the prices, which
-    // NodeOverlays change.
-    let mut hasher = DefaultHasher::new();
-    (
-        cluster_fingerprint,
-        &allowance.empty,
-        &allowance.underutilized,
-        ctx.instance_types.overlay_version(),
-    )
-        .hash(&mut hasher);
-    let fingerprint = hasher.finish();
-    if let Some((seen, at)) = memory.consolidated
-        && seen == fingerprint
-        && at.elapsed() < CONSOLIDATED_FOR
-    {
+    let fingerprint = key((cluster_fingerprint, budgets));
+    if remembered(memory.consolidated, fingerprint, CONSOLIDATED_FOR) {
         return Ok(());
     }
     let timeout = ctx.settings.consolidation.search_timeout;
@@ -265,6 +247,18 @@ async fn decide(
         due: Instant::now() + ctx.settings.consolidation.validation_delay,
     });
     Ok(())
+}
+
+/// The hash of `parts`.
+fn key(parts: impl Hash) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    parts.hash(&mut hasher);
+    hasher.finish()
+}
+
+/// Whether `memo` holds `key`, remembered less than `within` ago.
+fn remembered(memo: Option<(u64, Instant)>, key: u64, within: Duration) -> bool {
+    memo.is_some_and(|(seen, at)| seen == key && at.elapsed() < within)
 }
 
 /// One search, in Karpenter's order: every empty node the budgets allow; else the largest
@@ -580,9 +574,7 @@ async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<Stri
         let node = m.node.name_any();
         let mut uids = by_node.remove(node.as_str()).unwrap_or_default();
         uids.sort_unstable();
-        let mut hasher = DefaultHasher::new();
-        uids.hash(&mut hasher);
-        let fingerprint = hasher.finish();
+        let fingerprint = key(&uids);
         let changed = memory
             .pods_seen
             .get(&node)
