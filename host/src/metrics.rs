@@ -103,11 +103,26 @@ impl Registrar<'_> {
     }
 }
 
+/// Brings gauges up to date just before a scrape reads them.
+type Refresh = Box<dyn Fn() + Send + Sync>;
+
+/// The [`Refresh`] a scrape runs first, if one is set.
+#[derive(Default)]
+struct OnScrape(Mutex<Option<Refresh>>);
+
+impl std::fmt::Debug for OnScrape {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let set = self.0.lock().map(|hook| hook.is_some()).unwrap_or_default();
+        f.debug_tuple("OnScrape").field(&set).finish()
+    }
+}
+
 /// Every metric of the host.
 #[derive(Debug)]
 pub struct Metrics {
     registry: Mutex<Registry>,
     names: Vec<String>,
+    on_scrape: OnScrape,
     /// NodeClaim and Node lifecycle counters and durations.
     pub lifecycle: lifecycle::Lifecycle,
     /// CloudProvider (provider call) durations and errors, and the instance-type catalog.
@@ -151,6 +166,7 @@ impl Metrics {
         Self {
             registry: Mutex::new(registry),
             names,
+            on_scrape: OnScrape::default(),
             lifecycle,
             cloudprovider,
             disruption,
@@ -172,8 +188,28 @@ impl Metrics {
         update()
     }
 
-    /// The metrics in the OpenMetrics text format.
+    /// Runs `refresh` before each scrape from now on (in place of any earlier one): gauges that
+    /// are costly to rebuild are rebuilt when read, not on a timer. Scrapes run it one at a time.
+    pub fn on_scrape(&self, refresh: impl Fn() + Send + Sync + 'static) {
+        *self
+            .on_scrape
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Box::new(refresh));
+    }
+
+    /// The metrics in the OpenMetrics text format (after the [`Self::on_scrape`] refresh).
     pub fn render(&self) -> Result<String, MetricsError> {
+        {
+            let hook = self
+                .on_scrape
+                .0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if let Some(refresh) = hook.as_ref() {
+                refresh();
+            }
+        }
         let registry = self.registry.lock().unwrap_or_else(PoisonError::into_inner);
         let mut text = String::new();
         encode(&mut text, &registry)?;
@@ -214,6 +250,29 @@ mod tests {
             "{text}"
         );
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn a_scrape_runs_the_refresh_first_and_sees_what_it_wrote() {
+        let m = std::sync::Arc::new(Metrics::new());
+        assert!(!m.render().unwrap().contains("nodepool=\"late\""));
+        let scrapes = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        m.on_scrape({
+            let (m, scrapes) = (std::sync::Arc::downgrade(&m), scrapes.clone());
+            move || {
+                scrapes.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                if let Some(m) = m.upgrade() {
+                    m.exclusive(|| m.lifecycle.launched("late"));
+                }
+            }
+        });
+        let text = m.render().unwrap();
+        assert!(
+            text.contains(r#"karpenter_nodeclaims_launched_total{nodepool="late"} 1"#),
+            "{text}"
+        );
+        m.render().unwrap();
+        assert_eq!(scrapes.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
 
     #[test]

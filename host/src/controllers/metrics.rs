@@ -2,13 +2,15 @@
 //! ([`crate::metrics::state`]) current, and observes pod startup and binding
 //! ([`crate::metrics::scheduler`]) as pods change.
 //!
-//! The gauges are rebuilt from one view of the cluster state at most once a second after a
-//! change of a node, pod, claim or pool, and every 10 s regardless (node lifetimes move on).
-//! Each rebuild replaces every series, so nothing deleted lingers.
+//! The gauges are rebuilt from one view of the cluster state when a scrape reads them, unless
+//! they were built from the same state (the same [`crate::state::ClusterState::generation`])
+//! less than 10 s before: a cluster at rest costs nothing between scrapes, however large, and a
+//! scrape never reads gauges older than the state it could see. Each rebuild replaces every
+//! series, so nothing deleted lingers.
 
 use std::collections::HashSet;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
@@ -21,9 +23,8 @@ use crate::controllers::disruption::candidates::{machines, pool_counts};
 use crate::metrics::state;
 use crate::state::View;
 
-/// How often the gauges are rebuilt at most.
-const MIN_INTERVAL: Duration = Duration::from_secs(1);
-/// How often the gauges are rebuilt at least.
+/// How long gauges built from an unchanged state serve scrapes (node lifetimes and budget
+/// schedules move on with the clock); also how often the memory of gone pods is pruned.
 const MAX_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Allowed disruptions per pool and reason, by the pools' budgets (Karpenter's
@@ -62,12 +63,7 @@ pub fn refresh(ctx: &Context) {
     let view = ctx.state.view();
     let allowed = allowed_disruptions(&view, Timestamp::now());
     let samples = state::samples(&view, &allowed);
-    let live: HashSet<&str> = view
-        .pods
-        .iter()
-        .filter_map(|p| p.metadata.uid.as_deref())
-        .collect();
-    ctx.metrics.scheduler.retain_pods(&live);
+    forget_gone_pods(ctx);
     let pools: HashSet<String> = view.pools.iter().map(|p| p.name_any()).collect();
     ctx.metrics.exclusive(|| {
         ctx.metrics.state.replace(&samples);
@@ -75,42 +71,62 @@ pub fn refresh(ctx: &Context) {
     });
 }
 
+/// Drops the scheduler metrics' memory of pods no longer in the cluster.
+fn forget_gone_pods(ctx: &Context) {
+    let pods = ctx.state.pods.store().state();
+    let live: HashSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    ctx.metrics.scheduler.retain_pods(&live);
+}
+
+/// What the gauges were last built from: the cluster state's generation, and when.
+#[derive(Debug, Clone, Copy)]
+struct Built {
+    generation: u64,
+    at: Instant,
+}
+
+/// Rebuilds the gauges unless they were built from this very state less than
+/// [`MAX_INTERVAL`] ago.
+fn refresh_if_stale(ctx: &Context, built: &Mutex<Option<Built>>) {
+    let mut built = built.lock().unwrap_or_else(PoisonError::into_inner);
+    let generation = ctx.state.generation();
+    let fresh = built.is_some_and(|b| b.generation == generation && b.at.elapsed() < MAX_INTERVAL);
+    if !fresh {
+        refresh(ctx);
+        *built = Some(Built {
+            generation,
+            at: Instant::now(),
+        });
+    }
+}
+
 /// Runs the controller until it stops.
 pub async fn run(ctx: Arc<Context>) {
     let mut pods = ctx.state.pods.subscribe().boxed();
-    let changes = futures::stream::select_all([
-        ctx.state.nodes.subscribe().map(|_| ()).boxed(),
-        ctx.state.claims.subscribe().map(|_| ()).boxed(),
-        ctx.state.pools.subscribe().map(|_| ()).boxed(),
-    ]);
-    let mut changes = changes;
     for pod in ctx.state.pods.store().state() {
         ctx.metrics.scheduler.pod_changed(&pod);
     }
-    refresh(&ctx);
-    let mut dirty = false;
-    let mut tick = tokio::time::interval(MIN_INTERVAL);
-    let mut last = tokio::time::Instant::now();
+    let built = Arc::new(Mutex::new(None));
+    refresh_if_stale(&ctx, &built);
+    ctx.metrics.on_scrape({
+        let ctx = Arc::downgrade(&ctx);
+        move || {
+            if let Some(ctx) = ctx.upgrade() {
+                refresh_if_stale(&ctx, &built);
+            }
+        }
+    });
+    let mut prune = tokio::time::interval(MAX_INTERVAL);
     loop {
         tokio::select! {
             pod = pods.next() => match pod {
-                Some(pod) => {
-                    ctx.metrics.scheduler.pod_changed(&pod);
-                    dirty = true;
-                }
+                Some(pod) => ctx.metrics.scheduler.pod_changed(&pod),
                 None => return,
             },
-            change = changes.next() => match change {
-                Some(()) => dirty = true,
-                None => return,
-            },
-            _ = tick.tick() => {
-                if dirty || last.elapsed() >= MAX_INTERVAL {
-                    refresh(&ctx);
-                    dirty = false;
-                    last = tokio::time::Instant::now();
-                }
-            }
+            _ = prune.tick() => forget_gone_pods(&ctx),
         }
     }
 }

@@ -425,9 +425,14 @@ pub const VERDICT_WRITES_PER_PASS: usize = 50;
 
 /// How long a verdict just written is taken as written while the cache catches up.
 const VERDICT_CACHE_LAG: Duration = Duration::from_secs(10);
+/// How often this host rewrites a claim's verdict whose reason stands and only the message moved
+/// (a budget's count of disrupting nodes, a price): a new reason is written at once, a new
+/// message at most this often, so a large pool in motion is not a stream of status writes.
+const VERDICT_MESSAGE_EVERY: Duration = Duration::from_secs(60);
 
 /// Keeps each managed claim's `ConsolidationBlocked` condition true to its [`verdict`] (written
-/// only when its reason or message changes, at most [`VERDICT_WRITES_PER_PASS`] a pass) and
+/// when its reason changes, or its message, at most every [`VERDICT_MESSAGE_EVERY`]; at most
+/// [`VERDICT_WRITES_PER_PASS`] a pass) and
 /// counts the verdicts per pool in `capstan_nodeclaims_consolidation_blocked`.
 async fn publish_verdicts(
     ctx: &Context,
@@ -480,11 +485,12 @@ async fn publish_verdicts(
                 )
             });
         let want = (reason.to_owned(), message);
-        let just_written = memory
-            .verdicts
-            .get(&name)
-            .is_some_and(|(w, at)| *w == want && at.elapsed() < VERDICT_CACHE_LAG);
-        if current.as_ref() == Some(&want) || just_written {
+        let last = memory.verdicts.get(&name);
+        let just_written =
+            last.is_some_and(|(w, at)| *w == want && at.elapsed() < VERDICT_CACHE_LAG);
+        let message_moved_lately = current.as_ref().is_some_and(|(r, _)| *r == want.0)
+            && last.is_some_and(|(w, at)| w.0 == want.0 && at.elapsed() < VERDICT_MESSAGE_EVERY);
+        if current.as_ref() == Some(&want) || just_written || message_moved_lately {
             continue;
         }
         writes.push((m.claim, blocked.is_some(), want));
