@@ -29,7 +29,7 @@ pub mod consolidation;
 pub mod drift;
 pub mod verdict;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -49,6 +49,7 @@ use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::{Context, ControllerError, provisioner, static_pools};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
+use crate::runtime::types as wit;
 use crate::state::View;
 use crate::state::served::class_key;
 
@@ -70,6 +71,12 @@ pub const INSTANCE_TYPE_CHECK_AGE: Duration = Duration::from_secs(10 * 60);
 struct Memory {
     /// Claim UID → (when `is-drifted` was asked, NodeClass generation then).
     asked: HashMap<String, (Instant, Option<i64>)>,
+    /// When the `is-drifted` calls of the last [`PASS_INTERVAL`] were made, oldest first (at most
+    /// [`PROVIDER_CALLS_PER_PASS`]).
+    recent_asks: VecDeque<Instant>,
+    /// NodeClass UID → (its resourceVersion, itself as providers receive it): converted once per
+    /// version, not once per `is-drifted` call (the parameters of a class can be a whole catalog).
+    classes: HashMap<String, (Option<String>, wit::NodeClass)>,
     consolidation: consolidation::Memory,
 }
 
@@ -150,9 +157,20 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
             expire(ctx, claim).await?;
         }
     }
+    let uids: HashSet<&str> = view
+        .claims
+        .iter()
+        .filter_map(|c| c.metadata.uid.as_deref())
+        .collect();
+    memory.asked.retain(|uid, _| uids.contains(uid.as_str()));
+    let classes: HashSet<&str> = view
+        .classes
+        .values()
+        .filter_map(|c| c.metadata.uid.as_deref())
+        .collect();
     memory
-        .asked
-        .retain(|uid, _| view.claims.iter().any(|c| c.uid().as_deref() == Some(uid)));
+        .classes
+        .retain(|uid, _| classes.contains(uid.as_str()));
     command::progress(ctx, &view).await?;
     if start_disruptions(ctx, &view, &pools, now).await? {
         // The budgets just changed under this view; consolidation waits a pass.
@@ -308,23 +326,40 @@ async fn provider_reason(
     {
         return Ok(current);
     }
-    let asked_this_pass = memory
-        .asked
-        .values()
-        .filter(|(at, _)| at.elapsed() < PASS_INTERVAL)
-        .count();
-    if asked_this_pass >= PROVIDER_CALLS_PER_PASS {
+    while memory
+        .recent_asks
+        .front()
+        .is_some_and(|at| at.elapsed() >= PASS_INTERVAL)
+    {
+        memory.recent_asks.pop_front();
+    }
+    if memory.recent_asks.len() >= PROVIDER_CALLS_PER_PASS {
         return Ok(current);
     }
     let Some(provider) = ctx.registry.get(&class.spec.provider) else {
         return Ok(current);
     };
-    memory.asked.insert(uid, (Instant::now(), generation));
+    let asked_at = Instant::now();
+    memory.recent_asks.push_back(asked_at);
+    memory.asked.insert(uid, (asked_at, generation));
     let request = provider_convert::node_claim_to_wit(claim)?;
+    let class_uid = class.uid().unwrap_or_default();
+    let version = class.resource_version();
+    if memory
+        .classes
+        .get(&class_uid)
+        .is_none_or(|(seen, _)| *seen != version)
+    {
+        let converted = provider_convert::node_class_to_wit(class);
+        memory
+            .classes
+            .insert(class_uid.clone(), (version, converted));
+    }
+    let Some((_, wit_class)) = memory.classes.get(&class_uid) else {
+        return Ok(current);
+    };
     let started = Instant::now();
-    let result = provider
-        .is_drifted(&request, &provider_convert::node_class_to_wit(class))
-        .await;
+    let result = provider.is_drifted(&request, wit_class).await;
     ctx.observe_call(
         controller::DISRUPTION,
         &class.spec.provider,

@@ -18,7 +18,10 @@
 //! Knobs: `SCALE` (`2000`: 2,000 nodes and 20,000 pods, the default; `5000`: 5,000 and 50,000),
 //! `SCALE_PODS` (pods; default ten a node), `CAPSTAN_BENCH_SCALE_SYSTEMS` (default
 //! `capstan,karpenter`), `CAPSTAN_BENCH_SCALE_TIMEOUT` (seconds a step may take, default 1800),
-//! `CAPSTAN_BENCH_SCALE_REST` (seconds at rest, default 120). A step that does not finish in time
+//! `CAPSTAN_BENCH_SCALE_REST` (seconds at rest, default 120), `CAPSTAN_BENCH_SCALE_QUIET_REST=1`
+//! (the pool's `consolidateAfter` is `Never` during the rest, set `CAPSTAN_BENCH_SCALE_QUIET_SETTLE`
+//! seconds before it, default 120, so it measures a controller with nothing to do rather than one
+//! still consolidating the scale-up). A step that does not finish in time
 //! is reported as "more than" its timeout, and the next step starts from where it stopped.
 //!
 //! The small version, [`a_host_with_3000_pods_keeps_its_memory_per_pod_bounded`], runs in
@@ -322,7 +325,27 @@ async fn scale_up(
     run.steps.push(step);
 
     if !rest.is_zero() {
-        println!("== {}: at rest for {rest:?}", run.label);
+        let quiet = env_or("CAPSTAN_BENCH_SCALE_QUIET_REST", 0) == 1;
+        if quiet {
+            // What the switch itself sets off (a command already under way, the claims'
+            // conditions and verdicts rewritten once) is over before the rest is measured.
+            set_consolidate_after(client, "Never").await?;
+            let settle = Duration::from_secs(env_or("CAPSTAN_BENCH_SCALE_QUIET_SETTLE", 120));
+            println!(
+                "== {}: consolidateAfter Never; settling for {settle:?}",
+                run.label
+            );
+            tokio::time::sleep(settle).await;
+        }
+        println!(
+            "== {}: at rest for {rest:?}{}",
+            run.label,
+            if quiet {
+                " (consolidateAfter: Never)"
+            } else {
+                ""
+            }
+        );
         let before = controller.usage();
         let offset = audit_offset(cp);
         tokio::time::sleep(rest).await;
@@ -343,8 +366,24 @@ async fn scale_up(
             r.rss_kib / 1024
         );
         run.rest = Some(r);
+        if quiet {
+            set_consolidate_after(client, "0s").await?;
+        }
     }
     Ok((watch, deployments))
+}
+
+/// Sets the pool's `consolidateAfter`.
+async fn set_consolidate_after(client: &Client, after: &str) -> Result<()> {
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("karpenter.sh", "v1", "NodePool"));
+    Api::<DynamicObject>::all_with(client.clone(), &ar)
+        .patch(
+            POOL,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disruption": {"consolidateAfter": after}}})),
+        )
+        .await?;
+    Ok(())
 }
 
 /// Steps 3 to 5.
