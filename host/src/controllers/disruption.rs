@@ -345,21 +345,15 @@ async fn provider_reason(
     memory.recent_asks.push_back(asked_at);
     memory.asked.insert(uid, (asked_at, generation));
     let request = provider_convert::node_claim_to_wit(claim)?;
-    let class_uid = class.uid().unwrap_or_default();
     let version = class.resource_version();
-    if memory
+    let memo = memory
         .classes
-        .get(&class_uid)
-        .is_none_or(|(seen, _)| *seen != version)
-    {
-        let converted = provider_convert::node_class_to_wit(class);
-        memory
-            .classes
-            .insert(class_uid.clone(), (version, converted));
+        .entry(class.uid().unwrap_or_default())
+        .or_insert_with(|| (version.clone(), provider_convert::node_class_to_wit(class)));
+    if memo.0 != version {
+        *memo = (version, provider_convert::node_class_to_wit(class));
     }
-    let Some((_, wit_class)) = memory.classes.get(&class_uid) else {
-        return Ok(current);
-    };
+    let wit_class = &memo.1;
     let started = Instant::now();
     let result = provider.is_drifted(&request, wit_class).await;
     ctx.observe_call(

@@ -63,7 +63,6 @@ pub fn refresh(ctx: &Context) {
     let view = ctx.state.view();
     let allowed = allowed_disruptions(&view, Timestamp::now());
     let samples = state::samples(&view, &allowed);
-    forget_gone_pods(ctx);
     let pools: HashSet<String> = view.pools.iter().map(|p| p.name_any()).collect();
     ctx.metrics.exclusive(|| {
         ctx.metrics.state.replace(&samples);
