@@ -34,7 +34,8 @@ mod tests;
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::scheduling::{self, NewClaim, Pod, SchedulingInput, SchedulingResult};
+use crate::scheduling::removal::{self, Removal};
+use crate::scheduling::{NewClaim, Pod, SchedulingInput};
 
 pub use cost::{BalancedScore, PoolTotals};
 pub use decide::Refusal;
@@ -166,16 +167,6 @@ pub struct Cluster {
     headroom: headroom::Headroom,
 }
 
-/// What one simulation of removing some candidates found.
-#[derive(Debug)]
-pub(crate) struct Simulation {
-    pub result: SchedulingResult,
-    /// Index in `result`'s pods of the first moving pod; the moving pods follow it.
-    pub first_moving: usize,
-    /// Moving pods that would find no home, with why.
-    pub stranded: Vec<String>,
-}
-
 impl Cluster {
     /// A cluster whose candidates are ordered as Karpenter orders them: cheapest to disrupt
     /// first, then by node name.
@@ -201,46 +192,12 @@ impl Cluster {
     }
 
     /// Solves with `chosen`'s nodes gone and their pods pending. The input is restored after.
-    pub(crate) fn simulate(&mut self, chosen: &[usize]) -> Simulation {
+    pub(crate) fn simulate(&mut self, chosen: &[usize]) -> Removal {
         let leaving: HashSet<&str> = chosen
             .iter()
             .map(|&i| self.candidates[i].node.as_str())
             .collect();
-        let nodes = std::mem::take(&mut self.input.existing_nodes);
-        let (gone, kept): (Vec<_>, Vec<_>) = nodes
-            .into_iter()
-            .partition(|n| leaving.contains(n.name.as_str()));
-        self.input.existing_nodes = kept;
-        let first_moving = self.input.pods.len();
-        for &i in chosen {
-            self.input
-                .pods
-                .extend(self.candidates[i].pods.iter().cloned());
-        }
-        let result = scheduling::solve(&self.input);
-        let mut stranded: Vec<String> = result
-            .unschedulable
-            .iter()
-            .filter(|(p, _)| *p >= first_moving)
-            .map(|(p, why)| format!("{}: {why}", self.pod_key(*p)))
-            .collect();
-        for (p, name) in result.placements_not_up(&self.input, first_moving) {
-            stranded.push(format!(
-                "{}: would schedule against {name}, which is not initialized",
-                self.pod_key(p)
-            ));
-        }
-        self.input.pods.truncate(first_moving);
-        self.input.existing_nodes.extend(gone);
-        Simulation {
-            result,
-            first_moving,
-            stranded,
-        }
-    }
-
-    fn pod_key(&self, index: usize) -> String {
-        let pod = &self.input.pods[index];
-        format!("{}/{}", pod.namespace, pod.name)
+        let moving = chosen.iter().flat_map(|&i| &self.candidates[i].pods);
+        removal::without_nodes(&mut self.input, &leaving, moving)
     }
 }

@@ -61,6 +61,7 @@ pub mod convert;
 pub mod overlay;
 pub mod pod;
 pub mod policy;
+pub mod removal;
 // The requirements algebra, quantities and taints are the shared model's (`capstan-model`), the
 // same code the guest SDK uses; re-exported here under their old paths.
 pub use capstan_model::{quantity, requirements, taints};

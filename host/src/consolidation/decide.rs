@@ -66,21 +66,9 @@ impl Cluster {
     pub(crate) fn decide(&mut self, chosen: &[usize]) -> Result<Command, Refusal> {
         let simulation = self.simulate(chosen);
         if !simulation.stranded.is_empty() {
-            let mut stranded = simulation.stranded;
-            let more = stranded.len().saturating_sub(3);
-            stranded.truncate(3);
-            if more > 0 {
-                stranded.push(format!("and {more} more"));
-            }
-            return Err(Refusal::Stranded(stranded));
+            return Err(Refusal::Stranded(simulation.stranded_brief()));
         }
-        let first = simulation.first_moving;
-        let mut needed: Vec<&NewClaim> = simulation
-            .result
-            .new_claims
-            .iter()
-            .filter(|c| c.pods.iter().any(|&p| p >= first))
-            .collect();
+        let mut needed: Vec<&NewClaim> = simulation.replacements().collect();
         let price_before: f64 = chosen.iter().map(|&i| self.candidates[i].price).sum();
         let reason = if chosen.iter().all(|&i| self.candidates[i].pods.is_empty()) {
             Reason::Empty

@@ -27,6 +27,7 @@ pub mod candidates;
 pub mod command;
 pub mod consolidation;
 pub mod drift;
+pub mod plan;
 pub mod verdict;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -55,6 +56,7 @@ use crate::state::served::class_key;
 
 use self::candidates::{Machine, eligible, held, machines, pool_counts};
 use self::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
+use self::plan::Plan;
 
 /// How often a pass runs.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(3);
@@ -435,6 +437,9 @@ async fn start_disruptions(
     ctx.metrics
         .disruption
         .eligible("Drifted", drifted.values().map(Vec::len).sum());
+    // Taken once a pass, when a candidate is to be simulated; shared by the pools (a
+    // disruption in one leaves less room for the pods of another).
+    let mut plan: Option<Plan> = None;
     for (pool_name, mut machines) in drifted {
         let Some(pool) = pools.get(pool_name) else {
             continue;
@@ -482,7 +487,6 @@ async fn start_disruptions(
             (!m.pods.is_empty(), since)
         });
         let mut room = allowed;
-        let mut started_here: Vec<(&Machine<'_>, command::Started)> = Vec::new();
         let deadline = Instant::now() + DRIFT_STARTS_TIME;
         for m in machines {
             if room == 0 || Instant::now() >= deadline {
@@ -509,10 +513,15 @@ async fn start_disruptions(
                     .await;
                 continue;
             }
-            if let Some(plan) = command::start(ctx, m, &started_here, "Drifted").await? {
+            if plan.is_none() {
+                plan = Some(Plan::new(ctx, view).await);
+            }
+            let Some(plan) = plan.as_mut() else {
+                continue;
+            };
+            if command::start(ctx, plan, m, "Drifted").await? {
                 started = true;
                 room -= 1;
-                started_here.push((m, plan));
             }
         }
     }

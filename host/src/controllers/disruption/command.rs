@@ -13,8 +13,6 @@
 //! at any point resumes from the table; a decision whose replacements were only partly created
 //! is given up (and its replacements left as ordinary capacity).
 
-use std::collections::{BTreeSet, HashMap};
-
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -23,13 +21,13 @@ use serde_json::json;
 
 use super::BLOCKED_EVENT_WINDOW;
 use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines, tainted_disrupted};
+use super::plan::Plan;
 use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::events::Repeat;
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
-use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::provisioner::{claim_for, mark_overlays};
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
@@ -54,122 +52,49 @@ fn parse(value: &str) -> Option<(&str, usize)> {
     Some((reason, count.parse().ok()?))
 }
 
-/// A disruption [`start`] started: where its pods go.
-#[derive(Debug, Default)]
-pub struct Started {
-    /// The replacement claims created for it.
-    pub replacements: Vec<String>,
-    /// Its pods placed on existing nodes: (namespace, name) → node.
-    pub on_nodes: HashMap<(String, String), String>,
-}
-
-/// Tries to start disrupting `m` for `reason`: simulates moving its pods (with the disruptions
-/// this pass already started, `started`, carried out: [`Snapshot::decided`]), and if they all
-/// fit, marks the claim and launches the replacements.
+/// Tries to start disrupting `m` for `reason`: asks `plan` whether its pods would all find a
+/// home with its node gone (the disruptions this pass started already carried out), and if so
+/// marks the claim and launches the replacements. Returns whether it started.
 pub async fn start(
     ctx: &Context,
+    plan: &mut Plan,
     m: &Machine<'_>,
-    started: &[(&Machine<'_>, Started)],
     reason: &str,
-) -> Result<Option<Started>, ControllerError> {
-    let node = m.node.name_any();
-    let mut snapshot = Snapshot::take(ctx);
-    for (earlier, plan) in started {
-        snapshot.decided(
-            &earlier.node.name_any(),
-            earlier.claim,
-            &plan.on_nodes,
-            &plan.replacements,
-        );
-    }
-    snapshot.leave(&node, m.claim);
-    let built = snapshot.input(ctx, &ctx.instance_types).await;
-    let result = scheduling::solve(&built.input);
-    let moving: BTreeSet<(String, String)> = m
-        .pods
-        .iter()
-        .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
-        .collect();
-    let pod_key = |i: usize| {
-        let pod = &snapshot.pending[built.pod_index[i]];
-        (pod.namespace().unwrap_or_default(), pod.name_any())
+) -> Result<bool, ControllerError> {
+    let replacements = match plan.leave(m) {
+        Ok(replacements) => replacements,
+        Err(why) => {
+            let why = format!("Cannot disrupt NodeClaim: {why}");
+            ctx.metrics.own.disruption_blocked(reason);
+            ctx.events
+                .normal_once_per(
+                    BLOCKED_EVENT_WINDOW,
+                    Repeat::SameNote,
+                    m.claim,
+                    "DisruptionBlocked",
+                    why.clone(),
+                )
+                .await;
+            ctx.events
+                .normal_once_per(
+                    BLOCKED_EVENT_WINDOW,
+                    Repeat::SameNote,
+                    m.node,
+                    "DisruptionBlocked",
+                    why,
+                )
+                .await;
+            return Ok(false);
+        }
     };
-    let stuck: Vec<String> = result
-        .unschedulable
-        .iter()
-        .map(|(i, _)| pod_key(*i))
-        .chain(built.rejected.iter().map(|(i, _)| {
-            let pod = &snapshot.pending[*i];
-            (pod.namespace().unwrap_or_default(), pod.name_any())
-        }))
-        .filter(|k| moving.contains(k))
-        .map(|(ns, n)| format!("{ns}/{n}"))
-        .collect();
-    // Capacity that is not up yet is no home for evicted pods (it may never come up).
-    let not_up: Vec<String> = result
-        .placements_not_up(&built.input, 0)
-        .filter(|(i, _)| moving.contains(&pod_key(*i)))
-        .map(|(i, name)| {
-            let (ns, n) = pod_key(i);
-            format!("{ns}/{n} would schedule against {name}, which is not initialized")
-        })
-        .collect();
-    if !stuck.is_empty() || !not_up.is_empty() {
-        let why = if stuck.is_empty() {
-            format!("Cannot disrupt NodeClaim: {}", not_up.join(", "))
-        } else {
-            format!(
-                "Cannot disrupt NodeClaim: pods would not schedule elsewhere: {}",
-                stuck.join(", ")
-            )
-        };
-        ctx.metrics.own.disruption_blocked(reason);
-        ctx.events
-            .normal_once_per(
-                BLOCKED_EVENT_WINDOW,
-                Repeat::SameNote,
-                m.claim,
-                "DisruptionBlocked",
-                why.clone(),
-            )
-            .await;
-        ctx.events
-            .normal_once_per(
-                BLOCKED_EVENT_WINDOW,
-                Repeat::SameNote,
-                m.node,
-                "DisruptionBlocked",
-                why,
-            )
-            .await;
-        return Ok(None);
-    }
-    // The new claims that hold pods of this node are its replacements (the others are the
-    // provisioner's business).
-    let replacements: Vec<&scheduling::NewClaim> = result
-        .new_claims
-        .iter()
-        .filter(|c| c.pods.iter().any(|i| moving.contains(&pod_key(*i))))
-        .collect();
     let note = if replacements.is_empty() {
         "its pods fit on other nodes".to_owned()
     } else {
         format!("launching {} replacement(s)", replacements.len())
     };
-    let on_nodes = result
-        .existing_placements
-        .iter()
-        .filter_map(|(i, target)| match target {
-            scheduling::Target::Node(name) => Some((pod_key(*i), name.clone())),
-            scheduling::Target::Claim(_) => None,
-        })
-        .filter(|(key, _)| moving.contains(key))
-        .collect();
-    let replacements = launch(ctx, &[m], reason, &replacements, &note).await?;
-    Ok(Some(Started {
-        replacements,
-        on_nodes,
-    }))
+    let replacements: Vec<&scheduling::NewClaim> = replacements.iter().collect();
+    launch(ctx, &[m], reason, &replacements, &note).await?;
+    Ok(true)
 }
 
 /// Starts one decided disruption of `machines` for `reason`: marks each claim (the "decided"
