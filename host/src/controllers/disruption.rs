@@ -87,8 +87,8 @@ struct Memory {
 /// How often the loop looks whether a NodePool changed (a changed pool starts a pass at once, so
 /// its claims show `Drifted` within a second of the edit, as Karpenter's pool watch does).
 pub const POOL_CHECK_INTERVAL: Duration = Duration::from_millis(500);
-/// How long a pass may spend starting drift disruptions (a simulation each); the next pass goes
-/// on where it stopped.
+/// How long a pass may spend deciding drift disruptions (a simulation each); the next pass goes
+/// on where it stopped. The decided ones then start together ([`command::start_all`]).
 pub const DRIFT_STARTS_TIME: Duration = Duration::from_secs(5);
 /// A claim's or node's `DisruptionBlocked` Event with the same note is published once per this
 /// window (Karpenter's default dedupe), not once per pass.
@@ -407,7 +407,8 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
 }
 
 /// Starts drift disruptions, as many per pool as its Drifted budget allows (each simulated with
-/// the ones started before it gone), for at most [`DRIFT_STARTS_TIME`] a pass; Karpenter starts
+/// the ones decided before it carried out: [`Plan`]), deciding for at most [`DRIFT_STARTS_TIME`]
+/// a pass, then starting them together; Karpenter starts
 /// one command per loop, which bounds a large drift by the host (kubernetes-sigs/karpenter#3197).
 /// Returns whether it started any.
 async fn start_disruptions(
@@ -488,6 +489,7 @@ async fn start_disruptions(
         });
         let mut room = allowed;
         let deadline = Instant::now() + DRIFT_STARTS_TIME;
+        let mut decided = Vec::new();
         for m in machines {
             if room == 0 || Instant::now() >= deadline {
                 break;
@@ -519,11 +521,19 @@ async fn start_disruptions(
             let Some(plan) = plan.as_mut() else {
                 continue;
             };
-            if command::start(ctx, plan, m, "Drifted").await? {
-                started = true;
+            if let Some(replacements) = command::decide(ctx, plan, m, "Drifted").await {
                 room -= 1;
+                decided.push((m, replacements));
             }
         }
+        if command::start_all(ctx, &decided, "Drifted").await? > 0 {
+            started = true;
+        }
+    }
+    if let Some(plan) = plan {
+        ctx.metrics
+            .disruption
+            .evaluated("Drifted", "", plan.spent());
     }
     Ok(started)
 }

@@ -10,6 +10,7 @@ use controller::POOL;
 
 pub mod catalog;
 pub mod controller;
+pub mod evaluations;
 pub mod table;
 pub mod usage;
 pub mod watch;

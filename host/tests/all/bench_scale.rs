@@ -43,6 +43,7 @@ use crate::bench::controller::{
     Beside, Controller, Finished, POOL, Started, System, footer, on_own_control_plane, prepare,
     report, run_label, start_controller,
 };
+use crate::bench::evaluations::Summary;
 use crate::bench::table::{Measure, Table};
 use crate::bench::watch::Watch;
 use crate::bench::{CONTROL_PLANE_ARGS, deployment, env_or, scale_deployments, systems};
@@ -73,6 +74,8 @@ struct Step {
     longest_pending: Duration,
     cpu_seconds: f64,
     rss_kib: u64,
+    /// The controller's disruption decisions in the step, as its `/metrics` times them.
+    evaluations: Option<Summary>,
 }
 
 impl Step {
@@ -184,6 +187,7 @@ async fn observe(
 ) -> Result<()> {
     let started = Instant::now();
     let before = controller.usage();
+    let evaluations = controller.evaluations();
     watch.longest_pending_since_last();
     loop {
         controller.check_alive()?;
@@ -202,6 +206,17 @@ async fn observe(
     let after = controller.usage();
     step.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
     step.rss_kib = after.rss_kib;
+    step.evaluations = controller.evaluations().since(&evaluations);
+    if let Some(e) = step.evaluations {
+        println!(
+            "   {}: {} disruption evaluations, mean {:.3} s, all within {} s, {:.0}% within 1 s",
+            step.name,
+            e.count,
+            e.mean,
+            e.longest_within,
+            e.within_one_second * 100.0
+        );
+    }
     println!(
         "   {}: {}; most disrupting {}; longest pending {:.0?}; CPU {:.1} s; RSS {} MiB; {:?}",
         step.name,
@@ -583,6 +598,24 @@ fn table(runs: &[Run]) -> String {
             format!("{name}: controller CPU (s)"),
             1,
             col(&|r| r.step(name).map(|s| s.cpu_seconds)),
+        );
+        t.row(
+            format!("{name}: disruption evaluations, mean (ms)"),
+            0,
+            col(&|r| {
+                r.step(name)
+                    .and_then(|s| s.evaluations)
+                    .map(|e| e.mean * 1000.0)
+            }),
+        );
+        t.row(
+            format!("{name}: disruption evaluations, all within (s)"),
+            2,
+            col(&|r| {
+                r.step(name)
+                    .and_then(|s| s.evaluations)
+                    .map(|e| e.longest_within)
+            }),
         );
     }
     t.row(

@@ -27,13 +27,13 @@ use crate::provisioner_e2e::{Pods, wait_running};
 
 /// One sample: its labels and value.
 #[derive(Debug, Clone, PartialEq)]
-struct Sample {
-    labels: BTreeMap<String, String>,
-    value: f64,
+pub struct Sample {
+    pub labels: BTreeMap<String, String>,
+    pub value: f64,
 }
 
 /// The samples of an OpenMetrics text, by series name.
-fn parse(text: &str) -> BTreeMap<String, Vec<Sample>> {
+pub fn parse(text: &str) -> BTreeMap<String, Vec<Sample>> {
     let mut out: BTreeMap<String, Vec<Sample>> = BTreeMap::new();
     for line in text
         .lines()

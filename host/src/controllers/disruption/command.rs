@@ -13,6 +13,9 @@
 //! at any point resumes from the table; a decision whose replacements were only partly created
 //! is given up (and its replacements left as ordinary capacity).
 
+use std::collections::HashMap;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::reflector::ObjectRef;
@@ -46,23 +49,26 @@ fn consolidation_policy(ctx: &Context, name: &str) -> &'static str {
         })
 }
 
+/// How many disruptions' writes go to the API server at once (the client's rate limit still
+/// bounds them).
+pub const WRITES_AT_ONCE: usize = 16;
+
 /// `<reason>/<replacements>` from the annotation.
 fn parse(value: &str) -> Option<(&str, usize)> {
     let (reason, count) = value.split_once('/')?;
     Some((reason, count.parse().ok()?))
 }
 
-/// Tries to start disrupting `m` for `reason`: asks `plan` whether its pods would all find a
-/// home with its node gone (the disruptions this pass started already carried out), and if so
-/// marks the claim and launches the replacements. Returns whether it started.
-pub async fn start(
+/// Asks `plan` whether `m` may go for `reason` (the disruptions this pass decided already
+/// carried out): the replacements it needs if so; if not, `DisruptionBlocked` Events say why.
+pub async fn decide(
     ctx: &Context,
     plan: &mut Plan,
     m: &Machine<'_>,
     reason: &str,
-) -> Result<bool, ControllerError> {
-    let replacements = match plan.leave(m) {
-        Ok(replacements) => replacements,
+) -> Option<Vec<scheduling::NewClaim>> {
+    match plan.leave(m) {
+        Ok(replacements) => Some(replacements),
         Err(why) => {
             let why = format!("Cannot disrupt NodeClaim: {why}");
             ctx.metrics.own.disruption_blocked(reason);
@@ -84,17 +90,43 @@ pub async fn start(
                     why,
                 )
                 .await;
-            return Ok(false);
+            None
         }
-    };
-    let note = if replacements.is_empty() {
-        "its pods fit on other nodes".to_owned()
-    } else {
-        format!("launching {} replacement(s)", replacements.len())
-    };
-    let replacements: Vec<&scheduling::NewClaim> = replacements.iter().collect();
-    launch(ctx, &[m], reason, &replacements, &note).await?;
-    Ok(true)
+    }
+}
+
+/// Starts the `decided` disruptions for `reason` (each machine with its replacements),
+/// [`WRITES_AT_ONCE`] at once. Returns how many started; the first error, if any, after all
+/// were tried (a decision that failed is decided again by a later pass, on fresh objects).
+pub async fn start_all(
+    ctx: &Context,
+    decided: &[(&Machine<'_>, Vec<scheduling::NewClaim>)],
+    reason: &str,
+) -> Result<usize, ControllerError> {
+    let outcomes: Vec<Result<(), ControllerError>> = futures::stream::iter(decided)
+        .map(|(m, replacements)| async move {
+            let note = if replacements.is_empty() {
+                "its pods fit on other nodes".to_owned()
+            } else {
+                format!("launching {} replacement(s)", replacements.len())
+            };
+            let replacements: Vec<&scheduling::NewClaim> = replacements.iter().collect();
+            launch(ctx, &[*m], reason, &replacements, &note)
+                .await
+                .map(|_| ())
+        })
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect()
+        .await;
+    let started = outcomes.iter().filter(|o| o.is_ok()).count();
+    match outcomes.into_iter().find_map(Result::err) {
+        Some(err) if started == 0 => Err(err),
+        Some(err) => {
+            tracing::debug!(error = %err, started, "some disruptions did not start");
+            Ok(started)
+        }
+        None => Ok(started),
+    }
 }
 
 /// Starts one decided disruption of `machines` for `reason`: marks each claim (the "decided"
@@ -180,83 +212,93 @@ pub async fn launch(
     Ok(launched)
 }
 
-/// Whether `claim` is a replacement for the claim named `name`.
-pub fn replaces(claim: &NodeClaim, name: &str) -> bool {
-    claim
-        .annotations()
-        .get(REPLACES)
-        .is_some_and(|v| v.split(',').any(|n| n == name))
-}
-
 /// Moves every disruption under way one step (see the module's table), and removes disrupted
 /// taints no disruption stands behind.
 pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError> {
     let all = machines(&view.claims, &view.nodes, &view.pods);
-    for m in &all {
-        if m.claim.metadata.deletion_timestamp.is_some() {
-            continue;
-        }
-        let Some(value) = m.claim.annotations().get(DISRUPTION_ANNOTATION) else {
-            if tainted_disrupted(m.node) {
-                // A taint without a decision (the host stopped after giving one up).
-                untaint(ctx, m.node).await?;
+    // Claim name → the claims replacing it, read once (not a scan of every claim per claim).
+    let mut replacing: HashMap<&str, Vec<&NodeClaim>> = HashMap::new();
+    for claim in &view.claims {
+        if let Some(names) = claim.annotations().get(REPLACES) {
+            for name in names.split(',') {
+                replacing.entry(name).or_default().push(claim.as_ref());
             }
-            continue;
-        };
-        let Some((reason, planned)) = parse(value) else {
-            give_up(ctx, m, "unreadable disruption annotation").await?;
-            continue;
-        };
-        let name = m.claim.name_any();
-        let replacements: Vec<&NodeClaim> = view
-            .claims
-            .iter()
-            .filter(|c| replaces(c, &name))
-            .map(|c| c.as_ref())
-            .collect();
-        if replacements.len() < planned {
-            if tainted_disrupted(m.node) {
-                give_up(ctx, m, "a replacement NodeClaim is gone").await?;
-            } else if !recently_decided(m.claim) {
-                give_up(ctx, m, "its replacements were not all created").await?;
-            }
-            continue;
         }
-        if let Some(failed) = replacements.iter().find(|r| failed(r)) {
-            let why = format!("replacement NodeClaim {} failed", failed.name_any());
-            give_up(ctx, m, &why).await?;
-            continue;
-        }
-        if !tainted_disrupted(m.node) {
-            // Tainted now: with no replacement, or all of them up already, the claim goes in
-            // this pass rather than once the cache shows the taint (a pass later).
-            taint(ctx, m.node).await?;
-        }
-        if !replacements.iter().all(|r| is_true(r, INITIALIZED)) {
-            if decided_before(m.claim, REPLACEMENT_TIMEOUT_MILLIS) {
-                give_up(
-                    ctx,
-                    m,
-                    "its replacements were not initialized within 10 minutes",
-                )
-                .await?;
-            }
-            continue;
-        }
-        let pool = nodeclaim::nodepool(m.claim);
-        tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
-        let note = format!("Disrupting NodeClaim ({reason}): deleting it");
-        ctx.events
-            .normal(m.claim, "DisruptionTerminating", note.clone())
-            .await;
-        ctx.events
-            .normal(m.node, "DisruptionTerminating", note)
-            .await;
-        ctx.metrics
-            .lifecycle
-            .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
-        nodeclaim::delete(ctx, m.claim).await?;
     }
+    // Each disruption's step is its own few writes; they go at once, so a thousand disruptions
+    // under way wait for the API server's answers together, not one after another.
+    let outcomes: Vec<Result<(), ControllerError>> = futures::stream::iter(&all)
+        .map(|m| advance(ctx, &replacing, m))
+        .buffer_unordered(WRITES_AT_ONCE)
+        .collect()
+        .await;
+    outcomes.into_iter().collect()
+}
+
+/// Moves the disruption of `m`, if it is under one, one step.
+async fn advance(
+    ctx: &Context,
+    replacing: &HashMap<&str, Vec<&NodeClaim>>,
+    m: &Machine<'_>,
+) -> Result<(), ControllerError> {
+    if m.claim.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let Some(value) = m.claim.annotations().get(DISRUPTION_ANNOTATION) else {
+        if tainted_disrupted(m.node) {
+            // A taint without a decision (the host stopped after giving one up).
+            untaint(ctx, m.node).await?;
+        }
+        return Ok(());
+    };
+    let Some((reason, planned)) = parse(value) else {
+        give_up(ctx, m, "unreadable disruption annotation").await?;
+        return Ok(());
+    };
+    let name = m.claim.name_any();
+    let replacements = replacing.get(name.as_str()).map_or(&[][..], Vec::as_slice);
+    if replacements.len() < planned {
+        if tainted_disrupted(m.node) {
+            give_up(ctx, m, "a replacement NodeClaim is gone").await?;
+        } else if !recently_decided(m.claim) {
+            give_up(ctx, m, "its replacements were not all created").await?;
+        }
+        return Ok(());
+    }
+    if let Some(failed) = replacements.iter().find(|r| failed(r)) {
+        let why = format!("replacement NodeClaim {} failed", failed.name_any());
+        give_up(ctx, m, &why).await?;
+        return Ok(());
+    }
+    if !tainted_disrupted(m.node) {
+        // Tainted now: with no replacement, or all of them up already, the claim goes in
+        // this pass rather than once the cache shows the taint (a pass later).
+        taint(ctx, m.node).await?;
+    }
+    if !replacements.iter().all(|r| is_true(r, INITIALIZED)) {
+        if decided_before(m.claim, REPLACEMENT_TIMEOUT_MILLIS) {
+            give_up(
+                ctx,
+                m,
+                "its replacements were not initialized within 10 minutes",
+            )
+            .await?;
+        }
+        return Ok(());
+    }
+    let pool = nodeclaim::nodepool(m.claim);
+    tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
+    let note = format!("Disrupting NodeClaim ({reason}): deleting it");
+    ctx.events
+        .normal(m.claim, "DisruptionTerminating", note.clone())
+        .await;
+    ctx.events
+        .normal(m.node, "DisruptionTerminating", note)
+        .await;
+    ctx.metrics
+        .lifecycle
+        .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
+    nodeclaim::delete(ctx, m.claim).await?;
     Ok(())
 }
 

@@ -178,6 +178,8 @@ async fn decide(
     if remembered(memory.quiet, quiet_key, QUIET_FOR) {
         return Ok(());
     }
+    // Karpenter times a method's whole evaluation, taking the cluster included.
+    let evaluating = Instant::now();
     let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, recent).await
     else {
         memory.refused.clear();
@@ -208,7 +210,7 @@ async fn decide(
     disruption.evaluated(
         reason,
         metric_labels::consolidation_type(reason, candidates),
-        started.elapsed(),
+        evaluating.elapsed(),
     );
     if started.elapsed() >= timeout {
         disruption.consolidation_timeout(metric_labels::consolidation_type(reason, candidates));

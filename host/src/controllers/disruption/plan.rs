@@ -5,6 +5,7 @@
 //! taking and converting the cluster for every node bounded how many a pass could start.
 
 use std::collections::HashSet;
+use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
@@ -22,6 +23,8 @@ use crate::state::View;
 pub struct Plan {
     snapshot: Snapshot,
     input: SchedulingInput,
+    /// Time spent taking the cluster and asking it (not starting what it said).
+    spent: Duration,
 }
 
 impl Plan {
@@ -29,6 +32,7 @@ impl Plan {
     /// (their taint not written yet) are left out: their pods have replacements of their own on
     /// the way, and they are no home for others.
     pub async fn new(ctx: &Context, view: &View) -> Self {
+        let started = Instant::now();
         let snapshot = Snapshot::from_view(view, &ctx.selector);
         let mut input = snapshot.input(ctx, &ctx.instance_types).await.input;
         let decided: HashSet<&str> = view
@@ -51,13 +55,36 @@ impl Plan {
         input
             .existing_nodes
             .retain(|n| !decided_nodes.contains(&n.name));
-        Self { snapshot, input }
+        // The pods pending now are placed once, first (they were waiting before any of this
+        // pass's candidates): the room they take on existing nodes is taken, and what they need
+        // beyond it is the provisioner's to launch, not part of any replacement. Each question
+        // then solves only the pods of the node it takes out.
+        let pending = std::mem::take(&mut input.pods);
+        let placed = removal::without_nodes(&mut input, &HashSet::new(), &pending);
+        removal::carry_out(&mut input, &HashSet::new(), &pending, &placed);
+        Self {
+            snapshot,
+            input,
+            spent: started.elapsed(),
+        }
+    }
+
+    /// How long taking the cluster and the questions asked of it took so far.
+    pub fn spent(&self) -> Duration {
+        self.spent
     }
 
     /// Whether `m`'s pods would all find a home with its node gone: if so, the new claims they
     /// need (its replacements), and the removal is carried out in the plan; if not, why not (the
     /// plan unchanged).
     pub fn leave(&mut self, m: &Machine<'_>) -> Result<Vec<NewClaim>, String> {
+        let started = Instant::now();
+        let answer = self.ask(m);
+        self.spent += started.elapsed();
+        answer
+    }
+
+    fn ask(&mut self, m: &Machine<'_>) -> Result<Vec<NewClaim>, String> {
         let node = m.node.name_any();
         let mut moving = Vec::with_capacity(m.pods.len());
         let mut unreadable = Vec::new();

@@ -16,7 +16,9 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::{Value, json};
 
 use super::catalog::Catalog;
+use super::evaluations::Evaluations;
 use super::usage::{Usage, load_average, usage};
+use crate::leader_election::address_in;
 use crate::lifecycle::{Host, Names, RUN_LABEL};
 
 /// The NodePool both systems get is named so.
@@ -102,19 +104,23 @@ pub fn free_port() -> Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
+/// `GET http://<address><path>` over HTTP/1.0 (no chunked answer): the status line and the
+/// body, or `None` when nobody answers.
+fn http_get(address: &str, path: &str) -> Option<(String, String)> {
+    let mut stream = TcpStream::connect(address).ok()?;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+    stream.write_all(request.as_bytes()).ok()?;
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).ok()?;
+    let answer = String::from_utf8_lossy(&answer);
+    let (head, body) = answer.split_once("\r\n\r\n")?;
+    Some((head.lines().next()?.to_owned(), body.to_owned()))
+}
+
 /// Whether `GET http://127.0.0.1:<port><path>` answers 200.
 fn http_ok(port: u16, path: &str) -> bool {
-    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
-        return false;
-    };
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-    let request = format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
-    if stream.write_all(request.as_bytes()).is_err() {
-        return false;
-    }
-    let mut head = [0u8; 16];
-    let n = stream.read(&mut head).unwrap_or(0);
-    String::from_utf8_lossy(&head[..n]).contains(" 200")
+    http_get(&format!("127.0.0.1:{port}"), path).is_some_and(|(status, _)| status.contains(" 200"))
 }
 
 /// Upstream Karpenter's kwok controller, run out of cluster as its own e2e setup does in cluster:
@@ -122,16 +128,18 @@ fn http_ok(port: u16, path: &str) -> bool {
 pub struct Karpenter {
     child: Mutex<Option<Child>>,
     log: PathBuf,
+    metrics_port: u16,
 }
 
 impl Karpenter {
     pub fn start(bin: &Path, cp: &ControlPlane, health_port: u16) -> Result<Self> {
         let log = cp.dir().join("logs/karpenter.log");
         let file = std::fs::File::create(&log)?;
+        let metrics_port = free_port()?;
         let child = Command::new(bin)
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("DISABLE_LEADER_ELECTION", "true")
-            .env("METRICS_PORT", free_port()?.to_string())
+            .env("METRICS_PORT", metrics_port.to_string())
             .env("HEALTH_PROBE_PORT", health_port.to_string())
             .env("LOG_LEVEL", "info")
             .stdin(Stdio::null())
@@ -142,6 +150,7 @@ impl Karpenter {
         Ok(Self {
             child: Mutex::new(Some(child)),
             log,
+            metrics_port,
         })
     }
 }
@@ -162,6 +171,19 @@ impl Controller {
 
     pub fn usage(&self) -> Usage {
         self.pid().and_then(usage).unwrap_or_default()
+    }
+
+    /// What its `/metrics` says about its disruption decisions' durations (nothing when it
+    /// cannot be read).
+    pub fn evaluations(&self) -> Evaluations {
+        let address = match self {
+            Controller::Capstan(host) => address_in(&host.log(), "serving /metrics"),
+            Controller::Karpenter(k) => Some(format!("127.0.0.1:{}", k.metrics_port)),
+        };
+        address
+            .and_then(|a| http_get(&a, "/metrics"))
+            .map(|(_, body)| Evaluations::read(&body))
+            .unwrap_or_default()
     }
 
     /// An error with the end of the log if the process exited.
