@@ -10,7 +10,9 @@
 //! provisioning pass hands an Event to a queue of [`QUEUE`] and goes on, and [`WRITERS`] writers
 //! send them to the API server. Past the queue's bound, new Events are dropped (and counted in
 //! the log), so a burst — 20,000 pods nominated in one pass — never holds the host back, where
-//! writing each in turn held a provisioning pass for seconds per claim.
+//! writing each in turn held a provisioning pass for seconds per claim. The writers take at most
+//! [`EVENTS_QPS`] a second (bursts of [`EVENTS_BURST`]), so Events never take the client's whole
+//! rate limit from the writes that do the work.
 //!
 //! Events a loop would repeat every pass (`DisruptionBlocked` every 3 s while a budget or a pod
 //! holds a node) go through [`Events::normal_once_per`]: the same object, reason and note is
@@ -32,6 +34,7 @@ use tokio::sync::mpsc;
 
 use crate::capability::host::truncate;
 use crate::metrics::BoundedValues;
+use crate::ratelimit::TokenBucket;
 
 /// Distinct Event reasons per kind of object (the host's own are a few dozen).
 pub const MAX_REASONS: usize = 128;
@@ -42,6 +45,13 @@ pub const OTHER_REASON: &str = "Other";
 pub const QUEUE: usize = 4096;
 /// Events written at once.
 pub const WRITERS: usize = 8;
+/// Events written per second at most, on average (bursts of [`EVENTS_BURST`]): Events share the
+/// client's rate limit (`--kube-client-qps`, 200 by default) with the host's real work, and
+/// during a large drift they would take most of it (every eviction is an Event), delaying the
+/// writes that move disruptions on.
+pub const EVENTS_QPS: u32 = 50;
+/// Events written at once after a quiet spell, before [`EVENTS_QPS`] paces them.
+pub const EVENTS_BURST: u32 = 200;
 
 /// Past this many remembered Events, expired ones are dropped on the next publish.
 const DEDUPE_PRUNE_AT: usize = 4096;
@@ -93,10 +103,15 @@ pub struct Events {
 
 /// Writes queued Events, [`WRITERS`] at once, until every sender is gone.
 async fn write_events(recorder: Recorder, mut queue: mpsc::Receiver<(Event, ObjectReference)>) {
+    let pace = Arc::new(TokenBucket::new(EVENTS_QPS, EVENTS_BURST));
     futures::stream::poll_fn(move |cx| queue.poll_recv(cx))
         .for_each_concurrent(WRITERS, |(event, reference)| {
             let recorder = recorder.clone();
-            async move { write(&recorder, &event, &reference).await }
+            let pace = Arc::clone(&pace);
+            async move {
+                tokio::time::sleep(pace.reserve()).await;
+                write(&recorder, &event, &reference).await
+            }
         })
         .await;
 }

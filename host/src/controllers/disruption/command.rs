@@ -72,10 +72,12 @@ pub async fn decide(
         Err(why) => {
             let why = format!("Cannot disrupt NodeClaim: {why}");
             ctx.metrics.own.disruption_blocked(reason);
+            // Once per window whatever the pods named: while many nodes move, the pods a
+            // blocked candidate names change from pass to pass.
             ctx.events
                 .normal_once_per(
                     BLOCKED_EVENT_WINDOW,
-                    Repeat::SameNote,
+                    Repeat::AnyNote,
                     m.claim,
                     "DisruptionBlocked",
                     why.clone(),
@@ -84,7 +86,7 @@ pub async fn decide(
             ctx.events
                 .normal_once_per(
                     BLOCKED_EVENT_WINDOW,
-                    Repeat::SameNote,
+                    Repeat::AnyNote,
                     m.node,
                     "DisruptionBlocked",
                     why,

@@ -13,10 +13,14 @@ use super::candidates::{Machine, disrupting};
 use crate::consolidation::Refusal;
 use crate::controllers::Context;
 use crate::controllers::nodeclaim::provider_id;
-use crate::controllers::provisioner::snapshot::Snapshot;
+use crate::controllers::provisioner::snapshot::{Snapshot, is_reschedulable};
 use crate::scheduling::removal::{self, NAMED_STRANDED};
-use crate::scheduling::{NewClaim, SchedulingInput};
+use crate::scheduling::{NewClaim, Pod, SchedulingInput, Taint, TaintEffect};
 use crate::state::View;
+
+/// A taint the plan puts on capacity that is not up, so no moving pod is placed there (a pod
+/// that tolerates every taint still may, and is then held back as Karpenter holds it).
+pub const NOT_UP: &str = "capstan.dev/not-up";
 
 /// One pass's cluster, with the disruptions it started carried out.
 #[derive(Debug)]
@@ -28,9 +32,17 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The cluster of `view`, converted. Nodes whose claims were decided for disruption before
-    /// (their taint not written yet) are left out: their pods have replacements of their own on
-    /// the way, and they are no home for others.
+    /// The cluster of `view`, converted, as the pass's questions need it:
+    ///
+    /// - nodes whose claims were decided for disruption before (their taint not written yet)
+    ///   are gone, their pods pending: they have replacements of their own on the way;
+    /// - the pods pending are placed once, first (they were waiting before any of this pass's
+    ///   candidates): the room they take is taken, and what they need beyond it is the
+    ///   provisioner's to launch, never part of a replacement;
+    /// - capacity that is not up (uninitialized nodes, claims in flight) takes no moving pod
+    ///   ([`NOT_UP`]): a candidate's pods go to initialized nodes or to replacements of their
+    ///   own, rather than being held back until that capacity comes up. Its pods still count
+    ///   for topology.
     pub async fn new(ctx: &Context, view: &View) -> Self {
         let started = Instant::now();
         let snapshot = Snapshot::from_view(view, &ctx.selector);
@@ -52,16 +64,19 @@ impl Plan {
             })
             .map(|n| n.name_any())
             .collect();
-        input
-            .existing_nodes
-            .retain(|n| !decided_nodes.contains(&n.name));
-        // The pods pending now are placed once, first (they were waiting before any of this
-        // pass's candidates): the room they take on existing nodes is taken, and what they need
-        // beyond it is the provisioner's to launch, not part of any replacement. Each question
-        // then solves only the pods of the node it takes out.
-        let pending = std::mem::take(&mut input.pods);
-        let placed = removal::without_nodes(&mut input, &HashSet::new(), &pending);
-        removal::carry_out(&mut input, &HashSet::new(), &pending, &placed);
+        let decided_pods: Vec<Pod> = view
+            .pods
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some_and(|n| decided_nodes.contains(n))
+            })
+            .filter(|p| is_reschedulable(p) && ctx.selector.matches(p.labels()))
+            .filter_map(|p| snapshot.pod(p).ok())
+            .collect();
+        prepare(&mut input, &decided_nodes, decided_pods);
         Self {
             snapshot,
             input,
@@ -115,5 +130,128 @@ impl Plan {
         let replacements = found.replacements().cloned().collect();
         removal::carry_out(&mut self.input, &leaving, &moving, &found);
         Ok(replacements)
+    }
+}
+
+/// `input` made ready for a pass's questions (see [`Plan::new`]): the `decided` nodes gone, their
+/// pods (`decided_pods`) and the pending ones placed and bound where they go, capacity that is
+/// not up tainted [`NOT_UP`].
+fn prepare(input: &mut SchedulingInput, decided: &HashSet<String>, decided_pods: Vec<Pod>) {
+    input.existing_nodes.retain(|n| !decided.contains(&n.name));
+    let mut pending = std::mem::take(&mut input.pods);
+    pending.extend(decided_pods);
+    let placed = removal::without_nodes(input, &HashSet::new(), &pending);
+    removal::carry_out(input, &HashSet::new(), &pending, &placed);
+    let not_up = Taint::new(NOT_UP, "", TaintEffect::NoSchedule);
+    for node in input.existing_nodes.iter_mut().filter(|n| !n.initialized) {
+        node.taints.push(not_up.clone());
+    }
+    for claim in &mut input.inflight_claims {
+        claim.taints.push(not_up.clone());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
+    use crate::scheduling::{
+        ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering, Requirement,
+        Requirements, Resources, Target,
+    };
+
+    const GI: i64 = 1 << 30;
+
+    fn pod(name: &str, cpu_millis: i64) -> Pod {
+        Pod::new("ns", name, Resources::new(cpu_millis, GI / 4, 0))
+    }
+
+    fn node(name: &str, used_millis: i64, initialized: bool) -> ExistingNode {
+        ExistingNode {
+            name: name.into(),
+            labels: BTreeMap::from([(HOSTNAME.to_owned(), name.to_owned())]),
+            allocatable: Resources::new(4000, 8 * GI, 110),
+            used: Resources::new(used_millis, 0, 0),
+            initialized,
+            ..ExistingNode::default()
+        }
+    }
+
+    fn input() -> SchedulingInput {
+        let four = InstanceType {
+            name: "c4".into(),
+            requirements: Requirements::new().with(Requirement::in_(INSTANCE_TYPE, ["c4"])),
+            offerings: vec![Offering::new("zone-1", "on-demand", 0.4)],
+            capacity: Resources::new(4000, 8 * GI, 40),
+            overhead: Resources::default(),
+        };
+        SchedulingInput {
+            pods: vec![pod("pending", 2000)],
+            node_pools: vec![NodePoolView::new("default", vec![four].into())],
+            existing_nodes: vec![
+                node("up", 1000, true),
+                node("decided", 1000, true),
+                node("coming", 0, false),
+            ],
+            inflight_claims: vec![InflightClaim {
+                name: "in-flight".into(),
+                allocatable: Resources::new(4000, 8 * GI, 40),
+                ..InflightClaim::default()
+            }],
+            ..SchedulingInput::default()
+        }
+    }
+
+    /// Pending pods and those of nodes decided before take their room first; a candidate's
+    /// pods then go to initialized nodes or a replacement of their own, never to capacity that
+    /// is not up (where Karpenter would hold the candidate back until it is).
+    #[test]
+    fn pending_pods_go_first_and_capacity_not_up_takes_no_moving_pod() {
+        let mut input = input();
+        let decided = HashSet::from(["decided".to_owned()]);
+        prepare(&mut input, &decided, vec![pod("from-decided", 1000)]);
+        assert!(input.pods.is_empty(), "placed, not pending");
+        let names: Vec<&str> = input
+            .existing_nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(names, ["up", "coming"]);
+        let up = &input.existing_nodes[0];
+        assert_eq!(
+            up.used.cpu_millis, 4000,
+            "pending 2 CPU and 1 CPU from the decided node"
+        );
+        assert_eq!(up.pods.len(), 2);
+        assert!(
+            input.existing_nodes[1]
+                .taints
+                .iter()
+                .any(|t| t.key == NOT_UP)
+        );
+        assert!(
+            input.inflight_claims[0]
+                .taints
+                .iter()
+                .any(|t| t.key == NOT_UP)
+        );
+
+        // A candidate's pod: "up" is full, "coming" and the claim in flight are not up, so it
+        // needs a replacement — and is not stranded.
+        let moving = vec![pod("moving", 500)];
+        let found = removal::without_nodes(&mut input, &HashSet::new(), &moving);
+        assert!(found.stranded.is_empty(), "{:?}", found.stranded);
+        assert_eq!(found.replacements().count(), 1);
+        assert!(
+            !found
+                .result
+                .existing_placements
+                .iter()
+                .any(|(_, t)| matches!(t, Target::Node(n) if n == "coming")),
+            "{:?}",
+            found.result.existing_placements
+        );
     }
 }
