@@ -15,6 +15,10 @@
 //!    provisioning's (the scale-up's price, halved) and every pod runs;
 //! 5. **delete all**: until no node is left.
 //!
+//! Every step also reports the controller's own timing of its disruption decisions in it (the
+//! `karpenter_voluntary_disruption_decision_evaluation_duration_seconds` histogram both export,
+//! read from `/metrics` before and after: [`crate::bench::evaluations`]).
+//!
 //! Knobs: `SCALE` (`2000`: 2,000 nodes and 20,000 pods, the default; `5000`: 5,000 and 50,000),
 //! `SCALE_PODS` (pods; default ten a node), `CAPSTAN_BENCH_SCALE_SYSTEMS` (default
 //! `capstan,karpenter`), `CAPSTAN_BENCH_SCALE_TIMEOUT` (seconds a step may take, default 1800),

@@ -118,7 +118,7 @@ pub fn held_by_another<'a>(
 ) -> Option<Taken> {
     claims
         .into_iter()
-        .find(|other| other.uid() != claim.uid() && provider_id(other) == Some(id))
+        .find(|other| provider_id(other) == Some(id) && other.metadata.uid != claim.metadata.uid)
         .map(|other| Taken::OtherClaim {
             provider_id: id.to_owned(),
             claim: other.name_any(),
@@ -133,22 +133,24 @@ pub fn node_taken<'a>(
     claims: impl IntoIterator<Item = &'a NodeClaim>,
 ) -> Option<Taken> {
     let name = node.name_any();
+    // Called for every claim reconcile over every claim: compared in place, nothing cloned.
+    let uid = claim.metadata.uid.as_deref();
     let owner = node
         .owner_references()
         .iter()
         .find(|o| {
             o.kind == "NodeClaim"
                 && o.api_version.starts_with("karpenter.sh/")
-                && claim.uid().as_deref() != Some(o.uid.as_str())
+                && uid != Some(o.uid.as_str())
         })
         .map(|o| o.name.clone())
         .or_else(|| {
             claims
                 .into_iter()
                 .find(|other| {
-                    other.uid() != claim.uid()
-                        && other.status.as_ref().and_then(|s| s.node_name.as_deref())
-                            == Some(name.as_str())
+                    other.status.as_ref().and_then(|s| s.node_name.as_deref())
+                        == Some(name.as_str())
+                        && other.metadata.uid.as_deref() != uid
                 })
                 .map(|other| other.name_any())
         });

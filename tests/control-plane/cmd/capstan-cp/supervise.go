@@ -73,7 +73,7 @@ func parseOptions(name string, args []string) (*options, error) {
 	fs.DurationVar(&o.startTimeout, "start-timeout", 180*time.Second, "how long to wait for everything to become ready")
 	fs.IntVar(&o.kubeAPIQPS, "kube-api-qps", 0, "client QPS of kube-controller-manager and kube-scheduler (0: their defaults)")
 	fs.IntVar(&o.kubeAPIBurst, "kube-api-burst", 0, "client burst of kube-controller-manager and kube-scheduler (0: their defaults, or twice --kube-api-qps)")
-	fs.BoolVar(&o.scale, "scale", false, "settings for thousands of nodes: kwok renews node leases every 150 s, kube-controller-manager waits 20 min before calling a silent node NotReady, kube-apiserver admits 1600 requests in flight (800 mutating), etcd's quota is 8 GiB")
+	fs.BoolVar(&o.scale, "scale", false, "settings for thousands of nodes: kwok renews node leases every 150 s, kube-controller-manager waits 20 min before calling a silent node NotReady, kube-apiserver admits 1600 requests in flight (800 mutating), etcd's quota is 8 GiB, kube-scheduler scores 5% of the nodes for a pod")
 	fs.StringVar(&o.auditUsers, "audit-users", "", "comma-separated users whose every request kube-apiserver records in logs/audit.log (benchmarks count a controller's requests with it)")
 	fs.BoolVar(&o.simulateBusyPort, "simulate-busy-port", false, "testing: occupy the API server's port during the first start attempt")
 	if err := fs.Parse(args); err != nil {
@@ -135,6 +135,28 @@ func (o *options) scaleArgs(component string) []string {
 		return []string{"--node-monitor-grace-period", scaleNodeMonitorGrace}
 	}
 	return nil
+}
+
+// scaleNodesToScore is kube-scheduler's percentageOfNodesToScore under --scale: by default it
+// scores about 35% of 2,000 nodes for every pod (its adaptive default, 50% less 1% per 125
+// nodes), which held a 20,000-pod scale-up here to about 10 pods bound a second; at 5% it still
+// scores at least 100 nodes (its floor) and takes the best of them, as large clusters tune it.
+const scaleNodesToScore = 5
+
+// schedulerConfig is kube-scheduler's configuration under --scale: the kubeconfig, no leader
+// election, the client rates of --kube-api-qps/--kube-api-burst, and scaleNodesToScore.
+func (o *options) schedulerConfig(kubeconfig string) string {
+	client := fmt.Sprintf("clientConnection:\n  kubeconfig: %q\n", kubeconfig)
+	if o.kubeAPIQPS > 0 {
+		client += fmt.Sprintf("  qps: %d\n", o.kubeAPIQPS)
+	}
+	if o.kubeAPIBurst > 0 {
+		client += fmt.Sprintf("  burst: %d\n", o.kubeAPIBurst)
+	}
+	return "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n" +
+		client +
+		"leaderElection:\n  leaderElect: false\n" +
+		fmt.Sprintf("percentageOfNodesToScore: %d\n", scaleNodesToScore)
 }
 
 // rateLimitArgs are the client rate-limit flags of kube-controller-manager and kube-scheduler.
@@ -490,17 +512,27 @@ func (c *cluster) startAll(ctx context.Context) error {
 	}
 	if !c.o.noScheduler {
 		kc := c.path("scheduler.kubeconfig")
-		s, err := c.start("kube-scheduler", c.self, append([]string{"kube-scheduler",
-			"--kubeconfig", kc,
+		args := []string{"kube-scheduler",
 			"--authentication-kubeconfig", kc,
 			"--authorization-kubeconfig", kc,
 			"--bind-address", "127.0.0.1",
 			"--secure-port", strconv.Itoa(ports["scheduler"]),
 			"--cert-dir", c.path("scheduler"),
-			"--leader-elect=false",
 			"--profiling=false",
 			"--v", "1",
-		}, c.o.rateLimitArgs()...), nil)
+		}
+		if c.o.scale {
+			// A configuration file replaces the client and leader-election flags.
+			config := c.path("scheduler.yaml")
+			if err := os.WriteFile(config, []byte(c.o.schedulerConfig(kc)), 0o644); err != nil {
+				return err
+			}
+			args = append(args, "--config", config)
+		} else {
+			args = append(args, "--kubeconfig", kc, "--leader-elect=false")
+			args = append(args, c.o.rateLimitArgs()...)
+		}
+		s, err := c.start("kube-scheduler", c.self, args, nil)
 		if err != nil {
 			return err
 		}
