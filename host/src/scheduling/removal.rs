@@ -131,7 +131,7 @@ pub fn carry_out(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
@@ -140,7 +140,7 @@ mod tests {
         ExistingNode, InstanceType, NodePoolView, Offering, Requirement, Requirements, Resources,
     };
 
-    const GI: i64 = 1 << 30;
+    pub(crate) const GI: i64 = 1 << 30;
 
     fn node(name: &str, cpu: i64, pods: Vec<Pod>) -> ExistingNode {
         let mut used = Resources::default();
@@ -159,11 +159,13 @@ mod tests {
         }
     }
 
-    fn pod(name: &str, cpu_millis: i64) -> Pod {
+    /// A pod of `cpu_millis` and a quarter GiB in namespace `ns`.
+    pub(crate) fn pod(name: &str, cpu_millis: i64) -> Pod {
         Pod::new("ns", name, Resources::new(cpu_millis, GI / 4, 0))
     }
 
-    fn input(nodes: Vec<ExistingNode>) -> SchedulingInput {
+    /// Pool `default` of one 4-vCPU, 8 GiB type, `c4`.
+    pub(crate) fn pool() -> NodePoolView {
         let four = InstanceType {
             name: "c4".into(),
             requirements: Requirements::new().with(Requirement::in_(INSTANCE_TYPE, ["c4"])),
@@ -171,8 +173,12 @@ mod tests {
             capacity: Resources::new(4000, 8 * GI, 40),
             overhead: Resources::default(),
         };
+        NodePoolView::new("default", vec![four].into())
+    }
+
+    fn input(nodes: Vec<ExistingNode>) -> SchedulingInput {
         SchedulingInput {
-            node_pools: vec![NodePoolView::new("default", vec![four].into())],
+            node_pools: vec![pool()],
             existing_nodes: nodes,
             ..SchedulingInput::default()
         }

@@ -156,17 +156,9 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
-    use crate::scheduling::{
-        ExistingNode, InflightClaim, InstanceType, NodePoolView, Offering, Requirement,
-        Requirements, Resources, Target,
-    };
-
-    const GI: i64 = 1 << 30;
-
-    fn pod(name: &str, cpu_millis: i64) -> Pod {
-        Pod::new("ns", name, Resources::new(cpu_millis, GI / 4, 0))
-    }
+    use crate::api::labels::HOSTNAME;
+    use crate::scheduling::removal::tests::{GI, pod, pool};
+    use crate::scheduling::{ExistingNode, InflightClaim, Resources, Target};
 
     fn node(name: &str, used_millis: i64, initialized: bool) -> ExistingNode {
         ExistingNode {
@@ -180,16 +172,9 @@ mod tests {
     }
 
     fn input() -> SchedulingInput {
-        let four = InstanceType {
-            name: "c4".into(),
-            requirements: Requirements::new().with(Requirement::in_(INSTANCE_TYPE, ["c4"])),
-            offerings: vec![Offering::new("zone-1", "on-demand", 0.4)],
-            capacity: Resources::new(4000, 8 * GI, 40),
-            overhead: Resources::default(),
-        };
         SchedulingInput {
             pods: vec![pod("pending", 2000)],
-            node_pools: vec![NodePoolView::new("default", vec![four].into())],
+            node_pools: vec![pool()],
             existing_nodes: vec![
                 node("up", 1000, true),
                 node("decided", 1000, true),
