@@ -515,11 +515,9 @@ async fn start_disruptions(
                     .await;
                 continue;
             }
-            if plan.is_none() {
-                plan = Some(Plan::new(ctx, view).await);
-            }
-            let Some(plan) = plan.as_mut() else {
-                continue;
+            let plan = match &mut plan {
+                Some(plan) => plan,
+                none => none.insert(Plan::new(ctx, view).await),
             };
             if let Some(replacements) = command::decide(ctx, plan, m, "Drifted").await {
                 room -= 1;

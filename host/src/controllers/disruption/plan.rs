@@ -53,7 +53,9 @@ impl Plan {
             .filter(|c| disrupting(c))
             .filter_map(|c| provider_id(c))
             .collect();
-        let decided_nodes: HashSet<String> = view
+        // Among the nodes not leaving already: a leaving node's pods are pending in the snapshot
+        // (counting them here again would take their room twice).
+        let decided_nodes: HashSet<String> = snapshot
             .nodes
             .iter()
             .filter(|n| {
@@ -64,8 +66,8 @@ impl Plan {
             })
             .map(|n| n.name_any())
             .collect();
-        let decided_pods: Vec<Pod> = view
-            .pods
+        let decided_pods: Vec<Pod> = snapshot
+            .bound
             .iter()
             .filter(|p| {
                 p.spec
