@@ -203,10 +203,13 @@ task_e2e() {
   # Most e2e tests wait on the control plane rather than compute, and each isolates itself (its own
   # selector, names and namespaces), so they run four at a time even on two cores.
   (cd "$REPO_ROOT" && cargo test --workspace --locked --test '*' -- --test-threads "${CAPSTAN_TEST_THREADS:-4}")
-  # The heavy ones run alone afterwards (1,000 pods would slow the timing checks of the others).
+  # The heavy ones run alone afterwards, one at a time: 1,000 or 3,000 pods would slow the timing
+  # checks of the others, and their own figures would measure the others' load.
   log "heavy e2e tests, one at a time"
   (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
-    consolidation::a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_does)
+    --test-threads 1 \
+    consolidation::a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_does \
+    bench_scale::a_host_with_3000_pods_keeps_its_memory_per_pod_bounded)
   task_conformance_fast
 }
 

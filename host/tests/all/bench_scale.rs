@@ -693,8 +693,11 @@ async fn bench_scale_capstan_beside_karpenter() {
 
 /// The host's memory per cached pod, at 3,000 pods on about 300 nodes, stays under a bound: 47
 /// KiB measured (debug build; 45 release), 89 before the snapshot shared the caches' pods and
-/// Events were deduped and written in the background — the bound sits between.
+/// Events were deduped and written in the background — the bound sits between. It runs alone
+/// after the parallel suite: beside three other tests on two cores its control plane fell so far
+/// behind (claims first reconciled 30–77 s after creation) that the node count meant nothing.
 #[tokio::test]
+#[ignore = "heavy: `make e2e` runs it alone after the parallel suite"]
 async fn a_host_with_3000_pods_keeps_its_memory_per_pod_bounded() {
     const PODS: usize = 3000;
     const MAX_KIB_PER_POD: f64 = 64.0;
