@@ -354,6 +354,7 @@ pub async fn provision(
                     .lifecycle
                     .created("provisioned", &new.node_pool, false);
                 let name = created.name_any();
+                ctx.state.claims.created(created.clone());
                 nominations.nominate(new.pods.iter().map(uid_of), &name);
                 tracing::info!(
                     nodeclaim = %name,

@@ -12,9 +12,8 @@
 //!
 //! [`not_for_dynamic_provisioning`]: super::provisioner::snapshot::not_for_dynamic_provisioning
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
@@ -35,50 +34,15 @@ use k8s_openapi::api::core::v1::Pod;
 /// How often static pools are checked.
 pub const INTERVAL: Duration = Duration::from_secs(2);
 
-/// How long a claim this controller created counts before the cache shows it.
-const UNSEEN_GRACE: Duration = Duration::from_secs(30);
-
-/// Claims created lately, by pool, until the cache has them (so one is not created twice).
-#[derive(Debug, Default)]
-struct Created(Mutex<HashMap<String, Vec<(String, Instant)>>>);
-
-impl Created {
-    /// Records `claim` as created for `pool`.
-    fn record(&self, pool: &str, claim: String) {
-        if let Ok(mut created) = self.0.lock() {
-            created
-                .entry(pool.to_owned())
-                .or_default()
-                .push((claim, Instant::now()));
-        }
-    }
-
-    /// How many of `pool`'s recent creations `live` does not show yet; forgets the ones it shows
-    /// and the old ones.
-    fn unseen(&self, pool: &str, live: &[&NodeClaim]) -> usize {
-        let Ok(mut created) = self.0.lock() else {
-            return 0;
-        };
-        let Some(recent) = created.get_mut(pool) else {
-            return 0;
-        };
-        recent.retain(|(name, at)| {
-            at.elapsed() < UNSEEN_GRACE && !live.iter().any(|c| c.name_any() == *name)
-        });
-        recent.len()
-    }
-}
-
 /// Runs forever.
 pub async fn run(ctx: Arc<Context>) {
-    let created = Created::default();
     let mut ticker = tokio::time::interval(INTERVAL);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
         let snapshot = Snapshot::take(&ctx);
         for pool in snapshot.pools.iter().filter(|p| p.spec.replicas.is_some()) {
-            if let Err(err) = reconcile(&ctx, &snapshot, pool, &created).await {
+            if let Err(err) = reconcile(&ctx, &snapshot, pool).await {
                 tracing::warn!(nodepool = %pool.name_any(), error = %err, "static nodepool");
             }
         }
@@ -147,7 +111,6 @@ async fn reconcile(
     ctx: &Context,
     snapshot: &Snapshot,
     pool: &NodePool,
-    created: &Created,
 ) -> Result<(), ControllerError> {
     let name = pool.name_any();
     let replicas = usize::try_from(pool.spec.replicas.unwrap_or(0)).unwrap_or(0);
@@ -167,15 +130,14 @@ async fn reconcile(
         .claims
         .iter()
         .filter(|c| c.labels().get(NODEPOOL).is_some_and(|p| *p == name))
-        .count()
-        + created.unseen(&name, &live);
+        .count();
     let room = node_limit(pool).map_or(usize::MAX, |limit| limit.saturating_sub(held));
     // A claim being replaced (static drift) no longer counts: its replacement does.
     let live: Vec<&NodeClaim> = live
         .into_iter()
         .filter(|c| !candidates::disrupting(c))
         .collect();
-    let have = live.len() + created.unseen(&name, &live);
+    let have = live.len();
     if have < replicas && have >= want {
         ctx.events
             .normal(
@@ -212,6 +174,7 @@ async fn reconcile(
         for _ in 0..(want - have).min(room) {
             let claim = claim_for(&new, pool, &ctx.selector.equality_labels());
             let made = api.create(&PostParams::default(), &claim).await?;
+            ctx.state.claims.created(made.clone());
             ctx.metrics.lifecycle.created("provisioned", &name, false);
             tracing::info!(nodepool = %name, nodeclaim = %made.name_any(), replicas = want, "static nodepool: created nodeclaim");
             ctx.events
@@ -225,7 +188,6 @@ async fn reconcile(
                     ),
                 )
                 .await;
-            created.record(&name, made.name_any());
         }
     } else if live.len() > want {
         let now = k8s_openapi::jiff::Timestamp::now();

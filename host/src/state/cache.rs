@@ -5,6 +5,7 @@ use std::fmt::Debug;
 use std::hash::Hash;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use std::collections::BTreeMap;
@@ -33,10 +34,20 @@ where
     subscribers: Subscribers<K>,
     rejected: Arc<Mutex<BTreeMap<String, Rejected>>>,
     generation: Arc<AtomicU64>,
+    ahead: Ahead<K>,
 }
 
 /// Who is told of changes.
 type Subscribers<K> = Arc<Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>>;
+
+/// Objects the host created that the watch has not brought yet, each with when it was created
+/// (see [`Cache::created`]).
+type Ahead<K> = Arc<Mutex<Vec<(Arc<K>, Instant)>>>;
+
+/// How long an object the host created counts without the watch bringing it ([`Cache::created`]):
+/// long enough for an API server minutes behind, short enough that an object deleted before its
+/// watch ever saw it is not counted for long.
+pub const AHEAD_TTL: Duration = Duration::from_secs(120);
 
 /// An object the API server holds but the host cannot read as its type (see
 /// [`Cache::run_lenient`]).
@@ -73,6 +84,7 @@ where
             subscribers: Arc::default(),
             rejected: Arc::default(),
             generation: Arc::default(),
+            ahead: Arc::default(),
         }
     }
 }
@@ -100,6 +112,37 @@ where
         (writer, Arc::clone(&self.subscribers))
     }
 
+    /// Counts `object`, which the host has just created, in [`Cache::state`] until the watch
+    /// brings it (or [`AHEAD_TTL`] passes). A decision taken before the watch catches up must not
+    /// take it again: with the API server behind, the provisioner's next batch would otherwise
+    /// not see the claims of the last one and create them a second time. (Karpenter puts the
+    /// NodeClaims it creates in its cluster state at once, for the same reason.)
+    pub fn created(&self, object: K) {
+        let mut object = object;
+        slim(&mut object);
+        lock(&self.ahead).push((Arc::new(object), Instant::now()));
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Every object of the store, then those the host created that the store does not hold yet
+    /// ([`Cache::created`]).
+    pub fn state(&self) -> Vec<Arc<K>> {
+        let mut objects = self.store.state();
+        let mut ahead = lock(&self.ahead);
+        if ahead.is_empty() {
+            return objects;
+        }
+        ahead.retain(|(object, at)| {
+            at.elapsed() < AHEAD_TTL
+                && self
+                    .store
+                    .get(&reflector::ObjectRef::from_obj(object.as_ref()))
+                    .is_none()
+        });
+        objects.extend(ahead.iter().map(|(object, _)| Arc::clone(object)));
+        objects
+    }
+
     /// Every object changed or deleted from now on, once the store reflects the change.
     pub fn subscribe(&self) -> impl Stream<Item = Arc<K>> + Send + 'static {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -118,6 +161,7 @@ where
     ) -> impl Future<Output = ()> + Send + 'static {
         let (writer, subscribers) = self.start();
         let generation = Arc::clone(&self.generation);
+        let ahead = Arc::clone(&self.ahead);
         async move {
             let Some(writer) = writer else {
                 return;
@@ -133,7 +177,10 @@ where
                 .touched_objects()
                 .for_each(move |object| {
                     match object {
-                        Ok(object) => notify(&subscribers, Arc::new(object)),
+                        Ok(object) => {
+                            seen(&ahead, &object);
+                            notify(&subscribers, Arc::new(object));
+                        }
                         Err(err) => tracing::debug!(error = %err, "watch failed; retrying"),
                     }
                     futures::future::ready(())
@@ -159,6 +206,7 @@ where
         let (writer, subscribers) = self.start();
         let generation = Arc::clone(&self.generation);
         let rejected = Arc::clone(&self.rejected);
+        let ahead = Arc::clone(&self.ahead);
         let resource = ApiResource::erase::<K>(&());
         let api: Api<DynamicObject> = Api::all_with(client, &resource);
         let store = self.store.clone();
@@ -225,6 +273,7 @@ where
                 | watcher::Event::InitApply(object)
                 | watcher::Event::Delete(object) = typed
                 {
+                    seen(&ahead, &object);
                     notify(&subscribers, Arc::new(object));
                 }
             }
@@ -263,6 +312,87 @@ where
         .map(|object| object.as_ref().clone())
 }
 
+/// Forgets the created object the watch has now brought (applied, or already deleted).
+fn seen<K>(ahead: &Ahead<K>, object: &K)
+where
+    K: Resource,
+{
+    let mut ahead = lock(ahead);
+    if ahead.is_empty() {
+        return;
+    }
+    let (name, namespace) = (
+        object.meta().name.as_deref(),
+        object.meta().namespace.as_deref(),
+    );
+    ahead.retain(|(created, _)| {
+        created.meta().name.as_deref() != name || created.meta().namespace.as_deref() != namespace
+    });
+}
+
 fn notify<K>(subscribers: &Mutex<Vec<mpsc::UnboundedSender<Arc<K>>>>, object: Arc<K>) {
     lock(subscribers).retain(|tx| tx.send(Arc::clone(&object)).is_ok());
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn config_map(name: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                namespace: Some("default".to_owned()),
+                ..ObjectMeta::default()
+            },
+            ..ConfigMap::default()
+        }
+    }
+
+    fn names(objects: &[Arc<ConfigMap>]) -> Vec<String> {
+        objects.iter().map(|o| o.name_any()).collect()
+    }
+
+    /// An object the host created counts at once and only once: alone while the watch has not
+    /// brought it, from the store once it has.
+    #[test]
+    fn a_created_object_counts_until_the_watch_brings_it() {
+        let cache: Cache<ConfigMap> = Cache::default();
+        let (writer, _) = cache.start();
+        let mut writer = writer.expect("the first start gets the writer");
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("old")));
+        let before = cache.generation();
+        cache.created(config_map("new"));
+        assert!(cache.generation() > before, "a reader must see the change");
+        assert_eq!(names(&cache.state()), ["old", "new"]);
+        // The watch brings it: the store's copy is the one counted.
+        writer.apply_watcher_event(&watcher::Event::Apply(config_map("new")));
+        let mut both = names(&cache.state());
+        both.sort();
+        assert_eq!(both, ["new", "old"]);
+        assert!(lock(&cache.ahead).is_empty());
+        // Deleted before a read: the watch's delete forgets it too, so it does not come back.
+        cache.created(config_map("brief"));
+        seen(&cache.ahead, &config_map("brief"));
+        let mut left = names(&cache.state());
+        left.sort();
+        assert_eq!(left, ["new", "old"]);
+    }
+
+    /// One that has waited longer than [`AHEAD_TTL`] no longer counts.
+    #[test]
+    fn a_created_object_the_watch_never_brings_stops_counting() {
+        let cache: Cache<ConfigMap> = Cache::default();
+        cache.created(config_map("lost"));
+        if let Some(entry) = lock(&cache.ahead).first_mut() {
+            entry.1 = Instant::now()
+                .checked_sub(AHEAD_TTL + Duration::from_secs(1))
+                .expect("the machine has been up longer than the TTL");
+        }
+        assert!(cache.state().is_empty());
+        assert!(lock(&cache.ahead).is_empty());
+    }
 }

@@ -188,7 +188,7 @@ impl ClusterState {
         View {
             nodes: self.nodes.store().state(),
             pods: self.pods.store().state(),
-            claims: self.claims.store().state(),
+            claims: self.claims.state(),
             pools: self.pools.store().state(),
             rejected_pools: self.pools.rejected(),
             classes: self

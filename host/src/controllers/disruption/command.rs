@@ -184,6 +184,7 @@ pub async fn launch(
         let created = api.create(&PostParams::default(), &replacement).await?;
         ctx.metrics.lifecycle.created(reason, &new.node_pool, false);
         launched.push(created.name_any());
+        ctx.state.claims.created(created);
     }
     tracing::info!(nodeclaims = ?names, reason, replacements = ?launched, note, "disrupting");
     ctx.metrics.disruption.decision(
