@@ -20,6 +20,7 @@
 //! - [`metrics`]: Prometheus counters and provider call latency.
 //! - [`serve`]: the `/metrics`, `/healthz` and `/readyz` endpoints and the shared [`serve::Readiness`].
 //! - [`ratelimit`]: the Kubernetes client's QPS and burst limit (a token bucket tower layer).
+//! - [`kube_client`]: the host's Kubernetes clients, with that limit and a response timeout.
 //! - [`leader`]: leader election on a Lease, so that one of several replicas runs the controllers.
 //! - [`state`]: the watches of the cluster, their caches and their retry policy.
 //! - [`simulate`]: `capstan simulate`, the provisioner and consolidation over a dump of a cluster.
@@ -31,6 +32,7 @@ pub mod conformance;
 pub mod consolidation;
 pub mod controllers;
 pub mod explain;
+pub mod kube_client;
 pub mod leader;
 pub mod metrics;
 pub mod provider;

@@ -12,7 +12,6 @@ use clap::Args;
 use capstan::capability::grants::Grants;
 use capstan::controllers::{self, ProvidersSetup};
 use capstan::provider::{Loader, ProviderSource, Registry};
-use capstan::ratelimit::RateLimitLayer;
 use capstan::runtime::Limits;
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::scheduling::{MinValuesPolicy, PreferencePolicy};
@@ -291,20 +290,20 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             .context("cannot find a Kubernetes configuration")?,
     };
     workload_config.default_retry = false;
-    let rate_limit = RateLimitLayer::new(args.kube_client_qps, args.kube_client_burst);
-    let workload = kube::client::ClientBuilder::try_from(workload_config)
-        .context("cannot create the Kubernetes client")?
-        .with_layer(&rate_limit)
-        .build();
+    let workload = capstan::kube_client::client(
+        workload_config,
+        args.kube_client_qps,
+        args.kube_client_burst,
+    )
+    .context("cannot create the Kubernetes client")?;
     let management = match &args.management_kubeconfig {
         Some(path) => Some(
-            kube::client::ClientBuilder::try_from(kube_config(path).await?)
-                .context("cannot create the management cluster's client")?
-                .with_layer(&RateLimitLayer::new(
-                    args.kube_client_qps,
-                    args.kube_client_burst,
-                ))
-                .build(),
+            capstan::kube_client::client(
+                kube_config(path).await?,
+                args.kube_client_qps,
+                args.kube_client_burst,
+            )
+            .context("cannot create the management cluster's client")?,
         ),
         None => None,
     };
