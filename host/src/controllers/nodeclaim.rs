@@ -325,10 +325,12 @@ pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
     if nodes.is_empty() {
         return nodes;
     }
-    let claims = ctx.state.claims.store().state();
     nodes
         .into_iter()
-        .filter(|n| ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref)).is_none())
+        .filter(|n| {
+            let claims = ownership::claims_on(ctx, n);
+            ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref)).is_none()
+        })
         .collect()
 }
 
@@ -337,11 +339,10 @@ pub fn nodes_with_provider_id(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>
     let Some(id) = provider_id(claim) else {
         return Vec::new();
     };
+    // Filtered in the store: a copy of every Node for each claim reconcile cost more than the
+    // reconcile's own work at 2,000 nodes.
     ctx.nodes
-        .state()
-        .into_iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
-        .collect()
+        .state_filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
 }
 
 /// An owner reference to `object` (a claim, for its Node; a pool, for its claims), blocking

@@ -744,10 +744,25 @@ impl Drop for ControlPlane {
     }
 }
 
+/// [`start_cluster_api_once`], again (up to three times in all) when a port it picked was taken
+/// by another process between its choice and its bind.
+fn start_cluster_api(dir: &Path) -> Result<Supervisor> {
+    let mut attempt = 1;
+    loop {
+        match start_cluster_api_once(dir) {
+            Err(Error::Start(why)) if attempt < 3 && why.contains("address already in use") => {
+                tracing::warn!(attempt, "Cluster API lost a port to another process; again");
+                attempt += 1;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Runs `cp capi --dir DIR --watch-stdin` and waits for its `ready PID` line: Cluster API's core
 /// controllers run until its standard input closes (on [`ControlPlane::stop`], or when the test
 /// process exits).
-fn start_cluster_api(dir: &Path) -> Result<Supervisor> {
+fn start_cluster_api_once(dir: &Path) -> Result<Supervisor> {
     use std::io::{BufRead, BufReader};
     let script = crate::paths::repo_root()
         .join("tests")

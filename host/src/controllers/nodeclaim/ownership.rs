@@ -15,6 +15,8 @@
 //! And a claim is owned by its NodePool, as Karpenter's are ([`own_by_pool`]), so that deleting
 //! the pool deletes its claims through Kubernetes' garbage collector.
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::ObjectRef;
@@ -99,15 +101,34 @@ pub async fn own_by_pool(ctx: &Context, claim: &NodeClaim) -> Result<bool, Contr
 
 /// Whether `provider_id` is not `claim`'s to take, given the host's caches.
 pub fn taken(ctx: &Context, claim: &NodeClaim, provider_id: &str) -> Option<Taken> {
-    let claims = ctx.state.claims.store().state();
-    if let Some(taken) = held_by_another(claim, provider_id, claims.iter().map(AsRef::as_ref)) {
+    // Only the claims and Nodes that could answer are taken from the caches: these run for every
+    // claim reconcile, and a copy of every claim and Node each time was a seventh of the host's
+    // CPU at 2,000 nodes.
+    let holders = ctx
+        .state
+        .claims
+        .store()
+        .state_filter(|c| super::provider_id(c) == Some(provider_id));
+    if let Some(taken) = held_by_another(claim, provider_id, holders.iter().map(AsRef::as_ref)) {
         return Some(taken);
     }
     ctx.nodes
-        .state()
+        .state_filter(|n| {
+            n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
+        })
         .iter()
-        .filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id))
-        .find_map(|n| node_taken(claim, n, claims.iter().map(AsRef::as_ref)))
+        .find_map(|n| node_taken(claim, n, claims_on(ctx, n).iter().map(AsRef::as_ref)))
+}
+
+/// The claims whose status names `node` as theirs (the ones [`node_taken`] asks about).
+pub fn claims_on(ctx: &Context, node: &Node) -> Vec<Arc<NodeClaim>> {
+    let Some(name) = node.metadata.name.as_deref() else {
+        return Vec::new();
+    };
+    ctx.state
+        .claims
+        .store()
+        .state_filter(|c| c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(name))
 }
 
 /// The other claim among `claims` holding `provider_id`.

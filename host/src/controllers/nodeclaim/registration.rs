@@ -70,11 +70,10 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         }
     };
     // A Node another claim owns, or one older than the claim, is never adopted.
-    let claims = ctx.state.claims.store().state();
-    if let Some(taken) = nodes
-        .first()
-        .and_then(|n| ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref)))
-    {
+    if let Some(taken) = nodes.first().and_then(|n| {
+        let claims = ownership::claims_on(ctx, n);
+        ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref))
+    }) {
         let message = format!("not adopting the Node: {taken}");
         if set(
             claim,
