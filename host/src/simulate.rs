@@ -96,7 +96,7 @@ impl InstanceTypeSource for FromRegistry {
     async fn instance_types(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         self.fetch(pool, classes, Catalog::Overlaid).await
     }
@@ -107,7 +107,7 @@ impl FromRegistry {
     pub async fn fetch(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
         catalog: Catalog,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         let resolved = resolve::resolve_offline(

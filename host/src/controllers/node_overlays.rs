@@ -10,7 +10,7 @@
 //! evaluation the provisioner and consolidation wait, so no NodeClaim is priced without the
 //! overlays.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,7 +22,7 @@ use serde_json::json;
 
 use crate::api::nodeoverlay::{READY, VALIDATION_SUCCEEDED};
 use crate::api::shared::set_condition;
-use crate::api::{ConditionStatus, NodeClass, NodeOverlay, NodeOverlayStatus};
+use crate::api::{ConditionStatus, NodeOverlay, NodeOverlayStatus};
 use crate::controllers::provisioner::instance_types::{Catalog, FromProviders};
 use crate::controllers::{Context, ControllerError, evaluations, now};
 use crate::scheduling::overlay::{self, Overlay};
@@ -125,11 +125,7 @@ async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
 async fn raw_catalogs(ctx: &Context) -> Vec<overlay::PoolCatalog> {
     // The pools and classes only (a snapshot would copy every pod).
     let view = ctx.state.view();
-    let classes: HashMap<String, NodeClass> = view
-        .classes
-        .iter()
-        .map(|(key, class)| (key.clone(), class.as_ref().clone()))
-        .collect();
+    let classes = view.classes;
     let source = FromProviders {
         ctx,
         cache: &ctx.instance_types,

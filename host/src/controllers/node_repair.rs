@@ -127,11 +127,7 @@ impl NodeRepair {
     /// One look at every managed node.
     async fn pass(&mut self, ctx: &Context, seen: &[Arc<Node>]) -> Result<(), ControllerError> {
         let view = ctx.state.view();
-        let classes: HashMap<String, NodeClass> = view
-            .classes
-            .iter()
-            .map(|(name, class)| (name.clone(), class.as_ref().clone()))
-            .collect();
+        let classes = &view.classes;
         let claims: HashMap<&str, &Arc<NodeClaim>> = view
             .claims
             .iter()
@@ -152,7 +148,7 @@ impl NodeRepair {
             let Some(claim) = claims.get(node.name_any().as_str()) else {
                 continue;
             };
-            let Some(policies) = self.policies_for(ctx, claim, &classes).await else {
+            let Some(policies) = self.policies_for(ctx, claim, classes).await else {
                 continue;
             };
             let pool = claim.labels().get(NODEPOOL).cloned().unwrap_or_default();
@@ -208,7 +204,7 @@ impl NodeRepair {
         &mut self,
         ctx: &Context,
         claim: &NodeClaim,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
     ) -> Option<Arc<[Policy]>> {
         let resolved = resolve::resolve_in(ctx, &claim.spec.node_class_ref, classes).ok()?;
         let digest = resolved.provider.sha256();

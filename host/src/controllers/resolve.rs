@@ -111,8 +111,8 @@ fn served_not_found(reference: &NodeClassReference) -> Unresolved {
 /// A reference resolved.
 #[derive(Debug, Clone)]
 pub struct Resolved {
-    /// The NodeClass.
-    pub node_class: NodeClass,
+    /// The NodeClass (the cluster state's copy, shared).
+    pub node_class: Arc<NodeClass>,
     /// The provider's name.
     pub provider_name: String,
     /// The provider.
@@ -173,7 +173,11 @@ pub async fn resolve(
         Ok(class) => class,
         Err(unresolved) => return Ok(Err(unresolved)),
     };
-    Ok(with_provider(&ctx.registry, reference, node_class))
+    Ok(with_provider(
+        &ctx.registry,
+        reference,
+        Arc::new(node_class),
+    ))
 }
 
 /// [`resolve`] for a launch: a served node class whose `Ready` condition is `False` is
@@ -212,7 +216,7 @@ pub async fn resolve_for_launch(
 pub fn resolve_in(
     ctx: &Context,
     reference: &NodeClassReference,
-    classes: &std::collections::HashMap<String, NodeClass>,
+    classes: &std::collections::HashMap<String, Arc<NodeClass>>,
 ) -> Result<Resolved, Unresolved> {
     if !is_capstan(reference) && ctx.state.served.serving(reference).is_none() {
         return Err(unsupported(reference));
@@ -225,10 +229,10 @@ pub fn resolve_in(
 pub fn resolve_with(
     registry: &Registry,
     reference: &NodeClassReference,
-    classes: &std::collections::HashMap<String, NodeClass>,
+    classes: &std::collections::HashMap<String, Arc<NodeClass>>,
 ) -> Result<Resolved, Unresolved> {
     let node_class = match classes.get(&class_key(reference)) {
-        Some(class) => class.clone(),
+        Some(class) => Arc::clone(class),
         None if is_capstan(reference) => {
             return Err(Unresolved::NodeClassNotFound(reference.name.clone()));
         }
@@ -242,7 +246,7 @@ pub fn resolve_with(
 pub fn resolve_offline(
     registry: &Registry,
     reference: &NodeClassReference,
-    classes: &std::collections::HashMap<String, NodeClass>,
+    classes: &std::collections::HashMap<String, Arc<NodeClass>>,
 ) -> Result<Resolved, Unresolved> {
     if !is_capstan(reference) && !declared_by_any(registry, reference) {
         return Err(unsupported(reference));
@@ -263,7 +267,7 @@ fn declared_by_any(registry: &Registry, reference: &NodeClassReference) -> bool 
 fn with_provider(
     registry: &Registry,
     reference: &NodeClassReference,
-    node_class: NodeClass,
+    node_class: Arc<NodeClass>,
 ) -> Result<Resolved, Unresolved> {
     let provider_name = node_class.spec.provider.clone();
     match registry.get(&provider_name) {
@@ -358,11 +362,11 @@ mod tests {
                 },
             )
         };
-        let classes: HashMap<String, NodeClass> = [
-            ("default".to_owned(), class("capstan-provider")),
+        let classes: HashMap<String, Arc<NodeClass>> = [
+            ("default".to_owned(), Arc::new(class("capstan-provider"))),
             (
                 "KWOKNodeClass.karpenter.kwok.sh/default".to_owned(),
-                class("kwok"),
+                Arc::new(class("kwok")),
             ),
         ]
         .into();

@@ -32,7 +32,7 @@ impl InstanceTypeSource for Fake {
     async fn instance_types(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         let name = &pool.spec.template.spec.node_class_ref.name;
         if !classes.contains_key(name) {

@@ -45,7 +45,7 @@ pub trait InstanceTypeSource {
     fn instance_types(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
     ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send;
 }
 
@@ -61,7 +61,7 @@ impl InstanceTypeSource for FromProviders<'_> {
     async fn instance_types(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         let ctx = self.ctx;
         // As Karpenter: with the NodeOverlay gate on, nothing is decided on prices the overlays
@@ -98,7 +98,7 @@ impl FromProviders<'_> {
     pub async fn fetch(
         &self,
         pool: &NodePool,
-        classes: &HashMap<String, NodeClass>,
+        classes: &HashMap<String, Arc<NodeClass>>,
         catalog: Catalog,
     ) -> Result<(String, Result<Arc<[InstanceType]>, ProvisionError>), ProvisionError> {
         let resolved =

@@ -41,7 +41,7 @@ pub struct Snapshot {
     /// Managed NodePools, not being deleted.
     pub pools: Vec<NodePool>,
     /// NodeClasses by name.
-    pub classes: HashMap<String, NodeClass>,
+    pub classes: HashMap<String, Arc<NodeClass>>,
     /// The pods the DaemonSets would run on a new node ([`daemonset_pods`]), for their
     /// overhead.
     pub daemonset_pods: Vec<Pod>,
@@ -168,11 +168,8 @@ impl Snapshot {
                 .filter(|p| !deleting(p.as_ref()))
                 .map(|p| p.as_ref().clone())
                 .collect(),
-            classes: view
-                .classes
-                .iter()
-                .map(|(name, c)| (name.clone(), c.as_ref().clone()))
-                .collect(),
+            // Shared, not copied: a class may hold a whole catalog (the kwok provider's does).
+            classes: view.classes.clone(),
             daemonset_pods: daemonset_pods(
                 view.daemonsets.iter().map(AsRef::as_ref),
                 view.pods.iter().map(AsRef::as_ref),

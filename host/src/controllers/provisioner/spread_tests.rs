@@ -22,7 +22,7 @@ impl InstanceTypeSource for FourZones {
     async fn instance_types(
         &self,
         _pool: &NodePool,
-        _classes: &HashMap<String, crate::api::NodeClass>,
+        _classes: &HashMap<String, std::sync::Arc<crate::api::NodeClass>>,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
         let it = |name: &str, arch: &str| InstanceType {
             name: name.to_owned(),

@@ -221,7 +221,7 @@ impl instance_types::InstanceTypeSource for NoTypes {
     async fn instance_types(
         &self,
         _pool: &NodePool,
-        _classes: &std::collections::HashMap<String, crate::api::NodeClass>,
+        _classes: &std::collections::HashMap<String, std::sync::Arc<crate::api::NodeClass>>,
     ) -> Result<Arc<[scheduling::InstanceType]>, ProvisionError> {
         Err(ProvisionError::Pool("no types in this test".to_owned()))
     }
