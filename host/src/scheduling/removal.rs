@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{NewClaim, Pod, PodIndex, SchedulingInput, SchedulingResult, Target, solve};
+use super::{NewClaim, Pod, PodIndex, Resources, SchedulingInput, SchedulingResult, Target, solve};
 
 /// What one simulated removal found.
 #[derive(Debug)]
@@ -107,7 +107,9 @@ pub fn without_nodes<'p>(
 /// the nodes gone, each of their pods (`moving`, as passed to [`without_nodes`]) that it put on an
 /// existing node bound there. Pods it put on new claims leave the input with those claims (they
 /// are sized for them), so a later question neither counts on room this one took nor on its new
-/// claims.
+/// claims; those claims count against their pools' limits from then on, at the most any of their
+/// instance types could take (as a claim not launched yet counts), while the leaving nodes still
+/// count until they are gone.
 pub fn carry_out(
     input: &mut SchedulingInput,
     leaving: &HashSet<&str>,
@@ -127,6 +129,27 @@ pub fn carry_out(
         node.used.add(&pod.requests);
         node.used.pods += 1;
         node.pods.push(pod.clone());
+    }
+    for claim in removal.replacements() {
+        let Some(pool) = input
+            .node_pools
+            .iter_mut()
+            .find(|p| p.name == claim.node_pool)
+        else {
+            continue;
+        };
+        let Some(remaining) = pool.remaining.as_mut() else {
+            continue;
+        };
+        let mut largest = Resources::default();
+        for t in pool
+            .instance_types
+            .iter()
+            .filter(|t| claim.instance_type_options.contains(&t.name))
+        {
+            largest.max_assign(&t.capacity);
+        }
+        remaining.consume(&largest);
     }
 }
 
@@ -231,6 +254,34 @@ pub(crate) mod tests {
         assert!(removal.stranded.is_empty());
         assert_eq!(removal.result.new_claims.len(), 1);
         assert!(removal.moved_to_nodes().next().is_none());
+    }
+
+    /// Replacements carried out take their pool's room: with room for two more nodes, the third
+    /// removal that needs one strands its pod on the limit.
+    #[test]
+    fn replacements_carried_out_count_against_the_pools_limits() {
+        let full = |name: &str| node(name, 4, vec![pod(&format!("{name}1"), 3500)]);
+        let mut input = input(vec![full("a"), full("b"), full("c")]);
+        input.node_pools[0].remaining =
+            Some(crate::scheduling::ResourceLimits::default().with("cpu", 8000));
+        for (i, name) in ["a", "b"].into_iter().enumerate() {
+            let moving = vec![pod(&format!("{name}1"), 3500)];
+            let leaving = HashSet::from([name]);
+            let removal = without_nodes(&mut input, &leaving, &moving);
+            assert!(
+                removal.stranded.is_empty(),
+                "{name}: {:?}",
+                removal.stranded
+            );
+            assert_eq!(removal.replacements().count(), 1);
+            carry_out(&mut input, &leaving, &moving, &removal);
+            let left = input.node_pools[0].remaining.as_ref().map(|r| r.0["cpu"]);
+            assert_eq!(left, Some(4000 - 4000 * i as i64), "after {name}");
+        }
+        let moving = vec![pod("c1", 3500)];
+        let removal = without_nodes(&mut input, &HashSet::from(["c"]), &moving);
+        assert_eq!(removal.replacements().count(), 0);
+        assert_eq!(removal.stranded.len(), 1, "{:?}", removal.stranded);
     }
 
     /// Pods that fit nowhere, or only on capacity that is not up, are named.
