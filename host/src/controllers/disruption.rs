@@ -34,6 +34,7 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, ResourceExt};
@@ -147,6 +148,9 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
         .map(|p| (p.name_any(), p.as_ref()))
         .collect();
     stamp_pools(ctx, &view).await;
+    // Decided one claim after another (the provider is asked at a bounded rate), written side by
+    // side: a template change drifts every claim of the pool at once, 2,000 of them at 2,000 nodes.
+    let mut writes = Vec::new();
     for claim in &view.claims {
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
@@ -154,10 +158,19 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
         let Some(pool) = claim.labels().get(NODEPOOL).and_then(|p| pools.get(p)) else {
             continue;
         };
-        if let Err(err) = drift_claim(ctx, memory, pool, claim, &view).await {
-            tracing::debug!(nodeclaim = %claim.name_any(), error = %err, "drift check failed");
+        if let Some(write) = drift_claim(ctx, memory, pool, claim, &view).await {
+            writes.push((claim, write));
         }
-        if expired(claim, now) {
+    }
+    futures::stream::iter(writes)
+        .for_each_concurrent(command::WRITES_AT_ONCE, |(claim, write)| async move {
+            if let Err(err) = write_drift(ctx, claim, write).await {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %err, "drift check failed");
+            }
+        })
+        .await;
+    for claim in &view.claims {
+        if claim.metadata.deletion_timestamp.is_none() && expired(claim, now) {
             expire(ctx, claim).await?;
         }
     }
@@ -217,41 +230,68 @@ async fn stamp_pools(ctx: &Context, view: &View) {
     }
 }
 
-/// Keeps the claim's `Drifted` condition true to what [`drift`] and the provider say.
+/// What keeping a claim's drift state true takes.
+#[derive(Debug, PartialEq)]
+enum DriftWrite {
+    /// Stamp the pool's template hash (of this version) on the claim.
+    Restamp(String),
+    /// Set `Drifted` with this reason, or take it away.
+    Drifted(Option<String>),
+}
+
+/// What the claim's `Drifted` condition needs to stay true to what [`drift`] and the provider
+/// say, if anything.
 async fn drift_claim(
     ctx: &Context,
     memory: &mut Memory,
     pool: &NodePool,
     claim: &NodeClaim,
     view: &View,
-) -> Result<(), ControllerError> {
+) -> Option<DriftWrite> {
     if !is_true(claim, LAUNCHED) {
-        return Ok(());
+        return None;
     }
     if let Stamp::Restamp(hash) = drift::stamp(pool, claim) {
-        let patch = json!({"metadata": {"annotations": {
-            NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
-        }}});
-        Api::<NodeClaim>::all(ctx.client.clone())
-            .patch(
-                &claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
-        return Ok(());
+        return Some(DriftWrite::Restamp(hash));
     }
     let mut reason = drift::static_reason(pool, claim).map(str::to_owned);
     if reason.is_none() && old_enough(claim, INSTANCE_TYPE_CHECK_AGE) {
         reason = instance_type_gone(ctx, pool, claim, view).await;
     }
     if reason.is_none() {
-        reason = provider_reason(ctx, memory, claim, view).await?;
+        match provider_reason(ctx, memory, claim, view).await {
+            Ok(asked) => reason = asked,
+            Err(err) => {
+                tracing::debug!(nodeclaim = %claim.name_any(), error = %err, "drift check failed");
+                return None;
+            }
+        }
     }
-    let current = drift_reason(claim);
-    if current == reason {
-        return Ok(());
-    }
+    (drift_reason(claim) != reason).then_some(DriftWrite::Drifted(reason))
+}
+
+/// Writes what [`drift_claim`] decided.
+async fn write_drift(
+    ctx: &Context,
+    claim: &NodeClaim,
+    write: DriftWrite,
+) -> Result<(), ControllerError> {
+    let reason = match write {
+        DriftWrite::Restamp(hash) => {
+            let patch = json!({"metadata": {"annotations": {
+                NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
+            }}});
+            Api::<NodeClaim>::all(ctx.client.clone())
+                .patch(
+                    &claim.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await?;
+            return Ok(());
+        }
+        DriftWrite::Drifted(reason) => reason,
+    };
     let mut claim = claim.clone();
     match &reason {
         Some(reason) => {
