@@ -299,6 +299,28 @@ pub fn now() -> Time {
     Time(k8s_openapi::jiff::Timestamp::now())
 }
 
+/// A JSON merge patch of the cluster-scoped object `name` of kind `K` (a Node's taints, a
+/// claim's annotations): the object as the API server holds it afterwards.
+pub async fn merge_patch<K>(
+    client: &Client,
+    name: &str,
+    patch: &serde_json::Value,
+) -> Result<K, kube::Error>
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    kube::Api::<K>::all(client.clone())
+        .patch(
+            name,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(patch),
+        )
+        .await
+}
+
 /// Milliseconds from `then` to now (negative if `then` is in the future).
 pub fn millis_since(then: &Time) -> i64 {
     k8s_openapi::jiff::Timestamp::now().as_millisecond() - then.0.as_millisecond()

@@ -281,12 +281,7 @@ async fn write_drift(
             let patch = json!({"metadata": {"annotations": {
                 NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
             }}});
-            Api::<NodeClaim>::all(ctx.client.clone())
-                .patch(
-                    &claim.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
+            crate::controllers::merge_patch::<NodeClaim>(&ctx.client, &claim.name_any(), &patch)
                 .await?;
             return Ok(());
         }

@@ -13,12 +13,11 @@ use std::time::{Duration, Instant};
 
 use capstan::api::NodeClaim;
 use capstan_test_support::wait_until;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
@@ -844,38 +843,28 @@ impl Removals {
 
 /// Starts watching the pods of `ns` matching `selector` (returns once the watch is established).
 async fn removals(client: &Client, ns: &str, selector: &str) -> Removals {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let config = watcher::Config::default().labels(selector);
     let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let (ready, watching) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn({
-        let seen = seen.clone();
-        async move {
-            let mut ready = Some(ready);
-            let mut stream = watcher(api, config).boxed();
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::InitDone) => {
-                        if let Some(ready) = ready.take() {
-                            let _ = ready.send(());
-                        }
+    let task = crate::pod_watch::watch_pods(
+        Api::namespaced(client.clone(), ns),
+        watcher::Config::default().labels(selector),
+        {
+            let seen = seen.clone();
+            move |event| {
+                if let watcher::Event::Delete(pod) = event {
+                    let why = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
+                        .and_then(|c| c.reason.clone());
+                    if let Ok(mut seen) = seen.lock() {
+                        seen.push((Instant::now(), pod.name_any(), why));
                     }
-                    Ok(watcher::Event::Delete(pod)) => {
-                        let why = pod
-                            .status
-                            .as_ref()
-                            .and_then(|s| s.conditions.as_ref())
-                            .and_then(|c| c.iter().find(|c| c.type_ == "DisruptionTarget"))
-                            .and_then(|c| c.reason.clone());
-                        if let Ok(mut seen) = seen.lock() {
-                            seen.push((Instant::now(), pod.name_any(), why));
-                        }
-                    }
-                    _ => {}
                 }
+                std::ops::ControlFlow::Continue(())
             }
-        }
-    });
-    let _ = tokio::time::timeout(Duration::from_secs(30), watching).await;
+        },
+    )
+    .await;
     Removals { seen, task }
 }

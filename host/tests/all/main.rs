@@ -34,6 +34,7 @@ mod node_class_kinds;
 mod node_overlays;
 mod node_repair;
 mod nominated;
+mod pod_watch;
 mod pool_deletion;
 mod pool_limits;
 mod provider_new;

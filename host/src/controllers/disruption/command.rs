@@ -377,13 +377,7 @@ async fn patch_taints(
         "metadata": {"resourceVersion": node.resource_version()},
         "spec": {"taints": taints},
     });
-    Api::<Node>::all(ctx.client.clone())
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await?;
+    crate::controllers::merge_patch::<Node>(&ctx.client, &node.name_any(), &patch).await?;
     Ok(())
 }
 

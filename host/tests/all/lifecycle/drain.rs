@@ -5,16 +5,16 @@
 //! deleted when its own grace period still fits before the deadline; VolumeAttachments keep a
 //! drained node until they go.
 
+use std::ops::ControlFlow;
 use std::time::{Duration, Instant};
 
 use capstan::api::labels::NODECLAIM_TERMINATION_TIMESTAMP;
 use capstan_test_support::wait_until;
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use kube::api::{DeleteParams, ListParams, PostParams};
-use kube::runtime::watcher::{self, watcher};
+use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 
@@ -141,44 +141,52 @@ async fn removals(
     names: &[&str],
     start: Instant,
 ) -> tokio::task::JoinHandle<Removals> {
-    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
-    let (ready, watching) = tokio::sync::oneshot::channel();
-    let task = tokio::spawn(async move {
-        let mut ready = Some(ready);
-        let mut seen = Removals::new();
-        let mut stream = watcher(api, watcher::Config::default()).boxed();
-        let give_up = tokio::time::Instant::now() + Duration::from_secs(90);
-        let deleted = |seen: &Removals, name: &str| {
-            seen.iter()
-                .any(|(n, r, _)| n == name && *r == Removal::Deleted)
-        };
-        while !names.iter().all(|n| deleted(&seen, n)) {
-            let Ok(Some(event)) = tokio::time::timeout_at(give_up, stream.next()).await else {
-                break;
-            };
-            let (pod, what) = match event {
-                Ok(watcher::Event::InitDone) => {
-                    if let Some(ready) = ready.take() {
-                        let _ = ready.send(());
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Removals::new()));
+    let mut watch = crate::pod_watch::watch_pods(
+        Api::namespaced(client.clone(), ns),
+        watcher::Config::default(),
+        {
+            let seen = seen.clone();
+            move |event| {
+                let (pod, what) = match event {
+                    watcher::Event::Apply(pod) if pod.metadata.deletion_timestamp.is_some() => {
+                        (pod, Removal::Terminating)
                     }
-                    continue;
+                    watcher::Event::Delete(pod) => (pod, Removal::Deleted),
+                    _ => return ControlFlow::Continue(()),
+                };
+                let Ok(mut seen) = seen.lock() else {
+                    return ControlFlow::Break(());
+                };
+                let name = pod.name_any();
+                if names.contains(&name) && !seen.iter().any(|(n, r, _)| *n == name && *r == what) {
+                    seen.push((name, what, start.elapsed()));
                 }
-                Ok(watcher::Event::Apply(pod)) if pod.metadata.deletion_timestamp.is_some() => {
-                    (pod, Removal::Terminating)
+                let deleted = |name: &String| {
+                    seen.iter()
+                        .any(|(n, r, _)| n == name && *r == Removal::Deleted)
+                };
+                if names.iter().all(deleted) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
                 }
-                Ok(watcher::Event::Delete(pod)) => (pod, Removal::Deleted),
-                _ => continue,
-            };
-            let name = pod.name_any();
-            if names.contains(&name) && !seen.iter().any(|(n, r, _)| *n == name && *r == what) {
-                seen.push((name, what, start.elapsed()));
             }
+        },
+    )
+    .await;
+    tokio::spawn(async move {
+        if tokio::time::timeout(Duration::from_secs(90), &mut watch)
+            .await
+            .is_err()
+        {
+            watch.abort();
         }
-        seen
-    });
-    let _ = tokio::time::timeout(Duration::from_secs(30), watching).await;
-    task
+        seen.lock()
+            .map(|mut s| std::mem::take(&mut *s))
+            .unwrap_or_default()
+    })
 }
 
 /// When `name` was first seen terminating or deleted.
