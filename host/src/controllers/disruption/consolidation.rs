@@ -85,7 +85,7 @@ pub struct Memory {
     /// last found nothing or had no candidate, and when: see [`QUIET_FOR`].
     quiet: Option<(u64, Instant)>,
     /// Claim → the kind of the last `Unconsolidatable` refusal published for it, and when.
-    refusals: HashMap<String, (&'static str, Instant)>,
+    refusals: HashMap<String, Vec<(&'static str, Instant)>>,
     /// Claim → the last search's refusal of it (the verdict's; replaced by each search).
     refused: HashMap<String, consolidation::Refusal>,
     /// Claim → the `ConsolidationBlocked` (reason, message) this host last wrote, and when: the
@@ -918,12 +918,25 @@ fn machine_price(m: &Machine<'_>, types: &[crate::scheduling::InstanceType]) -> 
 /// dedupe timeout for it).
 const UNCONSOLIDATABLE_REPEAT: Duration = Duration::from_secs(15 * 60);
 
-/// Publishes `Unconsolidatable` on the claim and its node when the kind of refusal is new for it,
-/// or the last one is [`UNCONSOLIDATABLE_REPEAT`] old (the kind is the Event's action, so a new
-/// kind is a new Event, not a repeat of the first one's series). Karpenter publishes it once per
-/// object in 15 minutes whatever the reason; here a new kind shows at once, while the same kind
-/// with other numbers (a price, a count) waits, so a pool of thousands of nodes whose
-/// refusals' details shift every pass does not write thousands of Events a minute.
+/// Whether a refusal of `kind` is to be published now, given the kinds `published` for the claim
+/// and when (those older than [`UNCONSOLIDATABLE_REPEAT`] are forgotten); if so it is recorded.
+fn due(published: &mut Vec<(&'static str, Instant)>, kind: &'static str, now: Instant) -> bool {
+    published.retain(|(_, at)| now.duration_since(*at) < UNCONSOLIDATABLE_REPEAT);
+    if published.iter().any(|(k, _)| *k == kind) {
+        return false;
+    }
+    published.push((kind, now));
+    true
+}
+
+/// Publishes `Unconsolidatable` on the claim and its node when its kind of refusal was not
+/// published for it in the last [`UNCONSOLIDATABLE_REPEAT`] (the kind is the Event's action, so a
+/// new kind is a new Event, not a repeat of the first one's series). Karpenter publishes it once
+/// per object in 15 minutes whatever the reason; here a new kind shows at once, while the same
+/// kind with other numbers (a price, a count) waits, and so does a kind the claim comes back to
+/// (a refusal that alternates between two kinds as the cluster moves is two Events in 15
+/// minutes, not two a pass), so a pool of thousands of nodes does not write thousands of Events
+/// a minute.
 async fn unconsolidatable(
     ctx: &Context,
     memory: &mut Memory,
@@ -934,12 +947,13 @@ async fn unconsolidatable(
     let why = refusal.to_string();
     let action = refusal.kind();
     let now = Instant::now();
-    if memory.refusals.get(claim).is_some_and(|(kind, at)| {
-        *kind == action && now.duration_since(*at) < UNCONSOLIDATABLE_REPEAT
-    }) {
+    if !due(
+        memory.refusals.entry(claim.to_owned()).or_default(),
+        action,
+        now,
+    ) {
         return;
     }
-    memory.refusals.insert(claim.to_owned(), (action, now));
     let Some(object) = view.claims.iter().find(|c| c.name_any() == claim) else {
         return;
     };
@@ -961,5 +975,38 @@ async fn unconsolidatable(
         ctx.events
             .publish_action(node.as_ref(), Normal, "Unconsolidatable", action, why)
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A kind is published once in the window, a new kind at once, and a kind the claim comes
+    /// back to only after the window: a refusal alternating between two kinds every pass is two
+    /// Events, not one a pass.
+    #[test]
+    fn each_kind_of_refusal_is_published_once_in_the_window() {
+        let start = Instant::now();
+        let mut published = Vec::new();
+        let at = |s: u64| start + Duration::from_secs(s);
+        assert!(due(&mut published, "NoRoom", at(0)));
+        assert!(!due(&mut published, "NoRoom", at(30)));
+        assert!(due(&mut published, "SpotToSpotDisabled", at(60)));
+        let again = (2..20)
+            .filter(|i| {
+                let kind = if i % 2 == 0 {
+                    "NoRoom"
+                } else {
+                    "SpotToSpotDisabled"
+                };
+                due(&mut published, kind, at(30 * i))
+            })
+            .count();
+        assert_eq!(again, 0, "alternating kinds are not published again");
+        let window = UNCONSOLIDATABLE_REPEAT.as_secs();
+        assert!(due(&mut published, "NoRoom", at(window + 1)));
+        assert!(!due(&mut published, "SpotToSpotDisabled", at(window + 1)));
+        assert!(due(&mut published, "SpotToSpotDisabled", at(window + 61)));
     }
 }
