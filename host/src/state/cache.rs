@@ -118,6 +118,14 @@ where
     /// not see the claims of the last one and create them a second time. (Karpenter puts the
     /// NodeClaims it creates in its cluster state at once, for the same reason.)
     pub fn created(&self, object: K) {
+        // The watch may have been quicker than the create's answer.
+        if self
+            .store
+            .get(&reflector::ObjectRef::from_obj(&object))
+            .is_some()
+        {
+            return;
+        }
         let mut object = object;
         slim(&mut object);
         lock(&self.ahead).push((Arc::new(object), Instant::now()));
@@ -373,6 +381,9 @@ mod tests {
         let mut both = names(&cache.state());
         both.sort();
         assert_eq!(both, ["new", "old"]);
+        assert!(lock(&cache.ahead).is_empty());
+        // Created after the watch brought it: not counted twice.
+        cache.created(config_map("new"));
         assert!(lock(&cache.ahead).is_empty());
         // Deleted before a read: the watch's delete forgets it too, so it does not come back.
         cache.created(config_map("brief"));
