@@ -10,9 +10,6 @@ use crate::scheduling::{Offering, Requirement, Requirements, Resources};
 
 const GIB: i64 = 1 << 30;
 
-/// Two types: `small` (2 cpu, $0.10/h) and `large` (8 cpu, $0.30/h), on-demand in zone-a.
-struct Fake;
-
 fn catalog() -> Vec<InstanceType> {
     [("small", 2, 0.10), ("large", 8, 0.30)]
         .into_iter()
@@ -28,18 +25,17 @@ fn catalog() -> Vec<InstanceType> {
         .collect()
 }
 
-impl InstanceTypeSource for Fake {
-    async fn instance_types(
-        &self,
-        pool: &NodePool,
-        classes: &HashMap<String, Arc<NodeClass>>,
-    ) -> Result<Arc<[InstanceType]>, ProvisionError> {
-        let name = &pool.spec.template.spec.node_class_ref.name;
-        if !classes.contains_key(name) {
-            return Err(ProvisionError::Pool(format!("NodeClass {name} not found")));
-        }
-        Ok(catalog().into())
+/// The source of the tests: two types, `small` (2 cpu, $0.10/h) and `large` (8 cpu, $0.30/h),
+/// on-demand in zone-a, for a pool whose NodeClass is there.
+fn fake(
+    pool: &NodePool,
+    classes: &HashMap<String, Arc<NodeClass>>,
+) -> Result<Arc<[InstanceType]>, ProvisionError> {
+    let name = &pool.spec.template.spec.node_class_ref.name;
+    if !classes.contains_key(name) {
+        return Err(ProvisionError::Pool(format!("NodeClass {name} not found")));
     }
+    Ok(catalog().into())
 }
 
 fn pool(name: &str, class: &str, consolidate_after: &str) -> serde_json::Value {
@@ -139,7 +135,7 @@ async fn pending_pods_become_claims_and_a_pool_without_its_class_is_left_out() {
         pod("c", "1", None),
         pod("huge", "64", None),
     ];
-    let report = run(view(items), &Fake, &settings()).await;
+    let report = run(view(items), &fake, &settings()).await;
     let p = &report.provisioning;
     assert_eq!(p.pending_pods, 4);
     assert_eq!(p.node_claims.len(), 1, "{p:#?}");
@@ -181,7 +177,7 @@ async fn an_empty_node_is_deleted_and_never_pools_are_left_alone() {
     items.extend(machine("n2", "default"));
     items.extend(machine("n3", "kept"));
     items.push(pod("busy", "1500m", Some("n2")));
-    let report = run(view(items.clone()), &Fake, &settings()).await;
+    let report = run(view(items.clone()), &fake, &settings()).await;
     let c = &report.consolidation;
     assert_eq!(c.candidates, 2);
     let d = c.decision.as_ref().expect("a decision");
@@ -230,7 +226,7 @@ async fn an_empty_node_is_deleted_and_never_pools_are_left_alone() {
         assume_consolidatable: false,
         ..settings()
     };
-    let report = run(view(items), &Fake, &as_dumped).await;
+    let report = run(view(items), &fake, &as_dumped).await;
     assert!(report.consolidation.decision.is_none());
     assert_eq!(report.consolidation.candidates, 0);
     assert!(
@@ -251,7 +247,7 @@ async fn an_underutilized_node_is_deleted_when_its_pods_fit_elsewhere() {
     items.extend(machine("n2", "default"));
     items.push(pod("x", "500m", Some("n1")));
     items.push(pod("y", "500m", Some("n2")));
-    let report = run(view(items), &Fake, &settings()).await;
+    let report = run(view(items), &fake, &settings()).await;
     let d = report.consolidation.decision.expect("a decision");
     assert_eq!(
         (d.reason.as_str(), d.action.as_str()),
@@ -269,7 +265,7 @@ async fn a_node_held_by_do_not_disrupt_says_why() {
     let [claim, mut node] = machine("n1", "default");
     node["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": "true"});
     items.extend([claim, node]);
-    let report = run(view(items), &Fake, &settings()).await;
+    let report = run(view(items), &fake, &settings()).await;
     assert!(report.consolidation.decision.is_none());
     let notes = &report.consolidation.not_candidates;
     assert_eq!(notes.len(), 1);
@@ -290,7 +286,7 @@ async fn explain_gives_every_node_the_hosts_verdict() {
         explain: true,
         ..settings()
     };
-    let report = run(view(items), &Fake, &explain).await;
+    let report = run(view(items), &fake, &explain).await;
     let verdicts: Vec<(String, String)> = report
         .consolidation
         .verdicts
@@ -319,7 +315,7 @@ async fn consolidation_sees_the_planned_claims_in_flight() {
     for p in ["a", "b", "c"] {
         items.push(pod(p, "2", None));
     }
-    let report = run(view(items), &Fake, &settings()).await;
+    let report = run(view(items), &fake, &settings()).await;
     assert_eq!(report.provisioning.node_claims.len(), 1);
     assert_eq!(report.provisioning.node_claims[0].pods.len(), 3);
     let d = report.consolidation.decision.expect("a decision");
@@ -421,7 +417,7 @@ async fn the_table_shows_the_claims_the_decision_and_the_totals() {
     let mut items = vec![class(), pool("default", "c", "30s")];
     items.extend(machine("n1", "default"));
     items.push(pod("a", "4", None));
-    let mut report = run(view(items), &Fake, &settings()).await;
+    let mut report = run(view(items), &fake, &settings()).await;
     report.input.providers.push(ProviderInfo {
         name: "fake".into(),
         file: "fake.wasm".into(),
@@ -483,9 +479,9 @@ async fn a_pool_that_waits_for_jobs_keeps_the_node_of_a_running_job() {
         d.nodes.iter().map(|n| n.node.clone()).collect()
     };
     // Without the annotation the Job's node is as good to take as any (it comes first by name).
-    let report = run(view(items(false)), &Fake, &explain).await;
+    let report = run(view(items(false)), &fake, &explain).await;
     assert_eq!(taken(&report), ["n1"]);
-    let report = run(view(items(true)), &Fake, &explain).await;
+    let report = run(view(items(true)), &fake, &explain).await;
     assert_eq!(taken(&report), ["n2"]);
     let verdicts = report.consolidation.verdicts.expect("verdicts");
     let n1 = verdicts.iter().find(|n| n.node == "n1").expect("n1");

@@ -49,6 +49,25 @@ pub trait InstanceTypeSource {
     ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send;
 }
 
+/// A function of the pool and the classes is a source too (a fixed catalog, in tests and
+/// benchmarks).
+impl<F> InstanceTypeSource for F
+where
+    F: Fn(
+            &NodePool,
+            &HashMap<String, Arc<NodeClass>>,
+        ) -> Result<Arc<[InstanceType]>, ProvisionError>
+        + Sync,
+{
+    fn instance_types(
+        &self,
+        pool: &NodePool,
+        classes: &HashMap<String, Arc<NodeClass>>,
+    ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send {
+        std::future::ready(self(pool, classes))
+    }
+}
+
 /// The host's source: the NodeClass's live provider from the registry, through the cache, with
 /// the offerings recently out of capacity ([`Context::unavailable_offerings`]) marked unavailable.
 #[derive(Debug, Clone, Copy)]
