@@ -36,8 +36,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Patch, PatchParams};
-use kube::{Api, ResourceExt};
+use kube::ResourceExt;
 use serde_json::json;
 
 use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
@@ -48,7 +47,7 @@ use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::events::Repeat;
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
-use crate::controllers::{Context, ControllerError, provisioner, static_pools};
+use crate::controllers::{Context, ControllerError, merge_patch, provisioner, static_pools};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
 use crate::runtime::types as wit;
@@ -203,9 +202,15 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
     .await
 }
 
+/// The merge patch that stamps a template hash (of this version) on a pool or a claim.
+fn hash_stamp(hash: String) -> serde_json::Value {
+    json!({"metadata": {"annotations": {
+        NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
+    }}})
+}
+
 /// Writes each pool's template hash onto it when it is not there yet.
 async fn stamp_pools(ctx: &Context, view: &View) {
-    let api: Api<NodePool> = Api::all(ctx.client.clone());
     for pool in &view.pools {
         let hash = template_hash(pool);
         let annotations = pool.annotations();
@@ -214,16 +219,8 @@ async fn stamp_pools(ctx: &Context, view: &View) {
         {
             continue;
         }
-        let patch = json!({"metadata": {"annotations": {
-            NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
-        }}});
-        if let Err(err) = api
-            .patch(
-                &pool.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
+        if let Err(err) =
+            merge_patch::<NodePool>(&ctx.client, &pool.name_any(), &hash_stamp(hash)).await
         {
             tracing::debug!(nodepool = %pool.name_any(), error = %err, "cannot stamp the template hash");
         }
@@ -278,11 +275,7 @@ async fn write_drift(
 ) -> Result<(), ControllerError> {
     let reason = match write {
         DriftWrite::Restamp(hash) => {
-            let patch = json!({"metadata": {"annotations": {
-                NODEPOOL_HASH: hash, NODEPOOL_HASH_VERSION: HASH_VERSION,
-            }}});
-            crate::controllers::merge_patch::<NodeClaim>(&ctx.client, &claim.name_any(), &patch)
-                .await?;
+            merge_patch::<NodeClaim>(&ctx.client, &claim.name_any(), &hash_stamp(hash)).await?;
             return Ok(());
         }
         DriftWrite::Drifted(reason) => reason,

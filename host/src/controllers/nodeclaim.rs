@@ -336,11 +336,12 @@ pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
 
 /// The Nodes carrying the claim's provider ID, whoever's they are.
 pub fn nodes_with_provider_id(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
-    let Some(id) = provider_id(claim) else {
-        return Vec::new();
-    };
-    // Filtered in the store: a copy of every Node for each claim reconcile cost more than the
-    // reconcile's own work at 2,000 nodes.
+    provider_id(claim).map_or_else(Vec::new, |id| nodes_carrying(ctx, id))
+}
+
+/// The Nodes whose `spec.providerID` is `id`. Filtered in the store: a copy of every Node for each
+/// claim reconcile cost more than the reconcile's own work at 2,000 nodes.
+pub fn nodes_carrying(ctx: &Context, id: &str) -> Vec<Arc<Node>> {
     ctx.nodes
         .state_filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
 }

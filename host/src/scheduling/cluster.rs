@@ -27,6 +27,16 @@ impl InstanceType {
     pub fn allocatable(&self) -> Resources {
         self.capacity.minus(&self.overhead)
     }
+
+    /// The most a claim that may launch any of `types` can count against its pool's limits: the
+    /// largest of each resource among their capacities (`None` for no type).
+    pub fn largest_capacity<'a>(types: impl IntoIterator<Item = &'a Self>) -> Option<Resources> {
+        types.into_iter().fold(None, |largest, t| {
+            let mut largest = largest.unwrap_or_default();
+            largest.max_assign(&t.capacity);
+            Some(largest)
+        })
+    }
 }
 
 /// Where and how an instance type can be bought, and for how much.

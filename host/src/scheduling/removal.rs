@@ -4,7 +4,9 @@
 
 use std::collections::HashSet;
 
-use super::{NewClaim, Pod, PodIndex, Resources, SchedulingInput, SchedulingResult, Target, solve};
+use super::{
+    InstanceType, NewClaim, Pod, PodIndex, SchedulingInput, SchedulingResult, Target, solve,
+};
 
 /// What one simulated removal found.
 #[derive(Debug)]
@@ -141,15 +143,11 @@ pub fn carry_out(
         let Some(remaining) = pool.remaining.as_mut() else {
             continue;
         };
-        let mut largest = Resources::default();
-        for t in pool
+        let options = pool
             .instance_types
             .iter()
-            .filter(|t| claim.instance_type_options.contains(&t.name))
-        {
-            largest.max_assign(&t.capacity);
-        }
-        remaining.consume(&largest);
+            .filter(|t| claim.instance_type_options.contains(&t.name));
+        remaining.consume(&InstanceType::largest_capacity(options).unwrap_or_default());
     }
 }
 

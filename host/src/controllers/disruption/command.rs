@@ -17,7 +17,7 @@ use std::collections::HashMap;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -32,7 +32,7 @@ use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::events::Repeat;
 use crate::controllers::nodeclaim::{self, is_true, persist_status};
 use crate::controllers::provisioner::{claim_for, mark_overlays};
-use crate::controllers::{Context, ControllerError};
+use crate::controllers::{Context, ControllerError, merge_patch};
 use crate::metrics::labels as metric_labels;
 use crate::scheduling;
 use crate::state::View;
@@ -150,13 +150,7 @@ pub async fn launch(
             "annotations": {DISRUPTION_ANNOTATION: format!("{reason}/{}", replacements.len())},
             "resourceVersion": m.claim.resource_version(),
         }});
-        let mut claim = api
-            .patch(
-                &m.claim.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await?;
+        let mut claim = merge_patch::<NodeClaim>(&ctx.client, &m.claim.name_any(), &patch).await?;
         nodeclaim::set(
             &mut claim,
             DISRUPTION_REASON,
@@ -377,7 +371,7 @@ async fn patch_taints(
         "metadata": {"resourceVersion": node.resource_version()},
         "spec": {"taints": taints},
     });
-    crate::controllers::merge_patch::<Node>(&ctx.client, &node.name_any(), &patch).await?;
+    merge_patch::<Node>(&ctx.client, &node.name_any(), &patch).await?;
     Ok(())
 }
 
@@ -389,11 +383,8 @@ async fn give_up(ctx: &Context, m: &Machine<'_>, why: &str) -> Result<(), Contro
     if tainted_disrupted(m.node) {
         untaint(ctx, m.node).await?;
     }
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let patch = json!({"metadata": {"annotations": {DISRUPTION_ANNOTATION: null}}});
-    let mut claim = api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let mut claim = merge_patch::<NodeClaim>(&ctx.client, &name, &patch).await?;
     if let Some(status) = claim.status.as_mut() {
         status.conditions.retain(|c| c.type_ != DISRUPTION_REASON);
     }

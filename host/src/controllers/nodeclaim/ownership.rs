@@ -18,14 +18,13 @@
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Patch, PatchParams};
+use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
-use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::{nodepool, owner_reference, provider_id};
 use crate::api::{NodeClaim, NodePool};
-use crate::controllers::{Context, ControllerError};
+use crate::controllers::{Context, ControllerError, merge_patch};
 
 /// Why a provider ID or Node is not the claim's to take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -85,16 +84,10 @@ pub async fn own_by_pool(ctx: &Context, claim: &NodeClaim) -> Result<bool, Contr
     }
     let mut owners = claim.owner_references().to_vec();
     owners.push(owner);
-    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
     let patch = json!({
         "metadata": {"resourceVersion": claim.resource_version(), "ownerReferences": owners},
     });
-    api.patch(
-        &claim.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(&patch),
-    )
-    .await?;
+    merge_patch::<NodeClaim>(&ctx.client, &claim.name_any(), &patch).await?;
     tracing::info!(nodeclaim = %claim.name_any(), nodepool = %pool_name, "owner reference to the nodepool added");
     Ok(true)
 }
@@ -112,10 +105,7 @@ pub fn taken(ctx: &Context, claim: &NodeClaim, provider_id: &str) -> Option<Take
     if let Some(taken) = held_by_another(claim, provider_id, holders.iter().map(AsRef::as_ref)) {
         return Some(taken);
     }
-    ctx.nodes
-        .state_filter(|n| {
-            n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(provider_id)
-        })
+    super::nodes_carrying(ctx, provider_id)
         .iter()
         .find_map(|n| node_taken(claim, n, claims_on(ctx, n).iter().map(AsRef::as_ref)))
 }

@@ -56,14 +56,9 @@ pub fn claim_capacity(claim: &NodeClaim, types: &[InstanceType]) -> Resources {
         .iter()
         .find(|r| r.key == INSTANCE_TYPE && r.operator == NodeSelectorOperator::In)
         .map(|r| r.values.iter().map(String::as_str).collect());
-    let mut largest: Option<Resources> = None;
-    if let Some(allowed) = allowed {
-        for t in types.iter().filter(|t| allowed.contains(t.name.as_str())) {
-            largest
-                .get_or_insert_with(Resources::default)
-                .max_assign(&t.capacity);
-        }
-    }
+    let largest = allowed.and_then(|allowed| {
+        InstanceType::largest_capacity(types.iter().filter(|t| allowed.contains(t.name.as_str())))
+    });
     largest.unwrap_or_else(|| {
         claim
             .spec
