@@ -64,7 +64,9 @@ pub async fn run(ctx: Arc<Context>, node_changes: impl Stream<Item = Arc<Node>> 
         .await;
 }
 
-/// The claims a Node belongs to: by owner reference, else by provider ID.
+/// The claims a Node belongs to: by owner reference, else by provider ID. Only claims the store
+/// holds: the reconciler could not read any other (a Node of another host's claim, or of a claim
+/// outside `--selector`), and the controller would log each such trigger as a failure.
 fn claims_of_node(claims: &Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeClaim>> {
     let owners: Vec<ObjectRef<NodeClaim>> = node
         .owner_references()
@@ -73,7 +75,10 @@ fn claims_of_node(claims: &Store<NodeClaim>, node: &Node) -> Vec<ObjectRef<NodeC
         .map(|o| ObjectRef::new(&o.name))
         .collect();
     if !owners.is_empty() {
-        return owners;
+        return owners
+            .into_iter()
+            .filter(|claim| claims.get(claim).is_some())
+            .collect();
     }
     let Some(id) = node.spec.as_ref().and_then(|s| s.provider_id.as_deref()) else {
         return Vec::new();
@@ -364,6 +369,64 @@ mod tests {
     fn status_of<'a>(claim: &'a NodeClaim, type_: &str) -> Option<(&'a ConditionStatus, &'a str)> {
         let conditions = &claim.status.as_ref()?.conditions;
         find_condition(conditions, type_).map(|c| (&c.status, c.reason.as_deref().unwrap_or("")))
+    }
+
+    fn claim_named(name: &str, provider_id: Option<&str>) -> NodeClaim {
+        let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {"name": name},
+            "spec": {
+                "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+                "requirements": []
+            }
+        }))
+        .unwrap();
+        if let Some(id) = provider_id {
+            claim
+                .status
+                .get_or_insert_with(Default::default)
+                .provider_id = Some(id.to_owned());
+        }
+        claim
+    }
+
+    fn node(owner: Option<&str>, provider_id: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "n",
+                "ownerReferences": owner.map(|name| vec![serde_json::json!({
+                    "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": name, "uid": "u"
+                })]).unwrap_or_default()
+            },
+            "spec": {"providerID": provider_id}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_triggers_only_the_claims_the_store_holds() {
+        let mut writer = kube::runtime::reflector::store::Writer::<NodeClaim>::default();
+        for claim in [
+            claim_named("mine", Some("kwok://mine")),
+            claim_named("other", None),
+        ] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(claim));
+        }
+        let store = writer.as_reader();
+        let names = |node: &Node| -> Vec<String> {
+            claims_of_node(&store, node)
+                .into_iter()
+                .map(|r| r.name)
+                .collect()
+        };
+        // By owner reference: the owner if the store holds it, nothing for another host's claim
+        // (not a fall-back to the provider ID either: an owned Node belongs to its owner).
+        assert_eq!(names(&node(Some("mine"), "kwok://x")), ["mine"]);
+        assert!(names(&node(Some("elsewhere"), "kwok://mine")).is_empty());
+        // Without an owner: the claims carrying the Node's provider ID.
+        assert_eq!(names(&node(None, "kwok://mine")), ["mine"]);
+        assert!(names(&node(None, "kwok://unknown")).is_empty());
     }
 
     #[test]

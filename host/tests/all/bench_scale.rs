@@ -80,6 +80,11 @@ struct Step {
     rss_kib: u64,
     /// The controller's disruption decisions in the step, as its `/metrics` times them.
     evaluations: Option<Summary>,
+    /// Where the cluster stood when the step ended (done or not): pods running, nodes.
+    end_running: usize,
+    end_nodes: usize,
+    /// Drift: the nodes of before still there when the step ended.
+    end_old_nodes: Option<usize>,
 }
 
 impl Step {
@@ -207,6 +212,8 @@ async fn observe(
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     step.longest_pending = watch.longest_pending_since_last();
+    step.end_running = watch.pods().0;
+    step.end_nodes = watch.nodes.state().len();
     let after = controller.usage();
     step.cpu_seconds = after.cpu_seconds - before.cpu_seconds;
     step.rss_kib = after.rss_kib;
@@ -222,12 +229,15 @@ async fn observe(
         );
     }
     println!(
-        "   {}: {}; most disrupting {}; longest pending {:.0?}; CPU {:.1} s; RSS {} MiB; {:?}",
+        "   {}: {}; {} pods running, {} nodes at the end; most disrupting {}; longest pending \
+         {:.0?}; CPU {:.1} s; RSS {} MiB; {:?}",
         step.name,
         step.done.map_or_else(
             || format!("not done in {:?}", step.timeout),
             |d| format!("done in {d:.1?}")
         ),
+        step.end_running,
+        step.end_nodes,
         step.most_disrupting,
         step.longest_pending,
         step.cpu_seconds,
@@ -445,6 +455,17 @@ async fn disrupt_and_delete(
         old == 0 && pods_all_running(w, total)
     })
     .await?;
+    let old_left = watch
+        .nodes
+        .state()
+        .iter()
+        .filter(|n| before.contains(&n.name_any()))
+        .count();
+    println!(
+        "   drift: {old_left} of {} nodes of before left",
+        before.len()
+    );
+    step.end_old_nodes = Some(old_left);
     run.steps.push(step);
 
     let half = total / SIZES.len() / 2;
@@ -582,6 +603,23 @@ fn table(runs: &[Run]) -> String {
                         .and_then(|s| s.marks.get(m))
                         .map(Duration::as_secs_f64)
                 }),
+            );
+        }
+        t.row(
+            format!("{name}: pods running at its end"),
+            0,
+            col(&|r| r.step(name).map(|s| s.end_running as f64)),
+        );
+        t.row(
+            format!("{name}: nodes at its end"),
+            0,
+            col(&|r| r.step(name).map(|s| s.end_nodes as f64)),
+        );
+        if name == "drift" {
+            t.row(
+                "drift: nodes of before left at its end",
+                0,
+                col(&|r| r.step(name).and_then(|s| s.end_old_nodes).map(|n| n as f64)),
             );
         }
         if name != "scale-up" {

@@ -425,6 +425,17 @@ async fn run(cp: &ControlPlane, client: &Client) {
     pods.delete_collection(&DeleteParams::default(), &ListParams::default())
         .await
         .unwrap();
+    let pods_gone = wait_until(Duration::from_secs(120), "pods deleted", || async {
+        Ok::<_, kube::Error>(
+            pods.list(&ListParams::default())
+                .await?
+                .items
+                .is_empty()
+                .then_some(()),
+        )
+    })
+    .await;
+    assert!(pods_gone.is_ok(), "{pods_gone:?}\n{}", c.log_tail());
     let api = Api::<NodeClaim>::all(client.clone());
     for claim in claims(client, &names).await {
         api.delete(&claim.name_any(), &DeleteParams::default())
@@ -432,12 +443,39 @@ async fn run(cp: &ControlPlane, client: &Client) {
             .unwrap();
     }
     let gone = wait_until(
-        Duration::from_secs(120),
+        Duration::from_secs(240),
         "NodeClaims terminated",
         || async { Ok::<_, kube::Error>(claims(client, &names).await.is_empty().then_some(())) },
     )
     .await;
-    assert!(gone.is_ok(), "{gone:?}\n{}", c.log_tail());
+    if let Err(err) = gone {
+        let left: Vec<String> = claims(client, &names)
+            .await
+            .iter()
+            .map(|claim| {
+                let conditions: Vec<String> = claim
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .map(|c| {
+                        format!(
+                            "{}={:?}/{}",
+                            c.type_,
+                            c.status,
+                            c.reason.as_deref().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                format!(
+                    "{} deleting={} finalizers={:?} {conditions:?}",
+                    claim.name_any(),
+                    claim.metadata.deletion_timestamp.is_some(),
+                    claim.finalizers()
+                )
+            })
+            .collect();
+        panic!("{err}\n{}\n{}", left.join("\n"), c.log_tail());
+    }
 
     // Someone else writes the Lease: the leader stops its controllers and exits non-zero.
     let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);

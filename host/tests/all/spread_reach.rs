@@ -131,11 +131,13 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
     if let Err(err) = reached {
         panic!("{err}\nhost log:\n{}", host.log_tail());
     }
-    // Once every claim is up and the count of Running tiny pods holds for a poll, the limit is
-    // spent: how many run depends on the types the claims launched with.
-    let last = std::cell::Cell::new(usize::MAX);
+    // Once every claim is up, no tiny pod is bound but not yet Running, and the count of Running
+    // tiny pods has held longer than kube-scheduler's longest backoff (10 s) for a pod it found
+    // unschedulable, the limit is spent: how many run depends on the types the claims launched
+    // with.
+    let last = std::cell::Cell::new((usize::MAX, std::time::Instant::now()));
     let settled = wait_until(
-        Duration::from_secs(120),
+        Duration::from_secs(150),
         "tiny-limit's claims up and their pods Running",
         || async {
             host.check_alive();
@@ -144,13 +146,20 @@ async fn a_pool_at_its_limit_does_not_strand_zone_spread_pods() {
                 && claims
                     .iter()
                     .all(|c| condition(c, "Initialized").is_some_and(|(s, _)| s == "True"));
-            let running = pods(&client, &ns, "tiny-")
-                .await
+            let tiny = pods(&client, &ns, "tiny-").await;
+            let is_running =
+                |p: &Pod| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
+            let running = tiny.iter().filter(|p| is_running(p)).count();
+            let bound = tiny
                 .iter()
-                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
                 .count();
-            let steady = running == last.replace(running);
-            Ok::<_, kube::Error>((up && running > 0 && steady).then_some(running))
+            let (before, since) = last.get();
+            if running != before || !up || bound != running {
+                last.set((running, std::time::Instant::now()));
+                return Ok::<_, kube::Error>(None);
+            }
+            Ok((running > 0 && since.elapsed() >= Duration::from_secs(12)).then_some(running))
         },
     )
     .await;
