@@ -77,7 +77,7 @@ fn cluster(nodes: usize, pod_millis: i64) -> Cluster {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
-        let pods: Vec<Pod> = (0..10)
+        let pods: Vec<Arc<Pod>> = (0..10)
             .map(|p| {
                 let mut pod = Pod::new(
                     "default",
@@ -86,7 +86,7 @@ fn cluster(nodes: usize, pod_millis: i64) -> Cluster {
                 );
                 pod.labels.insert("app".into(), format!("app-{}", p % 5));
                 pod.owner_kind = Some("ReplicaSet".into());
-                pod
+                Arc::new(pod)
             })
             .collect();
         let mut used = Resources::default();

@@ -33,6 +33,7 @@ mod search;
 mod tests;
 
 use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
 
 use crate::scheduling::removal::{self, Removal};
 use crate::scheduling::{NewClaim, Pod, SchedulingInput};
@@ -95,8 +96,8 @@ pub struct Candidate {
     pub capacity_type: String,
     /// What the node costs per hour ([`price::node_price`]).
     pub price: f64,
-    /// Its pods that would need a new home.
-    pub pods: Vec<Pod>,
+    /// Its pods that would need a new home: its node's in the input, shared.
+    pub pods: Vec<Arc<Pod>>,
     /// Karpenter's ordering cost: the pods' eviction costs times the share of the node's
     /// lifetime left ([`cost::disruption_cost`]).
     pub disruption_cost: f64,
@@ -197,7 +198,9 @@ impl Cluster {
             .iter()
             .map(|&i| self.candidates[i].node.as_str())
             .collect();
-        let moving = chosen.iter().flat_map(|&i| &self.candidates[i].pods);
+        let moving = chosen
+            .iter()
+            .flat_map(|&i| self.candidates[i].pods.iter().map(AsRef::as_ref));
         removal::without_nodes(&mut self.input, &leaving, moving)
     }
 }

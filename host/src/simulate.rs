@@ -863,7 +863,7 @@ fn decision(cluster: &Cluster, cmd: &engine::Command) -> Decision {
     // pods of the candidates in the command's order.
     let mut names: Vec<String> = cluster.input.pods.iter().map(key).collect();
     for &i in &cmd.candidates {
-        names.extend(cluster.candidates[i].pods.iter().map(key));
+        names.extend(cluster.candidates[i].pods.iter().map(|p| key(p)));
     }
     let name = |i: usize| names.get(i).cloned().unwrap_or_else(|| format!("#{i}"));
     let replacement = cmd.replacement.as_ref().map(|c| PlannedClaim::new(c, name));
@@ -883,7 +883,7 @@ fn decision(cluster: &Cluster, cmd: &engine::Command) -> Decision {
                     zone: c.zone.clone(),
                     capacity_type: c.capacity_type.clone(),
                     price_per_hour: c.price,
-                    pods: c.pods.iter().map(key).collect(),
+                    pods: c.pods.iter().map(|p| key(p)).collect(),
                 }
             })
             .collect(),

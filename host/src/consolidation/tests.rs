@@ -83,6 +83,7 @@ impl Builder {
         .into_iter()
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
+        let pods: Vec<std::sync::Arc<Pod>> = pods.into_iter().map(std::sync::Arc::new).collect();
         let mut used = Resources::default();
         for p in &pods {
             used.add(&p.requests);

@@ -104,7 +104,8 @@ impl NodePoolView {
 }
 
 /// A node that exists. Its running pods (DaemonSet pods included) are in `used`; `pods` lists the
-/// ones that matter for topology and anti-affinity.
+/// ones that matter for topology and anti-affinity, shared (a consolidation candidate's pods are
+/// its node's, not copies).
 #[derive(Clone, Debug, PartialEq, Default)]
 pub struct ExistingNode {
     pub name: String,
@@ -114,7 +115,7 @@ pub struct ExistingNode {
     pub taints: Vec<Taint>,
     pub allocatable: Resources,
     pub used: Resources,
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
     /// Initialized nodes are tried before uninitialized ones.
     pub initialized: bool,
     /// How many volumes each CSI driver may attach to it (its CSINode's
@@ -136,5 +137,5 @@ pub struct InflightClaim {
     pub allocatable: Resources,
     /// Requests of pods already bound or nominated to it.
     pub used: Resources,
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
 }

@@ -49,6 +49,20 @@ pub enum ConvertError {
     SelectorOperator { object: String, operator: String },
 }
 
+impl ConvertError {
+    /// The same error about `object` (conversions name the object only when they fail, not for
+    /// every pod they convert).
+    fn about(mut self, name: String) -> Self {
+        match &mut self {
+            Self::Quantity { object, .. }
+            | Self::Requirement { object, .. }
+            | Self::Effect { object, .. }
+            | Self::SelectorOperator { object, .. } => *object = name,
+        }
+        self
+    }
+}
+
 /// Taints that come and go with a node's lifecycle; they do not keep pods off a node that is
 /// still starting (Karpenter ignores them the same way).
 const EPHEMERAL_TAINTS: &[&str] = &[
@@ -101,18 +115,23 @@ fn container_requests(object: &str, c: &core::Container) -> Result<Resources, Co
 /// What a pod occupies on a node: the larger of its running containers (sidecars included) and
 /// its heaviest init step, plus pod overhead (Kubernetes' effective requests).
 pub fn pod_requests(pod: &core::Pod) -> Result<Resources, ConvertError> {
-    let object = pod_key(pod);
+    requests_of(pod).map_err(|err| err.about(pod_key(pod)))
+}
+
+/// [`pod_requests`], its errors naming no object.
+fn requests_of(pod: &core::Pod) -> Result<Resources, ConvertError> {
+    let object = "";
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(Resources::default());
     };
     let mut running = Resources::default();
     for c in &spec.containers {
-        running.add(&container_requests(&object, c)?);
+        running.add(&container_requests(object, c)?);
     }
     let mut sidecars = Resources::default();
     let mut init_peak = Resources::default();
     for c in spec.init_containers.iter().flatten() {
-        let requests = container_requests(&object, c)?;
+        let requests = container_requests(object, c)?;
         if c.restart_policy.as_deref() == Some("Always") {
             sidecars.add(&requests);
             init_peak.max_assign(&sidecars);
@@ -122,7 +141,7 @@ pub fn pod_requests(pod: &core::Pod) -> Result<Resources, ConvertError> {
     }
     running.add(&sidecars);
     running.max_assign(&init_peak);
-    running.add(&resources(&object, spec.overhead.as_ref())?);
+    running.add(&resources(object, spec.overhead.as_ref())?);
     Ok(running)
 }
 
@@ -294,7 +313,12 @@ fn affinity_term(
 /// A Kubernetes Pod as the scheduler sees it. `namespaces` resolves affinity terms'
 /// `namespaceSelector`s (pass an empty map when none are used).
 pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, ConvertError> {
-    let object = pod_key(pod);
+    convert_pod(pod, namespaces).map_err(|err| err.about(pod_key(pod)))
+}
+
+/// [`pod`], its errors naming no object.
+fn convert_pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, ConvertError> {
+    let object = "";
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let mut out = Pod {
         name: pod.metadata.name.clone().unwrap_or_default(),
@@ -310,7 +334,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             .flatten()
             .find(|o| o.controller == Some(true))
             .map(|o| o.kind.clone()),
-        requests: pod_requests(pod)?,
+        requests: requests_of(pod)?,
         buffer: super::buffer::is_virtual(pod),
         ..Pod::default()
     };
@@ -324,13 +348,13 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
         .tolerations
         .iter()
         .flatten()
-        .map(|t| toleration(&object, t))
+        .map(|t| toleration(object, t))
         .collect::<Result<_, _>>()?;
     for c in spec.topology_spread_constraints.iter().flatten() {
         let mut selector = c
             .label_selector
             .as_ref()
-            .map(|s| label_selector(&object, s))
+            .map(|s| label_selector(object, s))
             .transpose()?;
         if let Some(s) = selector.as_mut() {
             for key in c.match_label_keys.iter().flatten() {
@@ -371,7 +395,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             {
                 for term in &required.node_selector_terms {
                     out.required_node_affinity
-                        .push(selector_terms(&object, term)?);
+                        .push(selector_terms(object, term)?);
                 }
             }
             for p in na
@@ -381,7 +405,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             {
                 out.preferred_node_affinity.push(PreferredTerm {
                     weight: p.weight,
-                    requirements: selector_terms(&object, &p.preference)?,
+                    requirements: selector_terms(object, &p.preference)?,
                 });
             }
         }
@@ -392,7 +416,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
                 .flatten()
             {
                 out.pod_affinity
-                    .push(affinity_term(&object, t, &labels, namespaces)?);
+                    .push(affinity_term(object, t, &labels, namespaces)?);
             }
             for w in pa
                 .preferred_during_scheduling_ignored_during_execution
@@ -401,7 +425,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
             {
                 out.preferred_pod_affinity.push(WeightedPodAffinityTerm {
                     weight: w.weight,
-                    term: affinity_term(&object, &w.pod_affinity_term, &labels, namespaces)?,
+                    term: affinity_term(object, &w.pod_affinity_term, &labels, namespaces)?,
                 });
             }
         }
@@ -412,7 +436,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
                 .flatten()
             {
                 out.pod_anti_affinity
-                    .push(affinity_term(&object, t, &labels, namespaces)?);
+                    .push(affinity_term(object, t, &labels, namespaces)?);
             }
             for w in pa
                 .preferred_during_scheduling_ignored_during_execution
@@ -422,7 +446,7 @@ pub fn pod(pod: &core::Pod, namespaces: &NamespaceLabels) -> Result<Pod, Convert
                 out.preferred_pod_anti_affinity
                     .push(WeightedPodAffinityTerm {
                         weight: w.weight,
-                        term: affinity_term(&object, &w.pod_affinity_term, &labels, namespaces)?,
+                        term: affinity_term(object, &w.pod_affinity_term, &labels, namespaces)?,
                     });
             }
         }
@@ -444,14 +468,14 @@ pub fn is_terminal(pod: &core::Pod) -> bool {
 fn running(
     pods: &[&core::Pod],
     namespaces: &NamespaceLabels,
-) -> Result<(Resources, Vec<Pod>), ConvertError> {
+) -> Result<(Resources, Vec<Arc<Pod>>), ConvertError> {
     let mut used = Resources::default();
     let mut out = Vec::new();
     for p in pods.iter().filter(|p| !is_terminal(p)) {
         let converted = pod(p, namespaces)?;
         used.add(&converted.requests);
         used.pods += 1;
-        out.push(converted);
+        out.push(Arc::new(converted));
     }
     Ok((used, out))
 }

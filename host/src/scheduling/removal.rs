@@ -130,7 +130,7 @@ pub fn carry_out(
         };
         node.used.add(&pod.requests);
         node.used.pods += 1;
-        node.pods.push(pod.clone());
+        node.pods.push(std::sync::Arc::new(pod.clone()));
     }
     for claim in removal.replacements() {
         let Some(pool) = input
@@ -174,7 +174,7 @@ pub(crate) mod tests {
             labels: BTreeMap::from([(HOSTNAME.to_owned(), name.to_owned())]),
             allocatable: Resources::new(cpu * 1000, cpu * 2 * GI, 110),
             used,
-            pods,
+            pods: pods.into_iter().map(std::sync::Arc::new).collect(),
             initialized: true,
             ..ExistingNode::default()
         }

@@ -23,6 +23,7 @@ mod reach_tests;
 mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use bin_index::{BinIndex, Listed};
 use bitset::BitSet;
@@ -544,7 +545,7 @@ impl<'a> Solver<'a> {
         taints: &'a [Taint],
         requests: Resources,
         allocatable: &Resources,
-        running: &[Pod],
+        running: &[Arc<Pod>],
         volume_limits: Option<&'a BTreeMap<String, i64>>,
     ) {
         let host_domain = self.hostname_domain(&requirements);

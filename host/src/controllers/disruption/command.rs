@@ -121,10 +121,13 @@ pub async fn start_all(
         .collect()
         .await;
     let started = outcomes.iter().filter(|o| o.is_ok()).count();
+    let failed = outcomes.len() - started;
     match outcomes.into_iter().find_map(Result::err) {
         Some(err) if started == 0 => Err(err),
         Some(err) => {
-            tracing::debug!(error = %err, started, "some disruptions did not start");
+            // Not an error of the pass (those that started stand), but an operator wants to see
+            // it: a later pass decides the others again.
+            tracing::warn!(error = %err, started, failed, reason, "some disruptions did not start");
             Ok(started)
         }
         None => Ok(started),

@@ -321,7 +321,9 @@ impl Snapshot {
                                         == Some(converted.namespace.as_str())
                             });
                             if let Some(pod) = pod {
-                                converted.csi_volumes = self.volumes.csi_volumes(pod);
+                                // Converted a moment ago: not shared yet, so not copied.
+                                Arc::make_mut(converted).csi_volumes =
+                                    self.volumes.csi_volumes(pod);
                             }
                         }
                     }

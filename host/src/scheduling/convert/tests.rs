@@ -108,16 +108,22 @@ fn bad_quantities_and_operators_are_errors() {
         matches!(&err, ConvertError::Quantity { resource, .. } if resource == "cpu"),
         "{err}"
     );
+    // The error names the pod, however deep in it the conversion failed.
+    assert!(err.to_string().starts_with("pod default/p: "), "{err}");
+    let requests = pod_requests(&p).unwrap_err();
+    assert!(
+        requests.to_string().starts_with("pod default/p: "),
+        "{requests}"
+    );
     let p = k8s_pod(json!({
         "metadata": {"name": "p"},
         "spec": {"containers": [], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [{"key": "k", "operator": "Gt", "values": ["x"]}]}]
         }}}}
     }));
-    assert!(matches!(
-        pod(&p, &NamespaceLabels::new()),
-        Err(ConvertError::Requirement { .. })
-    ));
+    let err = pod(&p, &NamespaceLabels::new()).unwrap_err();
+    assert!(matches!(err, ConvertError::Requirement { .. }), "{err}");
+    assert!(err.to_string().starts_with("pod default/p: "), "{err}");
 }
 
 #[test]

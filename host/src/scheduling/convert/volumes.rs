@@ -125,13 +125,15 @@ impl VolumeIndex {
     pub fn requirements(&self, pod: &core::Pod) -> Result<Vec<Requirements>, VolumeError> {
         let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pod_name = pod.metadata.name.as_deref().unwrap_or_default();
-        let key = format!("{namespace}/{pod_name}");
+        // Named only for a pod with a claim (most have none, and a pass converts every pod).
+        let mut key: Option<String> = None;
         let mut alternatives: Vec<Requirements> = Vec::new();
         for volume in pod.spec.iter().flat_map(|s| s.volumes.iter().flatten()) {
             let Some(claim) = claim_name(pod_name, volume) else {
                 continue;
             };
-            let terms = self.claim_terms(&key, namespace, &claim)?;
+            let key = key.get_or_insert_with(|| format!("{namespace}/{pod_name}"));
+            let terms = self.claim_terms(key, namespace, &claim)?;
             if terms.is_empty() {
                 continue;
             }
@@ -215,6 +217,15 @@ impl VolumeIndex {
 
 /// The claim a pod's volume mounts, if it mounts one: a generic ephemeral volume's claim is
 /// named after the pod and the volume.
+/// Whether `pod` mounts a persistent volume claim (its own or an ephemeral volume's): only such a
+/// pod has volume requirements or CSI volumes.
+pub fn has_claims(pod: &core::Pod) -> bool {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+}
+
 fn claim_name(pod_name: &str, volume: &core::Volume) -> Option<String> {
     match (&volume.persistent_volume_claim, &volume.ephemeral) {
         (Some(source), _) => Some(source.claim_name.clone()),

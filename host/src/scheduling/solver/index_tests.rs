@@ -131,7 +131,7 @@ fn node(i: usize, zone: usize, label: usize, anti: bool) -> ExistingNode {
         ]),
         allocatable: Resources::new(2000, 4 * GI, 8),
         used: Resources::new(500, 1 << 29, 1),
-        pods: vec![running],
+        pods: vec![std::sync::Arc::new(running)],
         initialized: true,
         ..ExistingNode::default()
     }

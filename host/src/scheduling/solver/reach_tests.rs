@@ -131,7 +131,7 @@ fn node(name: &str, pool: &str, zone: &str, arch: &str, pods: Vec<Pod>) -> Exist
         taints,
         allocatable: used.clone(),
         used,
-        pods,
+        pods: pods.into_iter().map(std::sync::Arc::new).collect(),
         initialized: true,
         ..ExistingNode::default()
     }

@@ -436,7 +436,7 @@ fn csi_attach_limits_keep_further_volumes_of_a_driver_off_a_full_node() {
         labels: BTreeMap::from([(HOSTNAME.to_owned(), "node-1".to_owned())]),
         allocatable: Resources::new(8000, 16 * GI, 100),
         used: Resources::new(100, GI, 1),
-        pods: vec![running],
+        pods: vec![std::sync::Arc::new(running)],
         initialized: true,
         volume_limits: BTreeMap::from([("ebs.csi.example.com".to_owned(), 1)]),
         ..ExistingNode::default()
@@ -619,7 +619,7 @@ fn anti_affinity_of_running_pods_repels_matching_pods() {
         ]),
         allocatable: Resources::new(8000, 16 * GI, 100),
         used: Resources::new(100, GI, 1),
-        pods: vec![guard],
+        pods: vec![std::sync::Arc::new(guard)],
         initialized: true,
         ..ExistingNode::default()
     };
@@ -1004,7 +1004,7 @@ fn zonal_spread_counts_pods_already_running() {
         // Full: new pods cannot land here, but its pods count for the spread.
         allocatable: Resources::new(200, 2 * GI, 2),
         used: Resources::new(200, 2 * GI, 2),
-        pods: running,
+        pods: running.into_iter().map(std::sync::Arc::new).collect(),
         initialized: true,
         ..ExistingNode::default()
     };
@@ -1193,7 +1193,7 @@ fn host_ports_keep_conflicting_pods_apart() {
         ]),
         allocatable: Resources::new(8000, 16 * GI, 100),
         used: Resources::new(100, GI, 1),
-        pods: vec![web("running")],
+        pods: vec![std::sync::Arc::new(web("running"))],
         initialized: true,
         ..ExistingNode::default()
     };
