@@ -438,14 +438,16 @@ async fn disrupt_and_delete(
             ),
         )
         .await?;
-    let mut step = Step::new("drift", timeout);
-    observe(&mut step, watch, controller, |w, at, marks| {
-        let old = w
-            .nodes
+    let old_nodes = |w: &Watch| {
+        w.nodes
             .state()
             .iter()
             .filter(|n| before.contains(&n.name_any()))
-            .count();
+            .count()
+    };
+    let mut step = Step::new("drift", timeout);
+    observe(&mut step, watch, controller, |w, at, marks| {
+        let old = old_nodes(w);
         mark(
             marks,
             "half the nodes replaced",
@@ -455,12 +457,7 @@ async fn disrupt_and_delete(
         old == 0 && pods_all_running(w, total)
     })
     .await?;
-    let old_left = watch
-        .nodes
-        .state()
-        .iter()
-        .filter(|n| before.contains(&n.name_any()))
-        .count();
+    let old_left = old_nodes(watch);
     println!(
         "   drift: {old_left} of {} nodes of before left",
         before.len()
