@@ -18,9 +18,6 @@
 //!   candidates (`cluster_from`);
 //! - `live/pass/N`: that, then the multi-node and the single-node search on what it built: what a
 //!   pass spends before its writes.
-//!
-//! The pods' conversions are kept across iterations as the host keeps them across passes
-//! (`PodMemo`): the first, cold pass is printed on its own before criterion's warm ones.
 
 #![allow(clippy::expect_used)] // a benchmark: a broken fixture should stop it
 
@@ -260,7 +257,7 @@ fn view(nodes: usize, types: &[InstanceType]) -> View {
             view.pods
                 .push(Arc::new(object::<k8s_openapi::api::core::v1::Pod>(json!({
                     "metadata": {"name": format!("{name}-pod-{p}"), "namespace": "default",
-                                 "uid": format!("pod-uid-{n}-{p}"), "resourceVersion": "1",
+                                 "uid": format!("pod-uid-{n}-{p}"),
                                  "labels": {"app": format!("app-{}", p % 5)},
                                  "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
                                                       "name": format!("app-{}", p % 5),

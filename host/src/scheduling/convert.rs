@@ -21,7 +21,6 @@ use super::taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::api;
 use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL};
 
-pub mod memo;
 pub mod volumes;
 
 /// An object the scheduler cannot take as it is.
@@ -468,15 +467,15 @@ pub fn is_terminal(pod: &core::Pod) -> bool {
 /// The requests and scheduler views of the active pods among `pods`.
 fn running(
     pods: &[&core::Pod],
-    mut convert: impl FnMut(&core::Pod) -> Result<Arc<Pod>, ConvertError>,
+    namespaces: &NamespaceLabels,
 ) -> Result<(Resources, Vec<Arc<Pod>>), ConvertError> {
     let mut used = Resources::default();
     let mut out = Vec::new();
     for p in pods.iter().filter(|p| !is_terminal(p)) {
-        let converted = convert(p)?;
+        let converted = pod(p, namespaces)?;
         used.add(&converted.requests);
         used.pods += 1;
-        out.push(converted);
+        out.push(Arc::new(converted));
     }
     Ok((used, out))
 }
@@ -549,16 +548,6 @@ pub fn node(
     namespaces: &NamespaceLabels,
     claim: Option<&api::NodeClaim>,
 ) -> Result<ExistingNode, ConvertError> {
-    node_with(node, pods, claim, |p| pod(p, namespaces).map(Arc::new))
-}
-
-/// [`node`], its pods converted by `convert` (a [`memo::PodMemo`] keeps them across passes).
-pub fn node_with(
-    node: &core::Node,
-    pods: &[&core::Pod],
-    claim: Option<&api::NodeClaim>,
-    convert: impl FnMut(&core::Pod) -> Result<Arc<Pod>, ConvertError>,
-) -> Result<ExistingNode, ConvertError> {
     let name = node.metadata.name.clone().unwrap_or_default();
     let object = format!("node {name}");
     let labels = node.metadata.labels.clone().unwrap_or_default();
@@ -581,7 +570,7 @@ pub fn node_with(
         }
         taints.push(core_taint(&object, t)?);
     }
-    let (used, pods) = running(pods, convert)?;
+    let (used, pods) = running(pods, namespaces)?;
     let reported = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
     let allocatable = match (reported, claim) {
         (Some(list), _) if !list.is_empty() => resources(&object, Some(list))?,
@@ -724,7 +713,7 @@ pub fn inflight_claim(
         reqs.add(Requirement::in_(k.as_str(), [v.as_str()]));
     }
     let allocatable = claim_allocatable(&object, claim)?;
-    let (used, pods) = running(pods, |p| pod(p, namespaces).map(Arc::new))?;
+    let (used, pods) = running(pods, namespaces)?;
     Ok(InflightClaim {
         node_pool: labels.get(NODEPOOL).cloned(),
         requirements: reqs,

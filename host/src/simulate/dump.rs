@@ -399,7 +399,6 @@ impl Dump {
                 .map(Arc::new)
                 .collect(),
             csi_nodes: self.csi_nodes.values().cloned().map(Arc::new).collect(),
-            converted: Arc::default(),
         }
     }
 }

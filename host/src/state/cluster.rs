@@ -14,7 +14,6 @@ use kube::{Api, Client, ResourceExt};
 use super::Cache;
 use super::cache::Rejected;
 use crate::api::{NodeClaim, NodeClass, NodePool};
-use crate::scheduling::convert::memo::PodMemo;
 
 /// Why the caches did not fill.
 #[derive(Debug, thiserror::Error)]
@@ -45,8 +44,6 @@ pub struct ClusterState {
     pub csi_nodes: Cache<CSINode>,
     /// Node classes of the kinds providers serve (filled by the node class kinds controller).
     pub served: super::served::ServedClasses,
-    /// The cached pods as the scheduler sees them, converted once for every pass.
-    pub converted: Arc<PodMemo>,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -69,9 +66,6 @@ pub struct View {
     pub volumes: Vec<Arc<PersistentVolume>>,
     pub storage_classes: Vec<Arc<StorageClass>>,
     pub csi_nodes: Vec<Arc<CSINode>>,
-    /// Conversions of the pods for the solver, kept across views (a fresh one for a view built
-    /// from anything but the caches).
-    pub converted: Arc<PodMemo>,
 }
 
 impl ClusterState {
@@ -218,7 +212,6 @@ impl ClusterState {
             volumes: self.volumes.store().state(),
             storage_classes: self.storage_classes.store().state(),
             csi_nodes: self.csi_nodes.store().state(),
-            converted: Arc::clone(&self.converted),
         }
     }
 }

@@ -15,7 +15,6 @@ use kube::ResourceExt;
 use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
-use crate::scheduling::convert::memo::{self, PodMemo};
 use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
 use crate::scheduling::convert::{self, NamespaceLabels, is_terminal};
 use crate::scheduling::{self, SchedulingInput};
@@ -55,8 +54,6 @@ pub struct Snapshot {
     pub volumes: VolumeIndex,
     /// Per node name, how many volumes each CSI driver may attach to it (its CSINode).
     pub volume_limits: HashMap<String, BTreeMap<String, i64>>,
-    /// The nodes' pods as converted in earlier passes ([`View::converted`]).
-    pub converted: Arc<PodMemo>,
 }
 
 /// What [`Snapshot::input`] built, with what it had to leave out.
@@ -134,11 +131,6 @@ impl Snapshot {
     /// [`Snapshot::take`] over a [`View`] (the host's caches, or a dump in `capstan simulate`):
     /// pods and nodes that `selector` does not match are left out.
     pub fn from_view(view: &View, selector: &Selector) -> Self {
-        // Holding more conversions than there are pods, it holds some of pods gone.
-        if view.converted.len() > view.pods.len() {
-            view.converted
-                .retain(view.pods.iter().filter_map(|p| p.metadata.uid.as_deref()));
-        }
         let leaving = leaving_nodes(&view.nodes, &view.claims);
         let mut pending = Vec::new();
         let mut bound = Vec::new();
@@ -200,7 +192,6 @@ impl Snapshot {
                 .map(|c| (c.name_any(), csi_limits(c)))
                 .filter(|(_, limits)| !limits.is_empty())
                 .collect(),
-            converted: Arc::clone(&view.converted),
         }
     }
 
@@ -307,7 +298,6 @@ impl Snapshot {
             .filter_map(|c| Some((provider_id(c)?, *c)))
             .collect();
         let mut represented = HashSet::new();
-        let namespaces = memo::fingerprint(&self.namespaces);
         for node in &self.nodes {
             let name = node.name_any();
             let pods = by_node.get(name.as_str()).map_or(&[][..], Vec::as_slice);
@@ -319,10 +309,7 @@ impl Snapshot {
             if let Some(claim) = claim {
                 represented.insert(claim.name_any());
             }
-            let converted = convert::node_with(node, pods, claim, |p| {
-                self.converted.pod(p, &self.namespaces, namespaces)
-            });
-            match converted {
+            match convert::node(node, pods, &self.namespaces, claim) {
                 Ok(mut n) => {
                     if let Some(limits) = self.volume_limits.get(&name) {
                         n.volume_limits = limits.clone();
@@ -334,8 +321,7 @@ impl Snapshot {
                                         == Some(converted.namespace.as_str())
                             });
                             if let Some(pod) = pod {
-                                // A copy of the memo's conversion: the volumes may change
-                                // without the pod.
+                                // Converted a moment ago: not shared yet, so not copied.
                                 Arc::make_mut(converted).csi_volumes =
                                     self.volumes.csi_volumes(pod);
                             }
