@@ -4,8 +4,8 @@
 #
 #   providers-wasm/build.sh [OUT_DIR]
 #
-# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: kwok.wasm, clusterapi.wasm,
-# chaos.wasm (contract 0.1.0), egress.wasm and cloudstack.wasm (0.2.0), and the Python guests of
+# Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: chaos.wasm (contract 0.1.0),
+# egress.wasm and cloudstack.wasm (0.2.0), kwok.wasm and clusterapi.wasm (0.3.0), and the Python guests of
 # python/build.sh (kwok-python.wasm; componentize-py, cached by input digest under $CAPSTAN_CACHE).
 set -euo pipefail
 
@@ -26,10 +26,11 @@ else
 fi
 
 cd "$here"
-cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi -p capstan-fixture-chaos
-# 0.2 guests on their own: their SDK feature (`v0_2`) must not reach the 0.1 guests (cargo unifies
-# features within one build).
+# Each contract's guests on their own: cargo unifies features within one build, and a guest's SDK
+# feature (`v0_2`, `v0_3`) picks the contract it is built against.
+cargo build --release --target "$target" -p capstan-fixture-chaos
 cargo build --release --target "$target" -p capstan-fixture-egress -p capstan-provider-cloudstack
+cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do

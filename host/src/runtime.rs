@@ -34,7 +34,7 @@ pub use self::limits::Limits;
 pub use self::provider::{CallError, CallStats, ProviderPre};
 pub use self::validate::{ComponentInfo, ProviderExport, ValidateError};
 
-use self::bindings::{since_v0_1_0, since_v0_2_0};
+use self::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
 use self::call_state::CallState;
 use crate::capability::Capabilities;
 
@@ -99,11 +99,13 @@ impl RuntimeBuilder {
         };
         let linker_v0_1 = since_v0_1_0::linker(engine.engine()).map_err(link_failed)?;
         let linker_v0_2 = since_v0_2_0::linker(engine.engine()).map_err(link_failed)?;
+        let linker_v0_3 = since_v0_3_0::linker(engine.engine()).map_err(link_failed)?;
         Ok(Runtime {
             engine,
             cache: self.cache.map(ComponentCache::new),
             linker_v0_1,
             linker_v0_2,
+            linker_v0_3,
             max_component_size: self
                 .max_component_size
                 .unwrap_or(validate::DEFAULT_MAX_COMPONENT_SIZE),
@@ -117,6 +119,7 @@ pub struct Runtime {
     cache: Option<ComponentCache>,
     linker_v0_1: Linker<CallState>,
     linker_v0_2: Linker<CallState>,
+    linker_v0_3: Linker<CallState>,
     max_component_size: usize,
 }
 
@@ -196,6 +199,7 @@ impl Runtime {
         let linker = match compiled.export.wit {
             WitVersion::V0_1 => &self.linker_v0_1,
             WitVersion::V0_2 => &self.linker_v0_2,
+            WitVersion::V0_3 => &self.linker_v0_3,
         };
         let pre = linker
             .instantiate_pre(&compiled.component)
@@ -211,6 +215,9 @@ impl Runtime {
             ),
             WitVersion::V0_2 => provider::Pre::V0_2(
                 since_v0_2_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
+            ),
+            WitVersion::V0_3 => provider::Pre::V0_3(
+                since_v0_3_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
             ),
         };
         Ok(ProviderPre::new(

@@ -100,6 +100,8 @@ pub struct ListOptions {
     pub field_selector: Option<String>,
     /// Page size.
     pub limit: Option<u32>,
+    /// The previous page's `metadata.continue` (contract 0.3 and later).
+    pub continue_token: Option<String>,
 }
 
 /// The kind of patch.
@@ -359,6 +361,7 @@ impl KubeProxy {
             label_selector: options.label_selector.clone(),
             field_selector: options.field_selector.clone(),
             limit: options.limit,
+            continue_token: options.continue_token.clone(),
             ..ListParams::default()
         };
         let http = KubeRequest::new(resolved.url_path.as_str()).list(&params);
@@ -695,7 +698,8 @@ fn map_error(err: ::kube::Error) -> KubeCallError {
                     "the API server refused the host's credentials: {message}"
                 )),
                 404 => KubeCallError::NotFound(message),
-                409 => KubeCallError::Conflict(message),
+                // 410 Gone: a list's continue token expired; start the list again.
+                409 | 410 => KubeCallError::Conflict(message),
                 400 | 422 => KubeCallError::Invalid(message),
                 408 | 429 | 500..=599 => KubeCallError::Unavailable(message),
                 code => KubeCallError::Other(format!("HTTP {code}: {message}")),
@@ -758,6 +762,7 @@ mod tests {
         assert!(case(401).starts_with("permission-denied: "));
         assert_eq!(case(404), "not-found: boom");
         assert_eq!(case(409), "conflict: boom");
+        assert_eq!(case(410), "conflict: boom");
         assert_eq!(case(400), "invalid: boom");
         assert_eq!(case(422), "invalid: boom");
         assert_eq!(case(429), "unavailable: boom");

@@ -6,11 +6,11 @@
 //! new minor version of the contract adds a module here and a [`WitVersion`] variant; old guests keep
 //! loading with their own bindings (the pattern of Zed's extension host).
 //!
-//! One copy of everything the versions share: 0.2's `types` interface is 0.1's, so its bindings
-//! reuse 0.1's Rust types (`with` in `bindgen!`) and the rest of the host sees one set of types;
-//! the `kube` and `host` imports are the same in both and implemented once, by
-//! [`capstan_imports!`], for each version's generated traits; [`typecheck_exports`] checks either
-//! version's export.
+//! One copy of everything the versions share: the `types` interface of 0.2 and 0.3 is 0.1's, so
+//! their bindings reuse 0.1's Rust types (`with` in `bindgen!`) and the rest of the host sees one
+//! set of types; the `kube` and `host` imports are implemented once, by [`capstan_imports!`], for
+//! each version's generated traits (0.3's `list-options` adds the `continue-token` of paged lists);
+//! [`typecheck_exports`] checks any version's export.
 
 use std::fmt;
 
@@ -24,8 +24,17 @@ use types::{Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy
 /// Implements a version's `kube` and `host` import traits (the modules `kube` and `host` in
 /// scope where it is invoked) with [`crate::capability`]. Every version with these interfaces
 /// unchanged invokes it, so there is one copy of the glue.
+///
+/// `capstan_imports!()` for versions whose lists do not page (0.1, 0.2);
+/// `capstan_imports!(paged)` for those whose `list-options` carry a `continue-token` (0.3).
 macro_rules! capstan_imports {
     () => {
+        capstan_imports!(@glue options => None);
+    };
+    (paged) => {
+        capstan_imports!(@glue options => options.continue_token);
+    };
+    (@glue $options:ident => $continue_token:expr) => {
         impl From<kube::Cluster> for $crate::capability::grants::Cluster {
             fn from(cluster: kube::Cluster) -> Self {
                 match cluster {
@@ -83,13 +92,14 @@ macro_rules! capstan_imports {
             async fn list(
                 &mut self,
                 target: kube::Target,
-                options: kube::ListOptions,
+                $options: kube::ListOptions,
             ) -> Result<String, kube::KubeError> {
                 let target = target.into();
                 let options = $crate::capability::kube::ListOptions {
-                    label_selector: options.label_selector,
-                    field_selector: options.field_selector,
-                    limit: options.limit,
+                    label_selector: $options.label_selector,
+                    field_selector: $options.field_selector,
+                    limit: $options.limit,
+                    continue_token: $continue_token,
                 };
                 Ok(self
                     .kube_call(0, async |kube| kube.list(&target, &options).await)
@@ -189,7 +199,24 @@ macro_rules! capstan_imports {
 
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
+pub mod since_v0_3_0;
 pub mod wit_files;
+
+/// A linker with WASI (p2, async), `wasi:http/outgoing-handler` (wasmtime-wasi-http, with the
+/// host's [`OutboundHttp`](crate::capability::outbound_http) hooks doing the sending) and
+/// `wasi:config/store` (serving the call's snapshot of the provider's configuration): the
+/// standard imports of 0.2 and later, to which each version adds its own.
+fn wasi_http_config_linker(
+    engine: &wasmtime::Engine,
+) -> wasmtime::Result<wasmtime::component::Linker<CallState>> {
+    let mut linker = wasmtime::component::Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+    wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut CallState| {
+        wasmtime_wasi_config::WasiConfig::from(&state.config)
+    })?;
+    Ok(linker)
+}
 
 /// The package every provider's contract lives in.
 pub const PACKAGE_NAMESPACE: &str = "capstan";
@@ -198,7 +225,7 @@ pub const PACKAGE_NAME: &str = "provider";
 /// The interface a provider exports.
 pub const EXPORT_INTERFACE: &str = "cloud-provider";
 
-/// The data types of every supported contract (0.2's `types` are 0.1's), used by the rest of
+/// The data types of every supported contract (0.2's and 0.3's `types` are 0.1's), used by the rest of
 /// the host.
 pub use since_v0_1_0::capstan::provider::types;
 
@@ -209,14 +236,16 @@ pub enum WitVersion {
     V0_1,
     /// `capstan:provider@0.2.x`: 0.1 plus `wasi:http/outgoing-handler` and `wasi:config/store`.
     V0_2,
+    /// `capstan:provider@0.3.x`: 0.2 with paged lists (`list-options.continue-token`).
+    V0_3,
 }
 
 impl WitVersion {
     /// Every supported version, oldest first.
-    pub const SUPPORTED: &[WitVersion] = &[WitVersion::V0_1, WitVersion::V0_2];
+    pub const SUPPORTED: &[WitVersion] = &[WitVersion::V0_1, WitVersion::V0_2, WitVersion::V0_3];
 
     /// The newest supported version.
-    pub const LATEST: WitVersion = WitVersion::V0_2;
+    pub const LATEST: WitVersion = WitVersion::V0_3;
 
     /// The supported version compatible with `major.minor` (semver: for `0.x` the minor number is
     /// the compatibility boundary), if any. A newer minor than the host knows is not supported: its
@@ -225,6 +254,7 @@ impl WitVersion {
         match (major, minor) {
             (0, 1) => Some(WitVersion::V0_1),
             (0, 2) => Some(WitVersion::V0_2),
+            (0, 3) => Some(WitVersion::V0_3),
             _ => None,
         }
     }
@@ -234,6 +264,7 @@ impl WitVersion {
         match self {
             WitVersion::V0_1 => "0.1",
             WitVersion::V0_2 => "0.2",
+            WitVersion::V0_3 => "0.3",
         }
     }
 
@@ -248,9 +279,9 @@ impl WitVersion {
 
     /// The functions the `cloud-provider` interface of this version exports.
     pub fn exported_functions(self) -> &'static [&'static str] {
-        // 0.2 changed the imports only.
+        // 0.2 and 0.3 changed the imports only.
         match self {
-            WitVersion::V0_1 | WitVersion::V0_2 => &[
+            WitVersion::V0_1 | WitVersion::V0_2 | WitVersion::V0_3 => &[
                 "name",
                 "get-instance-types",
                 "create",
@@ -316,9 +347,10 @@ mod tests {
     fn versions() {
         assert_eq!(WitVersion::for_version(0, 1), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::for_version(0, 2), Some(WitVersion::V0_2));
-        assert_eq!(WitVersion::for_version(0, 3), None);
+        assert_eq!(WitVersion::for_version(0, 3), Some(WitVersion::V0_3));
+        assert_eq!(WitVersion::for_version(0, 4), None);
         assert_eq!(WitVersion::for_version(1, 0), None);
-        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x");
+        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x, 0.3.x");
     }
 
     fn resolve(dir: &str) -> (wit_parser::Resolve, wit_parser::PackageId) {
@@ -343,6 +375,7 @@ mod tests {
         for (dir, version) in [
             ("since_v0.1.0", WitVersion::V0_1),
             ("since_v0.2.0", WitVersion::V0_2),
+            ("since_v0.3.0", WitVersion::V0_3),
         ] {
             let (resolve, package) = resolve(dir);
             let iface = interface(&resolve, package, EXPORT_INTERFACE);
@@ -351,34 +384,68 @@ mod tests {
         }
     }
 
-    /// 0.2 reuses 0.1's Rust types and import glue: its `types`, `kube` and `host` interfaces
-    /// must be 0.1's, declaration for declaration (docs aside).
+    /// The declarations of interface `name` of the contract in `dir`, numbers (arena ids) and
+    /// docs aside, except the types named in `skip`.
+    fn shape(dir: &str, name: &str, skip: &[&str]) -> (Vec<String>, Vec<String>) {
+        let (resolve, package) = resolve(dir);
+        let iface = interface(&resolve, package, name);
+        let types = iface
+            .types
+            .iter()
+            .filter(|(n, _)| !skip.contains(&n.as_str()))
+            .map(|(n, id)| {
+                format!("{n}: {:?}", resolve.types[*id].kind).replace(char::is_numeric, "")
+            })
+            .collect();
+        let functions = iface
+            .functions
+            .values()
+            .map(|f| {
+                format!("{}{:?}{:?}", f.name, f.params, f.result).replace(char::is_numeric, "")
+            })
+            .collect();
+        (types, functions)
+    }
+
+    /// 0.2 and 0.3 reuse 0.1's Rust types and import glue: their `types`, `kube` and `host`
+    /// interfaces must be 0.1's, declaration for declaration, but for 0.3's `list-options`.
     #[test]
-    fn shared_interfaces_are_unchanged_in_0_2() {
-        let (old, old_package) = resolve("since_v0.1.0");
-        let (new, new_package) = resolve("since_v0.2.0");
-        for name in ["types", "kube", "host", EXPORT_INTERFACE] {
-            let a = interface(&old, old_package, name);
-            let b = interface(&new, new_package, name);
-            let shape = |resolve: &wit_parser::Resolve, iface: &wit_parser::Interface| {
-                let types: Vec<String> = iface
-                    .types
-                    .iter()
-                    .map(|(n, id)| {
-                        format!("{n}: {:?}", resolve.types[*id].kind).replace(char::is_numeric, "")
-                    })
-                    .collect();
-                let functions: Vec<String> = iface
-                    .functions
-                    .values()
-                    .map(|f| {
-                        format!("{}{:?}{:?}", f.name, f.params, f.result)
-                            .replace(char::is_numeric, "")
-                    })
-                    .collect();
-                (types, functions)
+    fn shared_interfaces_are_unchanged_since_0_1() {
+        for dir in ["since_v0.2.0", "since_v0.3.0"] {
+            let skip: &[&str] = if dir == "since_v0.3.0" {
+                &["list-options"]
+            } else {
+                &[]
             };
-            assert_eq!(shape(&old, a), shape(&new, b), "interface {name}");
+            for name in ["types", "kube", "host", EXPORT_INTERFACE] {
+                assert_eq!(
+                    shape("since_v0.1.0", name, skip),
+                    shape(dir, name, skip),
+                    "{dir}: interface {name}"
+                );
+            }
         }
+    }
+
+    /// 0.3's `list-options` is 0.2's plus `continue-token`, which the glue passes on.
+    #[test]
+    fn list_options_of_0_3_add_the_continue_token() {
+        let (resolve, package) = resolve("since_v0.3.0");
+        let kube = interface(&resolve, package, "kube");
+        let wit_parser::TypeDefKind::Record(record) =
+            &resolve.types[kube.types["list-options"]].kind
+        else {
+            panic!("list-options is not a record");
+        };
+        let fields: Vec<&str> = record.fields.iter().map(|f| f.name.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "label-selector",
+                "field-selector",
+                "limit",
+                "continue-token"
+            ]
+        );
     }
 }

@@ -23,7 +23,7 @@ use crate::capability::Capabilities;
 use crate::runtime::bindings::types::{
     Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
-use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0};
+use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
 use crate::runtime::limits::Limits;
@@ -187,12 +187,14 @@ impl Drop for InFlight<'_> {
 pub(crate) enum Pre {
     V0_1(since_v0_1_0::CloudProviderWorldPre<CallState>),
     V0_2(since_v0_2_0::CloudProviderWorldPre<CallState>),
+    V0_3(since_v0_3_0::CloudProviderWorldPre<CallState>),
 }
 
 /// An instance of the component, by the bindings that run it.
 enum World {
     V0_1(since_v0_1_0::CloudProviderWorld),
     V0_2(since_v0_2_0::CloudProviderWorld),
+    V0_3(since_v0_3_0::CloudProviderWorld),
 }
 
 /// Calls `$method` of the `cloud-provider` export of `$call`'s instance, whichever version it
@@ -204,6 +206,9 @@ macro_rules! guest_call {
                 world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
             }
             World::V0_2(world) => {
+                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
+            }
+            World::V0_3(world) => {
                 world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
             }
         }
@@ -504,6 +509,7 @@ impl ProviderPre {
         let world = match &inner.pre {
             Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
             Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
+            Pre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
         };
         match world {
             Ok(world) => Ok(Call {

@@ -29,6 +29,7 @@ mod hostile;
 mod image;
 mod leader_election;
 mod lifecycle;
+mod list_paging;
 mod metrics;
 mod node_class_kinds;
 mod node_overlays;

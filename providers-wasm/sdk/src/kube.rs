@@ -178,15 +178,63 @@ pub fn get_opt<T: DeserializeOwned>(object: &ObjectRef) -> Result<Option<T>, Err
     }
 }
 
-/// Lists objects, returning the list's `items`.
+/// Items a page when [`list`] reads a list a page at a time (contract 0.3).
+#[cfg(feature = "v0_3")]
+pub const PAGE_SIZE: u32 = 500;
+
+/// A `...List` as far as [`list`] reads it.
+#[derive(serde::Deserialize)]
+struct List<T> {
+    #[serde(default = "Vec::new")]
+    items: Vec<T>,
+    #[cfg_attr(not(feature = "v0_3"), allow(dead_code))]
+    #[serde(default)]
+    metadata: ListMeta,
+}
+
+#[derive(Default, serde::Deserialize)]
+struct ListMeta {
+    /// The next page's token, when the server cut the list short.
+    #[cfg_attr(not(feature = "v0_3"), allow(dead_code))]
+    #[serde(default, rename = "continue")]
+    continue_token: Option<String>,
+}
+
+/// Lists objects, returning the list's `items`: at most `options.limit` of them when it is set,
+/// else all of them. Under contract 0.3 (the `v0_3` feature) "all" is read [`PAGE_SIZE`] items a
+/// call, so neither one answer of the host (16 MiB at most) nor the raw JSON of the whole list in
+/// the guest's memory bounds how many objects a provider can list; only the decoded `T`s are kept.
 pub fn list<T: DeserializeOwned>(target: &Target, options: &ListOptions) -> Result<Vec<T>, Error> {
-    #[derive(serde::Deserialize)]
-    struct List<T> {
-        #[serde(default = "Vec::new")]
-        items: Vec<T>,
+    #[cfg(feature = "v0_3")]
+    if options.limit.is_none() {
+        return read_pages(options, |page| raw::list(target, page));
     }
     let list: List<T> = decode(&raw::list(target, options)?)?;
     Ok(list.items)
+}
+
+/// Reads a list [`PAGE_SIZE`] items at a time through `fetch` (the `kube` import, or a test's
+/// server), following each page's `metadata.continue`. An expired token fails the whole list
+/// (`conflict`), as the API server leaves no consistent way to resume it.
+#[cfg(feature = "v0_3")]
+fn read_pages<T: DeserializeOwned>(
+    options: &ListOptions,
+    mut fetch: impl FnMut(&ListOptions) -> Result<String, KubeError>,
+) -> Result<Vec<T>, Error> {
+    let mut page = ListOptions {
+        limit: Some(PAGE_SIZE),
+        continue_token: None,
+        ..options.clone()
+    };
+    let mut items = Vec::new();
+    loop {
+        let list: List<T> = decode(&fetch(&page)?)?;
+        items.extend(list.items);
+        match list.metadata.continue_token {
+            Some(token) if !token.is_empty() => page.continue_token = Some(token),
+            _ => return Ok(items),
+        }
+    }
 }
 
 /// Creates `body` (with apiVersion, kind and metadata) and returns what the server stored.
@@ -258,6 +306,69 @@ mod tests {
             ListOptions::labels("a=b").label_selector.as_deref(),
             Some("a=b")
         );
+    }
+
+    /// A fake API server's list of `count` names, `options.limit` a page, the token an offset.
+    #[cfg(feature = "v0_3")]
+    fn serve(count: usize, options: &ListOptions) -> Result<String, KubeError> {
+        let start: usize = options
+            .continue_token
+            .as_deref()
+            .map_or(0, |t| t.parse().unwrap());
+        let end = options
+            .limit
+            .map_or(count, |limit| (start + limit as usize).min(count));
+        let items: Vec<_> = (start..end)
+            .map(|i| serde_json::json!({"metadata": {"name": format!("n{i}")}}))
+            .collect();
+        let token = if end < count {
+            end.to_string()
+        } else {
+            String::new()
+        };
+        Ok(serde_json::json!({"metadata": {"continue": token}, "items": items}).to_string())
+    }
+
+    #[cfg(feature = "v0_3")]
+    #[test]
+    fn lists_are_read_a_page_at_a_time() {
+        let count = 2 * PAGE_SIZE as usize + 7;
+        let mut calls = Vec::new();
+        let items: Vec<serde_json::Value> = read_pages(&ListOptions::labels("a=b"), |page| {
+            calls.push(page.clone());
+            serve(count, page)
+        })
+        .unwrap();
+        assert_eq!(items.len(), count);
+        assert_eq!(
+            items[count - 1]["metadata"]["name"],
+            format!("n{}", count - 1)
+        );
+        let tokens: Vec<Option<&str>> = calls.iter().map(|c| c.continue_token.as_deref()).collect();
+        let (one, two) = (PAGE_SIZE.to_string(), (2 * PAGE_SIZE).to_string());
+        assert_eq!(tokens, [None, Some(one.as_str()), Some(two.as_str())]);
+        assert!(calls.iter().all(|c| c.limit == Some(PAGE_SIZE)));
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.label_selector.as_deref() == Some("a=b"))
+        );
+    }
+
+    #[cfg(feature = "v0_3")]
+    #[test]
+    fn an_expired_token_fails_the_list() {
+        let mut calls = 0;
+        let err = read_pages::<serde_json::Value>(&ListOptions::default(), |page| {
+            calls += 1;
+            match page.continue_token {
+                None => serve(2 * PAGE_SIZE as usize, page),
+                Some(_) => Err(KubeError::Conflict("the continue token expired".into())),
+            }
+        })
+        .unwrap_err();
+        assert!(matches!(err, Error::Kube(KubeError::Conflict(_))), "{err}");
+        assert_eq!(calls, 2);
     }
 
     #[test]

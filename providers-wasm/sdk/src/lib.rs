@@ -1,7 +1,8 @@
 //! Guest SDK for Capstan providers.
 //!
 //! A provider is a WebAssembly component implementing the `capstan:provider` world
-//! (`wit/since_v0.1.0/provider.wit`, or with the `v0_2` feature `wit/since_v0.2.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
+//! (`wit/since_v0.1.0/provider.wit`; with the `v0_2` feature `wit/since_v0.2.0/provider.wit`; with
+//! `v0_3`, `wit/since_v0.3.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
 //! top of them, so a provider crate is mostly its own logic:
 //!
 //! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
@@ -19,9 +20,12 @@
 //! - [`kube`]: typed access to the host's `kube` import (serde in, serde out).
 //! - [`log!`](crate::log!), [`cache`], [`clock`]: the host's small services.
 //! - [`params`]: NodeClass parameter parsing with errors that name the offending field.
-//! - With the `v0_2` feature (contract `capstan:provider@0.2.0`): [`http`](crate::http), blocking
-//!   HTTP requests over `wasi:http` (checked by the host against the Provider's egress grants),
-//!   and [`config`](crate::config), the Provider's configuration and Secret values.
+//! - With the `v0_2` or `v0_3` feature (contract `capstan:provider@0.2.0`, `@0.3.0`):
+//!   [`http`](crate::http), blocking HTTP requests over `wasi:http` (checked by the host against
+//!   the Provider's egress grants), and [`config`](crate::config), the Provider's configuration
+//!   and Secret values.
+//! - With `v0_3`: [`kube::list`] reads a list a page at a time ([`kube::PAGE_SIZE`] items), so a
+//!   provider can list more objects than one answer of the host may hold.
 //!
 //! ```ignore
 //! use capstan_provider_sdk::{Guest, Catalog, CatalogBuilder, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
@@ -44,14 +48,14 @@ pub mod requirements;
 pub mod resources;
 pub mod timestamp;
 
-#[cfg(feature = "v0_2")]
+#[cfg(any(feature = "v0_2", feature = "v0_3"))]
 pub mod config;
-#[cfg(feature = "v0_2")]
+#[cfg(any(feature = "v0_2", feature = "v0_3"))]
 pub mod http;
 
 /// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world` (0.1.0; with
-/// the `v0_2` feature, 0.2.0).
-#[cfg(not(feature = "v0_2"))]
+/// the `v0_2` feature, 0.2.0; with `v0_3`, 0.3.0).
+#[cfg(not(any(feature = "v0_2", feature = "v0_3")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     wit_bindgen::generate!({
@@ -67,32 +71,54 @@ pub mod bindings {
     });
 }
 
-/// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world@0.2.0`: 0.1's
-/// plus `wasi:http/outgoing-handler` (bound to the `wasip2` crate's types, so any client built on
-/// it works) and `wasi:config/store`.
-#[cfg(feature = "v0_2")]
+/// `wit-bindgen`'s bindings for a contract with `wasi:http/outgoing-handler` (bound to the `wasip2`
+/// crate's types, so any client built on it works) and `wasi:config/store`: 0.2 and later.
+#[cfg(any(feature = "v0_2", feature = "v0_3"))]
+macro_rules! bindings_with_wasi_http {
+    ($path:literal, $list_options:literal) => {
+        wit_bindgen::generate!({
+            world: "cloud-provider-world",
+            path: $path,
+            pub_export_macro: true,
+            export_macro_name: "export",
+            default_bindings_module: "capstan_provider_sdk::bindings",
+            additional_derives: [PartialEq, Clone],
+            additional_type_attributes: {
+                $list_options: [#[derive(Default)]],
+            },
+            with: {
+                "wasi:http/types@0.2.12": wasip2::http::types,
+                "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
+                "wasi:io/error@0.2.12": wasip2::io::error,
+                "wasi:io/poll@0.2.12": wasip2::io::poll,
+                "wasi:io/streams@0.2.12": wasip2::io::streams,
+                "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
+                "wasi:config/store@0.2.0-rc.1": generate,
+            },
+        });
+    };
+}
+
+/// The bindings for `capstan:provider/cloud-provider-world@0.2.0`: 0.1's plus
+/// `wasi:http/outgoing-handler` and `wasi:config/store`.
+#[cfg(all(feature = "v0_2", not(feature = "v0_3")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
-    wit_bindgen::generate!({
-        world: "cloud-provider-world",
-        path: "../../wit/since_v0.2.0",
-        pub_export_macro: true,
-        export_macro_name: "export",
-        default_bindings_module: "capstan_provider_sdk::bindings",
-        additional_derives: [PartialEq, Clone],
-        additional_type_attributes: {
-            "capstan:provider/kube@0.2.0/list-options": [#[derive(Default)]],
-        },
-        with: {
-            "wasi:http/types@0.2.12": wasip2::http::types,
-            "wasi:http/outgoing-handler@0.2.12": wasip2::http::outgoing_handler,
-            "wasi:io/error@0.2.12": wasip2::io::error,
-            "wasi:io/poll@0.2.12": wasip2::io::poll,
-            "wasi:io/streams@0.2.12": wasip2::io::streams,
-            "wasi:clocks/monotonic-clock@0.2.12": wasip2::clocks::monotonic_clock,
-            "wasi:config/store@0.2.0-rc.1": generate,
-        },
-    });
+    bindings_with_wasi_http!(
+        "../../wit/since_v0.2.0",
+        "capstan:provider/kube@0.2.0/list-options"
+    );
+}
+
+/// The bindings for `capstan:provider/cloud-provider-world@0.3.0`: 0.2's, with paged lists
+/// (`list-options.continue-token`). Wins when both features are on (cargo unifies features).
+#[cfg(feature = "v0_3")]
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    bindings_with_wasi_http!(
+        "../../wit/since_v0.3.0",
+        "capstan:provider/kube@0.3.0/list-options"
+    );
 }
 
 /// Declares the node class kinds the provider serves: embeds the file at `$path` (as

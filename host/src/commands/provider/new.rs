@@ -24,8 +24,9 @@ pub struct NewArgs {
     /// Where to write it (default: `./NAME`). Must not exist or be empty.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// The contract version (`0.1`, or `0.2` for outbound HTTP and configuration values).
-    #[arg(long, default_value = "0.2", value_parser = parse_contract)]
+    /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3`, the
+    /// newest, for paged lists as well).
+    #[arg(long, default_value = "0.3", value_parser = parse_contract)]
     contract: WitVersion,
 }
 
@@ -133,7 +134,7 @@ fn parse_contract(text: &str) -> Result<WitVersion, String> {
                 WitVersion::supported_list()
             )
         }),
-        _ => Err(format!("{text:?} is not a contract version like 0.2")),
+        _ => Err(format!("{text:?} is not a contract version like 0.3")),
     }
 }
 
@@ -241,6 +242,7 @@ mod tests {
         assert_eq!(parse_contract("0.2"), Ok(WitVersion::V0_2));
         assert_eq!(parse_contract("v0.1"), Ok(WitVersion::V0_1));
         assert_eq!(parse_contract("0.2.0"), Ok(WitVersion::V0_2));
+        assert_eq!(parse_contract("0.3"), Ok(WitVersion::V0_3));
         assert!(
             parse_contract("0.9")
                 .unwrap_err()
@@ -271,12 +273,12 @@ mod tests {
 
     #[test]
     fn a_rust_skeleton_fills_every_placeholder_and_carries_the_contract() {
-        let files = rendered(Lang::Rust, WitVersion::V0_2);
+        let files = rendered(Lang::Rust, WitVersion::V0_3);
         assert!(get(&files, "Cargo.toml").contains("name = \"my_cloud\""));
         assert!(get(&files, "src/lib.rs").contains("\"my-cloud\".to_string()"));
-        assert!(get(&files, "README.md").contains("capstan:provider@0.2.0"));
+        assert!(get(&files, "README.md").contains("capstan:provider@0.3.0"));
         assert!(get(&files, "Makefile").contains("release/my_cloud.wasm"));
-        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.2.0"));
+        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.3.0"));
         assert!(get(&files, "wit/deps/http/http.wit").contains("wasi:http"));
         let old = rendered(Lang::Rust, WitVersion::V0_1);
         assert!(!old.keys().any(|p| p.starts_with("wit/deps")));

@@ -6,7 +6,6 @@
 //! configuration). Its `types` are 0.1's Rust types; `kube` and `host` share 0.1's glue.
 
 use wasmtime::component::{HasSelf, Linker};
-use wasmtime_wasi_config::WasiConfig;
 
 use crate::runtime::call_state::CallState;
 
@@ -26,20 +25,13 @@ wasmtime::component::bindgen!({
 
 use self::capstan::provider::{host, kube};
 
-/// The instance name of the `types` interface (types only, nothing to link but the name).
-const TYPES_INSTANCE: &str = "capstan:provider/types@0.2.0";
-
 /// A linker with WASI (p2, async), `wasi:http`, `wasi:config` and this version's imports.
 pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
-    let mut linker = Linker::new(engine);
-    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-    wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
-    wasmtime_wasi_config::add_to_linker(&mut linker, |state: &mut CallState| {
-        WasiConfig::from(&state.config)
-    })?;
+    let mut linker = super::wasi_http_config_linker(engine)?;
     kube::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
     host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-    linker.instance(TYPES_INSTANCE)?;
+    // The `types` interface has types only: nothing to link but its instance name.
+    linker.instance("capstan:provider/types@0.2.0")?;
     Ok(linker)
 }
 

@@ -28,11 +28,25 @@ const V0_2: &[WitFile] = wit_files!("since_v0.2.0":
     "deps/sockets/sockets.wit",
 );
 
+const V0_3: &[WitFile] = wit_files!("since_v0.3.0":
+    "provider.wit",
+    "deps/cli/cli.wit",
+    "deps/clocks/clocks.wit",
+    "deps/config/store.wit",
+    "deps/config/world.wit",
+    "deps/filesystem/filesystem.wit",
+    "deps/http/http.wit",
+    "deps/io/io.wit",
+    "deps/random/random.wit",
+    "deps/sockets/sockets.wit",
+);
+
 /// Every file of `version`'s contract (the package and the WASI packages it imports).
 pub fn files(version: WitVersion) -> &'static [WitFile] {
     match version {
         WitVersion::V0_1 => V0_1,
         WitVersion::V0_2 => V0_2,
+        WitVersion::V0_3 => V0_3,
     }
 }
 
@@ -41,6 +55,7 @@ pub fn directory(version: WitVersion) -> &'static str {
     match version {
         WitVersion::V0_1 => "since_v0.1.0",
         WitVersion::V0_2 => "since_v0.2.0",
+        WitVersion::V0_3 => "since_v0.3.0",
     }
 }
 

@@ -156,16 +156,42 @@ def get_opt(obj: ObjectRef) -> dict[str, Any] | None:
         raise
 
 
-def list_items(target: Target, label_selector: str | None = None, field_selector: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
-    """The ``items`` of a list of ``target``."""
+# Contract 0.3 pages lists (``list-options`` has ``continue_token``); 0.1 and 0.2 do not.
+_PAGED = "continue_token" in getattr(ListOptions, "__dataclass_fields__", {})
+
+#: Items a page when :func:`list_items` pages a list for the caller (contract 0.3).
+PAGE_SIZE = 500
+
+
+def _list_page(target: Target, label_selector: str | None, field_selector: str | None, limit: int | None, token: str | None) -> dict[str, Any]:
+    options = ListOptions(label_selector, field_selector, limit, token) if _PAGED else ListOptions(label_selector, field_selector, limit)
     try:
-        answer = _decode(_kube.list(target.wit(), ListOptions(label_selector, field_selector, limit)))
+        return _decode(_kube.list(target.wit(), options))
     except Err as e:
         raise _failure(e) from None
+
+
+def _items(answer: dict[str, Any]) -> list[dict[str, Any]]:
     items = answer.get("items") or []
     if not isinstance(items, list):
         raise KubeCallError(None, "decoding the answer: items is not a list")
     return items
+
+
+def list_items(target: Target, label_selector: str | None = None, field_selector: str | None = None, limit: int | None = None) -> list[dict[str, Any]]:
+    """The ``items`` of a list of ``target``: at most ``limit`` of them when it is given, else all
+    of them (under contract 0.3 read :data:`PAGE_SIZE` at a time, so no single answer is large)."""
+    if limit is not None or not _PAGED:
+        return _items(_list_page(target, label_selector, field_selector, limit, None))
+    items: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        answer = _list_page(target, label_selector, field_selector, PAGE_SIZE, token)
+        items.extend(_items(answer))
+        metadata = answer.get("metadata")
+        token = metadata.get("continue") if isinstance(metadata, dict) else None
+        if not token:
+            return items
 
 
 def create(target: Target, body: dict[str, Any]) -> dict[str, Any]:
