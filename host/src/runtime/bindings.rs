@@ -197,6 +197,46 @@ macro_rules! capstan_imports {
     };
 }
 
+/// The bindings of a contract of 0.2 or later in the module where it is invoked: `bindgen!` over
+/// the version's WIT directory (`types` bound to 0.1's Rust types, the WASI packages to
+/// wasmtime's), its linker (WASI, `wasi:http`, `wasi:config`, `kube`, `host`) and its import glue
+/// ([`capstan_imports!`], with `paged` when its lists page).
+macro_rules! bindings_with_wasi_http {
+    ($path:literal, $types_instance:literal $(, $paged:ident)?) => {
+        use wasmtime::component::{HasSelf, Linker};
+
+        use $crate::runtime::call_state::CallState;
+
+        wasmtime::component::bindgen!({
+            path: $path,
+            world: "cloud-provider-world",
+            imports: { default: async },
+            exports: { default: async },
+            with: {
+                // Identical to 0.1's (checked by a test in `bindings`): one set of host types.
+                "capstan:provider/types": super::since_v0_1_0::capstan::provider::types,
+                "wasi:http": wasmtime_wasi_http::p2::bindings::http,
+                "wasi:io": wasmtime_wasi::p2::bindings::io,
+                "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
+            },
+        });
+
+        use self::capstan::provider::{host, kube};
+
+        /// A linker with WASI (p2, async), `wasi:http`, `wasi:config` and this version's imports.
+        pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
+            let mut linker = super::wasi_http_config_linker(engine)?;
+            kube::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+            host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+            // The `types` interface has types only: nothing to link but its instance name.
+            linker.instance($types_instance)?;
+            Ok(linker)
+        }
+
+        capstan_imports!($($paged)?);
+    };
+}
+
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
 pub mod since_v0_3_0;

@@ -5,34 +5,4 @@
 //! `wasi:config/store` (wasmtime-wasi-config, serving the call's snapshot of the provider's
 //! configuration). Its `types` are 0.1's Rust types; `kube` and `host` share 0.1's glue.
 
-use wasmtime::component::{HasSelf, Linker};
-
-use crate::runtime::call_state::CallState;
-
-wasmtime::component::bindgen!({
-    path: "../wit/since_v0.2.0",
-    world: "cloud-provider-world",
-    imports: { default: async },
-    exports: { default: async },
-    with: {
-        // Identical to 0.1's (checked by a test in `bindings`): one set of host types.
-        "capstan:provider/types": super::since_v0_1_0::capstan::provider::types,
-        "wasi:http": wasmtime_wasi_http::p2::bindings::http,
-        "wasi:io": wasmtime_wasi::p2::bindings::io,
-        "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
-    },
-});
-
-use self::capstan::provider::{host, kube};
-
-/// A linker with WASI (p2, async), `wasi:http`, `wasi:config` and this version's imports.
-pub(crate) fn linker(engine: &wasmtime::Engine) -> wasmtime::Result<Linker<CallState>> {
-    let mut linker = super::wasi_http_config_linker(engine)?;
-    kube::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-    host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-    // The `types` interface has types only: nothing to link but its instance name.
-    linker.instance("capstan:provider/types@0.2.0")?;
-    Ok(linker)
-}
-
-capstan_imports!();
+bindings_with_wasi_http!("../wit/since_v0.2.0", "capstan:provider/types@0.2.0");

@@ -15,31 +15,28 @@ macro_rules! wit_files {
 
 const V0_1: &[WitFile] = wit_files!("since_v0.1.0": "provider.wit");
 
-const V0_2: &[WitFile] = wit_files!("since_v0.2.0":
-    "provider.wit",
-    "deps/cli/cli.wit",
-    "deps/clocks/clocks.wit",
-    "deps/config/store.wit",
-    "deps/config/world.wit",
-    "deps/filesystem/filesystem.wit",
-    "deps/http/http.wit",
-    "deps/io/io.wit",
-    "deps/random/random.wit",
-    "deps/sockets/sockets.wit",
-);
+/// A contract of 0.2 or later: its package and the standard WASI packages under `deps/` (0.3's
+/// `deps` is a link to 0.2's).
+macro_rules! with_wasi_deps {
+    ($dir:literal) => {
+        wit_files!($dir:
+            "provider.wit",
+            "deps/cli/cli.wit",
+            "deps/clocks/clocks.wit",
+            "deps/config/store.wit",
+            "deps/config/world.wit",
+            "deps/filesystem/filesystem.wit",
+            "deps/http/http.wit",
+            "deps/io/io.wit",
+            "deps/random/random.wit",
+            "deps/sockets/sockets.wit",
+        )
+    };
+}
 
-const V0_3: &[WitFile] = wit_files!("since_v0.3.0":
-    "provider.wit",
-    "deps/cli/cli.wit",
-    "deps/clocks/clocks.wit",
-    "deps/config/store.wit",
-    "deps/config/world.wit",
-    "deps/filesystem/filesystem.wit",
-    "deps/http/http.wit",
-    "deps/io/io.wit",
-    "deps/random/random.wit",
-    "deps/sockets/sockets.wit",
-);
+const V0_2: &[WitFile] = with_wasi_deps!("since_v0.2.0");
+
+const V0_3: &[WitFile] = with_wasi_deps!("since_v0.3.0");
 
 /// Every file of `version`'s contract (the package and the WASI packages it imports).
 pub fn files(version: WitVersion) -> &'static [WitFile] {
