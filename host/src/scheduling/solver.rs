@@ -13,6 +13,7 @@ mod catalog;
 mod fast_hash;
 mod pod_state;
 mod queue;
+mod room;
 mod topology;
 
 #[cfg(test)]
@@ -31,6 +32,7 @@ use catalog::Catalog;
 use fast_hash::{FastMap, FastSet};
 use pod_state::{PodState, inverse_specs, node_requirements};
 use queue::Queue;
+use room::FixedRoom;
 use topology::{DomainId, GroupId, GroupKind, Topology};
 
 use super::SchedulingInput;
@@ -171,6 +173,8 @@ struct Solver<'a> {
     fixed: usize,
     /// New claims by pod count, and which bins a pod's topology rules out.
     index: BinIndex,
+    /// Which fixed bins may still have room for a pod's requests.
+    fixed_room: FixedRoom,
     /// Buffer for [`Topology::take_occupied`].
     occupied: Vec<(GroupId, DomainId)>,
     opened: usize,
@@ -291,6 +295,7 @@ impl<'a> Solver<'a> {
             bins: Vec::new(),
             fixed: 0,
             index: BinIndex::default(),
+            fixed_room: FixedRoom::default(),
             occupied: Vec::new(),
             opened: 0,
             placements: Vec::new(),
@@ -535,6 +540,11 @@ impl<'a> Solver<'a> {
             );
         }
         self.fixed = self.bins.len();
+        // Fixed bins have fixed allocatable; anything else would be filed as room for all.
+        self.fixed_room = FixedRoom::new(self.bins.iter().map(|bin| match &bin.capacity {
+            Capacity::Fixed(alloc) => Some((&bin.requests, alloc)),
+            Capacity::Types { .. } => None,
+        }));
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -868,12 +878,14 @@ impl<'a> Solver<'a> {
         }
         let words = self.index.candidate_words();
         let fixed_words = self.fixed.div_ceil(64);
+        let classes = FixedRoom::classes(&self.pods[p].requests);
         for w in words.start..words.end.min(fixed_words) {
             let below_fixed = match self.fixed - w * 64 {
                 n if n >= 64 => !0,
                 n => (1u64 << n) - 1,
             };
-            let mut word = self.index.candidate_word(w) & below_fixed;
+            let mut word =
+                self.index.candidate_word(w) & below_fixed & self.fixed_room.word(classes, w);
             while word != 0 {
                 let b = w * 64 + word.trailing_zeros() as usize;
                 word &= word - 1;

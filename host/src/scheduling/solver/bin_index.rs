@@ -49,6 +49,16 @@ impl BinSet {
     pub(super) fn word(&self, w: usize) -> u64 {
         self.words.get(w).copied().unwrap_or(0)
     }
+
+    /// `self |= other`.
+    pub(super) fn union_with(&mut self, other: &BinSet) {
+        if self.words.len() < other.words.len() {
+            self.words.resize(other.words.len(), 0);
+        }
+        for (a, b) in self.words.iter_mut().zip(&other.words) {
+            *a |= b;
+        }
+    }
 }
 
 /// The domains a bin's requirements list for one tracked topology key.

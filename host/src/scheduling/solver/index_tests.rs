@@ -112,8 +112,9 @@ fn pod(i: usize, label: usize, cpu: i64, kind: &Kind) -> Pod {
     pod
 }
 
-/// `(zone, label, anti-affine)` of an existing node with one running pod.
-fn node(i: usize, zone: usize, label: usize, anti: bool) -> ExistingNode {
+/// `(zone, label, anti-affine)` of an existing node with one running pod, and `used` millicores
+/// of its 2 vCPU requested (more than it has, sometimes: overcommitted).
+fn node(i: usize, zone: usize, label: usize, anti: bool, used: i64) -> ExistingNode {
     let mut running = Pod::new(
         "default",
         format!("running-{i}"),
@@ -130,7 +131,7 @@ fn node(i: usize, zone: usize, label: usize, anti: bool) -> ExistingNode {
             (HOSTNAME.to_owned(), format!("node-{i}")),
         ]),
         allocatable: Resources::new(2000, 4 * GI, 8),
-        used: Resources::new(500, 1 << 29, 1),
+        used: Resources::new(used, 1 << 29, 1),
         pods: vec![std::sync::Arc::new(running)],
         initialized: true,
         ..ExistingNode::default()
@@ -139,7 +140,10 @@ fn node(i: usize, zone: usize, label: usize, anti: bool) -> ExistingNode {
 
 fn input() -> impl Strategy<Value = SchedulingInput> {
     let pods = prop::collection::vec((0..LABELS.len(), 1..16i64, kind()), 1..40);
-    let nodes = prop::collection::vec((0..ZONES.len(), 0..LABELS.len(), any::<bool>()), 0..4);
+    let nodes = prop::collection::vec(
+        (0..ZONES.len(), 0..LABELS.len(), any::<bool>(), 0..10i64),
+        0..4,
+    );
     (pods, nodes, any::<bool>()).prop_map(|(pods, nodes, inflight)| {
         let mut input = SchedulingInput {
             pods: pods
@@ -151,7 +155,7 @@ fn input() -> impl Strategy<Value = SchedulingInput> {
             existing_nodes: nodes
                 .iter()
                 .enumerate()
-                .map(|(i, &(z, l, anti))| node(i, z, l, anti))
+                .map(|(i, &(z, l, anti, used))| node(i, z, l, anti, used * 250))
                 .collect(),
             ..SchedulingInput::default()
         };
