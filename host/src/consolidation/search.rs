@@ -1,11 +1,12 @@
 //! Which candidates to try: emptiness, multi-node and single-node consolidation, in Karpenter's
 //! order and with its bounds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Instant;
 
 use super::decide::Refusal;
 use super::{Cluster, Command, Reason};
+use crate::scheduling::Target;
 
 /// Per pool: how many more nodes may be disrupted now for the reason at hand.
 pub type Allowance = BTreeMap<String, usize>;
@@ -21,12 +22,27 @@ pub struct SingleNode {
 }
 
 impl Cluster {
-    /// Every empty candidate the pools' `Empty` allowances let go now, in one command.
+    /// Every empty candidate the pools' `Empty` allowances let go now, in one command; but not
+    /// one the pods pending now would land on (pods of nodes being disrupted, a CapacityBuffer's
+    /// room there): such a node is about to be used, and deleting it would only launch another.
     pub fn empty(&self, allowance: &Allowance) -> Option<Command> {
+        let any_empty = self.candidates.iter().any(|c| c.pods.is_empty());
+        let wanted: HashSet<String> = if any_empty && !self.input.pods.is_empty() {
+            crate::scheduling::solve(&self.input)
+                .existing_placements
+                .into_iter()
+                .filter_map(|(_, target)| match target {
+                    Target::Node(name) => Some(name),
+                    Target::Claim(_) => None,
+                })
+                .collect()
+        } else {
+            HashSet::new()
+        };
         let mut left = allowance.clone();
         let mut chosen = Vec::new();
         for (i, c) in self.candidates.iter().enumerate() {
-            if !c.pods.is_empty() {
+            if !c.pods.is_empty() || wanted.contains(&c.node) {
                 continue;
             }
             let Some(n) = left.get_mut(&c.node_pool).filter(|n| **n > 0) else {

@@ -181,6 +181,31 @@ fn empty_nodes_go_within_the_allowance() {
     assert!(cluster.empty(&all(0)).is_none());
 }
 
+/// An empty node the pending pods would land on is not deleted as empty (the pods of a node
+/// being disrupted, a CapacityBuffer's room there): deleting it would only launch another.
+#[test]
+fn an_empty_node_pending_pods_would_use_stays() {
+    let mut cluster = Builder::new(catalog())
+        .node("a", "small", "on-demand", vec![])
+        .node("b", "small", "on-demand", vec![])
+        .node("c", "small", "on-demand", vec![pod("p", 1900)])
+        .build();
+    cluster.input.pods.push(pod("leaving", 1500));
+    let cmd = cluster.empty(&all(10)).expect("one empty node is free");
+    let names: Vec<&str> = cmd
+        .candidates
+        .iter()
+        .map(|&i| cluster.candidates[i].node.as_str())
+        .collect();
+    assert_eq!(
+        names,
+        ["b"],
+        "the pending pod lands on a, the first that fits"
+    );
+    cluster.input.pods.push(pod("leaving-too", 1500));
+    assert!(cluster.empty(&all(10)).is_none(), "both are wanted");
+}
+
 #[test]
 fn a_node_whose_pods_fit_elsewhere_is_deleted() {
     let mut cluster = Builder::new(catalog())
