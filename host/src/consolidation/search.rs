@@ -26,8 +26,17 @@ impl Cluster {
     /// one the pods pending now would land on (pods of nodes being disrupted, a CapacityBuffer's
     /// room there): such a node is about to be used, and deleting it would only launch another.
     pub fn empty(&self, allowance: &Allowance) -> Option<Command> {
-        let any_empty = self.candidates.iter().any(|c| c.pods.is_empty());
-        let wanted: HashSet<String> = if any_empty && !self.input.pods.is_empty() {
+        // The solve is only worth it when a budget would let an empty node go.
+        let any_allowed = self
+            .candidates
+            .iter()
+            .any(|c| c.pods.is_empty() && allowance.get(&c.node_pool).is_some_and(|n| *n > 0));
+        if !any_allowed {
+            return None;
+        }
+        let wanted: HashSet<String> = if self.input.pods.is_empty() {
+            HashSet::new()
+        } else {
             crate::scheduling::solve(&self.input)
                 .existing_placements
                 .into_iter()
@@ -36,8 +45,6 @@ impl Cluster {
                     Target::Claim(_) => None,
                 })
                 .collect()
-        } else {
-            HashSet::new()
         };
         let mut left = allowance.clone();
         let mut chosen = Vec::new();
