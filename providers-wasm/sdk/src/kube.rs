@@ -187,15 +187,15 @@ pub const PAGE_SIZE: u32 = 500;
 struct List<T> {
     #[serde(default = "Vec::new")]
     items: Vec<T>,
-    #[cfg_attr(not(feature = "v0_3"), allow(dead_code))]
+    #[cfg(feature = "v0_3")]
     #[serde(default)]
     metadata: ListMeta,
 }
 
+#[cfg(feature = "v0_3")]
 #[derive(Default, serde::Deserialize)]
 struct ListMeta {
     /// The next page's token, when the server cut the list short.
-    #[cfg_attr(not(feature = "v0_3"), allow(dead_code))]
     #[serde(default, rename = "continue")]
     continue_token: Option<String>,
 }
