@@ -13,6 +13,7 @@ pub mod host;
 pub mod kube;
 pub mod metrics;
 pub mod outbound_http;
+pub mod ownership;
 
 use std::sync::{Arc, PoisonError, RwLock};
 

@@ -222,6 +222,8 @@ pub struct Context {
     pub drain_events: nodeclaim::termination::Dedupe,
     /// CapacityBuffers' virtual pods and the room they hold.
     pub buffers: capacity_buffers::Buffers,
+    /// Provider IDs launches wrote lately (two launches never take one ID).
+    pub launched_ids: nodeclaim::ownership::LaunchedIds,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -382,6 +384,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         metrics: crate::metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),
+        launched_ids: nodeclaim::ownership::LaunchedIds::default(),
         buffers: capacity_buffers::Buffers::default(),
         failures: Mutex::new(HashMap::new()),
     });

@@ -84,7 +84,7 @@ type Counted = fn(&MetricsSnapshot) -> u64;
 const CAPABILITY_PREFIX: &str = "capstan_provider";
 
 /// The capability counters: name (under [`CAPABILITY_PREFIX`]), help, value.
-const CAPABILITY_COUNTERS: [(&str, &str, Counted); 9] = [
+const CAPABILITY_COUNTERS: [(&str, &str, Counted); 10] = [
     (
         "kube_calls",
         "kube import calls made by a provider (allowed or not)",
@@ -94,6 +94,11 @@ const CAPABILITY_COUNTERS: [(&str, &str, Counted); 9] = [
         "kube_denied",
         "kube import calls refused by the provider's grants",
         |s| s.kube_denied,
+    ),
+    (
+        "kube_not_owned",
+        "kube import calls refused because the object is not the provider's or the call would write its ownership mark (counted in kube_denied too)",
+        |s| s.kube_not_owned,
     ),
     (
         "kube_failed",
@@ -353,6 +358,7 @@ mod tests {
         let snapshot = MetricsSnapshot {
             kube_calls: 7,
             kube_denied: 2,
+            kube_not_owned: 1,
             cache_hits: 1,
             ..MetricsSnapshot::default()
         };
@@ -361,6 +367,7 @@ mod tests {
             "# TYPE capstan_provider_kube_calls counter",
             r#"capstan_provider_kube_calls_total{provider="kwok"} 7"#,
             r#"capstan_provider_kube_denied_total{provider="kwok"} 2"#,
+            r#"capstan_provider_kube_not_owned_total{provider="kwok"} 1"#,
             r#"capstan_provider_cache_hits_total{provider="kwok"} 1"#,
             r#"capstan_provider_cache_misses_total{provider="kwok"} 0"#,
         ] {

@@ -34,6 +34,11 @@ pub const CAPSTAN_GROUP: &str = "capstan.dev";
 /// Annotation on a launched NodeClaim: the provider that launched it (termination still finds it
 /// when the NodeClass is gone).
 pub const PROVIDER_ANNOTATION: &str = "capstan.dev/provider";
+/// Label: the ownership mark. The host stamps `capstan.dev/provider: <provider>` on every object
+/// a provider creates through `kube` and on the Nodes registered for its NodeClaims; a provider
+/// can neither set, change nor remove it, and an `owned` grant reaches only objects carrying its
+/// own name here (the same key as [`PROVIDER_ANNOTATION`], as a label, so lists filter on it).
+pub const OWNER_LABEL: &str = "capstan.dev/provider";
 /// NodePool annotation (a Capstan extension): `"true"`, or a duration, keeps a node whose pods
 /// include a running Job's pod (a CronJob's too) from voluntary disruption (consolidation and
 /// drift) until the pod finishes, or has run for the duration. Expiration, node repair and

@@ -294,6 +294,34 @@ pub enum GrantCluster {
     Management,
 }
 
+/// Which objects a grant reaches: only those the provider owns (the default), or any.
+///
+/// A provider owns an object that carries its ownership mark, the label
+/// `capstan.dev/provider: <provider>`: the host stamps it on every object the provider creates
+/// through `kube` and on the Nodes registered for its NodeClaims, and the provider can neither
+/// set, change nor remove it; an admin hands an existing object over by labelling it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum GrantScope {
+    /// Only objects carrying the provider's ownership mark: `get`, `patch`, `update` and
+    /// `delete` of another object are refused, `list` and `watch` see only the provider's own.
+    #[default]
+    Owned,
+    /// Any object the rest of the grant names. Written explicitly; `capstan provider inspect`
+    /// and the Provider's `GrantsScoped` condition flag it.
+    Any,
+}
+
+impl GrantScope {
+    /// The scope as written in grants.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GrantScope::Owned => "owned",
+            GrantScope::Any => "any",
+        }
+    }
+}
+
 /// One permission, shaped like an RBAC rule plus the cluster and namespaces it applies to.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -310,6 +338,10 @@ pub struct ProviderGrant {
     /// Namespaces the grant covers (`*` any). Absent or empty: cluster-scoped resources only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// `owned` (the default): only objects carrying the provider's ownership mark; `any`: every
+    /// object the grant names (flagged in the Provider's status).
+    #[serde(default)]
+    pub scope: GrantScope,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]

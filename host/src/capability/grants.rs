@@ -21,12 +21,19 @@
 //!   resources, never both: write two grants for both. (Absent meaning "all namespaces" would make
 //!   the easiest grant to write the most dangerous one.)
 //! - **Verbs**: `get`, `list`, `watch`, `create`, `patch`, `update`, `delete`, or `*`.
+//! - **Scope**: `owned` (the default) reaches only objects carrying the provider's ownership mark
+//!   (the label [`OWNER_LABEL`](crate::api::labels::OWNER_LABEL)); `any` reaches every object
+//!   the grant names and must be written out. When several grants allow a call, the widest scope
+//!   wins (`any` over `owned`). What `owned` means call by call is
+//!   [`ownership`](super::ownership)'s.
 
 pub mod parse;
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+
+pub use crate::api::provider::GrantScope;
 
 /// Which cluster a call goes to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
@@ -175,6 +182,9 @@ pub struct Grant {
     /// Namespaces: empty for cluster-scoped resources only, names, or `"*"` for all.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub namespaces: Vec<String>,
+    /// Which objects: only the provider's own (the default) or any.
+    #[serde(default)]
+    pub scope: GrantScope,
 }
 
 /// Where a call's object lives.
@@ -297,15 +307,26 @@ impl Grants {
         Self::default()
     }
 
-    /// Allows `request` if some grant matches it.
-    pub fn check(&self, request: &Request<'_>) -> Result<(), Denied> {
-        if self.0.iter().any(|grant| grant.allows(request)) {
-            Ok(())
-        } else {
-            Err(Denied {
+    /// Allows `request` if some grant matches it, with the widest scope of those that do
+    /// (`any` over `owned`).
+    pub fn check(&self, request: &Request<'_>) -> Result<GrantScope, Denied> {
+        self.0
+            .iter()
+            .filter(|grant| grant.allows(request))
+            .map(|grant| grant.scope)
+            .max_by_key(|scope| matches!(scope, GrantScope::Any))
+            .ok_or_else(|| Denied {
                 request: request.to_string(),
             })
-        }
+    }
+
+    /// The grants that reach any object (`scope: any`), with their positions: what
+    /// `capstan provider inspect` and the Provider's status flag.
+    pub fn unscoped(&self) -> impl Iterator<Item = (usize, &Grant)> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, grant)| grant.scope == GrantScope::Any)
     }
 
     /// Whether some grant could allow a call with this cluster, group and verb.
@@ -323,6 +344,47 @@ impl Grants {
     /// Whether there are no grants.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+}
+
+impl Grant {
+    /// The grant in one line, as a flag would write it: `get,list nodes (workload)`.
+    pub fn summary(&self) -> String {
+        let verbs: Vec<String> = self.verbs.iter().map(|v| String::from(*v)).collect();
+        let groups: Vec<&str> = self
+            .api_groups
+            .iter()
+            .map(|g| if g.is_empty() { "core" } else { g.as_str() })
+            .collect();
+        let mut text = format!(
+            "{} {} in {} ({}",
+            verbs.join(","),
+            self.resources.join(","),
+            groups.join(","),
+            self.cluster
+        );
+        if !self.namespaces.is_empty() {
+            text.push_str(&format!(", namespaces {}", self.namespaces.join(",")));
+        }
+        text.push(')');
+        text
+    }
+}
+
+impl Grants {
+    /// Why the grants are flagged, if any is unscoped: `grant 2 (get * in
+    /// infrastructure.cluster.x-k8s.io (management)) has scope any`, one per grant.
+    pub fn unscoped_summary(&self) -> Option<String> {
+        let lines: Vec<String> = self
+            .unscoped()
+            .map(|(i, grant)| format!("grant {i} ({}) has scope any", grant.summary()))
+            .collect();
+        (!lines.is_empty()).then(|| {
+            format!(
+                "{}: it reaches objects the provider does not own",
+                lines.join("; ")
+            )
+        })
     }
 }
 
@@ -344,6 +406,7 @@ mod tests {
             resources: resources.iter().map(|s| s.to_string()).collect(),
             verbs: verbs.to_vec(),
             namespaces: ns.iter().map(|s| s.to_string()).collect(),
+            scope: GrantScope::Owned,
         }
     }
 
@@ -554,6 +617,62 @@ mod tests {
     }
 
     #[test]
+    fn the_widest_scope_of_the_matching_grants_wins() {
+        let owned = grant(&[""], &["nodes"], &[VerbRule::Any], &[]);
+        let any = Grant {
+            scope: GrantScope::Any,
+            ..grant(&[""], &["nodes"], &[VerbRule::One(Verb::Get)], &[])
+        };
+        let grants = Grants(vec![owned.clone(), any.clone()]);
+        let get = req("", "nodes", None, Verb::Get, Scope::Cluster);
+        let patch = req("", "nodes", None, Verb::Patch, Scope::Cluster);
+        assert_eq!(grants.check(&get), Ok(GrantScope::Any));
+        assert_eq!(grants.check(&patch), Ok(GrantScope::Owned));
+        assert_eq!(Grants(vec![owned]).check(&get), Ok(GrantScope::Owned));
+        assert_eq!(
+            grants.unscoped().map(|(i, _)| i).collect::<Vec<_>>(),
+            vec![1]
+        );
+    }
+
+    #[test]
+    fn unscoped_grants_are_summarized() {
+        let owned = grant(&[""], &["nodes"], &[VerbRule::Any], &[]);
+        assert_eq!(Grants(vec![owned.clone()]).unscoped_summary(), None);
+        let any = Grant {
+            scope: GrantScope::Any,
+            ..grant(
+                &["apps"],
+                &["deployments"],
+                &[VerbRule::One(Verb::Get)],
+                &["*"],
+            )
+        };
+        assert_eq!(
+            Grants(vec![owned, any]).unscoped_summary().as_deref(),
+            Some(
+                "grant 1 (get deployments in apps (workload, namespaces *)) has scope any: it reaches objects the provider does not own"
+            )
+        );
+    }
+
+    #[test]
+    fn scope_is_owned_unless_written_any() {
+        let grants: Grants = serde_saphyr::from_str(
+            "- apiGroups: ['']\n  resources: [nodes]\n  verbs: [get]\n- apiGroups: ['']\n  resources: [pods]\n  verbs: [get]\n  scope: any\n",
+        )
+        .unwrap();
+        assert_eq!(grants.0[0].scope, GrantScope::Owned);
+        assert_eq!(grants.0[1].scope, GrantScope::Any);
+        assert!(
+            serde_saphyr::from_str::<Grants>(
+                "- apiGroups: ['']\n  resources: [nodes]\n  verbs: [get]\n  scope: mine\n"
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn may_allow_is_a_prefilter() {
         let g = Grants(vec![grant(
             &[""],
@@ -633,14 +752,16 @@ mod tests {
             prop::collection::vec(arb_resource_rule(), 0..3),
             prop::collection::vec(arb_verb_rule(), 0..3),
             prop::collection::vec(arb_word(), 0..3),
+            prop_oneof![Just(GrantScope::Owned), Just(GrantScope::Any)],
         )
             .prop_map(
-                |(cluster, api_groups, resources, verbs, namespaces)| Grant {
+                |(cluster, api_groups, resources, verbs, namespaces, scope)| Grant {
                     cluster,
                     api_groups,
                     resources,
                     verbs,
                     namespaces,
+                    scope,
                 },
             )
     }
@@ -713,6 +834,21 @@ mod tests {
             more.push(extra);
             let after = Grants(more).check(&r.as_request()).is_ok();
             prop_assert!(!before || after);
+        }
+
+        #[test]
+        fn adding_grants_never_narrows_the_scope(
+            base in prop::collection::vec(arb_grant(), 0..4),
+            extra in arb_grant(),
+            r in arb_request(),
+        ) {
+            let before = Grants(base.clone()).check(&r.as_request());
+            let mut more = base;
+            more.push(extra);
+            let after = Grants(more).check(&r.as_request());
+            if before == Ok(GrantScope::Any) {
+                prop_assert_eq!(after, Ok(GrantScope::Any));
+            }
         }
 
         #[test]

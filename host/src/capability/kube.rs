@@ -10,6 +10,14 @@
 //! Names, namespaces and subresources must be single path segments: a provider cannot reach
 //! another URL than the one the grants were checked for.
 //!
+//! A grant's scope is enforced here too, by [`ownership`](super::ownership)'s rules: every
+//! created object is stamped with the provider's ownership mark; under an `owned` grant a get,
+//! patch or delete first reads the object and refuses it unless it carries the mark (the write
+//! then carries the object's uid, so it cannot land on a namesake), and a list sees only marked
+//! objects; no patch may write the mark. As a kubelet under NodeRestriction registers only its
+//! own Node, a provider under an `owned` grant creates a Node only while it launches a claim (its
+//! `create`), and only with a provider ID.
+//!
 //! A hostile provider must not grow the host through this import: a request body may hold at
 //! most [`MAX_REQUEST_BYTES`] (refused as `invalid` before it is parsed or copied), a response at
 //! most [`MAX_RESPONSE_BYTES`] (read no further, `other`), and at most [`MAX_IN_FLIGHT`] calls of
@@ -21,14 +29,17 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use ::kube::Client;
-use ::kube::api::{DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams};
+use ::kube::api::{
+    DeleteParams, GetParams, ListParams, Patch, PatchParams, PostParams, Preconditions,
+};
 use ::kube::client::Body;
 use ::kube::core::Request as KubeRequest;
 use http_body_util::{BodyExt, Limited};
 use tokio::sync::Semaphore;
 
-use super::grants::{Cluster, Grants, Request, Scope, Verb};
+use super::grants::{Cluster, GrantScope, Grants, Request, Scope, Verb};
 use super::metrics::CapabilityMetrics;
+use super::ownership::{self, Owner, OwnershipError, PatchShape};
 
 /// How long discovery results are trusted.
 pub const DISCOVERY_TTL: Duration = Duration::from_secs(300);
@@ -283,6 +294,38 @@ pub struct Denial {
     pub provider: String,
     /// The call, e.g. `get v1 Secret in namespace kube-system on the workload cluster`.
     pub call: String,
+    /// Why it was refused.
+    pub reason: DenialReason,
+}
+
+/// Why a call was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DenialReason {
+    /// No grant allows it (or no egress rule, for outbound HTTP).
+    NotGranted,
+    /// An `owned` grant allows it, but the object is not the provider's, or a Node is created
+    /// outside a launch.
+    NotOwned,
+    /// The call would set, change or remove the ownership mark.
+    OwnershipMark,
+}
+
+impl DenialReason {
+    /// The reason of the Event recorded on the Provider.
+    pub fn event_reason(self) -> &'static str {
+        match self {
+            DenialReason::NotGranted => "PermissionDenied",
+            DenialReason::NotOwned => "NotOwned",
+            DenialReason::OwnershipMark => "OwnershipMark",
+        }
+    }
+}
+
+/// What a call is for, as far as the `kube` proxy cares: the claim a `create` call launches.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallPurpose<'a> {
+    /// The NodeClaim being launched, inside a `create` call.
+    pub launching: Option<&'a str>,
 }
 
 /// Where denied calls are reported (besides the log and the counters), e.g. to record an Event
@@ -300,10 +343,13 @@ impl std::fmt::Debug for KubeProxy {
     }
 }
 
-/// A call that passed the checks: where to send it.
+/// A call that passed the checks: where to send it, and which objects it may reach.
 struct Resolved<'a> {
     connection: &'a ClusterConnection,
     url_path: String,
+    scope: GrantScope,
+    /// Whether the kind is the core group's Node.
+    nodes: bool,
 }
 
 impl KubeProxy {
@@ -332,7 +378,8 @@ impl KubeProxy {
         &self.grants
     }
 
-    /// Reads one object (or subresource) as JSON.
+    /// Reads one object (or subresource) as JSON. Under an `owned` grant, only an object
+    /// carrying the provider's mark.
     pub async fn get(&self, object: &ObjectRef) -> Result<String, KubeCallError> {
         let resolved = self
             .resolve(
@@ -342,6 +389,12 @@ impl KubeProxy {
                 object.subresource.as_deref(),
             )
             .await?;
+        if resolved.scope == GrantScope::Owned {
+            let main = self.owned(&resolved, object).await?;
+            if object.subresource.is_none() {
+                return Ok(main.text);
+            }
+        }
         let request = KubeRequest::new(resolved.url_path.as_str());
         let http = match object.subresource.as_deref() {
             Some(sub) => request.get_subresource(sub, &object.name),
@@ -357,8 +410,17 @@ impl KubeProxy {
         options: &ListOptions,
     ) -> Result<String, KubeCallError> {
         let resolved = self.resolve(target, Verb::List, None, None).await?;
+        // Under an `owned` grant a list sees the provider's own objects only: filtered, not
+        // refused.
+        let label_selector = match resolved.scope {
+            GrantScope::Owned => Some(ownership::owned_selector(
+                options.label_selector.as_deref(),
+                &self.provider,
+            )),
+            GrantScope::Any => options.label_selector.clone(),
+        };
         let params = ListParams {
-            label_selector: options.label_selector.clone(),
+            label_selector,
             field_selector: options.field_selector.clone(),
             limit: options.limit,
             continue_token: options.continue_token.clone(),
@@ -368,12 +430,40 @@ impl KubeProxy {
         self.send(resolved.connection, http).await
     }
 
-    /// Creates `body` and returns what the server stored.
-    pub async fn create(&self, target: &Target, body: &str) -> Result<String, KubeCallError> {
+    /// Creates `body`, stamped with the provider's ownership mark, and returns what the server
+    /// stored. Under an `owned` grant a Node is created only while `purpose` launches a claim,
+    /// and only with a provider ID.
+    pub async fn create(
+        &self,
+        target: &Target,
+        body: &str,
+        purpose: CallPurpose<'_>,
+    ) -> Result<String, KubeCallError> {
         check_request_size(body)?;
         let resolved = self.resolve(target, Verb::Create, None, None).await?;
+        let what = || describe(target, None);
+        if resolved.scope == GrantScope::Owned && resolved.nodes {
+            if purpose.launching.is_none() {
+                return Err(self.refuse(
+                    DenialReason::NotOwned,
+                    &format!("create {} outside a launch", what()),
+                    "a provider creates a Node only while it launches a NodeClaim (in create), as a kubelet registers only its own Node",
+                ));
+            }
+            let provider_id = ownership::node_provider_id(body)
+                .map_err(|err| self.ownership_error(err, &format!("create {}", what())))?;
+            if provider_id.is_none() {
+                return Err(self.refuse(
+                    DenialReason::NotOwned,
+                    &format!("create {} without spec.providerID", what()),
+                    "a Node a provider creates must carry the provider ID of the instance it launched",
+                ));
+            }
+        }
+        let body = ownership::stamp(body, &self.provider)
+            .map_err(|err| self.ownership_error(err, &format!("create {}", what())))?;
         let http = KubeRequest::new(resolved.url_path.as_str())
-            .create(&PostParams::default(), body.as_bytes().to_vec());
+            .create(&PostParams::default(), body.into_bytes());
         self.send(resolved.connection, http).await
     }
 
@@ -394,17 +484,37 @@ impl KubeProxy {
                 object.subresource.as_deref(),
             )
             .await?;
-        // Syntax only: a document is never built (a body of many small values would cost many
-        // times its size), and the guest's bytes go out as they are.
-        serde_json::from_str::<serde::de::IgnoredAny>(body)
-            .map_err(|err| KubeCallError::Invalid(format!("patch body is not JSON: {err}")))?;
+        // Under an `owned` grant: read the object first, refuse it unless it is the provider's,
+        // and pin the patch to its uid (not through subresources other than status, whose
+        // bodies are not the object).
+        let owner = match resolved.scope {
+            GrantScope::Owned => Some(self.owned(&resolved, object).await?.owner),
+            GrantScope::Any => None,
+        };
+        let pin = match object.subresource.as_deref() {
+            None | Some("status") => owner.as_ref().and_then(|o| o.uid.as_deref()),
+            Some(_) => None,
+        };
+        let shape = match kind {
+            PatchKind::Merge => PatchShape::Merge,
+            PatchKind::Json => PatchShape::Json,
+            PatchKind::Apply => PatchShape::Apply,
+        };
+        // No patch writes the mark; a document is never built from the whole body (only its
+        // metadata, or a JSON patch's operations one at a time).
+        let guarded = ownership::guard_patch(shape, body, &self.provider, pin).map_err(|err| {
+            self.ownership_error(
+                err,
+                &format!("patch {}", describe(&object.target, Some(&object.name))),
+            )
+        })?;
+        if guarded.names_mark && owner.is_none() {
+            // Repeating the mark is allowed only on an object that carries it already.
+            self.owned(&resolved, object).await?;
+        }
+        let body = guarded.body.as_str();
         let (patch, params) = match kind {
             PatchKind::Merge | PatchKind::Json => {
-                if kind == PatchKind::Json && !body.trim_start().starts_with('[') {
-                    return Err(KubeCallError::Invalid(
-                        "a JSON patch (RFC 6902) must be an array of operations".into(),
-                    ));
-                }
                 let params = PatchParams {
                     field_manager: field_manager.map(str::to_owned),
                     ..PatchParams::default()
@@ -447,9 +557,55 @@ impl KubeProxy {
         let resolved = self
             .resolve(&object.target, Verb::Delete, Some(&object.name), None)
             .await?;
-        let http = KubeRequest::new(resolved.url_path.as_str())
-            .delete(&object.name, &DeleteParams::default());
+        let mut params = DeleteParams::default();
+        if resolved.scope == GrantScope::Owned {
+            // The object read, and no namesake created since.
+            let owned = self.owned(&resolved, object).await?;
+            params.preconditions = Some(Preconditions {
+                uid: owned.owner.uid,
+                resource_version: None,
+            });
+        }
+        let http = KubeRequest::new(resolved.url_path.as_str()).delete(&object.name, &params);
         self.send(resolved.connection, http).await.map(|_| ())
+    }
+
+    /// Reads `object` (the object itself, not a subresource) and returns it if the provider owns
+    /// it; refuses it otherwise.
+    async fn owned(
+        &self,
+        resolved: &Resolved<'_>,
+        object: &ObjectRef,
+    ) -> Result<OwnedObject, KubeCallError> {
+        let http =
+            KubeRequest::new(resolved.url_path.as_str()).get(&object.name, &GetParams::default());
+        let text = self.send(resolved.connection, http).await?;
+        let owner = Owner::of(&text).map_err(|err| KubeCallError::Other(err.to_string()))?;
+        if !owner.is(&self.provider) {
+            let what = describe(&object.target, Some(&object.name));
+            let whose = match &owner.mark {
+                Some(other) => format!("it is provider {other}'s"),
+                None => "it carries no ownership mark".to_owned(),
+            };
+            return Err(self.refuse(
+                DenialReason::NotOwned,
+                &what,
+                &format!(
+                    "{whose}; an owned grant reaches only objects labelled {}={}",
+                    ownership::OWNER_LABEL,
+                    self.provider
+                ),
+            ));
+        }
+        Ok(OwnedObject { text, owner })
+    }
+
+    /// A body refused for ownership: the mark, or a body that is not what the call takes.
+    fn ownership_error(&self, err: OwnershipError, call: &str) -> KubeCallError {
+        match err {
+            OwnershipError::Mark(why) => self.refuse(DenialReason::OwnershipMark, call, &why),
+            OwnershipError::Invalid(why) => KubeCallError::Invalid(why),
+        }
     }
 
     async fn send(
@@ -552,9 +708,10 @@ impl KubeProxy {
             verb,
             scope,
         };
-        if let Err(denied) = self.grants.check(&request) {
-            return Err(self.deny(&denied.request));
-        }
+        let scope = match self.grants.check(&request) {
+            Ok(scope) => scope,
+            Err(denied) => return Err(self.deny(&denied.request)),
+        };
         let prefix = if group.is_empty() {
             format!("/api/{version}")
         } else {
@@ -567,22 +724,56 @@ impl KubeProxy {
         Ok(Resolved {
             connection,
             url_path,
+            scope,
+            nodes: group.is_empty() && info.plural == "nodes",
         })
     }
 
     fn deny(&self, what: &str) -> KubeCallError {
         self.metrics.kube_denied();
         tracing::warn!(provider = %self.provider, call = %what, "kube call denied by the provider's grants");
-        if let Some(sink) = &self.on_denied {
-            sink(Denial {
-                provider: self.provider.to_string(),
-                call: what.to_owned(),
-            });
-        }
+        self.report(DenialReason::NotGranted, what);
         KubeCallError::PermissionDenied(format!(
             "the grants of provider {} do not allow {what}",
             self.provider
         ))
+    }
+
+    /// Refuses a call the grants allow but ownership does not: `what` is the call, `why` the
+    /// rule.
+    fn refuse(&self, reason: DenialReason, what: &str, why: &str) -> KubeCallError {
+        self.metrics.kube_denied();
+        self.metrics.kube_not_owned();
+        tracing::warn!(provider = %self.provider, call = %what, %why, "kube call refused for ownership");
+        let call = format!("{what}: {why}");
+        self.report(reason, &call);
+        KubeCallError::PermissionDenied(format!("provider {} may not {call}", self.provider))
+    }
+
+    fn report(&self, reason: DenialReason, call: &str) {
+        if let Some(sink) = &self.on_denied {
+            sink(Denial {
+                provider: self.provider.to_string(),
+                call: call.to_owned(),
+                reason,
+            });
+        }
+    }
+}
+
+/// An object read under an `owned` grant: its JSON and its owner.
+struct OwnedObject {
+    text: String,
+    owner: Owner,
+}
+
+/// `Node n1`, `ConfigMap default/settings` (or the kind alone) for messages.
+fn describe(target: &Target, name: Option<&str>) -> String {
+    match (name, target.namespace.as_deref()) {
+        (Some(name), Some(ns)) => format!("{} {ns}/{name}", target.kind),
+        (Some(name), None) => format!("{} {name}", target.kind),
+        (None, Some(ns)) => format!("{} in namespace {ns}", target.kind),
+        (None, None) => format!("a {}", target.kind),
     }
 }
 

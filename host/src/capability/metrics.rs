@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct CapabilityMetrics {
     kube_calls: AtomicU64,
     kube_denied: AtomicU64,
+    kube_not_owned: AtomicU64,
     kube_failed: AtomicU64,
     log_lines: AtomicU64,
     cache_hits: AtomicU64,
@@ -23,6 +24,9 @@ pub struct MetricsSnapshot {
     pub kube_calls: u64,
     /// `kube` calls refused by the grants.
     pub kube_denied: u64,
+    /// Of those, the calls refused because the object is not the provider's (an `owned` grant)
+    /// or because the call would write its ownership mark.
+    pub kube_not_owned: u64,
     /// Allowed `kube` calls that failed (any error from the API server or the connection).
     pub kube_failed: u64,
     /// `host.log` lines.
@@ -48,6 +52,11 @@ impl CapabilityMetrics {
     /// Counts a denied `kube` call.
     pub fn kube_denied(&self) {
         self.kube_denied.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts a `kube` call refused for ownership (counted as denied too).
+    pub fn kube_not_owned(&self) {
+        self.kube_not_owned.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Counts a failed `kube` call.
@@ -90,6 +99,7 @@ impl CapabilityMetrics {
         MetricsSnapshot {
             kube_calls: self.kube_calls.load(Ordering::Relaxed),
             kube_denied: self.kube_denied.load(Ordering::Relaxed),
+            kube_not_owned: self.kube_not_owned.load(Ordering::Relaxed),
             kube_failed: self.kube_failed.load(Ordering::Relaxed),
             log_lines: self.log_lines.load(Ordering::Relaxed),
             cache_hits: self.cache_hits.load(Ordering::Relaxed),

@@ -22,7 +22,7 @@ use tokio::time::{Instant, Sleep};
 use wasmtime_wasi_http::{Error, RequestOptions, WasiBody, WasiHttpHooks};
 
 use super::egress::{EgressRules, Endpoint, Scheme};
-use super::kube::{Denial, DenialSink};
+use super::kube::{Denial, DenialReason, DenialSink};
 use super::metrics::CapabilityMetrics;
 
 /// Bounds of every outbound request.
@@ -172,6 +172,7 @@ impl OutboundHttp {
             sink(Denial {
                 provider: self.provider.to_string(),
                 call,
+                reason: DenialReason::NotGranted,
             });
         }
         Err(Error::HttpRequestDenied)

@@ -37,7 +37,7 @@ use crate::api::ConditionStatus;
 use crate::api::provider::Provider;
 use crate::api::shared::set_condition;
 use crate::capability::config::ConfigValues;
-use crate::capability::kube::{Denial, DenialSink};
+use crate::capability::kube::{Denial, DenialReason, DenialSink};
 use crate::capability::outbound_http::{self, HttpSettings};
 use crate::controllers::events::Events;
 use crate::controllers::now;
@@ -51,6 +51,9 @@ use crate::runtime::{LoadError, ProviderPre};
 pub const READY: &str = "Ready";
 /// The condition saying whether the latest source was refused (the last good one serving).
 pub const DEGRADED: &str = "Degraded";
+/// Condition: whether every grant is `scope: owned` (False names the `scope: any` ones; it does
+/// not block Ready, it flags them).
+pub const GRANTS_SCOPED: &str = "GrantsScoped";
 
 /// Why a reconcile failed in a way worth retrying (API errors); rejections of the source are
 /// not errors but status.
@@ -473,9 +476,16 @@ async fn report_denials(ctx: Arc<Ctx>, mut denials: tokio::sync::mpsc::Receiver<
         ctx.events
             .warning_with_action(
                 provider.as_ref(),
-                "PermissionDenied",
+                denial.reason.event_reason(),
                 &denial.call,
-                format!("denied by the Provider's grants: {}", denial.call),
+                match denial.reason {
+                    DenialReason::NotGranted => {
+                        format!("denied by the Provider's grants: {}", denial.call)
+                    }
+                    DenialReason::NotOwned | DenialReason::OwnershipMark => {
+                        format!("refused: the provider may not {}", denial.call)
+                    }
+                },
             )
             .await;
     }
@@ -1106,6 +1116,25 @@ async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderCont
             at.clone(),
         ),
     };
+    if let Ok(grants) = spec::grants(&provider.spec) {
+        let (status, reason, message) = match grants.unscoped_summary() {
+            Some(message) => (ConditionStatus::False, "UnscopedGrants", message),
+            None => (
+                ConditionStatus::True,
+                "Owned",
+                "every grant reaches only objects the provider owns".to_owned(),
+            ),
+        };
+        set_condition(
+            &mut next.conditions,
+            GRANTS_SCOPED,
+            status,
+            Some(reason),
+            Some(&message),
+            generation,
+            at.clone(),
+        );
+    }
     if let Some(pre) = &serving {
         if next.digest.as_deref() != Some(pre.sha256()) {
             next.digest = Some(pre.sha256().to_owned());

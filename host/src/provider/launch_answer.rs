@@ -138,6 +138,27 @@ pub fn labels_to_keep(labels: &BTreeMap<String, String>) -> BTreeMap<String, Str
         .collect()
 }
 
+/// The claim's annotations with the answer's added where the claim has none, and the keys of
+/// the answer's that would have changed one of the claim's (dropped: the claim's own values win,
+/// as its labels do). Reserved-domain collisions never get here: [`check`] refuses them.
+pub fn annotations_to_keep(
+    claimed: &BTreeMap<String, String>,
+    answered: &BTreeMap<String, String>,
+) -> (BTreeMap<String, String>, Vec<String>) {
+    let mut kept = claimed.clone();
+    let mut dropped = Vec::new();
+    for (key, value) in answered {
+        match claimed.get(key) {
+            Some(own) if own != value => dropped.push(key.clone()),
+            Some(_) => {}
+            None => {
+                kept.insert(key.clone(), value.clone());
+            }
+        }
+    }
+    (kept, dropped)
+}
+
 /// The reserved domain `key` falls in, if any (`kubernetes.io`, `node.kubernetes.io`, ...).
 fn reserved_domain(key: &str, domains: &[&'static str]) -> Option<&'static str> {
     let (domain, _) = key.split_once('/')?;
@@ -246,6 +267,26 @@ pub fn check(
 mod tests {
     use super::*;
     use capstan_model::requirements::Requirement;
+
+    #[test]
+    fn the_claims_annotations_win() {
+        let claimed = map(&[("team", "a"), ("example.com/owner", "ops")]);
+        let answered = map(&[
+            ("team", "b"),
+            ("example.com/owner", "ops"),
+            ("example.com/rack", "r7"),
+        ]);
+        let (kept, dropped) = annotations_to_keep(&claimed, &answered);
+        assert_eq!(
+            kept,
+            map(&[
+                ("team", "a"),
+                ("example.com/owner", "ops"),
+                ("example.com/rack", "r7")
+            ])
+        );
+        assert_eq!(dropped, vec!["team".to_owned()]);
+    }
 
     fn map(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs

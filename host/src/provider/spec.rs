@@ -360,6 +360,7 @@ mod tests {
             resources: vec!["machinedeployments/scale".into()],
             verbs: verbs.iter().map(|v| (*v).to_owned()).collect(),
             namespaces: vec!["default".into()],
+            scope: crate::api::provider::GrantScope::Owned,
         }
     }
 

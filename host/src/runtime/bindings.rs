@@ -112,8 +112,17 @@ macro_rules! capstan_imports {
                 body: String,
             ) -> Result<String, kube::KubeError> {
                 let target = target.into();
+                let launching = self.launching.clone();
+                let purpose = $crate::capability::kube::CallPurpose {
+                    launching: launching.as_deref(),
+                };
+                // The guest's body and the stamped copy the host sends (made only of a body
+                // within the request limit).
+                let held = body.len() + body.len().min($crate::capability::kube::MAX_REQUEST_BYTES);
                 Ok(self
-                    .kube_call(body.len(), async |kube| kube.create(&target, &body).await)
+                    .kube_call(held, async |kube| {
+                        kube.create(&target, &body, purpose).await
+                    })
                     .await?)
             }
 
@@ -130,8 +139,11 @@ macro_rules! capstan_imports {
                     kube::PatchType::Json => $crate::capability::kube::PatchKind::Json,
                     kube::PatchType::Apply => $crate::capability::kube::PatchKind::Apply,
                 };
+                // The guest's body and the guarded copy the host sends (made only of a body
+                // within the request limit).
+                let held = body.len() + body.len().min($crate::capability::kube::MAX_REQUEST_BYTES);
                 Ok(self
-                    .kube_call(body.len(), async |kube| {
+                    .kube_call(held, async |kube| {
                         kube.patch(&object, kind, &body, field_manager.as_deref())
                             .await
                     })

@@ -36,6 +36,9 @@ pub(crate) struct CallState {
     http_hooks: OutboundHttp,
     /// The provider's configuration as this call started (a rotated Secret reaches the next call).
     pub(crate) config: WasiConfigVariables,
+    /// The NodeClaim this call launches (a `create` call): the `kube` import lets an `owned`
+    /// grant create a Node only then.
+    pub(crate) launching: Option<String>,
 }
 
 impl CallState {
@@ -57,6 +60,7 @@ impl CallState {
             http: WasiHttpCtx::new(),
             http_hooks,
             config,
+            launching: None,
         }
     }
 }

@@ -359,6 +359,7 @@ impl ProviderPre {
         const F: &str = "create";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
+            call.store.data_mut().launching = Some(claim.name.clone());
             let result = guest_call!(call, call_create(claim, class));
             provider_result(F, call.finish(result)?)
         })

@@ -34,24 +34,33 @@ use crate::provisioner_e2e::{Pods, wait_running};
 mod bench;
 mod parity;
 
-/// What the clusterapi provider needs, on the management cluster (the CRDs and templates: to
-/// scale from zero from an infrastructure template's status).
+/// What the clusterapi provider needs, on the management cluster: its own MachineDeployments,
+/// MachineSets and Machines (scope owned: labelled `capstan.dev/provider: clusterapi`), and to
+/// read the CRDs and templates (scope any, read only: to scale from zero from an infrastructure
+/// template's status).
 pub const CLUSTERAPI_GRANTS: &str = r#"
 - cluster: management
   apiGroups: [cluster.x-k8s.io]
   resources: [machinedeployments, machinedeployments/scale, machinesets, machinesets/scale, machines]
   verbs: [get, list, patch, delete]
   namespaces: ["*"]
+  scope: owned
 - cluster: management
   apiGroups: [infrastructure.cluster.x-k8s.io]
   resources: ["*"]
   verbs: [get]
   namespaces: ["*"]
+  scope: any
 - cluster: management
   apiGroups: [apiextensions.k8s.io]
   resources: [customresourcedefinitions]
   verbs: [get]
+  scope: any
 "#;
+
+/// The ownership mark that hands a MachineDeployment (and, through its template, its
+/// MachineSets and Machines) to the provider named `clusterapi`.
+const OWNED_BY_CLUSTERAPI: (&str, &str) = ("capstan.dev/provider", "clusterapi");
 
 /// The management cluster: its own API server running Cluster API's core controllers.
 async fn management() -> &'static ControlPlane {
@@ -65,14 +74,16 @@ async fn management() -> &'static ControlPlane {
         .await
 }
 
-/// A MachineDeployment (v1beta2) with the member label and these annotations.
+/// A MachineDeployment (v1beta2) with the member label, these annotations, and the provider's
+/// ownership mark on it and its template.
 fn machine_deployment(name: &str, annotations: Value) -> Value {
+    let (mark, owner) = OWNED_BY_CLUSTERAPI;
     json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2",
         "kind": "MachineDeployment",
         "metadata": {
             "name": name,
-            "labels": {"node.cluster.x-k8s.io/karpenter-member": ""},
+            "labels": {"node.cluster.x-k8s.io/karpenter-member": "", mark: owner},
             "annotations": annotations,
         },
         "spec": {
@@ -80,7 +91,7 @@ fn machine_deployment(name: &str, annotations: Value) -> Value {
             "replicas": 0,
             "selector": {"matchLabels": {DEPLOYMENT_NAME: name}},
             "template": {
-                "metadata": {"labels": {DEPLOYMENT_NAME: name}},
+                "metadata": {"labels": {DEPLOYMENT_NAME: name, mark: owner}},
                 "spec": {
                     "clusterName": "workload",
                     "version": "v1.34.4",

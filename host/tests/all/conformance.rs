@@ -12,14 +12,16 @@ use capstan_test_support::ControlPlane;
 
 use crate::fixtures::{chaos, class, kwok_compiled, kwok_file, kwok_in, runtime};
 
-/// What kwok needs: Nodes, and their status.
+/// What kwok needs: its own Nodes, and their status (`scope: owned` is the default, written out).
 pub const KWOK_GRANTS: &str = r#"
 - apiGroups: [""]
   resources: [nodes]
   verbs: [get, list, create, patch, delete]
+  scope: owned
 - apiGroups: [""]
   resources: [nodes/status]
   verbs: [get, patch]
+  scope: owned
 "#;
 
 fn kwok_grants() -> Grants {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use capstan::capability::Capabilities;
-use capstan::capability::grants::{Cluster, Grant, Grants, Verb, VerbRule};
+use capstan::capability::grants::{Cluster, Grant, GrantScope, Grants, Verb, VerbRule};
 use capstan::capability::kube::ClusterConnection;
 use capstan::runtime::types::ProviderError;
 use capstan::runtime::{CallError, Limits, ProviderPre};
@@ -41,6 +41,9 @@ pub fn grant(
         resources: resources.iter().map(|s| s.to_string()).collect(),
         verbs: verbs.to_vec(),
         namespaces: namespaces.iter().map(|s| s.to_string()).collect(),
+        // These tests are about which calls a grant matches, on objects the test (not the
+        // provider) created: ownership is `providers::hostile`'s.
+        scope: GrantScope::Any,
     }
 }
 

@@ -349,6 +349,7 @@ pub fn grant(
         resources: owned(resources),
         verbs: owned(verbs),
         namespaces: owned(namespaces),
+        scope: capstan::api::provider::GrantScope::Owned,
     }
 }
 

@@ -10,13 +10,14 @@
 //! groups=;resources=configmaps;verbs=get;namespaces=default
 //! ```
 //!
-//! `cluster` defaults to `workload`, `namespaces` to none (cluster-scoped resources only).
+//! `cluster` defaults to `workload`, `namespaces` to none (cluster-scoped resources only),
+//! `scope` to `owned` (`scope=any` reaches objects the provider does not own).
 
 use serde::Deserialize;
 
 #[cfg(test)]
 use super::Verb;
-use super::{Cluster, Grant, Grants, VerbRule};
+use super::{Cluster, Grant, GrantScope, Grants, VerbRule};
 
 /// A grants file or flag that cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +94,17 @@ pub fn from_flag(flag: &str) -> Result<Grant, ParseError> {
                 }
             }
             "groups" | "apiGroups" => grant.api_groups = items(),
+            "scope" => {
+                grant.scope = match value.trim() {
+                    "owned" => GrantScope::Owned,
+                    "any" => GrantScope::Any,
+                    other => {
+                        return Err(bad(format!(
+                            "unknown scope {other:?} (expected owned or any)"
+                        )));
+                    }
+                }
+            }
             "resources" => {
                 grant.resources = items().into_iter().filter(|r| !r.is_empty()).collect()
             }
@@ -198,6 +210,10 @@ mod tests {
             vec![VerbRule::One(Verb::Get), VerbRule::One(Verb::List)]
         );
         assert_eq!(g.namespaces, vec!["*"]);
+        assert_eq!(g.scope, GrantScope::Owned);
+        let any = from_flag("groups=;resources=nodes;verbs=get;scope=any").unwrap();
+        assert_eq!(any.scope, GrantScope::Any);
+        assert!(from_flag("groups=;resources=nodes;verbs=get;scope=all").is_err());
 
         let core = from_flag("groups=;resources=configmaps;verbs=*;namespaces=default").unwrap();
         assert_eq!(core.api_groups, vec![""]);

@@ -1,5 +1,6 @@
-//! `capstan provider inspect FILE`: what a component is (WIT package and version, exports,
-//! imports, size, sha256) and whether this host can run it.
+//! `capstan provider inspect FILE [--grants GRANTS]`: what a component is (WIT package and
+//! version, exports, imports, size, sha256) and whether this host can run it; with `--grants`,
+//! the grants it would run under, each `scope: any` one flagged.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +10,7 @@ use clap::Args;
 
 use capstan::runtime::validate::{self, DEFAULT_MAX_COMPONENT_SIZE};
 
-use crate::commands::read_component;
+use crate::commands::{read_component, read_grants};
 
 /// Arguments of `capstan provider inspect`.
 #[derive(Debug, Args)]
@@ -22,6 +23,9 @@ pub struct InspectArgs {
     /// Refuse components larger than this many bytes.
     #[arg(long, default_value_t = DEFAULT_MAX_COMPONENT_SIZE)]
     max_size: usize,
+    /// A grants file (as `capstan run --grants`): listed, each `scope: any` grant flagged.
+    #[arg(long)]
+    grants: Option<PathBuf>,
 }
 
 /// Prints what the component is; fails when this host cannot run it.
@@ -30,12 +34,15 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
     let info = validate::inspect(&bytes, args.max_size)
         .map_err(|err| anyhow!("{}: {err}", args.file.display()))?;
     let provider = info.provider_version();
+    let grants = args.grants.as_deref().map(read_grants).transpose()?;
     if args.json {
         let value = serde_json::json!({
             "file": args.file,
             "info": info,
             "provider": provider.as_ref().ok(),
             "error": provider.as_ref().err().map(ToString::to_string),
+            "grants": grants,
+            "unscopedGrants": grants.as_ref().and_then(|g| g.unscoped_summary()),
         });
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
@@ -59,6 +66,15 @@ pub fn run(args: &InspectArgs) -> Result<ExitCode> {
         println!("imports:");
         for import in &info.imports {
             println!("  {}", import.name);
+        }
+        if let Some(grants) = &grants {
+            println!("grants:");
+            for (i, grant) in grants.iter().enumerate() {
+                println!("  {i}: {} scope {}", grant.summary(), grant.scope.as_str());
+            }
+            if let Some(warning) = grants.unscoped_summary() {
+                println!("warning:  {warning}");
+            }
         }
         if !info.node_class_kinds.is_empty() {
             println!("node class kinds:");

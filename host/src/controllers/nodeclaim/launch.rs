@@ -194,6 +194,7 @@ async fn launched(
     let refusal = match refusal {
         Some(refusal) => Some(refusal),
         None => ownership::taken(ctx, claim, &provider_id)
+            .or_else(|| ctx.launched_ids.hold(claim, &provider_id).err())
             .map(|taken| ("ProviderIDTaken", taken.to_string())),
     };
     if let Some((reason, message)) = refusal {
@@ -209,8 +210,21 @@ async fn launched(
         }
     }
     labels.extend(claim.labels().clone());
-    let mut annotations = claim.annotations().clone();
-    annotations.extend(launched.annotations.clone());
+    // The claim's annotations win too: a provider's that would change one is dropped (an Event
+    // names it), the others fill in.
+    let (mut annotations, dropped) =
+        launch_answer::annotations_to_keep(claim.annotations(), &launched.annotations);
+    if !dropped.is_empty() {
+        let message = format!(
+            "provider {}'s annotations {} dropped: the NodeClaim's own values win",
+            resolved.provider_name,
+            dropped.join(", ")
+        );
+        tracing::info!(nodeclaim = %claim.name_any(), %message, "provider annotations dropped");
+        ctx.events
+            .warning(claim, "ProviderAnnotationsDropped", message)
+            .await;
+    }
     annotations.insert(
         crate::api::labels::PROVIDER_ANNOTATION.to_owned(),
         resolved.provider_name.clone(),

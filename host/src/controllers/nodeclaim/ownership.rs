@@ -6,16 +6,25 @@
 //! provider ID. So the host gives a claim only a provider ID that:
 //!
 //! - no other NodeClaim holds ([`Taken::OtherClaim`]);
-//! - whose Node, if one exists, is owned by no other NodeClaim ([`Taken::NodeOwned`]) and is
-//!   not older than the claim ([`Taken::NodeOlder`]): an instance launched for a claim cannot
-//!   have registered before the claim existed (both timestamps are the API server's).
+//! - no other launch of this host wrote a moment ago ([`LaunchedIds`]: two launches answered
+//!   with one ID at once both pass the caches, which have seen neither write yet);
+//! - whose Node, if one exists, is owned by no other NodeClaim ([`Taken::NodeOwned`]), carries
+//!   no other provider's ownership mark ([`Taken::OtherProvider`]: a provider's Nodes are stamped
+//!   `capstan.dev/provider` by the host) and is not older than the claim ([`Taken::NodeOlder`]):
+//!   an instance launched for a claim cannot have registered before the claim existed (both
+//!   timestamps are the API server's).
 //!
-//! Launch refuses such an answer; registration never adopts such a Node.
+//! Launch refuses such an answer; registration never adopts such a Node, and checks it again on
+//! the Node it reads from the API server right before it writes its owner reference, with that
+//! read's `resourceVersion` as the write's precondition: of two claims adopting one Node at once,
+//! the second's write conflicts, and its second look finds the first's owner reference.
 //!
 //! And a claim is owned by its NodePool, as Karpenter's are ([`own_by_pool`]), so that deleting
 //! the pool deletes its claims through Kubernetes' garbage collector.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
@@ -23,6 +32,7 @@ use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
 use super::{nodepool, owner_reference, provider_id};
+use crate::api::labels::{OWNER_LABEL, PROVIDER_ANNOTATION};
 use crate::api::{NodeClaim, NodePool};
 use crate::controllers::{Context, ControllerError, merge_patch};
 
@@ -45,6 +55,16 @@ pub enum Taken {
         /// The claim owning it.
         owner: String,
     },
+    /// The Node carrying the provider ID carries another provider's ownership mark.
+    #[error("Node {node} is provider {owner}'s, not provider {provider}'s")]
+    OtherProvider {
+        /// The Node.
+        node: String,
+        /// The provider whose mark it carries.
+        owner: String,
+        /// The claim's provider.
+        provider: String,
+    },
     /// The Node carrying the provider ID was created before the claim.
     #[error(
         "Node {node} was created at {node_created}, before NodeClaim {claim} ({claim_created})"
@@ -59,6 +79,50 @@ pub enum Taken {
         /// Its creation time.
         claim_created: String,
     },
+}
+
+/// How long a launch's provider ID is held for its claim: far longer than the caches take to see
+/// the claim's status write.
+const LAUNCH_HOLD: Duration = Duration::from_secs(600);
+
+/// Provider IDs this host's launches wrote lately, each held for one claim (by uid).
+#[derive(Debug, Default)]
+pub struct LaunchedIds {
+    held: Mutex<HashMap<String, Held>>,
+}
+
+#[derive(Debug, Clone)]
+struct Held {
+    uid: String,
+    claim: String,
+    since: Instant,
+}
+
+impl LaunchedIds {
+    /// Holds `provider_id` for `claim`, unless another claim's launch holds it. Atomic: of two
+    /// launches answered with one ID at once, exactly one holds it.
+    pub fn hold(&self, claim: &NodeClaim, provider_id: &str) -> Result<(), Taken> {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.retain(|_, h| h.since.elapsed() < LAUNCH_HOLD);
+        if let Some(other) = held.get(provider_id)
+            && other.uid != uid
+        {
+            return Err(Taken::OtherClaim {
+                provider_id: provider_id.to_owned(),
+                claim: other.claim.clone(),
+            });
+        }
+        held.insert(
+            provider_id.to_owned(),
+            Held {
+                uid,
+                claim: claim.name_any(),
+                since: Instant::now(),
+            },
+        );
+        Ok(())
+    }
 }
 
 /// Gives `claim` an owner reference to its NodePool (by its `karpenter.sh/nodepool` label) if it
@@ -137,7 +201,8 @@ pub fn held_by_another<'a>(
 }
 
 /// Whether `node` is not `claim`'s to adopt: another claim owns it (by owner reference, or by
-/// `status.nodeName` among `claims`), or it is older than the claim.
+/// `status.nodeName` among `claims`), another provider's mark is on it, or it is older than the
+/// claim.
 pub fn node_taken<'a>(
     claim: &NodeClaim,
     node: &Node,
@@ -167,6 +232,17 @@ pub fn node_taken<'a>(
         });
     if let Some(owner) = owner {
         return Some(Taken::NodeOwned { node: name, owner });
+    }
+    if let (Some(mark), Some(provider)) = (
+        node.labels().get(OWNER_LABEL),
+        claim.annotations().get(PROVIDER_ANNOTATION),
+    ) && mark != provider
+    {
+        return Some(Taken::OtherProvider {
+            node: name,
+            owner: mark.clone(),
+            provider: provider.clone(),
+        });
     }
     let (Some(node_created), Some(claim_created)) = (
         node.metadata.creation_timestamp.as_ref(),
@@ -263,6 +339,49 @@ mod tests {
             json!([{"apiVersion": "karpenter.sh/v1", "kind": "NodeClaim", "name": "hostile-abc", "uid": "u1"}]),
         );
         assert_eq!(node_taken(&mine, &own, [&mine]), None);
+    }
+
+    #[test]
+    fn a_node_another_provider_marked_is_taken() {
+        let mut mine = claim("hostile-abc", "u1", T0, json!({}));
+        mine.annotations_mut()
+            .insert(PROVIDER_ANNOTATION.into(), "hostile".into());
+        let mut theirs = node("victim", T1, json!([]));
+        theirs
+            .labels_mut()
+            .insert(OWNER_LABEL.into(), "kwok".into());
+        assert_eq!(
+            node_taken(&mine, &theirs, []),
+            Some(Taken::OtherProvider {
+                node: "victim".into(),
+                owner: "kwok".into(),
+                provider: "hostile".into()
+            })
+        );
+        // Its own provider's mark, or none (a kubelet registered it), is no obstacle.
+        theirs
+            .labels_mut()
+            .insert(OWNER_LABEL.into(), "hostile".into());
+        assert_eq!(node_taken(&mine, &theirs, []), None);
+        assert_eq!(node_taken(&mine, &node("bare", T1, json!([])), []), None);
+    }
+
+    #[test]
+    fn one_provider_id_is_held_for_one_claim_at_a_time() {
+        let ids = LaunchedIds::default();
+        let first = claim("first", "u1", T0, json!({}));
+        let second = claim("second", "u2", T0, json!({}));
+        assert_eq!(ids.hold(&first, "chaos://shared"), Ok(()));
+        assert_eq!(
+            ids.hold(&second, "chaos://shared"),
+            Err(Taken::OtherClaim {
+                provider_id: "chaos://shared".into(),
+                claim: "first".into()
+            })
+        );
+        // The same claim again (a retried write), and other IDs, are fine.
+        assert_eq!(ids.hold(&first, "chaos://shared"), Ok(()));
+        assert_eq!(ids.hold(&second, "chaos://other"), Ok(()));
     }
 
     #[test]

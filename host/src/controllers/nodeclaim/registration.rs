@@ -14,7 +14,7 @@ use super::{
     Step, is_true, nodepool, nodes_with_provider_id, owner_reference, ownership, persist_status,
     set,
 };
-use crate::api::labels::ZONE;
+use crate::api::labels::{OWNER_LABEL, PROVIDER_ANNOTATION, ZONE};
 use crate::api::labels::{
     REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
 };
@@ -74,20 +74,13 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         let claims = ownership::claims_on(ctx, n);
         ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref))
     }) {
-        let message = format!("not adopting the Node: {taken}");
-        if set(
-            claim,
-            REGISTERED,
-            ConditionStatus::Unknown,
-            "NodeNotOwned",
-            &message,
-        ) {
-            persist_status(ctx, claim).await?;
-            ctx.events.warning(claim, "NodeNotOwned", message).await;
-        }
-        return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
+        return not_owned(ctx, claim, &taken).await;
     }
-    sync_node(ctx, claim, &node).await?;
+    // Checked again on the Node as the API server has it, and written with its resourceVersion:
+    // two claims can never both adopt it.
+    if let Some(taken) = sync_node(ctx, claim, &node).await? {
+        return not_owned(ctx, claim, &taken).await;
+    }
     claim.status.get_or_insert_with(Default::default).node_name = Some(node.clone());
     set(claim, REGISTERED, ConditionStatus::True, "Registered", "");
     persist_status(ctx, claim).await?;
@@ -101,6 +94,26 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         nodepool_status::set_registration_health(ctx, &pool, true, "").await;
     }
     Ok(Step::Continue)
+}
+
+/// `Registered=Unknown` (`NodeNotOwned`) and an Event: the Node is not the claim's to adopt.
+async fn not_owned(
+    ctx: &Context,
+    claim: &mut NodeClaim,
+    taken: &ownership::Taken,
+) -> Result<Step, ControllerError> {
+    let message = format!("not adopting the Node: {taken}");
+    if set(
+        claim,
+        REGISTERED,
+        ConditionStatus::Unknown,
+        "NodeNotOwned",
+        &message,
+    ) {
+        persist_status(ctx, claim).await?;
+        ctx.events.warning(claim, "NodeNotOwned", message).await;
+    }
+    Ok(Step::Stop(Action::requeue(Duration::from_secs(30))))
 }
 
 /// The Node taint of a claim taint.
@@ -121,17 +134,31 @@ pub fn has_taint(node: &Node, taint: &Taint) -> bool {
         .is_some_and(|ts| ts.iter().any(|t| taint.matches(t)))
 }
 
-async fn sync_node(ctx: &Context, claim: &NodeClaim, name: &str) -> Result<(), ControllerError> {
+/// Makes Node `name` the claim's, unless the Node as the API server has it is not the claim's
+/// to adopt (returned). The write carries the read's `resourceVersion`: a conflict reads again.
+async fn sync_node(
+    ctx: &Context,
+    claim: &NodeClaim,
+    name: &str,
+) -> Result<Option<ownership::Taken>, ControllerError> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let mut attempt = 0;
     loop {
         attempt += 1;
         let mut node = api.get(name).await?;
+        let claims = ownership::claims_on(ctx, &node);
+        if let Some(taken) = ownership::node_taken(claim, &node, claims.iter().map(AsRef::as_ref)) {
+            return Ok(Some(taken));
+        }
         let before = node.clone();
         let first_time = node.labels().get(REGISTERED_LABEL).map(String::as_str) != Some("true");
         let labels = node.labels_mut();
         labels.extend(claim.labels().clone());
         labels.insert(REGISTERED_LABEL.to_owned(), "true".to_owned());
+        // The provider's ownership mark: an `owned` grant reaches the Nodes of its claims.
+        if let Some(provider) = claim.annotations().get(PROVIDER_ANNOTATION) {
+            labels.insert(OWNER_LABEL.to_owned(), provider.clone());
+        }
         let mut annotations = claim.annotations().clone();
         annotations.remove("kubectl.kubernetes.io/last-applied-configuration");
         node.annotations_mut().extend(annotations);
@@ -154,10 +181,10 @@ async fn sync_node(ctx: &Context, claim: &NodeClaim, name: &str) -> Result<(), C
         }
         taints.retain(|t| t.key != UNREGISTERED_TAINT_KEY);
         if node == before {
-            return Ok(());
+            return Ok(None);
         }
         match api.replace(name, &PostParams::default(), &node).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(None),
             Err(kube::Error::Api(status)) if status.code == 409 && attempt < UPDATE_ATTEMPTS => {}
             Err(err) => return Err(err.into()),
         }

@@ -263,3 +263,165 @@ async fn a_provider_cannot_take_over_another_providers_node() {
     let _ = nodes.delete(&unmanaged, &Default::default()).await;
     cleanup(&client, &names).await;
 }
+
+/// Two launches answered with one provider ID at once (both `create`s sleep, then answer the same
+/// ID): exactly one claim takes the ID and the Node carrying it; the other is refused
+/// (`ProviderIDTaken`), holds no provider ID, and never adopts the Node.
+#[tokio::test]
+async fn two_launches_answered_with_one_provider_id_never_share_a_node() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("oneid");
+    let host = Host::start(cp, &names, &[]);
+    let pool = names.name("pool");
+    let class = names.name("shared");
+    let shared_id = format!("chaos://{}", names.name("instance"));
+    node_class(
+        &client,
+        &names,
+        &class,
+        "chaos",
+        json!({"mode": "instance", "createProviderId": shared_id, "createSleepMillis": 3000}),
+    )
+    .await;
+    let (first, second) = (names.name("first"), names.name("second"));
+    let claims = Api::<NodeClaim>::all(client.clone());
+    let (a, b) = tokio::join!(
+        claim(&client, claim_json(&names, &first, &pool, &class)),
+        claim(&client, claim_json(&names, &second, &pool, &class)),
+    );
+    drop((a, b));
+    // The Node the shared instance registers as (a kubelet's: no ownership mark), newer than
+    // both claims (creation timestamps have one-second resolution).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let node_name = names.name("shared-node");
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": node_name, "labels": {RUN_LABEL: names.run}},
+        "spec": {"providerID": shared_id},
+    }))
+    .unwrap();
+    let nodes = Api::<Node>::all(client.clone());
+    nodes.create(&PostParams::default(), &node).await.unwrap();
+
+    // One launches and registers; the other is refused.
+    let outcome = capstan_test_support::wait_until(
+        Duration::from_secs(90),
+        "one claim Registered, the other refused with ProviderIDTaken",
+        || async {
+            let mut winner = None;
+            let mut loser = None;
+            for name in [&first, &second] {
+                let claim = claims.get(name).await?;
+                match (
+                    condition(&claim, "Registered").map(|(s, _)| s),
+                    condition(&claim, "Launched"),
+                ) {
+                    (Some(s), _) if s == "True" => winner = Some(claim),
+                    (_, Some((s, r))) if s == "Unknown" && r == "ProviderIDTaken" => {
+                        loser = Some(claim)
+                    }
+                    _ => {}
+                }
+            }
+            Ok::<_, kube::Error>(winner.zip(loser))
+        },
+    )
+    .await;
+    let (winner, loser) = match outcome {
+        Ok(pair) => pair,
+        Err(err) => panic!("{err}\nhost log:\n{}", host.log_tail()),
+    };
+    refused_with_note(
+        &client,
+        &host,
+        &loser,
+        &[format!(
+            "provider ID {shared_id} belongs to NodeClaim {}",
+            winner.name_any()
+        )],
+    )
+    .await;
+    // A while later: still one owner, and the loser never took the ID.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let node = nodes.get(&node_name).await.unwrap();
+    let owners: Vec<String> = node
+        .owner_references()
+        .iter()
+        .map(|o| o.name.clone())
+        .collect();
+    assert_eq!(owners, vec![winner.name_any()], "one owner");
+    let loser = claims.get(&loser.name_any()).await.unwrap();
+    assert!(
+        loser
+            .status
+            .as_ref()
+            .and_then(|s| s.provider_id.as_ref())
+            .is_none(),
+        "{loser:?}"
+    );
+    host.check_alive();
+    let _ = nodes.delete(&node_name, &Default::default()).await;
+    cleanup(&client, &names).await;
+}
+
+/// A provider's annotations never overwrite the claim's: a colliding one is dropped (an Event
+/// names it), the others are added.
+#[tokio::test]
+async fn the_claims_annotations_win_over_the_providers() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("annot");
+    let host = Host::start(cp, &names, &[]);
+    let pool = names.name("pool");
+    let class = names.name("annotating");
+    node_class(
+        &client,
+        &names,
+        &class,
+        "chaos",
+        json!({"mode": "instance", "createAnnotations": {
+            "example.com/team": "hostile",
+            "example.com/rack": "r7",
+        }}),
+    )
+    .await;
+    let name = names.name("claim");
+    let mut body = claim_json(&names, &name, &pool, &class);
+    body["metadata"]["annotations"] = json!({"example.com/team": "payments"});
+    claim(&client, body).await;
+    let launched = wait_condition(
+        &client,
+        &host,
+        &name,
+        "Launched",
+        "True",
+        None,
+        Duration::from_secs(60),
+    )
+    .await;
+    let annotations = launched.annotations();
+    assert_eq!(
+        annotations.get("example.com/team").map(String::as_str),
+        Some("payments"),
+        "the claim's own value: {annotations:?}"
+    );
+    assert_eq!(
+        annotations.get("example.com/rack").map(String::as_str),
+        Some("r7"),
+        "the provider's new one: {annotations:?}"
+    );
+    let found = capstan_test_support::wait_until(
+        Duration::from_secs(30),
+        "a ProviderAnnotationsDropped Event naming example.com/team",
+        || async {
+            let notes =
+                capstan_notes(&client, "default", &name, "ProviderAnnotationsDropped").await;
+            Ok::<_, kube::Error>(notes.into_iter().find(|n| n.contains("example.com/team")))
+        },
+    )
+    .await;
+    if let Err(err) = found {
+        panic!("{err}\nhost log:\n{}", host.log_tail());
+    }
+    host.check_alive();
+    cleanup(&client, &names).await;
+}

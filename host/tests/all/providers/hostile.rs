@@ -4,8 +4,14 @@
 
 use std::time::{Duration, Instant};
 
-use capstan::api::provider::{GrantCluster, ProviderLimits};
+use crate::lifecycle::RUN_LABEL;
+use capstan::api::provider::{GrantCluster, GrantScope, ProviderLimits};
+use capstan::capability::grants::Cluster;
+use capstan::capability::kube::{ListOptions, Target};
 use capstan::provider::source::sha256_hex;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::PostParams;
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::{Setup, grant, variant};
@@ -20,13 +26,16 @@ async fn a_hostile_provider_is_denied_everything_it_was_not_granted() {
     let bytes = variant(chaos_bytes(), 3000);
     setup.put_source("src", "provider.wasm", &bytes).await;
     let mut spec = setup.spec("src", "provider.wasm");
-    spec.grants = vec![grant(
+    // Reading the admin's ConfigMap takes an unscoped grant (ownership is the next tests').
+    let mut read = grant(
         GrantCluster::Workload,
         &[""],
         &["configmaps"],
         &["get"],
         &[&setup.namespace],
-    )];
+    );
+    read.scope = GrantScope::Any;
+    spec.grants = vec![read];
     setup.put_provider(&name, spec).await;
     let provider = setup.wait_serving(&name, &sha256_hex(&bytes)).await;
     let ns = setup.namespace.clone();
@@ -173,4 +182,331 @@ async fn misbehaving_providers_do_not_disturb_the_others() {
     // Both Providers stay Ready: misbehaving calls are call failures, not load failures.
     setup.wait_condition(&bad, "Ready", "True", "Loaded").await;
     setup.wait_condition(&good, "Ready", "True", "Loaded").await;
+}
+
+/// The Node a test plays "another provider's" with: marked `capstan.dev/provider: <owner>` (or
+/// unmarked), labelled for the test's run, with a taint-free spec.
+async fn foreign_node(setup: &Setup, name: &str, owner: Option<&str>) -> Node {
+    let mut labels = serde_json::Map::new();
+    labels.insert(RUN_LABEL.into(), json!(setup.names.run));
+    labels.insert("team".into(), json!("victim"));
+    if let Some(owner) = owner {
+        labels.insert("capstan.dev/provider".into(), json!(owner));
+    }
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"providerID": format!("kwok://{name}")},
+    }))
+    .unwrap();
+    Api::<Node>::all(setup.client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap()
+}
+
+/// kwok's grants (Nodes and their status), at `scope`.
+fn kwok_grants(scope: GrantScope) -> Vec<capstan::api::provider::ProviderGrant> {
+    let mut nodes = grant(
+        GrantCluster::Workload,
+        &[""],
+        &["nodes"],
+        &["get", "list", "create", "patch", "delete"],
+        &[],
+    );
+    nodes.scope = scope;
+    let mut status = grant(
+        GrantCluster::Workload,
+        &[""],
+        &["nodes/status"],
+        &["patch"],
+        &[],
+    );
+    status.scope = scope;
+    vec![nodes, status]
+}
+
+/// A provider with kwok's grants (`scope: owned`, the default) reaches only the Nodes it owns:
+/// it cannot read, relabel, patch the status of, taint, cordon or delete another provider's Node
+/// or one no provider manages, nor create a Node outside a launch, nor plant one under another
+/// provider's mark; a list sees only its own. Each refusal is `permission-denied`, counted in
+/// `kube_not_owned` and an Event `NotOwned` (`OwnershipMark`) on the Provider. The same patch under
+/// an explicit `scope: any` grant goes through: the refusals are the scope's doing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_touches_only_the_nodes_it_owns() {
+    let setup = Setup::start("owned", |_| {}).await;
+    let name = setup.names.name("hostile");
+    let bytes = variant(chaos_bytes(), 3100);
+    setup.put_source("src", "provider.wasm", &bytes).await;
+    let mut spec = setup.spec("src", "provider.wasm");
+    spec.grants = kwok_grants(GrantScope::Owned);
+    setup.put_provider(&name, spec).await;
+    let provider = setup.wait_serving(&name, &sha256_hex(&bytes)).await;
+    let nodes = Api::<Node>::all(setup.client.clone());
+
+    let theirs = setup.names.name("kwoks-node");
+    let unmanaged = setup.names.name("unmanaged-node");
+    foreign_node(&setup, &theirs, Some("kwok")).await;
+    foreign_node(&setup, &unmanaged, None).await;
+
+    let node = |op: &str, target: &str, extra: serde_json::Value| {
+        let mut call = json!({"op": op, "kind": "Node", "name": target});
+        if let (Some(call), Some(extra)) = (call.as_object_mut(), extra.as_object()) {
+            call.extend(extra.clone());
+        }
+        call
+    };
+    let mut refused = 0u64;
+    for target in [&theirs, &unmanaged] {
+        let attempts = [
+            ("read", node("get", target, json!({}))),
+            (
+                "relabel",
+                node(
+                    "patch",
+                    target,
+                    json!({"body": {"metadata": {"labels": {"team": "hostile"}}}}),
+                ),
+            ),
+            (
+                "patch the status of",
+                node(
+                    "patch",
+                    target,
+                    json!({"subresource": "status",
+                    "body": {"status": {"conditions": [{"type": "Ready", "status": "False"}]}}}),
+                ),
+            ),
+            (
+                "taint",
+                node(
+                    "patch",
+                    target,
+                    json!({"patchType": "json", "body": [
+                    {"op": "add", "path": "/spec/taints", "value": [{"key": "x", "effect": "NoSchedule"}]}]}),
+                ),
+            ),
+            (
+                "cordon",
+                node(
+                    "patch",
+                    target,
+                    json!({"body": {"spec": {"unschedulable": true}}}),
+                ),
+            ),
+            ("delete", node("delete", target, json!({}))),
+        ];
+        for (what, call) in attempts {
+            let result = kube_call(&provider, call).await;
+            assert_eq!(
+                case(result.clone()),
+                "permission-denied",
+                "{what} {target}: {result:?}"
+            );
+            let message = result.unwrap_err();
+            assert!(
+                message.contains(&format!("Node {target}"))
+                    && message.contains("capstan.dev/provider="),
+                "{what} {target}: {message}"
+            );
+            refused += 1;
+        }
+    }
+    // A Node created outside a launch (validate-node-class is not `create`), and one planted
+    // under another provider's mark, are refused too.
+    let planted = setup.names.name("planted");
+    let create = |labels: serde_json::Value| {
+        json!({"op": "create", "kind": "Node", "body": {
+            "metadata": {"name": planted, "labels": labels},
+            "spec": {"providerID": format!("kwok://{planted}")}}})
+    };
+    let outside = kube_call(&provider, create(json!({}))).await;
+    assert_eq!(case(outside.clone()), "permission-denied", "{outside:?}");
+    assert!(
+        outside
+            .unwrap_err()
+            .contains("only while it launches a NodeClaim"),
+        "the rule is named"
+    );
+    refused += 1;
+    assert!(nodes.get_opt(&planted).await.unwrap().is_none());
+
+    let metrics = provider.capabilities().metrics().snapshot();
+    assert_eq!(metrics.kube_not_owned, refused, "{metrics:?}");
+    assert_eq!(metrics.kube_denied, refused, "{metrics:?}");
+
+    // Nothing changed on either Node.
+    for target in [&theirs, &unmanaged] {
+        let node = nodes.get(target).await.unwrap();
+        assert_eq!(
+            node.labels().get("team").map(String::as_str),
+            Some("victim")
+        );
+        let spec = node.spec.unwrap_or_default();
+        assert!(spec.taints.unwrap_or_default().is_empty(), "{target}");
+        assert_ne!(spec.unschedulable, Some(true), "{target}");
+        assert!(node.status.and_then(|s| s.conditions).is_none(), "{target}");
+    }
+
+    // A list sees none of them: filtered by the mark, not refused.
+    let listed = provider
+        .capabilities()
+        .kube()
+        .list(
+            &Target {
+                cluster: Cluster::Workload,
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                namespace: None,
+            },
+            &ListOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(
+        !listed.contains(&theirs) && !listed.contains(&unmanaged),
+        "{listed}"
+    );
+
+    // Reported to the admin.
+    let note = setup.wait_event(&name, "NotOwned").await;
+    assert!(note.contains("refused: the provider may not"), "{note}");
+
+    // The same relabel under an explicit `scope: any` grant goes through.
+    let mut spec = setup.spec("src", "provider.wasm");
+    spec.grants = kwok_grants(GrantScope::Any);
+    setup.put_provider(&name, spec).await;
+    let flagged = setup
+        .wait_condition(&name, "GrantsScoped", "False", "UnscopedGrants")
+        .await;
+    let message = flagged
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == "GrantsScoped"))
+        .and_then(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(message.contains("has scope any"), "{message}");
+    let provider = setup.wait_serving(&name, &sha256_hex(&bytes)).await;
+    capstan_test_support::wait_until(
+        Duration::from_secs(30),
+        "the unscoped grants to apply",
+        || async {
+            let relabel = node(
+                "patch",
+                &unmanaged,
+                json!({"body": {"metadata": {"labels": {"team": "hostile"}}}}),
+            );
+            Ok::<_, String>(kube_call(&provider, relabel).await.ok())
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        nodes
+            .get(&unmanaged)
+            .await
+            .unwrap()
+            .labels()
+            .get("team")
+            .map(String::as_str),
+        Some("hostile")
+    );
+    for target in [&theirs, &unmanaged] {
+        let _ = nodes.delete(target, &Default::default()).await;
+    }
+}
+
+/// Objects a provider creates carry its mark; it may read, patch and delete them, but never write
+/// the mark itself: not remove it, not change it, not through a JSON patch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_cannot_write_its_ownership_mark() {
+    let setup = Setup::start("mark", |_| {}).await;
+    let name = setup.names.name("marker");
+    let bytes = variant(chaos_bytes(), 3200);
+    setup.put_source("src", "provider.wasm", &bytes).await;
+    let mut spec = setup.spec("src", "provider.wasm");
+    spec.grants = vec![grant(
+        GrantCluster::Workload,
+        &[""],
+        &["configmaps"],
+        &["get", "create", "patch", "delete"],
+        &[&setup.namespace],
+    )];
+    setup.put_provider(&name, spec).await;
+    let provider = setup.wait_serving(&name, &sha256_hex(&bytes)).await;
+    let ns = setup.namespace.clone();
+    let config_maps = Api::<ConfigMap>::namespaced(setup.client.clone(), &ns);
+
+    let create = json!({"op": "create", "kind": "ConfigMap", "namespace": ns,
+        "body": {"metadata": {"name": "mine", "labels": {"a": "1"}}, "data": {"k": "v"}}});
+    assert_eq!(kube_call(&provider, create).await, Ok(()));
+    let mine = config_maps.get("mine").await.unwrap();
+    assert_eq!(
+        mine.labels().get("capstan.dev/provider"),
+        Some(&name),
+        "stamped at creation"
+    );
+    let patch = |body: serde_json::Value, patch_type: &str| {
+        json!({"op": "patch", "kind": "ConfigMap", "namespace": ns, "name": "mine",
+            "patchType": patch_type, "body": body})
+    };
+    assert_eq!(
+        kube_call(&provider, patch(json!({"data": {"k": "w"}}), "merge")).await,
+        Ok(()),
+        "its own object"
+    );
+    for (what, body, patch_type) in [
+        (
+            "remove",
+            json!({"metadata": {"labels": {"capstan.dev/provider": null}}}),
+            "merge",
+        ),
+        (
+            "change",
+            json!({"metadata": {"labels": {"capstan.dev/provider": "kwok"}}}),
+            "merge",
+        ),
+        (
+            "drop all labels",
+            json!({"metadata": {"labels": null}}),
+            "merge",
+        ),
+        (
+            "json remove",
+            json!([{"op": "remove", "path": "/metadata/labels/capstan.dev~1provider"}]),
+            "json",
+        ),
+    ] {
+        let result = kube_call(&provider, patch(body, patch_type)).await;
+        assert_eq!(
+            case(result.clone()),
+            "permission-denied",
+            "{what}: {result:?}"
+        );
+    }
+    // A create naming another provider in the mark is refused.
+    let planted = json!({"op": "create", "kind": "ConfigMap", "namespace": ns,
+        "body": {"metadata": {"name": "planted", "labels": {"capstan.dev/provider": "kwok"}}}});
+    assert_eq!(
+        case(kube_call(&provider, planted).await),
+        "permission-denied"
+    );
+    let mine = config_maps.get("mine").await.unwrap();
+    assert_eq!(mine.labels().get("capstan.dev/provider"), Some(&name));
+    assert_eq!(mine.labels().get("a").map(String::as_str), Some("1"));
+    assert_eq!(
+        mine.data.unwrap_or_default().get("k").map(String::as_str),
+        Some("w")
+    );
+    let note = setup.wait_event(&name, "OwnershipMark").await;
+    assert!(note.contains("ownership mark"), "{note}");
+    let delete = json!({"op": "delete", "kind": "ConfigMap", "namespace": ns, "name": "mine"});
+    assert_eq!(kube_call(&provider, delete).await, Ok(()));
+    // The source ConfigMap is the admin's: not the provider's to delete.
+    let source = json!({"op": "delete", "kind": "ConfigMap", "namespace": ns, "name": "src"});
+    assert_eq!(
+        case(kube_call(&provider, source).await),
+        "permission-denied"
+    );
+    assert!(config_maps.get_opt("src").await.unwrap().is_some());
 }
