@@ -31,6 +31,7 @@ const UPDATE_ATTEMPTS: usize = 5;
 /// Registers the claim's Node unless it is registered already.
 pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
     if is_true(claim, REGISTERED) {
+        mark_registered_node(ctx, claim).await?;
         return Ok(Step::Continue);
     }
     if !is_true(claim, LAUNCHED) {
@@ -94,6 +95,31 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         nodepool_status::set_registration_health(ctx, &pool, true, "").await;
     }
     Ok(Step::Continue)
+}
+
+/// A registered claim's Node without its provider's ownership mark (registered before the host
+/// stamped marks) gets it, once: the provider's `owned` grants reach it from then on. Read from
+/// the cache, so a Node already marked costs nothing.
+async fn mark_registered_node(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError> {
+    let (Some(provider), Some(node)) = (
+        claim.annotations().get(PROVIDER_ANNOTATION),
+        claim.status.as_ref().and_then(|s| s.node_name.as_deref()),
+    ) else {
+        return Ok(());
+    };
+    let Some(cached) = ctx
+        .nodes
+        .get(&kube::runtime::reflector::ObjectRef::new(node))
+    else {
+        return Ok(());
+    };
+    if cached.labels().contains_key(OWNER_LABEL) {
+        return Ok(());
+    }
+    let patch = serde_json::json!({"metadata": {"labels": {OWNER_LABEL: provider}}});
+    crate::controllers::merge_patch::<Node>(&ctx.client, node, &patch).await?;
+    tracing::info!(nodeclaim = %claim.name_any(), node, provider = %provider, "ownership mark added to the registered Node");
+    Ok(())
 }
 
 /// `Registered=Unknown` (`NodeNotOwned`) and an Event: the Node is not the claim's to adopt.
