@@ -2,9 +2,11 @@
 //! (`tests/cloudstack-emulator`): loaded from a `Provider` resource with egress grants and
 //! credentials from a Secret, on the real control plane, the emulator registering each booted
 //! VM's Node as its kubelet would (kwok keeps it Ready). The conformance kit and the bad-input
-//! cases run in-process in [`inprocess`].
+//! cases run in-process in [`inprocess`]; the `CloudStackNodeClass` CRD against
+//! karpenter-provider-cloudstack's in [`schema`].
 
 mod inprocess;
+mod schema;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

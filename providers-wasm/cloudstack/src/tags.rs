@@ -128,4 +128,20 @@ mod tests {
             ]
         );
     }
+
+    /// The CloudStackNodeClass CRD this component declares refuses every reserved key in
+    /// `spec.tags` (in any letter case, as `Parameters::validate` does), so a served object is
+    /// refused by the API server rather than left not ready.
+    #[test]
+    fn the_declared_crd_restricts_every_reserved_key() {
+        let crd = include_str!("../node-class-crds.yaml");
+        for key in RESERVED_KEYS {
+            let rule = format!("self.all(k, k.lowerAscii() != '{key}')");
+            assert!(crd.contains(&rule), "node-class-crds.yaml lacks {rule}");
+            assert!(
+                crd.contains(&format!("message: tag key {key} is restricted")),
+                "node-class-crds.yaml does not name {key} in a message"
+            );
+        }
+    }
 }
