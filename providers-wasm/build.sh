@@ -7,6 +7,8 @@
 # Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: chaos.wasm (contract 0.1.0),
 # egress.wasm and cloudstack.wasm (0.2.0), kwok.wasm and clusterapi.wasm (0.3.0), and the Python guests of
 # python/build.sh (kwok-python.wasm; componentize-py, cached by input digest under $CAPSTAN_CACHE).
+# CAPSTAN_PROVIDERS (space-separated names, e.g. "kwok") builds only those: the demo builds kwok alone,
+# without the other guests or the Python toolchain.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -25,19 +27,39 @@ else
   echo "build.sh: rustup not found; assuming the $target standard library is installed" >&2
 fi
 
+wanted=(${CAPSTAN_PROVIDERS:-${artifacts[*]} kwok-python})
+wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
+# Each artifact's cargo package, and its contract group (built together).
+package_of() {
+  case "$1" in
+    chaos) echo capstan-fixture-chaos ;;
+    egress) echo capstan-fixture-egress ;;
+    cloudstack) echo capstan-provider-cloudstack ;;
+    kwok) echo capstan-provider-kwok ;;
+    clusterapi) echo capstan-provider-clusterapi ;;
+  esac
+}
+
 cd "$here"
 # Each contract's guests on their own: cargo unifies features within one build, and a guest's SDK
 # feature (`v0_2`, `v0_3`) picks the contract it is built against.
-cargo build --release --target "$target" -p capstan-fixture-chaos
-cargo build --release --target "$target" -p capstan-fixture-egress -p capstan-provider-cloudstack
-cargo build --release --target "$target" -p capstan-provider-kwok -p capstan-provider-clusterapi
+for group in "chaos" "egress cloudstack" "kwok clusterapi"; do
+  packages=()
+  for name in $group; do
+    wants "$name" && packages+=(-p "$(package_of "$name")")
+  done
+  [ ${#packages[@]} -gt 0 ] && cargo build --release --target "$target" "${packages[@]}"
+done
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do
+  wants "$name" || continue
   src="$CARGO_TARGET_DIR/$target/release/$name.wasm"
   cp "$src" "$out/$name.wasm"
   printf '%s\t%s bytes\n' "$out/$name.wasm" "$(wc -c <"$out/$name.wasm")"
 done
 
 # The Python guests (componentize-py in a pinned venv under $CAPSTAN_CACHE; cached by input digest).
-bash "$here/python/build.sh" "$out"
+if wants kwok-python; then
+  bash "$here/python/build.sh" "$out"
+fi

@@ -8,9 +8,11 @@ cd "$REPO_ROOT"
 DEMO="$REPO_ROOT/tests/scripts/demo"
 REPLICAS=${CAPSTAN_DEMO_PODS:-12}
 
+# Only what the demo runs: the control plane (not Cluster API's controllers) and the kwok provider
+# (not the other guests, nor the Python toolchain).
 ensure_rust
-build_control_plane
-build_providers
+build_core_control_plane
+CAPSTAN_PROVIDERS=kwok build_providers
 log "building capstan"
 cargo build -p capstan --locked --quiet
 CAPSTAN="$CARGO_TARGET_DIR/debug/capstan"
