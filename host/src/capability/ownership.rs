@@ -4,8 +4,9 @@
 //! own Node and the pods bound to it. Capstan scopes a provider the same way, by a mark the host
 //! alone writes: the label [`OWNER_LABEL`] (`capstan.dev/provider: <provider>`).
 //!
-//! - **Create**: the host stamps the mark on every object a provider creates ([`stamp`]); a body
-//!   that names another provider in it is refused.
+//! - **Create**: the host stamps the mark on every object a provider creates ([`stamp`]),
+//!   replacing whatever the body says there (a provider cannot plant an object under another's
+//!   name).
 //! - **Get, patch, delete** under an `owned` grant: the host reads the object first and refuses
 //!   one without the provider's mark ([`Owner::check`]). A merge or apply patch then carries the
 //!   object's `metadata.uid` (the API server refuses a patch whose uid is not the object's, so a
@@ -204,14 +205,14 @@ fn refuse_other_mark(mark: &Value, provider: &str, what: &str) -> Result<(), Own
     }
 }
 
-/// A body to create, stamped with `provider`'s mark. A body naming another provider in the mark
-/// is refused.
+/// A body to create, stamped with `provider`'s mark: whatever the body says there is replaced
+/// (a provider that writes its own name, or another's, gets the Provider's).
 pub fn stamp(body: &str, provider: &str) -> Result<String, OwnershipError> {
     let what = "the object to create";
     let mut top = TopLevel::parse(body, what)?;
     let metadata = metadata_map(&mut top.metadata, what)?;
-    if let Some(mark) = mark_in(metadata.get("labels"), what)? {
-        refuse_other_mark(&mark, provider, what)?;
+    if matches!(metadata.get("labels"), Some(Value::Null)) {
+        metadata.remove("labels");
     }
     let labels = metadata
         .entry("labels")
@@ -479,26 +480,21 @@ mod tests {
         // No metadata or no labels: created.
         let v = parsed(&stamp(r#"{"kind":"ConfigMap"}"#, "kwok").unwrap());
         assert_eq!(v["metadata"]["labels"]["capstan.dev/provider"], "kwok");
-        // Its own mark is fine; another provider's, or a removal, is not.
-        assert!(
-            stamp(
-                r#"{"metadata":{"labels":{"capstan.dev/provider":"kwok"}}}"#,
-                "kwok"
-            )
-            .is_ok()
-        );
-        let err = stamp(
+        // Whatever the body says in the mark, the Provider's name is written.
+        for body in [
+            r#"{"metadata":{"labels":{"capstan.dev/provider":"kwok"}}}"#,
             r#"{"metadata":{"labels":{"capstan.dev/provider":"clusterapi"}}}"#,
-            "kwok",
-        )
-        .unwrap_err();
-        assert!(matches!(err, OwnershipError::Mark(_)), "{err}");
+            r#"{"metadata":{"labels":{"capstan.dev/provider":null}}}"#,
+            r#"{"metadata":{"labels":null}}"#,
+        ] {
+            let v = parsed(&stamp(body, "kwok-py").unwrap());
+            assert_eq!(
+                v["metadata"]["labels"]["capstan.dev/provider"], "kwok-py",
+                "{body}"
+            );
+        }
         assert!(matches!(
             stamp(r#"{"metadata":null}"#, "kwok"),
-            Err(OwnershipError::Mark(_))
-        ));
-        assert!(matches!(
-            stamp(r#"{"metadata":{"labels":null}}"#, "kwok"),
             Err(OwnershipError::Mark(_))
         ));
         assert!(matches!(

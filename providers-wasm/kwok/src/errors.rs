@@ -11,6 +11,16 @@ pub fn from_kube(error: Error, launch: bool) -> ProviderError {
     error.into_provider_error(launch)
 }
 
+/// Whether the host refused a call because the object is not this provider's (an `owned` grant):
+/// `permission-denied` naming the ownership mark.
+pub fn not_owned(error: &Error) -> bool {
+    matches!(
+        error.kube_error(),
+        Some(capstan_provider_sdk::kube::KubeError::PermissionDenied(message))
+            if message.contains("capstan.dev/provider")
+    )
+}
+
 /// Whether the API server refused to admit a Node (a ValidatingAdmissionPolicy or an admission
 /// webhook denied it): the node's registration failed, not the launch. The host's own grant
 /// denials are not admission.
@@ -30,6 +40,17 @@ pub fn registration_refused(error: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ownership_refusals_are_recognized() {
+        assert!(not_owned(&Error::Kube(KubeError::PermissionDenied(
+            "provider kwok may not Node n: it carries no ownership mark; an owned grant reaches only objects labelled capstan.dev/provider=kwok".into()
+        ))));
+        assert!(!not_owned(&Error::Kube(KubeError::PermissionDenied(
+            "the grants of provider kwok do not allow get v1 Node".into()
+        ))));
+        assert!(!not_owned(&Error::Kube(KubeError::NotFound("x".into()))));
+    }
 
     #[test]
     fn admission_denials_are_refused_registrations() {

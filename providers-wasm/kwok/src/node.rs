@@ -10,9 +10,12 @@ use crate::selection::Launch;
 
 /// Provider ID scheme: `kwok://<node name>`.
 pub const PROVIDER_ID_PREFIX: &str = "kwok://";
-/// Label on every node this provider launched (`list` selects on it).
+/// The ownership mark on every node this provider launched (`list` selects on it). The host
+/// stamps it with the Provider's name whatever the body says (`kwok` here), and under an `owned`
+/// grant shows this provider only the Nodes carrying its own: a node carrying the label at all is
+/// this provider's.
 pub const PROVIDER_LABEL: &str = "capstan.dev/provider";
-/// Value of [`PROVIDER_LABEL`].
+/// The value written in [`PROVIDER_LABEL`] (the host replaces it with the Provider's name).
 pub const PROVIDER_NAME: &str = "kwok";
 /// Annotation the kwok controller looks for: it then marks the node Ready and keeps its lease.
 pub const KWOK_ANNOTATION: &str = "kwok.x-k8s.io/node";
@@ -252,9 +255,10 @@ pub fn build(claim: &NodeClaim, launch: &Launch<'_>, provenance: Provenance<'_>)
 }
 
 impl Node {
-    /// Whether this provider launched the node.
+    /// Whether this provider launched the node: it carries an ownership mark (under an `owned`
+    /// grant the host shows this provider only Nodes carrying its own).
     pub fn is_managed(&self) -> bool {
-        self.metadata.labels.get(PROVIDER_LABEL).map(String::as_str) == Some(PROVIDER_NAME)
+        self.metadata.labels.contains_key(PROVIDER_LABEL)
     }
 
     /// Whether deletion has started.

@@ -36,9 +36,14 @@ fn node_name(provider_id: &str) -> Result<&str, ProviderError> {
     })
 }
 
-/// A node this provider manages, or `None` if it is absent or someone else's.
+/// A node this provider manages, or `None` if it is absent or someone else's (the host refuses
+/// to show another's under an `owned` grant).
 fn managed_node(name: &str, launch: bool) -> Result<Option<Node>, ProviderError> {
-    let node: Option<Node> = kube::get_opt(&node_ref(name)).map_err(|e| from_kube(e, launch))?;
+    let node: Option<Node> = match kube::get_opt(&node_ref(name)) {
+        Ok(node) => node,
+        Err(e) if errors::not_owned(&e) => None,
+        Err(e) => return Err(from_kube(e, launch)),
+    };
     Ok(node.filter(Node::is_managed))
 }
 
@@ -48,13 +53,21 @@ fn invalid(e: impl std::fmt::Display) -> ProviderError {
 
 /// The claim for a node that already exists under the claim's name (a retried `create`).
 fn existing(name: &str, claim: &NodeClaim) -> Result<Option<NodeClaim>, ProviderError> {
-    let node: Option<Node> = kube::get_opt(&node_ref(name)).map_err(|e| from_kube(e, true))?;
-    match node {
-        None => Ok(None),
-        Some(node) if !node.is_managed() => Err(ProviderError::create_failed(
+    let taken = || {
+        ProviderError::create_failed(
             "NodeNameTaken",
             format!("a Node named {name} exists and is not managed by the kwok provider"),
-        )),
+        )
+    };
+    let node: Option<Node> = match kube::get_opt(&node_ref(name)) {
+        Ok(node) => node,
+        // Under an `owned` grant the host refuses to show another's Node.
+        Err(e) if errors::not_owned(&e) => return Err(taken()),
+        Err(e) => return Err(from_kube(e, true)),
+    };
+    match node {
+        None => Ok(None),
+        Some(node) if !node.is_managed() => Err(taken()),
         Some(node) if node.is_deleting() => Err(ProviderError::Retryable(format!(
             "the Node {name} from an earlier launch is still being deleted"
         ))),
@@ -179,7 +192,7 @@ impl Guest for Kwok {
     }
 
     fn list() -> Result<Vec<NodeClaim>, ProviderError> {
-        let selector = format!("{}={}", node::PROVIDER_LABEL, node::PROVIDER_NAME);
+        let selector = node::PROVIDER_LABEL.to_string();
         let nodes: Vec<Node> = kube::list(&nodes(), &ListOptions::labels(&selector))
             .map_err(|e| from_kube(e, false))?;
         Ok(nodes

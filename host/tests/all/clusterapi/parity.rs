@@ -253,7 +253,11 @@ async fn a_machine_set_without_a_deployment_is_an_instance_type() {
     let mut set = machine_deployment("solo", capacity("2", "8Gi", "0.05", "3"));
     set["kind"] = json!("MachineSet");
     set["spec"]["selector"] = json!({"matchLabels": {set_label: "solo"}});
-    set["spec"]["template"]["metadata"]["labels"] = json!({set_label: "solo"});
+    // Its Machines carry the template's labels: the set's own, and the ownership mark.
+    set["spec"]["template"]["metadata"]["labels"][set_label] = json!("solo");
+    if let Some(labels) = set["spec"]["template"]["metadata"]["labels"].as_object_mut() {
+        labels.remove(super::DEPLOYMENT_NAME);
+    }
     let sets: Api<DynamicObject> = Api::namespaced_with(
         world.management.clone(),
         &world.namespace,

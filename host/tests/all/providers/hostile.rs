@@ -312,8 +312,7 @@ async fn a_provider_touches_only_the_nodes_it_owns() {
             refused += 1;
         }
     }
-    // A Node created outside a launch (validate-node-class is not `create`), and one planted
-    // under another provider's mark, are refused too.
+    // A Node created outside a launch (validate-node-class is not `create`) is refused too.
     let planted = setup.names.name("planted");
     let create = |labels: serde_json::Value| {
         json!({"op": "create", "kind": "Node", "body": {
@@ -343,9 +342,22 @@ async fn a_provider_touches_only_the_nodes_it_owns() {
             Some("victim")
         );
         let spec = node.spec.unwrap_or_default();
-        assert!(spec.taints.unwrap_or_default().is_empty(), "{target}");
+        // (kube-controller-manager may taint a Node no kubelet reports for, and write its Ready
+        // condition as Unknown: only what the provider tried is looked for.)
+        assert!(
+            !spec.taints.unwrap_or_default().iter().any(|t| t.key == "x"),
+            "{target}"
+        );
         assert_ne!(spec.unschedulable, Some(true), "{target}");
-        assert!(node.status.and_then(|s| s.conditions).is_none(), "{target}");
+        assert!(
+            !node
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "False"),
+            "{target}"
+        );
     }
 
     // A list sees none of them: filtered by the mark, not refused.
@@ -484,12 +496,19 @@ async fn a_provider_cannot_write_its_ownership_mark() {
             "{what}: {result:?}"
         );
     }
-    // A create naming another provider in the mark is refused.
+    // A create naming another provider in the mark is stamped with its own name.
     let planted = json!({"op": "create", "kind": "ConfigMap", "namespace": ns,
         "body": {"metadata": {"name": "planted", "labels": {"capstan.dev/provider": "kwok"}}}});
+    assert_eq!(kube_call(&provider, planted).await, Ok(()));
     assert_eq!(
-        case(kube_call(&provider, planted).await),
-        "permission-denied"
+        config_maps
+            .get("planted")
+            .await
+            .unwrap()
+            .labels()
+            .get("capstan.dev/provider"),
+        Some(&name),
+        "stamped with the creator's name, never another's"
     );
     let mine = config_maps.get("mine").await.unwrap();
     assert_eq!(mine.labels().get("capstan.dev/provider"), Some(&name));

@@ -111,8 +111,9 @@ def _meta(node: dict[str, Any]) -> dict[str, Any]:
 
 
 def is_managed(node: dict[str, Any]) -> bool:
-    """Whether this provider launched the node."""
-    return (_meta(node).get("labels") or {}).get(PROVIDER_LABEL) == PROVIDER_NAME
+    """Whether this provider launched the node: it carries an ownership mark (the host stamps it
+    with the Provider's name, and under an ``owned`` grant shows only Nodes carrying its own)."""
+    return PROVIDER_LABEL in (_meta(node).get("labels") or {})
 
 
 def is_deleting(node: dict[str, Any]) -> bool:

@@ -33,24 +33,34 @@ def _node_name(pid: str) -> str:
     return name
 
 
+def _not_owned(e: kube.KubeCallError) -> bool:
+    """Whether the host refused the call because the object is not this provider's."""
+    return e.kind == "permission-denied" and "capstan.dev/provider" in str(e)
+
+
 def _managed_node(name: str, launch: bool) -> dict[str, Any] | None:
     try:
         found = kube.get_opt(NODES.object(name))
     except kube.KubeCallError as e:
+        if _not_owned(e):
+            return None
         raise e.provider_error(launch) from None
     return found if found is not None and node.is_managed(found) else None
 
 
 def _existing(claim: NodeClaim) -> NodeClaim | None:
     """The claim for a node that already exists under the claim's name (a retried ``create``)."""
+    taken = f"a Node named {claim.name} exists and is not managed by the kwok provider"
     try:
         found = kube.get_opt(NODES.object(claim.name))
     except kube.KubeCallError as e:
+        if _not_owned(e):
+            raise errors.create_failed("NodeNameTaken", taken) from None
         raise e.provider_error(True) from None
     if found is None:
         return None
     if not node.is_managed(found):
-        raise errors.create_failed("NodeNameTaken", f"a Node named {claim.name} exists and is not managed by the kwok provider")
+        raise errors.create_failed("NodeNameTaken", taken)
     if node.is_deleting(found):
         raise errors.retryable(f"the Node {claim.name} from an earlier launch is still being deleted")
     return node.launched_claim(found, claim)
@@ -135,7 +145,7 @@ class Kwok(Provider):
 
     def list(self) -> list[NodeClaim]:
         try:
-            items = kube.list_items(NODES, label_selector=f"{node.PROVIDER_LABEL}={node.PROVIDER_NAME}")
+            items = kube.list_items(NODES, label_selector=node.PROVIDER_LABEL)
         except kube.KubeCallError as e:
             raise e.provider_error(False) from None
         return [node.to_claim(n) for n in items if node.is_managed(n)]
