@@ -201,6 +201,45 @@ task_unit() {
   (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" cargo test --workspace --locked)
   log "Python guest SDK and provider tests (pytest)"
   (cd "$REPO_ROOT/providers-wasm/python" && PYTHONDONTWRITEBYTECODE=1 "$CAPSTAN_PYTHON_VENV/bin/python" -m pytest -q -p no:cacheprovider)
+  log "the conformance run's checks (tests/conformance-karpenter/summary_test.py)"
+  (cd "$REPO_ROOT/tests/conformance-karpenter" && PYTHONDONTWRITEBYTECODE=1 python3 -m unittest -q summary_test)
+}
+
+# run_ignored_tests [--exact] [LIBTEST_OPTION...] -- FILTER...: runs the ignored tests of host/tests/all
+# (`cargo test -p capstan --test all -- --ignored`) the FILTERs select: each FILTER a test's full name
+# with --exact, a part of one without. libtest passes when a filter selects nothing ("0 passed"), so the
+# tests are listed first, and a FILTER that selects no ignored test fails before anything runs.
+run_ignored_tests() {
+  local -a libtest=(--ignored) list=(--ignored --list) filters=() missing=()
+  local exact=0 filter listed what="matched by"
+  while (($#)); do
+    case "$1" in
+      --exact) exact=1; libtest+=(--exact); list+=(--exact); what=named ;;
+      --) shift; filters=("$@"); break ;;
+      *) libtest+=("$1") ;;
+    esac
+    shift
+  done
+  if ((${#filters[@]} == 0)); then
+    echo "run_ignored_tests: no test named (run_ignored_tests [--exact] [OPTION...] -- FILTER...)" >&2
+    return 1
+  fi
+  # `--list` prints "NAME: test" for each test the filters select (with --ignored, ignored ones only).
+  listed=$(cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- "${list[@]}" "${filters[@]}") || return 1
+  listed=$(sed -n 's/: test$//p' <<<"$listed")
+  for filter in "${filters[@]}"; do
+    if ((exact)); then
+      grep -qxF -- "$filter" <<<"$listed" || missing+=("$filter")
+    else
+      grep -qF -- "$filter" <<<"$listed" || missing+=("$filter")
+    fi
+  done
+  if ((${#missing[@]})); then
+    echo "error: no ignored test of host/tests/all is $what:" >&2
+    printf '  %s\n' "${missing[@]}" >&2
+    return 1
+  fi
+  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- "${libtest[@]}" "${filters[@]}")
 }
 
 # Integration and e2e tests (host/tests, tests/support/tests) on the real control plane.
@@ -212,10 +251,9 @@ task_e2e() {
   # The heavy ones run alone afterwards, one at a time: 1,000 or 3,000 pods would slow the timing
   # checks of the others, and their own figures would measure the others' load.
   log "heavy e2e tests, one at a time"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
-    --test-threads 1 \
+  run_ignored_tests --exact --nocapture --test-threads 1 -- \
     consolidation::a_thousand_pods_scaled_to_three_hundred_cost_what_fresh_provisioning_does \
-    bench_scale::a_host_with_3000_pods_keeps_its_memory_per_pod_bounded)
+    bench_scale::a_host_with_3000_pods_keeps_its_memory_per_pod_bounded
   task_conformance_fast
 }
 
@@ -240,8 +278,9 @@ task_conformance_karpenter() {
   CONFORMANCE_KEEP_GOING=${CONFORMANCE_KEEP_GOING:-1} bash "$REPO_ROOT/tests/conformance-karpenter/run.sh"
 }
 
-# The fast subset of that suite in `make test` (the NodePool Validation specs, the NodePool hash and two
-# short lifecycles, a few minutes): Capstan alone, every spec must pass.
+# The fast subset of that suite in `make test` (the specs tests/conformance-karpenter/fast-specs.txt lists:
+# the NodePool Validation specs, the NodePool hash and two short lifecycles, a few minutes): Capstan
+# alone; it fails unless exactly those specs ran and every one passed.
 task_conformance_fast() {
   conformance_host_bin
   log "Karpenter's regression suite, fast subset, against Capstan"
@@ -253,14 +292,14 @@ task_conformance_fast() {
 # a 20-node rollout with budget 1 and with budget 20%.
 task_bench_disruption() {
   log "disruption measurements (20-node rollouts)"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_rollout)
+  run_ignored_tests --nocapture -- measure_rollout
 }
 
 # The host's API requests per minute at rest with 200 nodes and 2,000 pods (CAPSTAN_HOST_BIN runs
 # another build of the host).
 task_bench_api_load() {
   log "API requests at rest (200 nodes, 2,000 pods)"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --nocapture measure_api_requests)
+  run_ignored_tests --nocapture -- measure_api_requests
 }
 
 # Capstan beside upstream Karpenter's kwok controller on the same scenario, each on a fresh control
@@ -287,10 +326,7 @@ bench_host() {
 run_measurement() {
   local test="$1" dir="$CAPSTAN_CACHE/$2"
   mkdir -p "$dir"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture "$test") |
-    tee "$dir/last-run.log"
-  # A filter that matched no test passes silently; this one must have run.
-  grep -q "$test \.\.\. ok" "$dir/last-run.log"
+  run_ignored_tests --exact --nocapture -- "$test" | tee "$dir/last-run.log"
 }
 
 task_bench_e2e() {
@@ -317,9 +353,7 @@ task_bench_capi() {
   log "bench-capi: the clusterapi provider on Cluster API (about 2 minutes)"
   mkdir -p "$CAPSTAN_CACHE/bench-capi"
   local out="$CAPSTAN_CACHE/bench-capi/last-run.log"
-  (cd "$REPO_ROOT" && cargo test -p capstan --locked --test all -- --ignored --exact --nocapture \
-    clusterapi::bench::bench_clusterapi) | tee "$out"
-  grep -q "bench_clusterapi \.\.\. ok" "$out"
+  run_ignored_tests --exact --nocapture -- clusterapi::bench::bench_clusterapi | tee "$out"
 }
 
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to

@@ -27,6 +27,7 @@ mod fixtures;
 mod grants;
 mod hostile;
 mod image;
+mod job_hold;
 mod leader_election;
 mod lifecycle;
 mod list_paging;

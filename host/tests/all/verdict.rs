@@ -50,7 +50,7 @@ async fn bare_pod(
 }
 
 /// The node pod `name` runs on.
-async fn node_of(client: &Client, ns: &str, name: &str) -> String {
+pub(crate) async fn node_of(client: &Client, ns: &str, name: &str) -> String {
     let pod = Api::<Pod>::namespaced(client.clone(), ns)
         .get(name)
         .await
@@ -59,7 +59,7 @@ async fn node_of(client: &Client, ns: &str, name: &str) -> String {
 }
 
 /// The claim of node `node`, if it is still there.
-async fn claim_of(client: &Client, names: &Names, node: &str) -> Option<NodeClaim> {
+pub(crate) async fn claim_of(client: &Client, names: &Names, node: &str) -> Option<NodeClaim> {
     claims(client, names).await.into_iter().find(|c| {
         c.status.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
             && c.metadata.deletion_timestamp.is_none()
@@ -67,7 +67,7 @@ async fn claim_of(client: &Client, names: &Names, node: &str) -> Option<NodeClai
 }
 
 /// The claim's `ConsolidationBlocked` (status, reason, message).
-fn verdict(claim: &NodeClaim) -> Option<(String, String, String)> {
+pub(crate) fn verdict(claim: &NodeClaim) -> Option<(String, String, String)> {
     let (status, reason) = lifecycle::condition(claim, "ConsolidationBlocked")?;
     let message = claim
         .status
@@ -82,7 +82,12 @@ fn verdict(claim: &NodeClaim) -> Option<(String, String, String)> {
 }
 
 /// Waits until node `node`'s verdict has `reason`; returns its message.
-async fn wait_verdict(scene: &Scene, node: &str, reason: &str, timeout: Duration) -> String {
+pub(crate) async fn wait_verdict(
+    scene: &Scene,
+    node: &str,
+    reason: &str,
+    timeout: Duration,
+) -> String {
     let what = format!("{node}'s ConsolidationBlocked reason {reason}");
     let last = std::sync::Mutex::new(None);
     let found = wait_until(timeout, &what, || {
@@ -130,7 +135,7 @@ async fn one_pool(prefix: &str) -> (Scene, String) {
 }
 
 /// `capstan explain ARGS -o json` against the control plane.
-fn explain(scene: &Scene, args: &[&str]) -> serde_json::Value {
+pub(crate) fn explain(scene: &Scene, args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .arg("explain")
         .arg("--kubeconfig")
@@ -313,9 +318,9 @@ async fn the_verdict_names_what_holds_a_node_and_explain_agrees() {
     teardown(client, names, ns).await;
 }
 
-/// A pool with `capstan.dev/wait-for-jobs` holds a node for its running Job pods; once the Job
-/// is done (kwok's default stages complete a Job's pod as soon as it runs) the node is empty
-/// and consolidated.
+/// A pool with `capstan.dev/wait-for-jobs` lets a Job's node go once the Job is done: kwok's
+/// default stages complete a Job's pod as soon as it runs, so the node is empty and consolidated
+/// (`job_hold` keeps a Job's pod running and sees the node held meanwhile).
 #[tokio::test]
 async fn a_finished_job_lets_its_node_go_under_wait_for_jobs() {
     let (scene, p) = one_pool("jobs").await;
