@@ -52,6 +52,52 @@ fn inspect_a_provider() {
     assert_eq!(json["info"]["size"], size);
 }
 
+/// `inspect --grants` lists the grants and flags each `scope: any` one.
+#[test]
+fn inspect_flags_unscoped_grants() {
+    let chaos = providers_dir().join("chaos.wasm");
+    let grants = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("inspect-grants.yaml");
+    std::fs::write(
+        &grants,
+        "- apiGroups: ['']\n  resources: [nodes]\n  verbs: [get, patch]\n\
+         - apiGroups: [apiextensions.k8s.io]\n  resources: [customresourcedefinitions]\n  verbs: [get]\n  scope: any\n",
+    )
+    .unwrap();
+    let out = capstan(&[
+        "provider",
+        "inspect",
+        chaos.to_str().unwrap(),
+        "--grants",
+        grants.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("0: get,patch nodes in core (workload) scope owned"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("warning:  grant 1 (get customresourcedefinitions in apiextensions.k8s.io (workload)) has scope any"),
+        "{stdout}"
+    );
+    let out = capstan(&[
+        "provider",
+        "inspect",
+        "--json",
+        chaos.to_str().unwrap(),
+        "--grants",
+        grants.to_str().unwrap(),
+    ]);
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["grants"][0]["scope"], "owned");
+    assert!(
+        json["unscopedGrants"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("grant 1 ")),
+        "{json}"
+    );
+}
+
 #[test]
 fn inspect_refuses_bad_input_by_name() {
     let not_wasm = write_temp("not-wasm.wasm", b"hello, world\n");

@@ -478,16 +478,23 @@ async fn run(cp: &ControlPlane, client: &Client) {
     }
 
     // Someone else writes the Lease: the leader stops its controllers and exits non-zero.
+    // (The leader renews meanwhile: a conflicting write reads the Lease again.)
     let leases = Api::<Lease>::namespaced(client.clone(), &lease_ns);
-    let mut stolen = leases.get(&lease).await.unwrap();
-    let spec = stolen.spec.get_or_insert_with(Default::default);
-    spec.holder_identity = Some("intruder".to_owned());
-    spec.lease_duration_seconds = Some(60);
-    spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-    leases
-        .replace(&lease, &PostParams::default(), &stolen)
-        .await
-        .unwrap();
+    for attempt in 1.. {
+        let mut stolen = leases.get(&lease).await.unwrap();
+        let spec = stolen.spec.get_or_insert_with(Default::default);
+        spec.holder_identity = Some("intruder".to_owned());
+        spec.lease_duration_seconds = Some(60);
+        spec.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        match leases
+            .replace(&lease, &PostParams::default(), &stolen)
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < 10 => continue,
+            Err(err) => panic!("stealing the Lease: {err}"),
+        }
+    }
     let code = c.wait_exit(LEASE * 2);
     assert!(
         code.is_some_and(|code| code != 0),
