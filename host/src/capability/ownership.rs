@@ -217,9 +217,12 @@ pub fn stamp(body: &str, provider: &str) -> Result<String, OwnershipError> {
     let labels = metadata
         .entry("labels")
         .or_insert_with(|| Value::Object(Map::new()));
-    if let Value::Object(labels) = labels {
-        labels.insert(OWNER_LABEL.to_owned(), Value::String(provider.to_owned()));
-    }
+    let Value::Object(labels) = labels else {
+        return Err(OwnershipError::Invalid(format!(
+            "{what}: metadata.labels is not a map"
+        )));
+    };
+    labels.insert(OWNER_LABEL.to_owned(), Value::String(provider.to_owned()));
     top.write()
 }
 
