@@ -70,15 +70,9 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
         }
     };
-    // A Node another claim owns, or one older than the claim, is never adopted.
-    if let Some(taken) = nodes.first().and_then(|n| {
-        let claims = ownership::claims_on(ctx, n);
-        ownership::node_taken(claim, n, claims.iter().map(AsRef::as_ref))
-    }) {
-        return not_owned(ctx, claim, &taken).await;
-    }
-    // Checked again on the Node as the API server has it, and written with its resourceVersion:
-    // two claims can never both adopt it.
+    // A Node another claim owns, another provider's mark is on, or one older than the claim, is
+    // never adopted: checked on the Node as the API server has it, and written with its
+    // resourceVersion, so two claims can never both adopt it.
     if let Some(taken) = sync_node(ctx, claim, &node).await? {
         return not_owned(ctx, claim, &taken).await;
     }
