@@ -133,11 +133,11 @@ build_core_control_plane() {
 }
 
 # Builds (or finds cached) the supply-chain tools the OCI and signature tests run: the CNCF
-# distribution registry, cosign and oras, from their Go modules at the versions pinned in
-# tests/control-plane/supply-chain.env.
+# distribution registry, cosign, oras and Sigstore's services (Fulcio, the timestamp authority,
+# Rekor v2), from their Go modules at the versions pinned in tests/control-plane/supply-chain.env.
 build_supply_chain_tools() {
   ensure_go
-  log "supply-chain test tools: registry, cosign, oras (cached under $CAPSTAN_CACHE/control-plane/tools)"
+  log "supply-chain test tools: registry, cosign, oras, fulcio, timestamp-server, rekor-server (cached under $CAPSTAN_CACHE/control-plane/tools)"
   bash "$REPO_ROOT/tests/control-plane/cp" supply-chain >/dev/null
 }
 

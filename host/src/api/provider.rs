@@ -110,7 +110,7 @@ pub struct NodeClassKindSpec {
     validation = Rule::new("(has(self.keys) ? size(self.keys) : 0) + (has(self.identities) ? size(self.identities) : 0) > 0")
         .message("set keys, identities, or both"),
     validation = Rule::new("!has(self.identities) || size(self.identities) == 0 || has(self.trustRoot)")
-        .message("identities need a trustRoot (the certificate authority their certificates chain to)")
+        .message("identities need a trustRoot (Sigstore's trusted_root.json: the certificate authorities their certificates chain to, and the timestamp authorities or logs that prove when they signed)")
 )]
 pub struct ProviderVerification {
     /// cosign public keys (PEM, as `cosign generate-key-pair` writes `cosign.pub`); a signature
@@ -120,14 +120,17 @@ pub struct ProviderVerification {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub keys: Vec<VerificationKeyRef>,
-    /// Keyless signers: a Sigstore bundle whose certificate chains to `trustRoot` and names one
-    /// of these (the certificate's subject alternative name and its Fulcio OIDC issuer).
+    /// Keyless signers: a Sigstore bundle whose certificate chains to a certificate authority of
+    /// `trustRoot`, was valid when a timestamp authority or log of `trustRoot` proves it signed,
+    /// and names one of these (its subject alternative name and its Fulcio OIDC issuer).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub identities: Vec<KeylessIdentity>,
-    /// A ConfigMap key (provider source namespace) holding the PEM certificates keyless
-    /// signatures must chain to: Fulcio's CA chain, or your own CA's. Supplied by the admin, so
-    /// verification needs no network.
+    /// A ConfigMap key (provider source namespace) holding Sigstore's `trusted_root.json` (as
+    /// `cosign trusted-root create` writes it, or Sigstore's public-good root): the certificate
+    /// authorities keyless certificates chain to, and the timestamp authorities and
+    /// transparency logs whose timestamps and entries a bundle carries (each is verified, never
+    /// skipped). Supplied by the admin, so verification needs no network.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub trust_root: Option<LocalObjectKey>,
 }

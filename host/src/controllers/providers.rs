@@ -795,10 +795,10 @@ async fn read_keys(
         Ok(keys) => keys,
         Err(err) => return Ok(Err(err.into())),
     };
-    if verification.identities.is_empty() {
-        return Ok(Ok(keys));
-    }
     let Some(root) = &verification.trust_root else {
+        if verification.identities.is_empty() {
+            return Ok(Ok(keys));
+        }
         return Ok(Err(VerifyError::Key {
             name: "spec.verification.trustRoot".to_owned(),
             message: "identities need a trust root".to_owned(),
@@ -806,7 +806,7 @@ async fn read_keys(
         .into()));
     };
     let name = format!("ConfigMap {namespace}/{} key {}", root.name, root.key);
-    let Some(pem) = config_maps
+    let Some(json) = config_maps
         .get_opt(&root.name)
         .await?
         .and_then(|config_map| source::text_key(&config_map, &root.key))
@@ -817,12 +817,11 @@ async fn read_keys(
         }
         .into()));
     };
-    let root = match verify::keyless::TrustRoot::parse(name, &pem) {
+    let root = match verify::keyless::TrustRoot::parse(name, &json) {
         Ok(root) => root,
         Err(err) => return Ok(Err(err.into())),
     };
-    Ok(Ok(keys.with_keyless(
-        root,
+    Ok(Ok(keys.with_trust_root(root).with_identities(
         verification
             .identities
             .iter()

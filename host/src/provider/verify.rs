@@ -6,8 +6,11 @@
 //! - a Sigstore bundle beside a component in a ConfigMap (`cosign sign-blob --bundle`), verified
 //!   with `sigstore-verify`.
 //!
-//! A signature is accepted when any one of the keys verifies it. Transparency-log entries in a
-//! bundle are not required (the key is the trust; clusters verifying offline have no log to ask).
+//! A signature is accepted when any one of the keys verifies it. Transparency-log entries and
+//! RFC 3161 timestamps in a bundle are not required (the key is the trust; clusters verifying
+//! offline have no log to ask), but those a bundle carries are verified against the Provider's
+//! trust root (Sigstore's `trusted_root.json`), never skipped: a bundle with a log entry and no
+//! trust root naming that log is refused.
 //!
 //! Bundles signed keyless (a certificate instead of a key) are checked against the Provider's
 //! identities and trust root ([`keyless`]).
@@ -16,10 +19,10 @@ pub mod keyless;
 pub mod ring_crypto;
 
 use serde::Deserialize;
+use sigstore_verify::PublicKeyVerificationPolicy;
 use sigstore_verify::crypto::KeyAlgorithm;
 use sigstore_verify::types::bundle::SignatureContent;
 use sigstore_verify::types::{Bundle, DerPublicKey, HashAlgorithm, SignatureBytes, Statement};
-use sigstore_verify::{PublicKeyVerificationPolicy, Verifier};
 
 use crate::provider::oci::SimpleSignature;
 use crate::provider::source::sha256_hex;
@@ -75,11 +78,14 @@ pub struct Key {
     der: DerPublicKey,
 }
 
-/// What a Provider trusts: public keys, and keyless identities with their trust root.
+/// What a Provider trusts: public keys, keyless identities, and the trust root (Sigstore's
+/// `trusted_root.json`) that keyless certificates, timestamps and log entries are checked
+/// against.
 #[derive(Debug, Clone, Default)]
 pub struct Keys {
     keys: Vec<Key>,
-    keyless: Option<keyless::Keyless>,
+    identities: Vec<keyless::Identity>,
+    root: Option<keyless::TrustRoot>,
 }
 
 impl Keys {
@@ -100,25 +106,26 @@ impl Keys {
         }
         Ok(Self {
             keys,
-            keyless: None,
+            ..Self::default()
         })
     }
 
-    /// These keys, and keyless signatures by `identities` chaining to `root`.
-    pub fn with_keyless(
-        self,
-        root: keyless::TrustRoot,
-        identities: Vec<keyless::Identity>,
-    ) -> Self {
+    /// These keys, with `root` to check certificates, timestamps and log entries against.
+    pub fn with_trust_root(self, root: keyless::TrustRoot) -> Self {
         Self {
-            keyless: Some(keyless::Keyless { root, identities }),
+            root: Some(root),
             ..self
         }
     }
 
+    /// These keys, and keyless signatures by `identities` (checked against the trust root).
+    pub fn with_identities(self, identities: Vec<keyless::Identity>) -> Self {
+        Self { identities, ..self }
+    }
+
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty() && self.keyless.is_none()
+        self.keys.is_empty() && self.identities.is_empty()
     }
 
     /// The first key that verifies `signature` over `data`.
@@ -154,6 +161,10 @@ struct Image {
     #[serde(rename = "docker-manifest-digest")]
     digest: String,
 }
+
+/// The payload type of a DSSE envelope over an in-toto statement (what `cosign attest-blob`
+/// writes and Sigstore's verifiers accept).
+const IN_TOTO_PAYLOAD_TYPE: &str = "application/vnd.in-toto+json";
 
 /// The payload type cosign signs.
 const COSIGN_PAYLOAD_TYPE: &str = "cosign container image signature";
@@ -243,49 +254,58 @@ pub fn verify_oci(
     Err(VerifyError::Invalid(reasons.join("; ")))
 }
 
-/// An empty trust root: key-based verification needs no certificate authority or log keys.
-fn empty_trust_root() -> Result<sigstore_verify::trust_root::TrustedRoot, VerifyError> {
-    sigstore_verify::trust_root::TrustedRoot::from_json(
-        r#"{"mediaType":"application/vnd.dev.sigstore.trustedroot+json;version=0.1"}"#,
-    )
-    .map_err(|err| VerifyError::Invalid(format!("internal: empty trust root: {err}")))
-}
-
-/// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name.
+/// Verifies a Sigstore bundle (JSON) over `artifact` with one of `keys`. Returns the key's name
+/// (or the keyless signer).
 ///
-/// A bundle with transparency-log entries or RFC 3161 timestamps goes through `sigstore-verify`'s
-/// verifier (the log's inclusion is not required: the key is the trust). One without either —
-/// what `cosign sign-blob --tlog-upload=false` writes, the offline case — has no signing time
-/// for that verifier to establish, and none is needed with a key: its signature is checked with
-/// `sigstore-crypto` over the artifact (a message signature) or over the DSSE envelope, whose
-/// in-toto statement must name the artifact's sha256.
+/// - A keyless bundle (a certificate): [`keyless::verify`], against the trust root.
+/// - A bundle with transparency-log entries or RFC 3161 timestamps: `sigstore-verify`'s verifier
+///   with the key, over the Provider's trust root, every entry and timestamp verified (never
+///   `skip_tlog`); without a trust root it is refused, saying so.
+/// - One with neither (what `cosign sign-blob --tlog-upload=false` writes, the offline case) has
+///   nothing to check but its signature, with `sigstore-crypto`: over the artifact (a message
+///   signature) or over the DSSE envelope, whose payload type must be in-toto's and whose
+///   statement must name the artifact's sha256.
 pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
     install_crypto();
     let bundle = Bundle::from_json(bundle).map_err(|err| {
         VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
     })?;
     let material = &bundle.verification_material;
-    if let Some((leaf, intermediates)) = keyless::certificates(&material.content) {
-        return verify_keyless(artifact, &bundle, &leaf, &intermediates, keys);
+    if keyless::has_certificate(&material.content) {
+        let Some(root) = &keys.root else {
+            return Err(VerifyError::Invalid(
+                "the Sigstore bundle is signed keyless (a certificate) and no trust root is set (spec.verification.trustRoot)".into(),
+            ));
+        };
+        if keys.identities.is_empty() {
+            return Err(VerifyError::Invalid(
+                "the Sigstore bundle is signed keyless (a certificate) and no identities are trusted (spec.verification.identities)".into(),
+            ));
+        }
+        return keyless::verify(artifact, &bundle, root, &keys.identities);
     }
-    let offline = material.tlog_entries.is_empty()
-        && material
-            .timestamp_verification_data
-            .rfc3161_timestamps
-            .is_empty();
-    let root = empty_trust_root()?;
-    let verifier = Verifier::new(&root)
-        .map_err(|err| VerifyError::Invalid(format!("internal: verifier: {err}")))?;
+    let evidence = evidence(&bundle);
+    let verifier = match (&evidence, &keys.root) {
+        (None, _) => None,
+        (Some(what), None) => {
+            return Err(VerifyError::Invalid(format!(
+                "the Sigstore bundle carries {what}, which is verified, never skipped: name its log or timestamp authority in spec.verification.trustRoot (Sigstore's trusted_root.json), or sign offline (`cosign sign-blob --tlog-upload=false`)"
+            )));
+        }
+        (Some(_), Some(root)) => Some(root.verifier()?),
+    };
     let mut reasons = Vec::new();
     for key in &keys.keys {
-        let verified = if offline {
-            verify_keyed(artifact, &bundle, &key.der)
-        } else {
-            let policy = PublicKeyVerificationPolicy::new(key.der.clone()).skip_tlog_unsafe();
-            verifier
-                .verify(artifact, &bundle, &policy)
+        let verified = match &verifier {
+            None => verify_keyed(artifact, &bundle, &key.der),
+            Some(verifier) => verifier
+                .verify(
+                    artifact,
+                    &bundle,
+                    &PublicKeyVerificationPolicy::new(key.der.clone()),
+                )
                 .map(drop)
-                .map_err(|err| err.to_string())
+                .map_err(|err| err.to_string()),
         };
         match verified {
             Ok(()) => return Ok(key.name.clone()),
@@ -298,30 +318,21 @@ pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<Strin
     )))
 }
 
-/// Checks a keyless bundle: its certificate against the Provider's identities and trust root
-/// (at the current time: see [`keyless`]), then its signature with the certificate's key.
-fn verify_keyless(
-    artifact: &[u8],
-    bundle: &Bundle,
-    leaf: &sigstore_verify::types::DerCertificate,
-    intermediates: &[sigstore_verify::types::DerCertificate],
-    keys: &Keys,
-) -> Result<String, VerifyError> {
-    let Some(keyless) = &keys.keyless else {
-        return Err(VerifyError::Invalid(
-            "the Sigstore bundle is signed keyless (a certificate) and no identities are trusted (spec.verification.identities)".into(),
-        ));
-    };
-    let signer = keyless
-        .check(leaf, intermediates, rustls::pki_types::UnixTime::now())
-        .map_err(VerifyError::Invalid)?;
-    verify_keyed(artifact, bundle, &signer.certificate.public_key).map_err(|err| {
-        VerifyError::Invalid(format!(
-            "the Sigstore bundle's signature by {}: {err}",
-            signer.description
-        ))
-    })?;
-    Ok(signer.description)
+/// What in `bundle` proves when it was signed or that it was logged, as words; none for an
+/// offline bundle.
+fn evidence(bundle: &Bundle) -> Option<&'static str> {
+    let material = &bundle.verification_material;
+    let logged = !material.tlog_entries.is_empty();
+    let timestamped = !material
+        .timestamp_verification_data
+        .rfc3161_timestamps
+        .is_empty();
+    match (logged, timestamped) {
+        (false, false) => None,
+        (true, false) => Some("a transparency-log entry"),
+        (false, true) => Some("an RFC 3161 timestamp"),
+        (true, true) => Some("a transparency-log entry and an RFC 3161 timestamp"),
+    }
 }
 
 /// Checks a bundle's signature (a message signature over the artifact, or a DSSE envelope naming
@@ -343,6 +354,12 @@ fn verify_keyed(artifact: &[u8], bundle: &Bundle, der: &DerPublicKey) -> Result<
                 .map_err(|err| err.to_string())
         }
         SignatureContent::DsseEnvelope(envelope) => {
+            if envelope.payload_type != IN_TOTO_PAYLOAD_TYPE {
+                return Err(format!(
+                    "the DSSE payload type is {:?}, not in-toto's ({IN_TOTO_PAYLOAD_TYPE})",
+                    envelope.payload_type
+                ));
+            }
             sigstore_verify::crypto::verify_signature(
                 der,
                 &envelope.pae(),

@@ -795,7 +795,7 @@ async fn malformed_provider_verification_is_refused_by_the_crd_rules() {
         json!({"subject": "release@example.com", "issuer": "https://accounts.example.com"});
     let good = provider(json!({
         "identities": [identity],
-        "trustRoot": {"name": "fulcio", "key": "chain.pem"},
+        "trustRoot": {"name": "fulcio", "key": "trusted_root.json"},
     }));
     let object: DynamicObject = serde_json::from_value(good).unwrap();
     if let Err(err) = providers.create(&dry_run(), &object).await {
@@ -815,13 +815,13 @@ async fn malformed_provider_verification_is_refused_by_the_crd_rules() {
         (
             "subject and subjectPrefix",
             json!({"identities": [{"subject": "a@example.com", "subjectPrefix": "a@", "issuer": "x"}],
-                   "trustRoot": {"name": "fulcio", "key": "chain.pem"}}),
+                   "trustRoot": {"name": "fulcio", "key": "trusted_root.json"}}),
             "set exactly one of subject and subjectPrefix",
         ),
         (
             "no issuer",
             json!({"identities": [{"subject": "a@example.com"}],
-                   "trustRoot": {"name": "fulcio", "key": "chain.pem"}}),
+                   "trustRoot": {"name": "fulcio", "key": "trusted_root.json"}}),
             "set exactly one of issuer and issuerPrefix",
         ),
     ] {

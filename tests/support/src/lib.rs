@@ -17,8 +17,8 @@
 pub mod cluster_api;
 mod control_plane;
 mod paths;
+pub mod sigstore;
 pub mod supply_chain;
-pub mod test_ca;
 pub mod upstream;
 mod wait;
 mod yaml;

@@ -7,9 +7,11 @@
 //!   and checked against its digest, and the cosign signatures stored beside it (the `.sig` tag
 //!   and Sigstore bundle referrers).
 //!
-//! Keyless signatures (a bundle carrying a certificate) are checked with `--trust-root ca.pem`
-//! and the identity (`--subject`/`--subject-prefix`, `--issuer`/`--issuer-prefix`), as the
-//! Provider's `spec.verification.identities` and `trustRoot` are.
+//! Keyless signatures (a bundle carrying a certificate) are checked with `--trust-root
+//! trusted_root.json` (Sigstore's form: certificate authorities, timestamp authorities, logs) and
+//! the identity (`--subject`/`--subject-prefix`, `--issuer`/`--issuer-prefix`), as the Provider's
+//! `spec.verification.identities` and `trustRoot` are; the trust root also verifies the log
+//! entries and timestamps of a bundle signed with a key.
 //!
 //! Exits 0 and names the key (or identity) that verified it, or 1 with the reason the host would give
 //! (`SignatureMissing`, `SignatureInvalid`, ...).
@@ -43,22 +45,34 @@ pub struct VerifyArgs {
     #[arg(long, conflicts_with = "oci")]
     bundle: Option<PathBuf>,
     /// A cosign public key (PEM, `cosign.pub`); repeatable: any one of them is enough.
-    #[arg(long = "key", required_unless_present = "trust_root")]
+    #[arg(long = "key", required_unless_present_any = ["subject", "subject_prefix"])]
     keys: Vec<PathBuf>,
-    /// PEM certificates keyless signatures must chain to (Fulcio's CA chain, or your own CA's).
-    #[arg(long, requires = "subject_match", requires = "issuer_match")]
+    /// Sigstore's `trusted_root.json` (`cosign trusted-root create`): the certificate
+    /// authorities keyless certificates chain to, and the timestamp authorities and logs that
+    /// prove when a bundle was signed.
+    #[arg(long)]
     trust_root: Option<PathBuf>,
     /// The keyless signer's certificate subject (email or URI), exactly.
-    #[arg(long, group = "subject_match")]
+    #[arg(
+        long,
+        group = "subject_match",
+        requires = "trust_root",
+        requires = "issuer_match"
+    )]
     subject: Option<String>,
     /// The keyless signer's certificate subject, by prefix.
-    #[arg(long, group = "subject_match")]
+    #[arg(
+        long,
+        group = "subject_match",
+        requires = "trust_root",
+        requires = "issuer_match"
+    )]
     subject_prefix: Option<String>,
     /// The keyless signer's OIDC issuer, exactly.
-    #[arg(long, group = "issuer_match")]
+    #[arg(long, group = "issuer_match", requires = "subject_match")]
     issuer: Option<String>,
     /// The keyless signer's OIDC issuer, by prefix.
-    #[arg(long, group = "issuer_match")]
+    #[arg(long, group = "issuer_match", requires = "subject_match")]
     issuer_prefix: Option<String>,
     #[command(flatten)]
     registry: RegistryArgs,
@@ -74,16 +88,18 @@ pub fn run(args: &VerifyArgs) -> Result<ExitCode> {
     }
     let mut keys = Keys::parse(named)?;
     if let Some(path) = &args.trust_root {
-        let pem = std::fs::read_to_string(path)
+        let json = std::fs::read_to_string(path)
             .with_context(|| format!("cannot read {}", path.display()))?;
-        let root = TrustRoot::parse(path.display().to_string(), &pem)?;
+        keys = keys.with_trust_root(TrustRoot::parse(path.display().to_string(), &json)?);
+    }
+    if args.subject.is_some() || args.subject_prefix.is_some() {
         let identity = Identity::from(&KeylessIdentity {
             issuer: args.issuer.clone(),
             issuer_prefix: args.issuer_prefix.clone(),
             subject: args.subject.clone(),
             subject_prefix: args.subject_prefix.clone(),
         });
-        keys = keys.with_keyless(root, vec![identity]);
+        keys = keys.with_identities(vec![identity]);
     }
     let (what, verified) = if args.oci {
         let remote = args.registry.remote(&args.target)?;

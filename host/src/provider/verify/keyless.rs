@@ -1,27 +1,37 @@
 //! Keyless signatures (`Provider.spec.verification.identities`): a Sigstore bundle carrying a
-//! certificate instead of naming a key. The certificate must chain to the admin's trust root (a
-//! PEM CA chain — Fulcio's, or a private CA's — so no network is needed), allow code signing, be
-//! valid, and name one of the identities: its subject alternative name (email or URI) and its
-//! Fulcio OIDC issuer extension (`1.3.6.1.4.1.57264.1.8`, or the legacy `.1.1`), each exactly or
-//! by prefix. The signature is then checked with the certificate's key.
+//! short-lived certificate instead of naming a key, verified as Sigstore's own clients verify it,
+//! against the admin's trust root in Sigstore's `trusted_root.json` form ([`TrustRoot`]):
 //!
-//! The time the certificate must be valid at: **now**. A bundle's transparency-log time or RFC
-//! 3161 timestamp is only as good as the log's or the authority's key, and the admin supplies a CA
-//! only; so no timestamp is trusted, and a certificate that has expired (Fulcio's last ten
-//! minutes) is refused. That suits a CA issuing certificates for a release's lifetime; verifying
-//! public-good Sigstore signatures after their certificate expired needs the log's keys too.
+//! 1. **When it was signed.** A time is established from what the trust root vouches for: an
+//!    RFC 3161 timestamp over the signature, signed by a timestamp authority of the trust root,
+//!    and/or a transparency-log entry whose signed promise (a Rekor v1 SET) carries its
+//!    integration time. A bundle with neither is refused: "now" is never used, so a certificate
+//!    that was valid when it signed stays verifiable after its ten minutes, and one that had
+//!    expired when it signed never is.
+//! 2. **Who signed.** The certificate chains to a certificate authority of the trust root (valid
+//!    over that authority's window), allows code signing and was valid at **every** established
+//!    time; when the trust root lists certificate-transparency logs, its embedded SCT must verify
+//!    with one of them. Then it must name one of the Provider's identities: its subject
+//!    alternative name (email or URI) and its Fulcio OIDC issuer extension
+//!    (`1.3.6.1.4.1.57264.1.8`, or the legacy `.1.1`), each exactly or by prefix.
+//! 3. **The log.** Every transparency-log entry the bundle carries is verified (inclusion proof
+//!    against a checkpoint signed by a log of the trust root, and its promise): an entry is never
+//!    skipped. A bundle without entries (timestamped only) is accepted on its timestamp.
+//! 4. **What was signed.** The signature verifies with the certificate's key over the component
+//!    (a message signature), or over a DSSE envelope whose payload type is in-toto's and whose
+//!    statement names the component's sha256.
+//!
+//! The checks are `sigstore-verify`'s (the Rust port of sigstore-python's and sigstore-go's
+//! verifiers); this module picks the policy and matches identities by prefix, which that crate
+//! does not offer.
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, TrustAnchor, UnixTime};
-use sigstore_verify::crypto::{CertificateInfo, WEBPKI_VERIFICATION_ALGS, parse_certificate_info};
-use sigstore_verify::types::DerCertificate;
+use sigstore_verify::crypto::{CertificateInfo, parse_certificate_info};
+use sigstore_verify::trust_root::TrustedRoot;
+use sigstore_verify::types::Bundle;
 use sigstore_verify::types::bundle::VerificationMaterialContent;
-use webpki::{EndEntityCert, KeyUsage, anchor_from_trusted_cert};
+use sigstore_verify::{VerificationPolicy, Verifier};
 
 use super::VerifyError;
-
-/// id-kp-codeSigning (1.3.6.1.5.5.7.3.3), DER content octets.
-const CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
 
 /// How a certificate's value is matched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +70,13 @@ pub struct Identity {
     pub subject: Match,
 }
 
+impl Identity {
+    /// Whether a certificate naming `subject` from `issuer` is this signer.
+    pub fn matches(&self, subject: &str, issuer: &str) -> bool {
+        self.subject.matches(subject) && self.issuer.matches(issuer)
+    }
+}
+
 impl From<&crate::api::provider::KeylessIdentity> for Identity {
     /// The CRD's validation makes exactly one of each pair set; were neither set, the pair would
     /// match only an empty value (never everything).
@@ -76,143 +93,175 @@ impl From<&crate::api::provider::KeylessIdentity> for Identity {
     }
 }
 
-/// The certificates keyless signatures chain to, with where they came from.
+/// The admin's trust root: Sigstore's `trusted_root.json` (certificate authorities, timestamp
+/// authorities, transparency logs and certificate-transparency logs, each with its validity
+/// window), as `cosign trusted-root create` writes it or Sigstore's TUF repository serves it.
+/// Supplied by the admin, so verification needs no network.
 #[derive(Debug, Clone)]
 pub struct TrustRoot {
     name: String,
-    certificates: Vec<CertificateDer<'static>>,
+    root: TrustedRoot,
 }
 
 impl TrustRoot {
-    /// Parses the PEM certificates of `pem` (every one is a trust anchor: a root, or an
-    /// intermediate the admin trusts as one, as Sigstore's trust roots do).
-    pub fn parse(name: String, pem: &str) -> Result<Self, VerifyError> {
+    /// Parses `json` (from `name`, for messages) and checks that every key and certificate in it
+    /// is usable.
+    pub fn parse(name: String, json: &str) -> Result<Self, VerifyError> {
         let key_error = |message: String| VerifyError::Key {
             name: name.clone(),
             message,
         };
-        let certificates = CertificateDer::pem_slice_iter(pem.as_bytes())
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|err| key_error(format!("not PEM certificates: {err}")))?;
-        if certificates.is_empty() {
-            return Err(key_error("holds no CERTIFICATE block".to_owned()));
+        if json.trim_start().starts_with("-----BEGIN") {
+            return Err(key_error(
+                "holds PEM, not a trusted root: give Sigstore's trusted_root.json (`cosign trusted-root create --fulcio url=…,certificate-chain=ca.pem --tsa url=…,certificate-chain=tsa.pem`), which names the timestamp authorities and logs a signing time is proven by".to_owned(),
+            ));
         }
-        for (index, certificate) in certificates.iter().enumerate() {
-            anchor_from_trusted_cert(certificate)
-                .map_err(|err| key_error(format!("certificate {index}: {err}")))?;
-        }
-        Ok(Self { name, certificates })
+        let root = TrustedRoot::from_json(json)
+            .map_err(|err| key_error(format!("not a Sigstore trusted_root.json: {err}")))?;
+        Verifier::new(&root).map_err(|err| key_error(format!("unusable trust root: {err}")))?;
+        Ok(Self { name, root })
     }
 
-    fn anchors(&self) -> Vec<TrustAnchor<'_>> {
-        self.certificates
-            .iter()
-            .filter_map(|certificate| anchor_from_trusted_cert(certificate).ok())
-            .collect()
+    /// Where it came from.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A verifier over this root.
+    pub(super) fn verifier(&self) -> Result<Verifier, VerifyError> {
+        Verifier::new(&self.root).map_err(|err| VerifyError::Key {
+            name: self.name.clone(),
+            message: format!("unusable trust root: {err}"),
+        })
+    }
+
+    /// What it vouches for, for messages: `2 certificate authorities, 1 timestamp authority, …`.
+    pub fn summary(&self) -> String {
+        let count =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        [
+            count(
+                self.root.certificate_authorities.len(),
+                "certificate authority",
+                "certificate authorities",
+            ),
+            count(
+                self.root.timestamp_authorities.len(),
+                "timestamp authority",
+                "timestamp authorities",
+            ),
+            count(
+                self.root.tlogs.len(),
+                "transparency log",
+                "transparency logs",
+            ),
+            count(
+                self.root.ctlogs.len(),
+                "certificate-transparency log",
+                "certificate-transparency logs",
+            ),
+        ]
+        .join(", ")
+    }
+
+    fn has_ct_logs(&self) -> bool {
+        !self.root.ctlogs.is_empty()
     }
 }
 
-/// A Provider's keyless trust: a root and the identities it accepts.
-#[derive(Debug, Clone)]
-pub struct Keyless {
-    /// The CA chain.
-    pub root: TrustRoot,
-    /// Who may sign.
-    pub identities: Vec<Identity>,
+/// Whether a bundle's material is a certificate (keyless) rather than a key's hint.
+pub fn has_certificate(content: &VerificationMaterialContent) -> bool {
+    matches!(
+        content,
+        VerificationMaterialContent::Certificate(_)
+            | VerificationMaterialContent::X509CertificateChain { .. }
+    )
 }
 
-/// A certificate that passed every check.
-#[derive(Debug, Clone)]
-pub struct Signer {
-    /// What the certificate says, its public key included.
-    pub certificate: CertificateInfo,
-    /// `subject (issuer ...)`, for the status and Events.
-    pub description: String,
+/// What a bundle's signing certificate claims (not verified: for messages).
+pub fn certificate_of(bundle: &Bundle) -> Option<CertificateInfo> {
+    bundle
+        .signing_certificate()
+        .and_then(|certificate| parse_certificate_info(certificate).ok())
 }
 
-/// The signing certificate of a bundle and the intermediates shipped with it; none when the
-/// bundle names a key instead.
-pub fn certificates(
-    content: &VerificationMaterialContent,
-) -> Option<(DerCertificate, Vec<DerCertificate>)> {
-    match content {
-        VerificationMaterialContent::Certificate(certificate) => {
-            Some((certificate.raw_bytes.clone(), Vec::new()))
-        }
-        VerificationMaterialContent::X509CertificateChain { certificates } => {
-            let (leaf, rest) = certificates.split_first()?;
-            Some((
-                leaf.raw_bytes.clone(),
-                rest.iter().map(|c| c.raw_bytes.clone()).collect(),
-            ))
-        }
-        _ => None,
-    }
-}
-
-impl Keyless {
-    /// Checks `leaf` (with `intermediates`) at `now`: the chain to the root (signatures,
-    /// validity, code signing), then the identity. What is wrong, as a sentence.
-    pub fn check(
-        &self,
-        leaf: &DerCertificate,
-        intermediates: &[DerCertificate],
-        now: UnixTime,
-    ) -> Result<Signer, String> {
-        let leaf_der = CertificateDer::from(leaf.as_bytes());
-        let end_entity = EndEntityCert::try_from(&leaf_der)
-            .map_err(|err| format!("the bundle's certificate does not parse: {err}"))?;
-        let intermediates: Vec<CertificateDer<'_>> = intermediates
-            .iter()
-            .map(|c| CertificateDer::from(c.as_bytes()))
-            .collect();
-        let anchors = self.root.anchors();
-        end_entity
-            .verify_for_usage(
-                WEBPKI_VERIFICATION_ALGS,
-                &anchors,
-                &intermediates,
-                now,
-                KeyUsage::required(CODE_SIGNING),
-                None,
-                None,
-            )
-            .map_err(|err| {
-                format!(
-                    "the bundle's certificate is not trusted by {} now: {err:?}",
-                    self.root.name
-                )
-            })?;
-        let certificate = parse_certificate_info(leaf)
-            .map_err(|err| format!("the bundle's certificate does not parse: {err}"))?;
-        let subject = certificate
+/// `subject (issuer ...)` of a certificate.
+fn describe(certificate: &CertificateInfo) -> String {
+    format!(
+        "{} (issuer {})",
+        certificate
             .identity
             .as_ref()
-            .map(|san| san.as_str().to_owned())
-            .unwrap_or_default();
-        let issuer = certificate.issuer.clone().unwrap_or_default();
-        let description = format!("{subject} (issuer {issuer})");
-        if self
-            .identities
-            .iter()
-            .any(|identity| identity.subject.matches(&subject) && identity.issuer.matches(&issuer))
-        {
-            Ok(Signer {
-                certificate,
-                description,
-            })
-        } else {
-            let wanted: Vec<String> = self
-                .identities
-                .iter()
-                .map(|identity| format!("{} (issuer {})", identity.subject, identity.issuer))
-                .collect();
-            Err(format!(
-                "the certificate names {description}, none of the trusted identities: {}",
-                wanted.join(", ")
-            ))
-        }
+            .map(|san| san.as_str())
+            .unwrap_or_default(),
+        certificate.issuer.as_deref().unwrap_or_default()
+    )
+}
+
+/// Verifies keyless `bundle` over `artifact` against `root` (see the module's steps) and checks
+/// its certificate names one of `identities`. Returns `subject (issuer ...)`.
+pub fn verify(
+    artifact: &[u8],
+    bundle: &Bundle,
+    root: &TrustRoot,
+    identities: &[Identity],
+) -> Result<String, VerifyError> {
+    let mut policy = VerificationPolicy::any_identity();
+    if !root.has_ct_logs() {
+        // A private Fulcio without a CT log issues certificates without SCTs; a root that names
+        // CT logs requires one.
+        policy = policy.skip_sct();
     }
+    if bundle.verification_material.tlog_entries.is_empty() {
+        // Nothing to skip: the signing time must then come from a timestamp authority.
+        policy = policy.skip_tlog_unsafe();
+    }
+    let verified = root
+        .verifier()?
+        .verify(artifact, bundle, &policy)
+        .map_err(|err| {
+            let signer = certificate_of(bundle)
+                .map(|certificate| {
+                    format!(
+                        " (a certificate of {}, valid {} to {})",
+                        describe(&certificate),
+                        certificate.not_before,
+                        certificate.not_after
+                    )
+                })
+                .unwrap_or_default();
+            VerifyError::Invalid(format!(
+                "the keyless Sigstore bundle{signer} does not verify against the trust root {} ({}): {err}",
+                root.name,
+                root.summary()
+            ))
+        })?;
+    let Some(certificate) = verified.certificate() else {
+        return Err(VerifyError::Invalid(
+            "the keyless Sigstore bundle verified without a certificate".into(),
+        ));
+    };
+    let description = describe(certificate);
+    let subject = certificate
+        .identity
+        .as_ref()
+        .map(|san| san.as_str())
+        .unwrap_or_default();
+    let issuer = certificate.issuer.as_deref().unwrap_or_default();
+    if identities
+        .iter()
+        .any(|identity| identity.matches(subject, issuer))
+    {
+        return Ok(description);
+    }
+    let wanted: Vec<String> = identities
+        .iter()
+        .map(|identity| format!("{} (issuer {})", identity.subject, identity.issuer))
+        .collect();
+    Err(VerifyError::Invalid(format!(
+        "the certificate names {description}, none of the trusted identities: {}",
+        wanted.join(", ")
+    )))
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! The cryptography behind Sigstore verification, on `ring` (the provider the host's TLS already
-//! uses), plugged into `sigstore-crypto` in place of its default aws-lc backend.
+//! uses), plugged into `sigstore-crypto` in place of its default aws-lc backend. ECDSA over a
+//! prehashed digest, which `sigstore-verify` asks for every message signature and `ring` does not
+//! offer, runs on RustCrypto's `p256` and `p384`.
 
 use ring::digest;
 use ring::signature::{self, UnparsedPublicKey, VerificationAlgorithm};
@@ -7,8 +9,9 @@ use sigstore_verify::crypto::provider::{CryptoProvider, HashContext};
 use sigstore_verify::crypto::{Error, Result, SigningScheme};
 use sigstore_verify::types::HashAlgorithm;
 
-/// `ring` as a `sigstore-crypto` provider: hashing and verification over whole messages (the
-/// host always has the artifact's bytes, so prehashed verification is never needed).
+/// `ring` as a `sigstore-crypto` provider: hashing and verification over whole messages, and
+/// ECDSA P-256 and P-384 over digests (what Fulcio certificates and cosign keys use). Other
+/// schemes over a digest (RSA) are refused as unsupported.
 #[derive(Debug)]
 pub struct RingCrypto;
 
@@ -67,17 +70,39 @@ impl CryptoProvider for RingCrypto {
             .map_err(|_| Error::Verification(format!("{} signature invalid", scheme.name())))
     }
 
+    /// `spki_pubkey_bytes` is, despite its name, the key's point (SEC1), as for `verify_raw`:
+    /// sigstore-crypto takes it out of the SubjectPublicKeyInfo before calling.
     fn verify_prehashed(
         &self,
         scheme: SigningScheme,
-        _spki_pubkey_bytes: &[u8],
-        _digest: &[u8],
-        _signature: &[u8],
+        spki_pubkey_bytes: &[u8],
+        digest: &[u8],
+        signature: &[u8],
     ) -> Result<()> {
-        Err(Error::UnsupportedAlgorithm(format!(
-            "{} over a prehashed digest (the host verifies whole artifacts)",
-            scheme.name()
-        )))
+        use p256::ecdsa::signature::hazmat::PrehashVerifier as _;
+        let invalid = |what: &str| Error::Verification(format!("{} {what}", scheme.name()));
+        match scheme {
+            SigningScheme::EcdsaP256Sha256 | SigningScheme::EcdsaP256Sha384 => {
+                let key = p256::ecdsa::VerifyingKey::from_sec1_bytes(spki_pubkey_bytes)
+                    .map_err(|_| invalid("public key invalid"))?;
+                let signature = p256::ecdsa::Signature::from_der(signature)
+                    .map_err(|_| invalid("signature is not DER"))?;
+                key.verify_prehash(digest, &signature)
+                    .map_err(|_| invalid("signature invalid"))
+            }
+            SigningScheme::EcdsaP384Sha256 | SigningScheme::EcdsaP384Sha384 => {
+                let key = p384::ecdsa::VerifyingKey::from_sec1_bytes(spki_pubkey_bytes)
+                    .map_err(|_| invalid("public key invalid"))?;
+                let signature = p384::ecdsa::Signature::from_der(signature)
+                    .map_err(|_| invalid("signature is not DER"))?;
+                key.verify_prehash(digest, &signature)
+                    .map_err(|_| invalid("signature invalid"))
+            }
+            _ => Err(Error::UnsupportedAlgorithm(format!(
+                "{} over a prehashed digest (only ECDSA P-256 and P-384 are verified over a digest)",
+                scheme.name()
+            ))),
+        }
     }
 }
 
@@ -87,3 +112,6 @@ static RING: RingCrypto = RingCrypto;
 pub fn install() {
     let _ = sigstore_verify::crypto::provider::install_default_provider(&RING);
 }
+
+#[cfg(test)]
+mod tests;

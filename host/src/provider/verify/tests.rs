@@ -209,3 +209,75 @@ fn a_bundle_cosign_wrote_verifies() {
     assert!(verify_bundle(b"other bytes", bundle, &keys).is_err());
     assert!(verify_bundle(artifact, bundle, &Signer::new().keys("other")).is_err());
 }
+
+/// An offline DSSE bundle over `statement` with `payload_type`, signed by `signer` over DSSE's
+/// pre-authentication encoding.
+fn dsse_bundle(signer: &Signer, payload_type: &str, statement: &serde_json::Value) -> String {
+    let body = serde_json::to_vec(statement).unwrap();
+    let mut pae = format!(
+        "DSSEv1 {} {payload_type} {} ",
+        payload_type.len(),
+        body.len()
+    )
+    .into_bytes();
+    pae.extend_from_slice(&body);
+    json!({
+        "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "verificationMaterial": {"publicKey": {"hint": "test"}, "tlogEntries": []},
+        "dsseEnvelope": {
+            "payload": b64(&body),
+            "payloadType": payload_type,
+            "signatures": [{"sig": b64(&signer.sign(&pae)), "keyid": ""}]
+        }
+    })
+    .to_string()
+}
+
+fn statement(digest: &str) -> serde_json::Value {
+    json!({
+        "_type": "https://in-toto.io/Statement/v1",
+        "subject": [{"name": "kwok.wasm", "digest": {"sha256": digest}}],
+        "predicateType": "https://slsa.dev/provenance/v1",
+        "predicate": {}
+    })
+}
+
+#[test]
+fn a_dsse_bundle_must_be_an_in_toto_statement_naming_the_component() {
+    install_crypto();
+    let signer = Signer::new();
+    let component = b"\0asm\x0d\0\x01\0 the component".to_vec();
+    let keys = signer.keys("k");
+    let named = statement(&sha256_hex(&component));
+    verify_bundle(
+        &component,
+        &dsse_bundle(&signer, IN_TOTO_PAYLOAD_TYPE, &named),
+        &keys,
+    )
+    .unwrap();
+    // The same statement, signed, under another payload type: not an attestation of it.
+    let err = verify_bundle(
+        &component,
+        &dsse_bundle(&signer, "application/json", &named),
+        &keys,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("payload type"), "{err}");
+    // A statement about other bytes.
+    let other = statement(&sha256_hex(b"other"));
+    let err = verify_bundle(
+        &component,
+        &dsse_bundle(&signer, IN_TOTO_PAYLOAD_TYPE, &other),
+        &keys,
+    )
+    .unwrap_err();
+    assert!(err.to_string().contains("does not name"), "{err}");
+    // Another key.
+    let err = verify_bundle(
+        &component,
+        &dsse_bundle(&signer, IN_TOTO_PAYLOAD_TYPE, &named),
+        &Signer::new().keys("other"),
+    )
+    .unwrap_err();
+    assert_eq!(err.reason(), "SignatureInvalid");
+}

@@ -2,7 +2,8 @@
 //! CNCF distribution registry on loopback (anonymous, or requiring credentials), artifacts pushed
 //! with `oras` (the CNCF wasm layout and a plain file) and `capstan provider push`, signed with
 //! `cosign` (keys, the `.sig` tag, `sign-blob` bundles), all three built from their pinned Go
-//! modules (`tests/control-plane/cp supply-chain`); keyless bundles from a test CA.
+//! modules (`tests/control-plane/cp supply-chain`); keyless bundles from Sigstore's own services
+//! (Fulcio, the timestamp authority, Rekor v2) run on loopback.
 
 use std::time::Duration;
 
@@ -11,8 +12,9 @@ use capstan::api::provider::{
     VerificationKeyRef,
 };
 use capstan::provider::source::sha256_hex;
+use capstan_test_support::sigstore::{RootSpec, Sigstore};
 use capstan_test_support::supply_chain::{OciRegistry, Workdir as Scratch};
-use capstan_test_support::test_ca::{IssuerExtension, Leaf, TestCa, leaf_key, message_bundle};
+use capstan_test_support::unique_name;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
@@ -234,42 +236,57 @@ async fn config_map_sources_verify_a_sigstore_bundle() {
     assert_eq!(setup.registry.get(&name).unwrap().sha256(), sha256_hex(&v1));
 }
 
-/// Keyless: a test CA issues a Fulcio-style certificate (an email subject, the OIDC issuer
-/// extension) whose key signs the component in a Sigstore bundle; the Provider trusts that CA (a
-/// ConfigMap) and an identity.
+/// Keyless, as a release pipeline signs: cosign gets an ID token's certificate from Fulcio, an
+/// RFC 3161 timestamp from the timestamp authority and an entry in Rekor v2 — Sigstore's own
+/// services on loopback — and the Provider trusts an identity and the `trusted_root.json`
+/// `cosign trusted-root create` wrote for those services. `capstan provider verify` and the host
+/// agree; a trust root without the timestamp authority (no time the certificate can be checked
+/// at) or without the log (an entry is never skipped) refuses it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn keyless_signers_are_trusted_by_identity_and_ca() {
-    const ISSUER: &str = "https://accounts.example.com";
+async fn keyless_signers_are_trusted_by_identity_and_trust_root() {
+    const SUBJECT: &str = "release@example.com";
+    let sigstore = Sigstore::shared().expect("Sigstore's services");
+    let issuer = sigstore.issuer().to_owned();
     let setup = Setup::start("ocikeyless", |_| {}).await;
-    let ca = TestCa::new("capstan test fulcio").expect("test CA");
-    let key = leaf_key().expect("leaf key");
-    let leaf = ca
-        .issue(
-            &Leaf {
-                subject: "release@example.com",
-                issuer: ISSUER,
-                extension: IssuerExtension::Current,
-                from_year: 2020,
-                to_year: 2200,
-            },
-            &key,
-        )
-        .expect("leaf");
     let component = variant(chaos_bytes(), 7501);
-    let bundle = message_bundle(&leaf, &key, &component).expect("bundle");
+    let bundle = sigstore
+        .sign_keyless(SUBJECT, &component, &[])
+        .expect("cosign sign-blob, keyless");
+    let root = sigstore
+        .trusted_root(&unique_name("root.json"), &RootSpec::all())
+        .expect("trusted root");
+    let untimed = sigstore
+        .trusted_root(
+            &unique_name("untimed.json"),
+            &RootSpec {
+                tsa: None,
+                ..RootSpec::all()
+            },
+        )
+        .expect("trusted root without the TSA");
+    let unlogged = sigstore
+        .trusted_root(
+            &unique_name("unlogged.json"),
+            &RootSpec {
+                rekor: false,
+                ..RootSpec::all()
+            },
+        )
+        .expect("trusted root without the log");
 
     // `capstan provider verify` checks it as the host does.
     let scratch = Scratch::new("keyless").expect("scratch");
+    for (file, text) in [
+        ("provider.sigstore.json", bundle.as_str()),
+        ("trusted_root.json", root.as_str()),
+        ("untimed.json", untimed.as_str()),
+    ] {
+        scratch.write(file, text.as_bytes()).expect(file);
+    }
     scratch
         .write("provider.wasm", &component)
         .expect("component");
-    scratch
-        .write("provider.sigstore.json", bundle.as_bytes())
-        .expect("bundle");
-    scratch
-        .write("chain.pem", ca.pem().as_bytes())
-        .expect("chain");
-    let verify = |subject_flag: &str, subject: &str| {
+    let verify = |root: &str, subject_flag: &str, subject: &str| {
         crate::supply_chain::capstan(
             &scratch,
             &[
@@ -279,24 +296,129 @@ async fn keyless_signers_are_trusted_by_identity_and_ca() {
                 "--bundle",
                 "provider.sigstore.json",
                 "--trust-root",
-                "chain.pem",
+                root,
                 subject_flag,
                 subject,
                 "--issuer",
-                ISSUER,
+                &issuer,
             ],
         )
     };
-    let good = verify("--subject", "release@example.com");
+    let good = verify("trusted_root.json", "--subject", SUBJECT);
     assert!(good.status.success(), "{good:?}");
-    let stranger = verify("--subject-prefix", "ops@");
-    assert!(!stranger.status.success(), "{stranger:?}");
-    assert!(
-        String::from_utf8_lossy(&stranger.stderr).contains("SignatureInvalid"),
-        "{stranger:?}"
-    );
+    for (root, flag, subject) in [
+        ("trusted_root.json", "--subject-prefix", "ops@"),
+        ("untimed.json", "--subject", SUBJECT),
+    ] {
+        let refused = verify(root, flag, subject);
+        assert!(!refused.status.success(), "{refused:?}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains("SignatureInvalid"),
+            "{refused:?}"
+        );
+    }
+
+    for (name, json) in [
+        ("sigstore", &root),
+        ("untimed", &untimed),
+        ("unlogged", &unlogged),
+    ] {
+        setup
+            .put_config_map(name, None, Some(("trusted_root.json", json)))
+            .await;
+    }
     setup
-        .put_config_map("fulcio", None, Some(("chain.pem", ca.pem())))
+        .put_config_map(
+            "src",
+            Some(("provider.wasm", &component)),
+            Some(("provider.sigstore.json", &bundle)),
+        )
+        .await;
+    let spec_for = |subject: &str, root: &str| {
+        let mut spec = setup.spec("src", "provider.wasm");
+        if let Some(source) = spec.source.config_map.as_mut() {
+            source.bundle_key = Some("provider.sigstore.json".into());
+        }
+        spec.verification = Some(ProviderVerification {
+            keys: Vec::new(),
+            identities: vec![KeylessIdentity {
+                issuer: Some(issuer.clone()),
+                issuer_prefix: None,
+                subject: Some(subject.into()),
+                subject_prefix: None,
+            }],
+            trust_root: Some(LocalObjectKey {
+                name: root.into(),
+                key: "trusted_root.json".into(),
+            }),
+        });
+        spec
+    };
+    let refused_message = |provider: capstan::api::provider::Provider| {
+        provider
+            .status
+            .unwrap()
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "Ready")
+            .and_then(|c| c.message)
+            .unwrap_or_default()
+    };
+
+    // Another identity: refused, with the certificate's identity in the message.
+    let stranger = setup.names.name("stranger");
+    setup
+        .put_provider(&stranger, spec_for("someone@example.com", "sigstore"))
+        .await;
+    let refused = setup
+        .wait_condition(&stranger, "Ready", "False", "SignatureInvalid")
+        .await;
+    let message = refused_message(refused);
+    assert!(message.contains(SUBJECT), "{message}");
+    setup.wait_event(&stranger, "SignatureInvalid").await;
+
+    // The signer, but a trust root that cannot say when it signed, or lacks its log: refused.
+    for (root, says) in [("untimed", "timestamp"), ("unlogged", "log")] {
+        let name = setup.names.name(root);
+        setup.put_provider(&name, spec_for(SUBJECT, root)).await;
+        let refused = setup
+            .wait_condition(&name, "Ready", "False", "SignatureInvalid")
+            .await;
+        let message = refused_message(refused);
+        assert!(message.to_lowercase().contains(says), "{root}: {message}");
+    }
+
+    // The signer's identity and the whole trust root: loaded.
+    let name = setup.names.name("p");
+    setup
+        .put_provider(&name, spec_for(SUBJECT, "sigstore"))
+        .await;
+    let loaded = setup.wait_loaded(&name, &sha256_hex(&component)).await;
+    let signed_by = loaded.status.unwrap().signed_by.unwrap_or_default();
+    assert!(signed_by.contains(SUBJECT), "{signed_by}");
+}
+
+/// A key's bundle that carries a transparency-log entry and a timestamp (cosign with the signing
+/// config of the local Sigstore): loaded when the Provider's trust root names that log, refused
+/// (never skipped) when it names none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_logged_key_signature_is_checked_against_the_log() {
+    let sigstore = Sigstore::shared().expect("Sigstore's services");
+    let setup = Setup::start("ocilogged", |_| {}).await;
+    let component = variant(chaos_bytes(), 7502);
+    let prefix = unique_name("release");
+    let public = sigstore.work().cosign_key(&prefix).expect("cosign key");
+    let bundle = sigstore
+        .sign_with_key(&prefix, &component)
+        .expect("cosign sign-blob --key, logged");
+    let root = sigstore
+        .trusted_root(&unique_name("root.json"), &RootSpec::all())
+        .expect("trusted root");
+    setup
+        .put_config_map("keys", None, Some(("cosign.pub", &public)))
+        .await;
+    setup
+        .put_config_map("sigstore", None, Some(("trusted_root.json", &root)))
         .await;
     setup
         .put_config_map(
@@ -305,54 +427,41 @@ async fn keyless_signers_are_trusted_by_identity_and_ca() {
             Some(("provider.sigstore.json", &bundle)),
         )
         .await;
-    let spec_for = |subject: &str| {
+    let spec_with = |trust_root: Option<LocalObjectKey>| {
         let mut spec = setup.spec("src", "provider.wasm");
         if let Some(source) = spec.source.config_map.as_mut() {
             source.bundle_key = Some("provider.sigstore.json".into());
         }
         spec.verification = Some(ProviderVerification {
-            keys: Vec::new(),
-            identities: vec![KeylessIdentity {
-                issuer: Some(ISSUER.into()),
-                issuer_prefix: None,
-                subject: Some(subject.into()),
-                subject_prefix: None,
-            }],
-            trust_root: Some(LocalObjectKey {
-                name: "fulcio".into(),
-                key: "chain.pem".into(),
-            }),
+            trust_root,
+            ..keys_in("keys")
         });
         spec
     };
-
-    // Another identity: refused, with the certificate's identity in the message.
-    let stranger = setup.names.name("stranger");
+    let unrooted = setup.names.name("unrooted");
+    setup.put_provider(&unrooted, spec_with(None)).await;
     setup
-        .put_provider(&stranger, spec_for("someone@example.com"))
+        .wait_condition(&unrooted, "Ready", "False", "SignatureInvalid")
         .await;
-    let refused = setup
-        .wait_condition(&stranger, "Ready", "False", "SignatureInvalid")
-        .await;
-    let message = refused
-        .status
-        .unwrap()
-        .conditions
-        .into_iter()
-        .find(|c| c.type_ == "Ready")
-        .and_then(|c| c.message)
-        .unwrap_or_default();
-    assert!(message.contains("release@example.com"), "{message}");
-    setup.wait_event(&stranger, "SignatureInvalid").await;
-
-    // The signer's identity: loaded.
     let name = setup.names.name("p");
     setup
-        .put_provider(&name, spec_for("release@example.com"))
+        .put_provider(
+            &name,
+            spec_with(Some(LocalObjectKey {
+                name: "sigstore".into(),
+                key: "trusted_root.json".into(),
+            })),
+        )
         .await;
     let loaded = setup.wait_loaded(&name, &sha256_hex(&component)).await;
-    let signed_by = loaded.status.unwrap().signed_by.unwrap_or_default();
-    assert!(signed_by.contains("release@example.com"), "{signed_by}");
+    assert!(
+        loaded
+            .status
+            .unwrap()
+            .signed_by
+            .unwrap_or_default()
+            .contains("cosign.pub"),
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
