@@ -41,9 +41,10 @@ use crate::capability::kube::{Denial, DenialReason, DenialSink};
 use crate::capability::outbound_http::{self, HttpSettings};
 use crate::controllers::events::Events;
 use crate::controllers::now;
-use crate::provider::oci::{self, OciError, Remote, cache::BlobCache};
-use crate::provider::source::{self, Component, SourceError};
-use crate::provider::verify::{self, Keys, VerifyError};
+use crate::provider::fetch::{self, FetchError, FetchSettings};
+use crate::provider::oci::{self, OciError};
+use crate::provider::source::{self, SourceError};
+use crate::provider::verify::VerifyError;
 use crate::provider::{Loader, ProviderLoadError, ProviderSource, Registry, spec};
 use crate::runtime::{LoadError, ProviderPre};
 
@@ -155,6 +156,20 @@ impl From<oci::auth::AuthError> for Rejection {
             ..Rejection::new("InvalidPullSecret", err.to_string())
         }
     }
+}
+
+/// A fetch's refusal as the Provider's status, or the API failing as an error to retry.
+fn rejected<T>(err: FetchError) -> Result<Result<T, Rejection>, ProviderControllerError> {
+    Ok(Err(match err {
+        FetchError::Kube(err) => return Err(err.into()),
+        FetchError::Source(err) => err.into(),
+        FetchError::Oci(err) => err.into(),
+        FetchError::Auth(err) => err.into(),
+        FetchError::Verify(err) => err.into(),
+        FetchError::InvalidSource => {
+            Rejection::new("InvalidSource", FetchError::InvalidSource.to_string())
+        }
+    }))
 }
 
 impl From<spec::SpecError> for Rejection {
@@ -619,252 +634,6 @@ enum Loaded {
     },
 }
 
-/// A component read from its source, with what its signature is checked against.
-struct Fetched {
-    component: Component,
-    evidence: Evidence,
-}
-
-/// Where a component's signature is.
-enum Evidence {
-    /// A ConfigMap source: the bundle in `bundleKey`, if any.
-    Bundle(Option<String>),
-    /// An OCI source: cosign's signatures beside the manifest.
-    Oci {
-        remote: Box<Remote>,
-        manifest: Vec<u8>,
-        manifest_digest: String,
-    },
-}
-
-impl Evidence {
-    fn artifact_digest(&self) -> Option<String> {
-        match self {
-            Evidence::Bundle(_) => None,
-            Evidence::Oci {
-                manifest_digest, ..
-            } => Some(manifest_digest.clone()),
-        }
-    }
-}
-
-/// Reads the component of a ConfigMap source (and its bundle).
-async fn fetch_config_map(
-    source_ref: &crate::api::provider::ConfigMapKeySource,
-    spec: &crate::api::provider::ProviderSpec,
-    ctx: &Ctx,
-) -> Result<Result<Fetched, Rejection>, ProviderControllerError> {
-    let api: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), &source_ref.namespace);
-    // The ConfigMap, then the parts a split component continues in, in order.
-    let mut parts = Vec::with_capacity(1 + spec.source.parts.len());
-    for part in std::iter::once(&source_ref.name).chain(&spec.source.parts) {
-        let Some(config_map) = api.get_opt(part).await? else {
-            return Ok(Err(SourceError::ConfigMapNotFound {
-                namespace: source_ref.namespace.clone(),
-                name: part.clone(),
-            }
-            .into()));
-        };
-        parts.push(config_map);
-    }
-    let bundle = source_ref
-        .bundle_key
-        .as_deref()
-        .and_then(|key| parts.first().and_then(|first| source::text_key(first, key)));
-    Ok(source::from_config_maps(
-        &parts,
-        &source_ref.key,
-        ctx.settings.max_component_size,
-        spec.source.sha256.as_deref(),
-    )
-    .map(|component| Fetched {
-        component,
-        evidence: Evidence::Bundle(bundle),
-    })
-    .map_err(Rejection::from))
-}
-
-/// Pulls the component of an OCI source.
-async fn fetch_oci(
-    oci_source: &crate::api::provider::OciSource,
-    spec: &crate::api::provider::ProviderSpec,
-    ctx: &Ctx,
-) -> Result<Result<Fetched, Rejection>, ProviderControllerError> {
-    let mut auth = oci_client::secrets::RegistryAuth::Anonymous;
-    if let Some(secret_name) = &oci_source.pull_secret {
-        let api: Api<Secret> = Api::namespaced(ctx.client.clone(), &oci_source.namespace);
-        let id = format!("{}/{secret_name}", oci_source.namespace);
-        let config = api
-            .get_opt(secret_name)
-            .await?
-            .and_then(|secret| secret.data)
-            .and_then(|mut data| data.remove(".dockerconfigjson"));
-        let Some(config) = config else {
-            return Ok(Err(oci::auth::AuthError::Format {
-                secret: id,
-                message: "the Secret or its key does not exist".to_owned(),
-            }
-            .into()));
-        };
-        let registry = match Remote::parse(
-            &oci_source.reference,
-            oci_client::secrets::RegistryAuth::Anonymous,
-            oci_source.plain_http,
-        ) {
-            Ok(remote) => remote.reference.registry().to_owned(),
-            Err(err) => return Ok(Err(err.into())),
-        };
-        auth = match oci::auth::from_docker_config(&config.0, &registry, &id) {
-            Ok(auth) => auth,
-            Err(err) => return Ok(Err(err.into())),
-        };
-    }
-    let remote = match Remote::parse(&oci_source.reference, auth, oci_source.plain_http) {
-        Ok(remote) => remote,
-        Err(err) => return Ok(Err(err.into())),
-    };
-    let cache = ctx.settings.oci_cache.as_ref().map(BlobCache::new);
-    let pulled = match oci::pull(&remote, cache.as_ref(), ctx.settings.max_component_size).await {
-        Ok(pulled) => pulled,
-        Err(err) => return Ok(Err(err.into())),
-    };
-    let component = match source::decode(
-        &pulled.stored,
-        pulled.compression,
-        ctx.settings.max_component_size,
-        spec.source.sha256.as_deref(),
-    ) {
-        Ok(component) => component,
-        Err(err) => return Ok(Err(err.into())),
-    };
-    Ok(Ok(Fetched {
-        component,
-        evidence: Evidence::Oci {
-            remote: Box::new(remote),
-            manifest: pulled.manifest,
-            manifest_digest: pulled.manifest_digest,
-        },
-    }))
-}
-
-/// Reads the verification keys of `spec` (ConfigMaps and Secrets of `namespace`).
-async fn read_keys(
-    verification: &crate::api::provider::ProviderVerification,
-    namespace: &str,
-    ctx: &Ctx,
-) -> Result<Result<Keys, Rejection>, ProviderControllerError> {
-    let config_maps: Api<ConfigMap> = Api::namespaced(ctx.client.clone(), namespace);
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), namespace);
-    let mut named = Vec::with_capacity(verification.keys.len());
-    for key in &verification.keys {
-        let (kind, found) = match (&key.config_map_key_ref, &key.secret_key_ref) {
-            (Some(cm), _) => (
-                format!("ConfigMap {namespace}/{} key {}", cm.name, cm.key),
-                config_maps
-                    .get_opt(&cm.name)
-                    .await?
-                    .and_then(|config_map| source::text_key(&config_map, &cm.key)),
-            ),
-            (None, Some(sk)) => (
-                format!("Secret {namespace}/{} key {}", sk.name, sk.key),
-                secrets
-                    .get_opt(&sk.name)
-                    .await?
-                    .and_then(|secret| secret.data)
-                    .and_then(|mut data| data.remove(&sk.key))
-                    .and_then(|bytes| String::from_utf8(bytes.0).ok()),
-            ),
-            (None, None) => {
-                return Ok(Err(VerifyError::Key {
-                    name: "spec.verification.keys".to_owned(),
-                    message: "set one of configMapKeyRef and secretKeyRef".to_owned(),
-                }
-                .into()));
-            }
-        };
-        let Some(pem) = found else {
-            return Ok(Err(VerifyError::Key {
-                name: kind,
-                message: "does not exist".to_owned(),
-            }
-            .into()));
-        };
-        named.push((kind, pem));
-    }
-    let keys = match Keys::parse(named) {
-        Ok(keys) => keys,
-        Err(err) => return Ok(Err(err.into())),
-    };
-    let Some(root) = &verification.trust_root else {
-        if verification.identities.is_empty() {
-            return Ok(Ok(keys));
-        }
-        return Ok(Err(VerifyError::Key {
-            name: "spec.verification.trustRoot".to_owned(),
-            message: "identities need a trust root".to_owned(),
-        }
-        .into()));
-    };
-    let name = format!("ConfigMap {namespace}/{} key {}", root.name, root.key);
-    let Some(json) = config_maps
-        .get_opt(&root.name)
-        .await?
-        .and_then(|config_map| source::text_key(&config_map, &root.key))
-    else {
-        return Ok(Err(VerifyError::Key {
-            name,
-            message: "does not exist".to_owned(),
-        }
-        .into()));
-    };
-    let root = match verify::keyless::TrustRoot::parse(name, &json) {
-        Ok(root) => root,
-        Err(err) => return Ok(Err(err.into())),
-    };
-    Ok(Ok(keys.with_trust_root(root).with_identities(
-        verification
-            .identities
-            .iter()
-            .map(verify::keyless::Identity::from)
-            .collect(),
-    )))
-}
-
-/// Checks the signature of a fetched component against `spec.verification`; the key that
-/// verified it.
-async fn check_signature(
-    verification: &crate::api::provider::ProviderVerification,
-    fetched: &Fetched,
-    namespace: &str,
-    ctx: &Ctx,
-) -> Result<Result<String, Rejection>, ProviderControllerError> {
-    let keys = match read_keys(verification, namespace, ctx).await? {
-        Ok(keys) => keys,
-        Err(rejection) => return Ok(Err(rejection)),
-    };
-    let verified = match &fetched.evidence {
-        Evidence::Bundle(None) => Err(VerifyError::Missing(
-            "the ConfigMap source has no bundleKey (a Sigstore bundle of the component)".into(),
-        )),
-        Evidence::Bundle(Some(bundle)) => {
-            verify::verify_bundle(&fetched.component.bytes, bundle, &keys)
-        }
-        Evidence::Oci {
-            remote,
-            manifest,
-            manifest_digest,
-        } => {
-            let (signatures, bundles) = match oci::signature_evidence(remote, manifest_digest).await
-            {
-                Ok(found) => found,
-                Err(err) => return Ok(Err(err.into())),
-            };
-            verify::verify_oci(&signatures, &bundles, manifest, manifest_digest, &keys)
-        }
-    };
-    Ok(verified.map_err(Rejection::from))
-}
-
 /// Reads, checks and (if anything changed) loads a Provider's source.
 async fn load(
     provider: &Provider,
@@ -890,19 +659,16 @@ async fn load(
         Ok(inputs) => inputs,
         Err(rejection) => return Ok(Err(rejection)),
     };
-    let fetched = match (&spec.source.config_map, &spec.source.oci) {
-        (Some(source_ref), None) => fetch_config_map(source_ref, spec, ctx).await?,
-        (None, Some(oci_source)) => fetch_oci(oci_source, spec, ctx).await?,
-        _ => Err(Rejection::new(
-            "InvalidSource",
-            "set exactly one of spec.source.configMap and spec.source.oci",
-        )),
+    let settings = FetchSettings {
+        client: &ctx.client,
+        max_component_size: ctx.settings.max_component_size,
+        oci_cache: ctx.settings.oci_cache.as_deref(),
     };
-    let fetched = match fetched {
+    let fetched = match fetch::fetch(spec, settings).await {
         Ok(fetched) => fetched,
-        Err(rejection) => return Ok(Err(rejection)),
+        Err(err) => return rejected(err),
     };
-    let artifact_digest = fetched.evidence.artifact_digest();
+    let artifact_digest = fetched.artifact_digest();
     let record = ctx.state.record(&name);
     let serving = ctx.registry.get(&name);
     if let Some(serving) = &serving
@@ -920,9 +686,9 @@ async fn load(
     let signed_by = match &spec.verification {
         None => None,
         Some(verification) => {
-            match check_signature(verification, &fetched, namespace, ctx).await? {
+            match fetch::check_signature(verification, &fetched, namespace, &ctx.client).await {
                 Ok(key) => Some(key),
-                Err(rejection) => return Ok(Err(rejection)),
+                Err(err) => return rejected(err),
             }
         }
     };

@@ -165,7 +165,7 @@ impl Remote {
     }
 
     fn client(&self) -> Client {
-        crate::provider::verify::install_crypto();
+        crate::provider::crypto::install();
         Client::new(ClientConfig {
             protocol: if self.plain_http {
                 ClientProtocol::Http

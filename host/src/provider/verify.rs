@@ -16,7 +16,6 @@
 //! identities and trust root ([`keyless`]).
 
 pub mod keyless;
-pub mod ring_crypto;
 
 use serde::Deserialize;
 use sigstore_verify::PublicKeyVerificationPolicy;
@@ -61,13 +60,6 @@ impl VerifyError {
             VerifyError::Required => "VerificationRequired",
         }
     }
-}
-
-/// Installs the host's crypto providers (ring) for `sigstore-crypto` and for rustls (registry
-/// TLS), once; harmless when already installed.
-pub fn install_crypto() {
-    ring_crypto::install();
-    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 /// One trusted public key.
@@ -266,7 +258,7 @@ pub fn verify_oci(
 ///   signature) or over the DSSE envelope, whose payload type must be in-toto's and whose
 ///   statement must name the artifact's sha256.
 pub fn verify_bundle(artifact: &[u8], bundle: &str, keys: &Keys) -> Result<String, VerifyError> {
-    install_crypto();
+    crate::provider::crypto::install();
     let bundle = Bundle::from_json(bundle).map_err(|err| {
         VerifyError::Invalid(format!("the Sigstore bundle does not parse: {err}"))
     })?;

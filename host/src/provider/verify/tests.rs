@@ -69,7 +69,7 @@ fn digest(n: u8) -> String {
 
 #[test]
 fn a_cosign_signature_of_the_manifest_verifies() {
-    install_crypto();
+    crate::provider::crypto::install();
     let signer = Signer::new();
     let sig = simple(&signer, payload(&digest(1)));
     assert_eq!(
@@ -80,7 +80,7 @@ fn a_cosign_signature_of_the_manifest_verifies() {
 
 #[test]
 fn any_trusted_key_will_do() {
-    install_crypto();
+    crate::provider::crypto::install();
     let (old, new) = (Signer::new(), Signer::new());
     let keys = Keys::parse(vec![
         ("old".into(), old.public_pem()),
@@ -96,7 +96,7 @@ fn any_trusted_key_will_do() {
 
 #[test]
 fn refusals() {
-    install_crypto();
+    crate::provider::crypto::install();
     let (signer, stranger) = (Signer::new(), Signer::new());
     let keys = signer.keys("release");
     // No signature at all.
@@ -165,7 +165,7 @@ fn bundle(signer: &Signer, artifact: &[u8]) -> String {
 
 #[test]
 fn bundles_verify_over_the_component() {
-    install_crypto();
+    crate::provider::crypto::install();
     let (signer, stranger) = (Signer::new(), Signer::new());
     let component = b"\0asm\x0d\0\x01\0 the component".to_vec();
     let good = bundle(&signer, &component);
@@ -194,7 +194,7 @@ fn bundles_verify_over_the_component() {
 /// --tlog-upload=false`, cosign v2.6.5) verifies with its public key, and not over other bytes.
 #[test]
 fn a_bundle_cosign_wrote_verifies() {
-    install_crypto();
+    crate::provider::crypto::install();
     let artifact = include_bytes!("testdata/artifact.txt");
     let bundle = include_str!("testdata/artifact.sigstore.json");
     let keys = Keys::parse(vec![(
@@ -244,7 +244,7 @@ fn statement(digest: &str) -> serde_json::Value {
 
 #[test]
 fn a_dsse_bundle_must_be_an_in_toto_statement_naming_the_component() {
-    install_crypto();
+    crate::provider::crypto::install();
     let signer = Signer::new();
     let component = b"\0asm\x0d\0\x01\0 the component".to_vec();
     let keys = signer.keys("k");

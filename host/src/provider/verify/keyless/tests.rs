@@ -7,7 +7,7 @@
 use serde_json::{Value, json};
 use sigstore_verify::types::Bundle;
 
-use crate::provider::verify::{Keys, VerifyError, install_crypto, verify_bundle};
+use crate::provider::verify::{Keys, VerifyError, verify_bundle};
 
 use super::{Identity, Match, TrustRoot, certificate_of};
 
@@ -51,7 +51,7 @@ fn invalid(result: Result<String, VerifyError>) -> String {
 
 #[test]
 fn an_expired_certificate_verifies_at_the_time_its_timestamp_proves() {
-    install_crypto();
+    crate::provider::crypto::install();
     // The certificate expired long ago (Fulcio's ten minutes).
     let bundle = Bundle::from_json(LOGGED).unwrap();
     let certificate = certificate_of(&bundle).unwrap();
@@ -83,7 +83,7 @@ fn an_expired_certificate_verifies_at_the_time_its_timestamp_proves() {
 
 #[test]
 fn identities_are_matched_on_the_verified_certificate() {
-    install_crypto();
+    crate::provider::crypto::install();
     for identity in [
         exact(ISSUER, "ops@example.com"),
         exact("https://accounts.example.com", SUBJECT),
@@ -112,7 +112,7 @@ fn identities_are_matched_on_the_verified_certificate() {
 
 #[test]
 fn other_bytes_are_refused() {
-    install_crypto();
+    crate::provider::crypto::install();
     let message = invalid(verify_bundle(
         b"another component",
         LOGGED,
@@ -126,7 +126,7 @@ fn other_bytes_are_refused() {
 /// bundle carries (never skipped).
 #[test]
 fn what_the_trust_root_does_not_vouch_for_is_refused() {
-    install_crypto();
+    crate::provider::crypto::install();
     let identities = || vec![exact(ISSUER, SUBJECT)];
     let cases: Vec<(&str, String, &str)> = vec![
         (
@@ -182,7 +182,7 @@ fn what_the_trust_root_does_not_vouch_for_is_refused() {
 
 #[test]
 fn a_key_signed_bundle_with_a_log_entry_needs_the_log() {
-    install_crypto();
+    crate::provider::crypto::install();
     let bundle = include_str!("../testdata/sigstore/keyed.sigstore.json");
     let key = || {
         Keys::parse(vec![(

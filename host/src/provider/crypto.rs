@@ -1,5 +1,5 @@
-//! The cryptography behind Sigstore verification, on `ring` (the provider the host's TLS already
-//! uses), plugged into `sigstore-crypto` in place of its default aws-lc backend. ECDSA over a
+//! The host's cryptography for fetching and verifying providers: `ring` as rustls' provider (registry
+//! TLS) and as `sigstore-crypto`'s, in place of its default aws-lc backend. ECDSA over a
 //! prehashed digest, which `sigstore-verify` asks for every message signature and `ring` does not
 //! offer, runs on RustCrypto's `p256` and `p384`.
 
@@ -108,9 +108,11 @@ impl CryptoProvider for RingCrypto {
 
 static RING: RingCrypto = RingCrypto;
 
-/// Makes `ring` the process's Sigstore crypto provider (once; later calls do nothing).
+/// Installs the host's crypto providers (ring) for `sigstore-crypto` and for rustls (registry
+/// TLS), once; harmless when already installed.
 pub fn install() {
     let _ = sigstore_verify::crypto::provider::install_default_provider(&RING);
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
 #[cfg(test)]
