@@ -6,6 +6,8 @@
 //! `spec.provider` → [`Registry::get`].
 
 pub mod convert;
+pub mod crypto;
+pub mod fetch;
 pub mod kinds;
 pub mod launch_answer;
 pub mod oci;
