@@ -26,7 +26,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use capstan::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, price};
+use capstan::rules::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, price};
 // The shared Karpenter inputs take their scheduling types from here.
 use capstan::api::{NodeClass, NodePool};
 use capstan::controllers::disruption::consolidation::{add_unbound, cluster_from};
@@ -278,7 +278,7 @@ async fn build(
     source: &impl InstanceTypeSource,
     selector: &Selector,
     now: Timestamp,
-) -> capstan::consolidation::Cluster {
+) -> capstan::rules::consolidation::Cluster {
     let mut snapshot = Snapshot::from_view(view, selector);
     add_unbound(&mut snapshot, view, selector);
     let built = snapshot.input_from(source).await;

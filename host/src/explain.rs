@@ -1,7 +1,7 @@
 //! `capstan explain`: why a node is, or is not, consolidated — read back from a live cluster.
 //!
 //! The answer is the host's own: each managed NodeClaim's `ConsolidationBlocked` condition,
-//! which the disruption pass keeps true to its [`verdict`](crate::controllers::disruption::verdict)
+//! which the disruption pass keeps true to its [`verdict`](crate::rules::verdict)
 //! (the same facts it decides on), with the numbers behind it (the node's price, its pods and
 //! their disruption cost) and what would unblock it. For a NodePool: each node's verdict and the
 //! next action the host takes — the disruptions under way, a decision waiting for validation, or
@@ -17,17 +17,15 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use crate::api::NodePool;
+use crate::api::labels::PRICE_ANNOTATION;
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::CONSOLIDATABLE;
 use crate::api::shared::find_condition;
-use crate::consolidation::cost;
-use crate::controllers::disruption::budgets;
-use crate::controllers::disruption::candidates::{
-    DISRUPTION_ANNOTATION, Machine, lifetime_remaining, machines,
-};
-use crate::controllers::disruption::verdict::{self, CONSOLIDATION_BLOCKED, NOT_BLOCKED};
-use crate::controllers::nodeclaim::is_true;
-use crate::controllers::provisioner::PRICE_ANNOTATION;
+use crate::rules::budgets;
+use crate::rules::candidates::{DISRUPTION_ANNOTATION, Machine, lifetime_remaining, machines};
+use crate::rules::claims::is_true;
+use crate::rules::consolidation::cost;
+use crate::rules::verdict::{self, CONSOLIDATION_BLOCKED, NOT_BLOCKED};
 use crate::state::View;
 
 /// The `schema` field of the JSON answers.

@@ -29,7 +29,6 @@
 pub mod api;
 pub mod capability;
 pub mod conformance;
-pub mod consolidation;
 pub mod controllers;
 pub mod explain;
 pub mod kube_client;
@@ -37,6 +36,7 @@ pub mod leader;
 pub mod metrics;
 pub mod provider;
 pub mod ratelimit;
+pub mod rules;
 pub mod runtime;
 pub mod scheduling;
 pub mod serve;

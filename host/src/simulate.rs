@@ -29,21 +29,23 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
 
+use crate::api::labels::PRICE_ANNOTATION;
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeOverlay, NodePool, duration};
-use crate::consolidation::{self as engine, Cluster, price};
-use crate::controllers::disruption::candidates::{machines, pool_counts};
 use crate::controllers::disruption::consolidation;
-use crate::controllers::disruption::verdict;
-use crate::controllers::nodeclaim::{self, is_true, provider_id};
+use crate::controllers::nodeclaim;
 use crate::controllers::provisioner::instance_types::{
     Catalog, InstanceTypeCache, InstanceTypeSource,
 };
 use crate::controllers::provisioner::snapshot::Snapshot;
-use crate::controllers::provisioner::{PRICE_ANNOTATION, ProvisionError, claim_for, resource_list};
+use crate::controllers::provisioner::{ProvisionError, claim_for, resource_list};
 use crate::controllers::{Selector, resolve};
 use crate::provider::Registry;
+use crate::rules::candidates::{machines, pool_counts};
+use crate::rules::claims::{is_true, provider_id};
+use crate::rules::consolidation::{self as engine, Cluster, price};
+use crate::rules::verdict;
 use crate::scheduling::overlay::{self, Overlay};
 use crate::scheduling::{self, InstanceType, NewClaim, NodePoolView, Target};
 use crate::state::View;

@@ -12,6 +12,9 @@ pub const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 /// its value saying why (a Capstan extension: the clusterapi provider keeps a node group's
 /// minimum size with it). Providers may not set `karpenter.sh/do-not-disrupt` themselves.
 pub const HELD_BY_PROVIDER: &str = "capstan.dev/held-by-provider";
+/// Annotation on a NodeClaim the provisioner created: the price per hour of the cheapest
+/// offering the claim can launch, as the provider reported it.
+pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";

@@ -374,9 +374,9 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             },
             readiness: readiness.clone(),
             consolidation: controllers::disruption::consolidation::Settings {
-                options: capstan::consolidation::Options {
+                options: capstan::rules::consolidation::Options {
                     spot_to_spot: args.feature_gates.spot_to_spot_consolidation,
-                    ..capstan::consolidation::Options::default()
+                    ..capstan::rules::consolidation::Options::default()
                 },
                 validation_delay: args.consolidation_validation_delay,
                 ..controllers::disruption::consolidation::Settings::default()

@@ -139,9 +139,9 @@ async fn run_async(args: SimulateArgs) -> Result<ExitCode> {
     }
     let settings = simulate::Settings {
         selector,
-        options: capstan::consolidation::Options {
+        options: capstan::rules::consolidation::Options {
             spot_to_spot: args.feature_gates.spot_to_spot_consolidation,
-            ..capstan::consolidation::Options::default()
+            ..capstan::rules::consolidation::Options::default()
         },
         assume_consolidatable: !args.consolidatable_from_dump,
         now: args.now.unwrap_or_else(Timestamp::now),

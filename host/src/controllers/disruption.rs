@@ -1,12 +1,14 @@
-//! Disruption: the half of Karpenter that removes nodes — drift and expiration so far.
+//! Disruption: the half of Karpenter that removes nodes — drift, expiration and consolidation —
+//! as a loop and its writes; the decisions are [`crate::rules`]' (candidates, budgets, verdicts,
+//! drift, the consolidation search).
 //!
 //! One loop ([`run`]) makes a pass every [`PASS_INTERVAL`], and at once when a NodePool changes,
 //! over the host's caches
 //! ([`crate::state::ClusterState`]):
 //!
 //! 1. **Stamps**: every NodePool carries its template hash (`karpenter.sh/nodepool-hash` and
-//!    `-version`); claims stamped with another hash version are re-stamped ([`drift::stamp`]).
-//! 2. **Drift**: each launched claim's `Drifted` condition follows [`drift`]'s reasons; the
+//!    `-version`); claims stamped with another hash version are re-stamped ([`crate::rules::drift::stamp`]).
+//! 2. **Drift**: each launched claim's `Drifted` condition follows [`crate::rules::drift`]'s reasons; the
 //!    provider's `is-drifted` is asked at most once per [`PROVIDER_DRIFT_INTERVAL`] per claim
 //!    (and again at once when its NodeClass changes), at most [`PROVIDER_CALLS_PER_PASS`] calls a
 //!    pass.
@@ -17,18 +19,14 @@
 //! 4. **Disruptions under way** move on ([`command`]): the state of each is in the objects (an
 //!    annotation on the claim, its replacements' annotations, the node's `karpenter.sh/disrupted`
 //!    taint), so a restarted host resumes them.
-//! 5. **New disruptions**: per pool, within its budgets for the reason ([`budgets`]), the drifted
-//!    claims that nothing holds ([`candidates`]) are simulated with the provisioner's solver;
+//! 5. **New disruptions**: per pool, within its budgets for the reason ([`crate::rules::budgets`]), the drifted
+//!    claims that nothing holds ([`crate::rules::candidates`]) are simulated with the provisioner's solver;
 //!    if their pods fit on the other nodes plus new claims, those claims are launched, and once
 //!    they are initialized the drifted claim is deleted. One new disruption per pool per pass.
 
-pub mod budgets;
-pub mod candidates;
 pub mod command;
 pub mod consolidation;
-pub mod drift;
 pub mod plan;
-pub mod verdict;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -46,7 +44,7 @@ use crate::api::shared::find_condition;
 use crate::api::template_hash::{HASH_VERSION, template_hash};
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::events::Repeat;
-use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::nodeclaim::{self, persist_status};
 use crate::controllers::{Context, ControllerError, merge_patch, provisioner, static_pools};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert as provider_convert;
@@ -54,9 +52,10 @@ use crate::runtime::types as wit;
 use crate::state::View;
 use crate::state::served::class_key;
 
-use self::candidates::{Machine, eligible, held, machines, pool_counts};
-use self::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
 use self::plan::Plan;
+use crate::rules::candidates::{Machine, eligible, held, machines, pool_counts};
+use crate::rules::claims::{is_true, nodepool};
+use crate::rules::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
 
 /// How often a pass runs.
 pub const PASS_INTERVAL: Duration = Duration::from_secs(3);
@@ -248,10 +247,10 @@ async fn drift_claim(
     if !is_true(claim, LAUNCHED) {
         return None;
     }
-    if let Stamp::Restamp(hash) = drift::stamp(pool, claim) {
+    if let Stamp::Restamp(hash) = crate::rules::drift::stamp(pool, claim) {
         return Some(DriftWrite::Restamp(hash));
     }
-    let mut reason = drift::static_reason(pool, claim).map(str::to_owned);
+    let mut reason = crate::rules::drift::static_reason(pool, claim).map(str::to_owned);
     if reason.is_none() && old_enough(claim, INSTANCE_TYPE_CHECK_AGE) {
         reason = instance_type_gone(ctx, pool, claim, view).await;
     }
@@ -294,9 +293,7 @@ async fn write_drift(
     persist_status(ctx, &mut claim).await?;
     if let Some(reason) = reason {
         tracing::info!(nodeclaim = %claim.name_any(), reason, "drifted");
-        ctx.metrics
-            .lifecycle
-            .drifted(&reason, &nodeclaim::nodepool(&claim));
+        ctx.metrics.lifecycle.drifted(&reason, &nodepool(&claim));
         ctx.events
             .normal(&claim, "Drifted", format!("NodeClaim drifted: {reason}"))
             .await;
@@ -335,7 +332,8 @@ async fn instance_type_gone(
         .get(controller::DISRUPTION, &provider, pool, class)
         .await
         .ok()?;
-    drift::instance_type_not_found(&types, claim).then(|| INSTANCE_TYPE_NOT_FOUND.to_owned())
+    crate::rules::drift::instance_type_not_found(&types, claim)
+        .then(|| INSTANCE_TYPE_NOT_FOUND.to_owned())
 }
 
 /// The provider's drift reason, asked at a bounded rate; `None` when not asked this pass (the
@@ -390,7 +388,7 @@ async fn provider_reason(
         controller::DISRUPTION,
         &class.spec.provider,
         "is-drifted",
-        &nodeclaim::nodepool(claim),
+        &nodepool(claim),
         &result,
         started,
     );
@@ -420,7 +418,7 @@ pub fn expired(claim: &NodeClaim, now: Timestamp) -> bool {
 }
 
 async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError> {
-    let pool = nodeclaim::nodepool(claim);
+    let pool = nodepool(claim);
     tracing::info!(nodeclaim = %claim.name_any(), expire_after = %claim.spec.expire_after, "expired");
     ctx.events
         .normal(
@@ -474,7 +472,7 @@ async fn start_disruptions(
             continue;
         };
         let (total, disrupting) = counts.get(pool_name).copied().unwrap_or_default();
-        let allowed = match budgets::allowed(
+        let allowed = match crate::rules::budgets::allowed(
             &pool.spec.disruption.budgets,
             DisruptionReason::Drifted,
             total,
@@ -596,7 +594,7 @@ async fn start_static_drift(
             .claims
             .iter()
             .filter(of_pool)
-            .filter(|c| !candidates::disrupting(c))
+            .filter(|c| !crate::rules::candidates::disrupting(c))
             .count();
         if i64::try_from(staying).unwrap_or(i64::MAX) > replicas {
             continue;
@@ -604,14 +602,14 @@ async fn start_static_drift(
         let candidates: Vec<&Machine<'_>> = all
             .iter()
             .filter(|m| m.claim.labels().get(NODEPOOL) == Some(name))
-            .filter(|m| candidates::settled(m) && is_true(m.claim, DRIFTED))
+            .filter(|m| crate::rules::candidates::settled(m) && is_true(m.claim, DRIFTED))
             .filter(|m| held(m, pool, &view.pdbs, now).is_none())
             .collect();
         if candidates.is_empty() {
             continue;
         }
         let (total, disrupting) = counts.get(name).copied().unwrap_or_default();
-        let Ok(allowed) = budgets::allowed(
+        let Ok(allowed) = crate::rules::budgets::allowed(
             &pool.spec.disruption.budgets,
             DisruptionReason::Drifted,
             total,

@@ -17,7 +17,7 @@ use std::time::Instant;
 use kube::api::ListParams;
 use kube::{Api, ResourceExt};
 
-use super::nodeclaim::{self, is_true, provider_id};
+use super::nodeclaim;
 use crate::api::labels::NODEPOOL;
 use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::shared::find_condition;
@@ -25,6 +25,8 @@ use crate::api::{NodeClaim, NodeClass};
 use crate::controllers::{Context, ControllerError, millis_since};
 use crate::metrics::cloudprovider::controller::GARBAGE_COLLECTION as GC;
 use crate::provider::convert;
+use crate::rules::claims::{is_true, provider_id};
+use crate::rules::nodes::node_ready;
 use crate::runtime::types::ProviderError;
 
 /// Runs forever.
@@ -142,7 +144,7 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
         }
         if nodeclaim::nodes_of(ctx, claim)
             .iter()
-            .any(|node| nodeclaim::node_ready(node))
+            .any(|node| node_ready(node))
         {
             tracing::debug!(nodeclaim = %claim.name_any(), instance = %id, "not listed by its provider, but its Node is Ready: kept");
             continue;

@@ -18,9 +18,9 @@ use kube::ResourceExt;
 
 use crate::api::nodepool::DisruptionReason;
 use crate::controllers::Context;
-use crate::controllers::disruption::budgets;
-use crate::controllers::disruption::candidates::{machines, pool_counts};
 use crate::metrics::state;
+use crate::rules::budgets;
+use crate::rules::candidates::{machines, pool_counts};
 use crate::state::View;
 
 /// How long gauges built from an unchanged state serve scrapes (node lifetimes and budget

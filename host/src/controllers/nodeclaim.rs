@@ -25,10 +25,11 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::api::NodeClaim;
-use crate::api::labels::{NODEPOOL, TERMINATION_FINALIZER};
+use crate::api::labels::TERMINATION_FINALIZER;
 use crate::api::nodeclaim::conditions::{INITIALIZED, LAUNCHED, READY, REGISTERED};
 use crate::api::shared::{ConditionStatus, find_condition, set_condition};
 use crate::controllers::{Context, ControllerError, finalizer, now};
+use crate::rules::claims::provider_id;
 use crate::state::watch_backoff;
 
 /// What a stage tells the reconciler.
@@ -180,29 +181,6 @@ enum Stage {
     Initialization,
 }
 
-/// The claim's provider ID, if launched.
-pub fn provider_id(claim: &NodeClaim) -> Option<&str> {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| s.provider_id.as_deref())
-        .filter(|id| !id.is_empty())
-}
-
-/// The claim's NodePool (label), or `""`.
-pub fn nodepool(claim: &NodeClaim) -> String {
-    claim.labels().get(NODEPOOL).cloned().unwrap_or_default()
-}
-
-/// Whether condition `type_` is True.
-pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| find_condition(&s.conditions, type_))
-        .is_some_and(|c| c.is_true())
-}
-
 /// The reason on a dependent condition no step has set yet (Karpenter's word).
 const AWAITING_RECONCILIATION: &str = "AwaitingReconciliation";
 
@@ -312,15 +290,6 @@ pub async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerEr
         Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
         Err(err) => Err(err.into()),
     }
-}
-
-/// Whether the Node's `Ready` condition is `True` (its kubelet is alive).
-pub fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
-        .is_some_and(|c| c.status == "True")
 }
 
 /// The claim's Nodes: those carrying its provider ID that are its to have (not another claim's,

@@ -1,6 +1,6 @@
 //! The provisioner: turns pods kube-scheduler could not place into NodeClaims.
 //!
-//! A watch on Pods triggers a batch whenever a provisionable pod (see [`is_provisionable`])
+//! A watch on Pods triggers a batch whenever a provisionable pod (see [`is_provisionable`](crate::rules::pods::is_provisionable))
 //! appears or changes; the [`batcher`] gathers triggers until the cluster is quiet for the idle
 //! window or the max window passes. Each batch takes a [`snapshot::Snapshot`], fetches instance
 //! types per NodePool and NodeClass through the provider ([`instance_types`], cached), runs the
@@ -36,7 +36,6 @@ use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quant
 use crate::controllers::events::Repeat;
 use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
-use crate::scheduling::convert::is_terminal;
 use crate::scheduling::requirements::SetOperator;
 use crate::scheduling::{self, NewClaim, Requirements, Resources, Target, buffer};
 
@@ -44,10 +43,8 @@ use self::instance_types::InstanceTypeCache;
 use self::limits::LimitEvents;
 use self::nominations::{Nominations, Verdict};
 use self::snapshot::Snapshot;
-
-/// Annotation on a NodeClaim the provisioner created: the price per hour of the cheapest
-/// offering the claim can launch, as the provider reported it.
-pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
+use crate::api::labels::PRICE_ANNOTATION;
+use crate::rules::pods::is_provisionable;
 
 /// How often pending pods are looked at again even without a change (a claim that failed to
 /// launch leaves its pods pending with no pod event).
@@ -78,42 +75,6 @@ pub enum ProvisionError {
     /// A NodePool cannot be provisioned from.
     #[error("{0}")]
     Pool(String),
-}
-
-/// Whether kube-scheduler gave up on `pod` and Capstan should provision for it: not bound, not
-/// terminating or finished, not nominated to a node by preemption (`status.nominatedNodeName`:
-/// it runs there once its victims are gone), `PodScheduled=False` with reason `Unschedulable`,
-/// and not owned by a DaemonSet or a Node (static pods).
-pub fn is_provisionable(pod: &Pod) -> bool {
-    if pod.spec.as_ref().is_none_or(|s| s.node_name.is_some())
-        || pod.metadata.deletion_timestamp.is_some()
-    {
-        return false;
-    }
-    let status = pod.status.as_ref();
-    if status
-        .and_then(|s| s.nominated_node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-    {
-        return false;
-    }
-    if is_terminal(pod) {
-        return false;
-    }
-    let unschedulable = status
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| {
-            c.type_ == "PodScheduled"
-                && c.status == "False"
-                && c.reason.as_deref() == Some("Unschedulable")
-        });
-    let daemon_or_static = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
-    unschedulable && !daemon_or_static
 }
 
 /// Runs the provisioner until the pod watch ends.

@@ -18,15 +18,17 @@ use std::time::Duration;
 use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
-use super::disruption::candidates;
 use super::nodeclaim;
 use super::provisioner::claim_for;
 use super::provisioner::instance_types::FromProviders;
 use super::provisioner::snapshot::Snapshot;
 use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
-use crate::consolidation::cost;
 use crate::controllers::{Context, ControllerError};
+use crate::rules::candidates;
+use crate::rules::claims::provider_id;
+use crate::rules::consolidation::cost;
+use crate::rules::pods::{do_not_disrupt, owned_by_daemonset};
 use crate::scheduling::convert::is_terminal;
 use crate::scheduling::quantity;
 use k8s_openapi::api::core::v1::Pod;
@@ -81,11 +83,11 @@ struct Removal {
 
 /// [`Removal`] of `claim`, whose node runs `pods` (not finished).
 fn removal(claim: &NodeClaim, pods: &[&Pod], now: k8s_openapi::jiff::Timestamp) -> Removal {
-    let daemon = |p: &&Pod| p.owner_references().iter().any(|o| o.kind == "DaemonSet");
-    let do_not_disrupt = pods.iter().any(|p| candidates::do_not_disrupt(p, now));
+    let daemon = |p: &&Pod| owned_by_daemonset(p);
+    let do_not_disrupt = pods.iter().any(|p| do_not_disrupt(p, now));
     let busy = do_not_disrupt || !pods.iter().all(daemon);
     Removal {
-        launched: nodeclaim::provider_id(claim).is_some(),
+        launched: provider_id(claim).is_some(),
         busy,
         do_not_disrupt,
         cost: if busy {

@@ -21,6 +21,7 @@ use super::lifecycle::seconds_since;
 use super::{Gauges, Registrar};
 use crate::api::ResourceList;
 use crate::api::labels::{ARCH, CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
+use crate::rules::pods::owned_by_daemonset;
 use crate::scheduling::convert::{is_terminal, pod_requests};
 use crate::scheduling::resources::Resources;
 use crate::state::View;
@@ -201,10 +202,6 @@ fn pod_limits(pod: &Pod) -> Resources {
     total
 }
 
-fn is_daemon(pod: &Pod) -> bool {
-    pod.owner_references().iter().any(|o| o.kind == "DaemonSet")
-}
-
 fn condition_true(pod: &Pod, type_: &str) -> bool {
     pod.status
         .as_ref()
@@ -254,7 +251,7 @@ pub fn samples(view: &View, allowed_disruptions: &[(String, String, usize)]) -> 
         let entry = requests.entry(node).or_default();
         let req = pod_requests(pod).unwrap_or_default();
         let lim = pod_limits(pod);
-        if is_daemon(pod) {
+        if owned_by_daemonset(pod) {
             entry.2.add(&req);
             entry.3.add(&lim);
         }

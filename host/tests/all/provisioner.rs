@@ -8,7 +8,7 @@
 use std::time::{Duration, Instant};
 
 use capstan::api::NodeClaim;
-use capstan::controllers::provisioner::PRICE_ANNOTATION;
+use capstan::api::labels::PRICE_ANNOTATION;
 use capstan_test_support::{ControlPlane, wait_until};
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use capstan::api::labels::PRICE_ANNOTATION;
 use capstan::api::{NodeClaim, NodePool};
-use capstan::controllers::provisioner::PRICE_ANNOTATION;
 use capstan_test_support::{ControlPlane, wait_until};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::events::v1::Event;
@@ -330,7 +330,7 @@ async fn simulate_predicts_the_claims_the_host_creates() {
         let n = list
             .items
             .iter()
-            .filter(|p| capstan::controllers::provisioner::is_provisionable(p))
+            .filter(|p| capstan::rules::pods::is_provisionable(p))
             .count();
         Ok::<_, kube::Error>((n == 8).then_some(()))
     })

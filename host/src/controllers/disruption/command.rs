@@ -23,17 +23,18 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::BLOCKED_EVENT_WINDOW;
-use super::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines, tainted_disrupted};
 use super::plan::Plan;
-use crate::api::labels::DISRUPTED_TAINT_KEY;
 use crate::api::nodeclaim::conditions::{DISRUPTION_REASON, INITIALIZED, LAUNCHED};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::events::Repeat;
-use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::nodeclaim::{self, persist_status};
 use crate::controllers::provisioner::{claim_for, mark_overlays};
 use crate::controllers::{Context, ControllerError, merge_patch};
 use crate::metrics::labels as metric_labels;
+use crate::rules::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines};
+use crate::rules::claims::{is_true, nodepool};
+use crate::rules::nodes::{self, tainted_disrupted};
 use crate::scheduling;
 use crate::state::View;
 
@@ -286,7 +287,7 @@ async fn advance(
         }
         return Ok(());
     }
-    let pool = nodeclaim::nodepool(m.claim);
+    let pool = nodepool(m.claim);
     tracing::info!(nodeclaim = %name, reason, "replacements initialized; deleting");
     let note = format!("Disrupting NodeClaim ({reason}): deleting it");
     ctx.events
@@ -338,18 +339,12 @@ fn decision_age_millis(claim: &NodeClaim) -> Option<i64> {
 }
 
 async fn taint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
-    let mut taints: Vec<NodeTaint> = node
+    let taints: Vec<NodeTaint> = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
-    taints.push(NodeTaint {
-        key: DISRUPTED_TAINT_KEY.to_owned(),
-        value: None,
-        effect: "NoSchedule".to_owned(),
-        time_added: None,
-    });
-    patch_taints(ctx, node, taints).await
+    patch_taints(ctx, node, nodes::with_disrupted_taint(taints)).await
 }
 
 async fn untaint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
@@ -357,11 +352,8 @@ async fn untaint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|t| t.key != DISRUPTED_TAINT_KEY)
-        .collect();
-    patch_taints(ctx, node, taints).await
+        .unwrap_or_default();
+    patch_taints(ctx, node, nodes::without_disrupted_taint(taints)).await
 }
 
 /// Writes the node's taints, guarded by its resourceVersion (a conflict retries next pass).

@@ -1,5 +1,5 @@
 //! Consolidation in the disruption loop: keeps each claim's `status.lastPodEventTime` and
-//! `Consolidatable` condition, builds the [`crate::consolidation::Cluster`] from the host's
+//! `Consolidatable` condition, builds the [`crate::rules::consolidation::Cluster`] from the host's
 //! caches, searches (emptiness, then multi-node, then single-node, off the async runtime), holds
 //! a decision for [`Settings::validation_delay`] and re-checks it against the cluster as it is
 //! then, and hands it to [`super::command`] to carry out.
@@ -20,24 +20,26 @@ use kube::runtime::events::EventType::Normal;
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use super::budgets;
-use super::candidates::{
-    Machine, eligible, held, job_wait, lifetime_remaining, machines, pool_counts,
-};
 use super::command;
-use super::verdict::{self, Facts, consolidatable_since};
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED, LAUNCHED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
-use crate::consolidation::{
-    self, Candidate, Cluster, Command, Policy, PoolTotals, Reason, cost, price,
-};
-use crate::controllers::nodeclaim::{self, is_true, persist_status};
+use crate::controllers::nodeclaim::{self, persist_status};
 use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
+use crate::rules::budgets;
+use crate::rules::candidates::{
+    Machine, eligible, held, job_wait, lifetime_remaining, machines, pool_counts,
+};
+use crate::rules::claims::is_true;
+use crate::rules::consolidation::{
+    self, Candidate, Cluster, Command, Policy, PoolTotals, Reason, cost, price,
+};
+use crate::rules::pods::is_reschedulable;
+use crate::rules::verdict::{self, Facts, consolidatable_since};
 use crate::scheduling::convert::is_terminal;
 use crate::scheduling::convert::volumes::has_claims;
 use crate::state::View;
@@ -788,7 +790,7 @@ pub fn add_unbound(
         if unbound
             && !is_terminal(pod)
             && pod.metadata.deletion_timestamp.is_none()
-            && crate::controllers::provisioner::snapshot::is_reschedulable(pod)
+            && is_reschedulable(pod)
             && selector.matches(pod.labels())
             && !known.contains(&(pod.namespace(), pod.name_any()))
         {

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use kube::ResourceExt;
 
-use super::candidates::{Machine, disrupting};
-use crate::consolidation::Refusal;
 use crate::controllers::Context;
-use crate::controllers::nodeclaim::provider_id;
-use crate::controllers::provisioner::snapshot::{Snapshot, is_reschedulable};
+use crate::controllers::provisioner::snapshot::Snapshot;
+use crate::rules::candidates::{Machine, disrupting};
+use crate::rules::claims::provider_id;
+use crate::rules::consolidation::Refusal;
+use crate::rules::pods::is_reschedulable;
 use crate::scheduling::removal::{self, NAMED_STRANDED};
 use crate::scheduling::{NewClaim, Pod, SchedulingInput, Taint, TaintEffect};
 use crate::state::View;

@@ -11,11 +11,12 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use super::registration::has_taint;
-use super::{Step, is_true, nodepool, nodes_of, persist_status, set};
+use super::{Step, nodes_of, persist_status, set};
 use crate::api::labels::{INITIALIZED as INITIALIZED_LABEL, UNREGISTERED_TAINT_KEY};
 use crate::api::nodeclaim::conditions::{INITIALIZED, REGISTERED};
 use crate::api::{ConditionStatus, NodeClaim};
 use crate::controllers::{Context, ControllerError};
+use crate::rules::claims::{is_true, nodepool};
 use crate::scheduling::quantity::parse_millis;
 
 /// Taints that go away by themselves once a node is up.

@@ -26,7 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::{Step, delete, is_true, liveness, nodepool, ownership, persist_status, set};
+use super::{Step, delete, liveness, ownership, persist_status, set};
 use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
 use crate::api::nodeclaim::conditions::LAUNCHED;
 use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
@@ -36,6 +36,7 @@ use crate::controllers::{Context, ControllerError};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
 use crate::provider::launch_answer::{self, Refusal};
+use crate::rules::claims::{is_true, nodepool};
 use crate::runtime::CallError;
 use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
 

@@ -7,12 +7,13 @@ use std::time::Duration;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::{Step, delete, is_true, nodepool};
+use super::{Step, delete};
 use crate::api::NodeClaim;
 use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::shared::find_condition;
 use crate::controllers::nodepool_status;
 use crate::controllers::{Context, ControllerError, millis_since};
+use crate::rules::claims::{is_true, nodepool};
 
 /// Deletes the claim if it timed out.
 pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {

@@ -31,10 +31,11 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::{nodepool, owner_reference, provider_id};
+use super::owner_reference;
 use crate::api::labels::{OWNER_LABEL, PROVIDER_ANNOTATION};
 use crate::api::{NodeClaim, NodePool};
 use crate::controllers::{Context, ControllerError, merge_patch};
+use crate::rules::claims::{nodepool, provider_id};
 
 /// Why a provider ID or Node is not the claim's to take.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -165,7 +166,7 @@ pub fn taken(ctx: &Context, claim: &NodeClaim, provider_id: &str) -> Option<Take
         .state
         .claims
         .store()
-        .state_filter(|c| super::provider_id(c) == Some(provider_id));
+        .state_filter(|c| crate::rules::claims::provider_id(c) == Some(provider_id));
     if let Some(taken) = held_by_another(claim, provider_id, holders.iter().map(AsRef::as_ref)) {
         return Some(taken);
     }

@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod, Taint as NodeTaint};
+use k8s_openapi::api::core::v1::{Node, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::VolumeAttachment;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{
@@ -34,11 +34,9 @@ use serde_json::json;
 
 pub use self::dedupe::Dedupe;
 use self::drain::{Decision, Plan};
-use super::{Step, is_true, nodes_of, persist_status, provider_id, set};
+use super::{Step, nodes_of, persist_status, set};
 use crate::api::duration;
-use crate::api::labels::{
-    DISRUPTED_TAINT_KEY, NODECLAIM_TERMINATION_TIMESTAMP, TERMINATION_FINALIZER,
-};
+use crate::api::labels::{NODECLAIM_TERMINATION_TIMESTAMP, TERMINATION_FINALIZER};
 use crate::api::nodeclaim::conditions::{DRAINED, INSTANCE_TERMINATING, VOLUMES_DETACHED};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim};
@@ -47,6 +45,8 @@ use crate::controllers::{Context, ControllerError, millis_since};
 use crate::metrics::cloudprovider::controller;
 use crate::metrics::lifecycle::{nodepool_of, seconds_since};
 use crate::provider::convert;
+use crate::rules::claims::{is_true, provider_id};
+use crate::rules::nodes;
 use crate::runtime::types::ProviderError;
 
 /// How often termination looks again while pods drain, volumes detach or the instance goes.
@@ -226,18 +226,8 @@ async fn prepare_node(
             .get_or_insert_with(Default::default)
             .taints
             .get_or_insert_with(Vec::new);
-        let tainted = !taints
-            .iter()
-            .any(|t| t.key == DISRUPTED_TAINT_KEY && t.effect == "NoSchedule");
-        if tainted {
-            taints.retain(|t| t.key != DISRUPTED_TAINT_KEY);
-            taints.push(NodeTaint {
-                key: DISRUPTED_TAINT_KEY.to_owned(),
-                value: None,
-                effect: "NoSchedule".to_owned(),
-                time_added: None,
-            });
-        }
+        let tainted = !taints.iter().any(nodes::is_disrupted_taint);
+        *taints = nodes::with_disrupted_taint(std::mem::take(taints));
         node.labels_mut()
             .insert(EXCLUDE_FROM_BALANCERS.to_owned(), "karpenter".to_owned());
         if let Some(deadline) = deadline {

@@ -9,6 +9,7 @@
 
 use std::collections::HashMap;
 
+use crate::rules::pods::daemonset_of;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Affinity, Container, Pod, PodSpec};
 use kube::ResourceExt;
@@ -21,13 +22,7 @@ pub fn daemonset_pods<'a>(
 ) -> Vec<Pod> {
     let mut newest: HashMap<&str, &Pod> = HashMap::new();
     for pod in pods {
-        let Some(owner) = pod
-            .metadata
-            .owner_references
-            .iter()
-            .flatten()
-            .find(|o| o.controller == Some(true) && o.kind == "DaemonSet")
-        else {
+        let Some(owner) = daemonset_of(pod).filter(|o| o.controller == Some(true)) else {
             continue;
         };
         let slot = newest.entry(owner.uid.as_str()).or_insert(pod);

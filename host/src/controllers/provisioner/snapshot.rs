@@ -16,16 +16,17 @@ use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::controllers::{Context, Selector};
 use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
-use crate::scheduling::convert::{self, NamespaceLabels, is_terminal};
+use crate::scheduling::convert::{self, NamespaceLabels};
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
 
+use super::ProvisionError;
 use super::daemonset_pod::daemonset_pods;
 use super::instance_types::{FromProviders, InstanceTypeCache, InstanceTypeSource};
 use super::limits;
-use super::{ProvisionError, is_provisionable};
-use crate::api::labels::DISRUPTED_TAINT_KEY;
-use crate::controllers::nodeclaim::provider_id;
+use crate::rules::claims::provider_id;
+use crate::rules::nodes::tainted_disrupted;
+use crate::rules::pods::{is_provisionable, is_reschedulable};
 
 /// The cluster at one moment.
 #[derive(Debug, Default)]
@@ -96,26 +97,6 @@ pub fn leaving_nodes(
         })
         .map(|n| n.name_any())
         .collect()
-}
-
-/// Whether the node carries `karpenter.sh/disrupted` (a disruption or a termination is under
-/// way).
-pub fn tainted_disrupted(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_ref())
-        .is_some_and(|ts| ts.iter().any(|t| t.key == DISRUPTED_TAINT_KEY))
-}
-
-/// Whether a pod bound to a leaving node needs a place elsewhere: active, not a DaemonSet's
-/// (its DaemonSet runs one on the new node) and not a static pod.
-pub fn is_reschedulable(pod: &Pod) -> bool {
-    let terminal = is_terminal(pod);
-    let daemon_or_static = pod
-        .owner_references()
-        .iter()
-        .any(|o| o.kind == "DaemonSet" || o.kind == "Node");
-    !terminal && !daemon_or_static && pod.metadata.deletion_timestamp.is_none()
 }
 
 impl Snapshot {

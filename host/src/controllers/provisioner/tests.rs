@@ -1,5 +1,4 @@
 use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use serde_json::json;
 
 use super::snapshot::not_for_dynamic_provisioning;
@@ -25,59 +24,6 @@ fn pending_pod() -> Pod {
             ..PodStatus::default()
         }),
     }
-}
-
-fn owned_by(kind: &str) -> Pod {
-    let mut pod = pending_pod();
-    pod.metadata.owner_references = Some(vec![OwnerReference {
-        kind: kind.into(),
-        name: "owner".into(),
-        api_version: "v1".into(),
-        uid: "1".into(),
-        ..OwnerReference::default()
-    }]);
-    pod
-}
-
-#[test]
-fn filters_provisionable_pods() {
-    assert!(is_provisionable(&pending_pod()));
-    assert!(is_provisionable(&owned_by("ReplicaSet")));
-    assert!(!is_provisionable(&owned_by("DaemonSet")));
-    assert!(!is_provisionable(&owned_by("Node")));
-
-    let mut bound = pending_pod();
-    bound.spec.as_mut().unwrap().node_name = Some("n1".into());
-    assert!(!is_provisionable(&bound));
-
-    let mut terminating = pending_pod();
-    terminating.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-    assert!(!is_provisionable(&terminating));
-
-    let mut not_yet = pending_pod();
-    not_yet.status = Some(PodStatus::default());
-    assert!(
-        !is_provisionable(&not_yet),
-        "not marked by the scheduler yet"
-    );
-
-    let mut gated = pending_pod();
-    gated.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].reason =
-        Some("SchedulingGated".into());
-    assert!(!is_provisionable(&gated));
-
-    let mut failed = pending_pod();
-    failed.status.as_mut().unwrap().phase = Some("Failed".into());
-    assert!(!is_provisionable(&failed));
-
-    let mut preempting = pending_pod();
-    preempting.status.as_mut().unwrap().nominated_node_name = Some("n1".into());
-    assert!(
-        !is_provisionable(&preempting),
-        "nominated by preemption: it waits for its victims"
-    );
-    preempting.status.as_mut().unwrap().nominated_node_name = Some(String::new());
-    assert!(is_provisionable(&preempting), "an empty nomination is none");
 }
 
 /// Bounds below zero (a pool's `Gte 0`, a pod's `Gt -5` or `Lt -1`) become ones the NodeClaim CRD

@@ -2,6 +2,7 @@ use super::*;
 use crate::api::Quantity;
 use crate::api::capacitybuffer::{CapacityBufferSpec, CapacityBufferStatus, LocalObjectRef};
 use crate::api::shared::Condition;
+use crate::rules::pods::is_provisionable;
 use serde_json::json;
 
 fn limits(pairs: &[(&str, &str)]) -> ResourceList {
@@ -154,7 +155,7 @@ fn virtual_pods_are_marked_unscheduled_placeholders() {
         .collect();
     assert_eq!(mounts, ["config"]);
     // The provisioner takes it for a pod kube-scheduler gave up on.
-    assert!(crate::controllers::provisioner::is_provisionable(pod));
+    assert!(is_provisionable(pod));
     assert!(virtual_pods("ns", "buf", "uid", 0, &template()).is_empty());
 }
 

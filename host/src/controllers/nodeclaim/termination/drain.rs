@@ -24,10 +24,8 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::ResourceExt;
 
 use super::first_few;
-use crate::api::duration;
-use crate::api::labels::{DISRUPTED_TAINT_KEY, DO_NOT_DISRUPT};
-use crate::scheduling::convert::{is_terminal, toleration};
-use crate::scheduling::taints::{Taint, TaintEffect};
+use crate::rules::pods::{do_not_disrupt, is_static, owned_by_daemonset, tolerates_disruption};
+use crate::scheduling::convert::is_terminal;
 
 /// How long past its deletion timestamp a terminating pod still holds the drain up (Karpenter's
 /// `IsStuckTerminating`: a minute for the kubelet to finish before the node goes).
@@ -56,7 +54,7 @@ impl Group {
             .as_ref()
             .and_then(|s| s.priority_class_name.as_deref())
             .is_some_and(|class| CRITICAL_PRIORITY_CLASSES.contains(&class));
-        match (critical, owned_by(pod, "apps/v1", "DaemonSet")) {
+        match (critical, owned_by_daemonset(pod)) {
             (false, false) => Self::NonCritical,
             (false, true) => Self::NonCriticalDaemon,
             (true, false) => Self::Critical,
@@ -216,54 +214,6 @@ fn deletion_timestamp(pod: &Pod) -> Option<Timestamp> {
 
 fn stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
     deletion_timestamp(pod).is_some_and(|deleted| deleted.duration_until(now) > STUCK_TERMINATING)
-}
-
-/// A static pod: its mirror in the API server cannot be evicted or deleted for good.
-fn is_static(pod: &Pod) -> bool {
-    pod.annotations()
-        .contains_key("kubernetes.io/config.mirror")
-        || owned_by(pod, "v1", "Node")
-}
-
-fn owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
-    pod.owner_references()
-        .iter()
-        .any(|o| o.api_version == api_version && o.kind == kind)
-}
-
-/// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule` (it may stay on a disrupted
-/// node, so the drain leaves it).
-pub fn tolerates_disruption(pod: &Pod) -> bool {
-    let taint = Taint::new(DISRUPTED_TAINT_KEY, "", TaintEffect::NoSchedule);
-    pod.spec
-        .iter()
-        .flat_map(|s| s.tolerations.iter().flatten())
-        .filter_map(|t| toleration("", t).ok())
-        .any(|t| t.tolerates(&taint))
-}
-
-/// Whether `karpenter.sh/do-not-disrupt` protects the pod now: `"true"`, or a duration not yet
-/// elapsed since the pod started (no start time yet: protected). Any other value is ignored.
-pub fn do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
-    let Some(value) = pod.annotations().get(DO_NOT_DISRUPT) else {
-        return false;
-    };
-    if value == "true" {
-        return true;
-    }
-    let Ok(span) = duration::parse(value) else {
-        return false;
-    };
-    let Ok(span) = SignedDuration::try_from(span) else {
-        return true;
-    };
-    if span.is_zero() {
-        return false;
-    }
-    match pod.status.as_ref().and_then(|s| s.start_time.as_ref()) {
-        Some(started) => started.0.duration_until(now) < span,
-        None => true,
-    }
 }
 
 #[cfg(test)]

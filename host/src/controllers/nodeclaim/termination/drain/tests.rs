@@ -318,40 +318,6 @@ fn do_not_disrupt_holds_until_the_deadline() {
 }
 
 #[test]
-fn do_not_disrupt_values() {
-    let with = |value: &str, started: Option<i64>| {
-        let value = value.to_owned();
-        pod("p", move |v| {
-            v["metadata"]["annotations"] = json!({"karpenter.sh/do-not-disrupt": value});
-            match started {
-                Some(s) => v["status"]["startTime"] = json!(rfc3339(s)),
-                None => v["status"]["startTime"] = Value::Null,
-            }
-        })
-    };
-    let cases = [
-        ("true", Some(-10), true),
-        ("false", Some(-10), false),
-        ("True", Some(-10), false),
-        ("garbage", Some(-10), false),
-        ("5m", Some(-10), true),
-        ("5m", Some(-299), true),
-        ("5m", Some(-300), false),
-        ("1h", Some(-7200), false),
-        ("0s", Some(-10), false),
-        ("5m", None, true),
-    ];
-    for (value, started, protected) in cases {
-        assert_eq!(
-            do_not_disrupt(&with(value, started), at(0)),
-            protected,
-            "{value} started {started:?}"
-        );
-    }
-    assert!(!do_not_disrupt(&pod("p", plain), at(0)));
-}
-
-#[test]
 fn near_the_deadline_pods_are_deleted_with_the_time_left() {
     // Deadline at T0+20; pods of 10 s grace go at T0+10 with 10 s, ... every group at once.
     let cases: Vec<(&str, Pod, i64, Decision)> = vec![

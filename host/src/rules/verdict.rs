@@ -27,8 +27,8 @@ use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::api::shared::find_condition;
 use crate::api::{NodeClaim, NodePool, duration};
-use crate::consolidation::Refusal;
-use crate::controllers::nodeclaim::is_true;
+use crate::rules::claims::is_true;
+use crate::rules::consolidation::Refusal;
 
 /// The condition's reason when nothing blocks the node.
 pub const NOT_BLOCKED: &str = "NotBlocked";

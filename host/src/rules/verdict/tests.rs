@@ -1,6 +1,6 @@
 use super::*;
 use crate::api::labels::{DO_NOT_DISRUPT, NODEPOOL, WAIT_FOR_JOBS};
-use crate::consolidation::price::NarrowError;
+use crate::rules::consolidation::price::NarrowError;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::json;
 

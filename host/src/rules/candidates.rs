@@ -18,10 +18,9 @@ use kube::ResourceExt;
 use crate::api::labels::{DO_NOT_DISRUPT, HELD_BY_PROVIDER, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
 use crate::api::{NodeClaim, NodePool, duration};
-pub use crate::controllers::nodeclaim::termination::drain::do_not_disrupt;
-use crate::controllers::nodeclaim::{is_true, node_ready, provider_id};
-use crate::controllers::provisioner::snapshot::is_reschedulable;
-pub use crate::controllers::provisioner::snapshot::tainted_disrupted;
+use crate::rules::claims::{is_true, provider_id};
+use crate::rules::nodes::{node_ready, tainted_disrupted};
+use crate::rules::pods::{do_not_disrupt, is_reschedulable};
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
 
@@ -193,7 +192,7 @@ pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
         .flatten()
         .map(|d| d.as_millis());
     let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    crate::consolidation::cost::lifetime_remaining(created, expire, now)
+    crate::rules::consolidation::cost::lifetime_remaining(created, expire, now)
 }
 
 /// Whether a claim is being disrupted (marked) or deleted.

@@ -1,0 +1,26 @@
+//! The cluster's rules, pure: what Karpenter decides from the objects alone, with no I/O, so the
+//! controllers (which keep the loops and the writes), `capstan simulate` and `capstan explain`
+//! decide with one copy of each rule.
+//!
+//! - [`pods`]: which pods kube-scheduler gave up on (provisionable), which a leaving node's
+//!   replacement must hold (reschedulable), which are a DaemonSet's or static, which
+//!   `karpenter.sh/do-not-disrupt` protects, which tolerate the disrupted taint;
+//! - [`claims`]: a NodeClaim's provider ID, pool and conditions;
+//! - [`nodes`]: a Node's readiness and the `karpenter.sh/disrupted` taint (built and recognized
+//!   here only);
+//! - [`candidates`]: claims, their Nodes and pods joined into disruption candidates, and what
+//!   holds one (do-not-disrupt, PodDisruptionBudgets, running Jobs);
+//! - [`budgets`]: a pool's disruption budgets (schedules, percentages, reasons);
+//! - [`verdict`]: why a candidate is not consolidatable now, as its condition and `explain` say;
+//! - [`drift`]: the template hash and requirements a claim drifted from;
+//! - [`consolidation`]: the consolidation search (emptiness, multi-node, single-node) over the
+//!   scheduler's own types.
+
+pub mod budgets;
+pub mod candidates;
+pub mod claims;
+pub mod consolidation;
+pub mod drift;
+pub mod nodes;
+pub mod pods;
+pub mod verdict;
