@@ -30,10 +30,10 @@ use capstan::rules::consolidation::{Candidate, Cluster, Options, Policy, PoolTot
 // The shared Karpenter inputs take their scheduling types from here.
 use capstan::api::{NodeClass, NodePool};
 use capstan::controllers::disruption::consolidation::{add_unbound, cluster_from};
-use capstan::controllers::provisioner::ProvisionError;
-use capstan::controllers::provisioner::instance_types::InstanceTypeSource;
-use capstan::controllers::provisioner::snapshot::Snapshot;
-use capstan::controllers::selector::Selector;
+use capstan::rules::selector::Selector;
+use capstan::rules::snapshot::InstanceTypeSource;
+use capstan::rules::snapshot::ProvisionError;
+use capstan::rules::snapshot::Snapshot;
 #[allow(unused_imports)]
 use capstan::scheduling::{
     ExistingNode, InstanceType, LabelSelector, Namespaces, NodeInclusionPolicy, NodePoolView,

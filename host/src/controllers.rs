@@ -23,7 +23,6 @@ pub mod nodepool_status;
 pub mod providers;
 pub mod provisioner;
 pub mod resolve;
-pub mod selector;
 pub mod static_pools;
 pub mod unavailable_offerings;
 
@@ -40,10 +39,9 @@ use kube::runtime::watcher;
 use crate::metrics::Metrics;
 use crate::provider::Registry;
 use crate::provider::convert::ConvertError;
+use crate::rules::selector::Selector;
 use crate::runtime::CallError;
 use crate::state::ClusterState;
-
-pub use self::selector::Selector;
 
 /// Why a controller step failed (the controller retries with backoff).
 #[derive(Debug, thiserror::Error)]
@@ -68,7 +66,7 @@ pub enum ControllerError {
     Json(#[from] serde_json::Error),
     /// The selector does not parse.
     #[error(transparent)]
-    Selector(#[from] selector::SelectorError),
+    Selector(#[from] crate::rules::selector::SelectorError),
 }
 
 /// Whether `err` is an HTTP 409 from the API server: the object changed since it was read (an

@@ -8,11 +8,17 @@
 //! - [`claims`]: a NodeClaim's provider ID, pool and conditions;
 //! - [`nodes`]: a Node's readiness and the `karpenter.sh/disrupted` taint (built and recognized
 //!   here only);
+//! - [`snapshot`]: the cluster at one moment for a provisioning run or a disruption pass, and
+//!   the scheduler's input made from it ([`daemonset_pods`]: what the DaemonSets would run on a
+//!   new node; [`limits`]: what a pool's limits leave);
+//! - [`new_claim`]: the NodeClaim written for a claim the solver opened;
 //! - [`candidates`]: claims, their Nodes and pods joined into disruption candidates, and what
 //!   holds one (do-not-disrupt, PodDisruptionBudgets, running Jobs);
 //! - [`budgets`]: a pool's disruption budgets (schedules, percentages, reasons);
 //! - [`verdict`]: why a candidate is not consolidatable now, as its condition and `explain` say;
 //! - [`drift`]: the template hash and requirements a claim drifted from;
+//! - [`selector`]: the equality-based label selectors of `--selector` (which pods, claims and
+//!   pools this host manages);
 //! - [`consolidation`]: the consolidation search (emptiness, multi-node, single-node) over the
 //!   scheduler's own types.
 
@@ -20,7 +26,12 @@ pub mod budgets;
 pub mod candidates;
 pub mod claims;
 pub mod consolidation;
+pub mod daemonset_pods;
 pub mod drift;
+pub mod limits;
+pub mod new_claim;
 pub mod nodes;
 pub mod pods;
+pub mod selector;
+pub mod snapshot;
 pub mod verdict;

@@ -35,16 +35,15 @@ use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeOverlay, NodePool, duration};
 use crate::controllers::disruption::consolidation;
 use crate::controllers::nodeclaim;
-use crate::controllers::provisioner::instance_types::{
-    Catalog, InstanceTypeCache, InstanceTypeSource,
-};
-use crate::controllers::provisioner::snapshot::Snapshot;
-use crate::controllers::provisioner::{ProvisionError, claim_for, resource_list};
-use crate::controllers::{Selector, resolve};
+use crate::controllers::provisioner::instance_types::{Catalog, InstanceTypeCache};
+use crate::controllers::resolve;
 use crate::provider::Registry;
 use crate::rules::candidates::{machines, pool_counts};
 use crate::rules::claims::{is_true, provider_id};
 use crate::rules::consolidation::{self as engine, Cluster, price};
+use crate::rules::new_claim::{claim_for, resource_list};
+use crate::rules::selector::Selector;
+use crate::rules::snapshot::{InstanceTypeSource, ProvisionError, Snapshot};
 use crate::rules::verdict;
 use crate::scheduling::overlay::{self, Overlay};
 use crate::scheduling::{self, InstanceType, NewClaim, NodePoolView, Target};

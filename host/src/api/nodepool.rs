@@ -13,6 +13,12 @@ use super::shared::{
     Condition, LABEL_VALUE_PATTERN, NodeClassReference, Requirement, ResourceList, Taint,
 };
 
+/// NodePool condition types.
+pub mod conditions {
+    /// The pool can be provisioned from (its NodeClass ready, its registrations healthy).
+    pub const READY: &str = "Ready";
+}
+
 /// A budget's `nodes`: a count, or a percentage up to 100%.
 pub const BUDGET_NODES_PATTERN: &str = r"^((100|[0-9]{1,2})%|[0-9]+)$";
 /// A budget's `schedule`: a cron macro or five cron fields (no time zone).

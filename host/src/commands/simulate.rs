@@ -15,8 +15,8 @@ use clap::{Args, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
 
 use capstan::capability::grants::Grants;
-use capstan::controllers::Selector;
 use capstan::provider::{Loader, ProviderSource, Registry};
+use capstan::rules::selector::Selector;
 use capstan::runtime::Limits;
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::simulate::{self, FromRegistry, ProviderInfo, StandIn, dump};

@@ -624,7 +624,7 @@ async fn start_static_drift(
         if take == 0 {
             continue;
         }
-        let snapshot = provisioner::snapshot::Snapshot::take(ctx);
+        let snapshot = provisioner::snapshot::take(ctx);
         let source = provisioner::instance_types::FromProviders {
             ctx,
             cache: &ctx.instance_types,

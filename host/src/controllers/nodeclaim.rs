@@ -21,7 +21,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Api, Resource, ResourceExt};
+use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::api::NodeClaim;
@@ -318,17 +318,6 @@ pub fn nodes_with_provider_id(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>
 pub fn nodes_carrying(ctx: &Context, id: &str) -> Vec<Arc<Node>> {
     ctx.nodes
         .state_filter(|n| n.spec.as_ref().and_then(|s| s.provider_id.as_deref()) == Some(id))
-}
-
-/// An owner reference to `object` (a claim, for its Node; a pool, for its claims), blocking
-/// the owner's foreground deletion as Karpenter's do; none for an object without a UID.
-pub fn owner_reference<K: Resource<DynamicType = ()>>(
-    object: &K,
-) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
-    let mut owner = object.controller_owner_ref(&())?;
-    owner.controller = None;
-    owner.block_owner_deletion = Some(true);
-    Some(owner)
 }
 
 #[cfg(test)]

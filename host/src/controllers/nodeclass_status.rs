@@ -21,10 +21,10 @@ use crate::api::nodeclass::{GROUP, KIND};
 use crate::api::shared::set_condition;
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeClassStatus};
 use crate::controllers::finalizer;
-use crate::controllers::provisioner::ProvisionError;
 use crate::controllers::{Context, ControllerError, now};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
+use crate::rules::snapshot::ProvisionError;
 use crate::runtime::types::ProviderError;
 
 /// The condition type.

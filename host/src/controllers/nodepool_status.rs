@@ -27,7 +27,7 @@ pub const NODE_CLASS_READY: &str = "NodeClassReady";
 /// Recent launches registered.
 pub const NODE_REGISTRATION_HEALTHY: &str = "NodeRegistrationHealthy";
 /// Everything above.
-pub const READY: &str = "Ready";
+pub const READY: &str = crate::api::nodepool::conditions::READY;
 
 /// The shortest time between two reconciles of one pool (see the end of [`reconcile`]).
 const SETTLE: Duration = Duration::from_secs(1);

@@ -13,9 +13,7 @@
 //! The chosen offering's price is kept on each NodeClaim in the [`PRICE_ANNOTATION`].
 
 pub mod batcher;
-mod daemonset_pod;
 pub mod instance_types;
-pub mod limits;
 pub mod nominations;
 pub mod snapshot;
 
@@ -25,26 +23,22 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ObjectMeta, PostParams};
+use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
-use crate::api::labels::{NODEPOOL, NODEPOOL_HASH, NODEPOOL_HASH_VERSION};
-use crate::api::nodeclaim::ResourceRequirements;
-use crate::api::template_hash::{HASH_VERSION, template_hash};
-use crate::api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorOperator, Quantity};
+use crate::api::{NodeClaim, NodePool};
 use crate::controllers::events::Repeat;
 use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
-use crate::scheduling::requirements::SetOperator;
-use crate::scheduling::{self, NewClaim, Requirements, Resources, Target, buffer};
+use crate::scheduling::{self, NewClaim, Target, buffer};
 
 use self::instance_types::InstanceTypeCache;
-use self::limits::LimitEvents;
 use self::nominations::{Nominations, Verdict};
-use self::snapshot::Snapshot;
-use crate::api::labels::PRICE_ANNOTATION;
+use crate::rules::limits::{self, LimitEvents};
+use crate::rules::new_claim::claim_for;
 use crate::rules::pods::is_provisionable;
+pub use crate::rules::snapshot::ProvisionError;
 
 /// How often pending pods are looked at again even without a change (a claim that failed to
 /// launch leaves its pods pending with no pod event).
@@ -53,29 +47,6 @@ const RESYNC: Duration = Duration::from_secs(30);
 const NOMINATED_EVENT_WINDOW: Duration = Duration::from_secs(120);
 /// NodeClaims a pass creates at once.
 const CREATES_AT_ONCE: usize = 16;
-
-/// Why a provisioning run (or part of it) failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ProvisionError {
-    /// A Kubernetes API call failed.
-    #[error("kubernetes API: {0}")]
-    Kube(#[from] kube::Error),
-    /// `get-instance-types` failed.
-    #[error("provider call: {0}")]
-    Call(#[from] crate::runtime::CallError),
-    /// A NodePool or NodeClass cannot be expressed in the provider contract.
-    #[error(transparent)]
-    ProviderConvert(#[from] crate::provider::convert::ConvertError),
-    /// An object cannot be taken by the scheduler.
-    #[error(transparent)]
-    SchedulingConvert(#[from] crate::scheduling::convert::ConvertError),
-    /// A provider returned an instance type the scheduler cannot use.
-    #[error("provider instance type: {0}")]
-    InstanceType(String),
-    /// A NodePool cannot be provisioned from.
-    #[error("{0}")]
-    Pool(String),
-}
 
 /// Runs the provisioner until the pod watch ends.
 pub async fn run(ctx: Arc<Context>) {
@@ -171,7 +142,7 @@ pub async fn provision(
     nominations: &mut Nominations,
     limit_events: &mut LimitEvents,
 ) -> Result<Outcome, ProvisionError> {
-    let mut snapshot = Snapshot::take(ctx);
+    let mut snapshot = crate::controllers::provisioner::snapshot::take(ctx);
     // CapacityBuffers' virtual pods: pending pods that must fit, never bound, after every real
     // pod in the solver's order (see [`crate::scheduling::buffer`]).
     snapshot.pending.extend(
@@ -193,7 +164,7 @@ pub async fn provision(
         }
         return Ok(Outcome::default());
     }
-    let built = snapshot.input(ctx, cache).await;
+    let built = snapshot::input(&snapshot, ctx, cache).await;
     let scheduling_id = next_scheduling_id();
     let solving = Instant::now();
     ctx.metrics
@@ -458,125 +429,6 @@ pub fn mark_overlays(cache: &InstanceTypeCache, new: &NewClaim, claim: &mut Node
             annotations.insert(key.to_owned(), "true".to_owned());
         }
     }
-}
-
-/// The label naming a claim's node class, as Karpenter spells it: `<group>/<kind, lower case>`
-/// (`capstan.dev/nodeclass: <name>`).
-pub fn node_class_label(class: &crate::api::shared::NodeClassReference) -> String {
-    format!("{}/{}", class.group, class.kind.to_lowercase())
-}
-
-/// The NodeClaim for a new claim of `pool`: named `<pool>-<5 random chars>` by the API server,
-/// labelled with the pool's template labels, the pool name, the node class
-/// ([`node_class_label`]) and `extra_labels` (the host's selector), with the pool's annotations, taints, expiry and grace period, the solver's
-/// requirements and requests, the price annotation and the pool's template hash.
-pub fn claim_for(
-    new: &NewClaim,
-    pool: &NodePool,
-    extra_labels: &BTreeMap<String, String>,
-) -> NodeClaim {
-    let template = &pool.spec.template;
-    let (mut labels, mut annotations) = template
-        .metadata
-        .as_ref()
-        .map(|m| (m.labels.clone(), m.annotations.clone()))
-        .unwrap_or_default();
-    labels.extend(extra_labels.clone());
-    labels.insert(NODEPOOL.to_owned(), new.node_pool.clone());
-    let class = &template.spec.node_class_ref;
-    labels.insert(node_class_label(class), class.name.clone());
-    annotations.insert(
-        PRICE_ANNOTATION.to_owned(),
-        format!("{}", new.cheapest_price),
-    );
-    annotations.insert(NODEPOOL_HASH.to_owned(), template_hash(pool));
-    annotations.insert(NODEPOOL_HASH_VERSION.to_owned(), HASH_VERSION.to_owned());
-    let spec = &template.spec;
-    let mut claim = NodeClaim::new(
-        "",
-        NodeClaimSpec {
-            taints: spec.taints.clone(),
-            startup_taints: spec.startup_taints.clone(),
-            requirements: api_requirements(&new.requirements),
-            resources: Some(ResourceRequirements {
-                requests: resource_list(&new.requests),
-            }),
-            node_class_ref: spec.node_class_ref.clone(),
-            expire_after: spec.expire_after.clone(),
-            termination_grace_period: spec.termination_grace_period.clone(),
-        },
-    );
-    claim.metadata = ObjectMeta {
-        generate_name: Some(format!("{}-", new.node_pool)),
-        labels: Some(labels),
-        annotations: Some(annotations),
-        // Karpenter's owner reference to the pool (none for a pool not read from the API server,
-        // as in `capstan simulate`): deleting the pool makes Kubernetes' garbage collector delete
-        // its claims, which then drain and terminate as usual.
-        owner_references: super::nodeclaim::owner_reference(pool).map(|owner| vec![owner]),
-        ..ObjectMeta::default()
-    };
-    claim
-}
-
-/// The solver's requirements in the API's spelling; integer bounds become `Gt`/`Lt` entries (or
-/// `Gte 0`).
-pub fn api_requirements(reqs: &Requirements) -> Vec<crate::api::Requirement> {
-    let mut out = Vec::new();
-    for r in reqs.iter() {
-        let set = r.set();
-        let min_values = r.min_values().map(i64::from);
-        let entry = |operator, values: Vec<String>| crate::api::Requirement {
-            key: r.key().to_owned(),
-            operator,
-            values,
-            min_values,
-        };
-        match set.operator() {
-            SetOperator::In => out.push(entry(NodeSelectorOperator::In, set.values().to_vec())),
-            SetOperator::DoesNotExist => {
-                out.push(entry(NodeSelectorOperator::DoesNotExist, vec![]))
-            }
-            SetOperator::NotIn => {
-                out.push(entry(NodeSelectorOperator::NotIn, set.values().to_vec()))
-            }
-            SetOperator::Exists => {
-                if set.greater_than_bound().is_none() && set.less_than_bound().is_none() {
-                    out.push(entry(NodeSelectorOperator::Exists, vec![]));
-                }
-            }
-        }
-        // The CRD takes only non-negative bounds. A label value cannot start with `-`, so an
-        // integer label is never negative: any `Gt` below 0 means `Gte 0`, and an `Lt` below 0
-        // admits nothing, as `Lt 0` does.
-        if let Some(gt) = set.greater_than_bound() {
-            out.push(if gt < 0 {
-                entry(NodeSelectorOperator::Gte, vec!["0".to_owned()])
-            } else {
-                entry(NodeSelectorOperator::Gt, vec![gt.to_string()])
-            });
-        }
-        if let Some(lt) = set.less_than_bound() {
-            out.push(entry(NodeSelectorOperator::Lt, vec![lt.max(0).to_string()]));
-        }
-    }
-    out
-}
-
-/// Resources as quantities (`cpu` in millicores), leaving zeros out.
-pub fn resource_list(resources: &Resources) -> BTreeMap<String, Quantity> {
-    resources
-        .iter()
-        .filter(|(_, v)| *v != 0)
-        .map(|(name, v)| {
-            let q = if name == "cpu" {
-                format!("{v}m")
-            } else {
-                v.to_string()
-            };
-            (name.to_owned(), Quantity::new(q))
-        })
-        .collect()
 }
 
 #[cfg(test)]

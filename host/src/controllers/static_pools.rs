@@ -10,7 +10,7 @@
 //! drift ([`super::disruption`]'s static drift), does not count, so a deleted node is replaced
 //! at once (its replacement launches while it drains).
 //!
-//! [`not_for_dynamic_provisioning`]: super::provisioner::snapshot::not_for_dynamic_provisioning
+//! [`not_for_dynamic_provisioning`]: crate::rules::snapshot::not_for_dynamic_provisioning
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,16 +19,16 @@ use kube::api::PostParams;
 use kube::{Api, ResourceExt};
 
 use super::nodeclaim;
-use super::provisioner::claim_for;
 use super::provisioner::instance_types::FromProviders;
-use super::provisioner::snapshot::Snapshot;
 use crate::api::labels::NODEPOOL;
 use crate::api::{NodeClaim, NodePool};
 use crate::controllers::{Context, ControllerError};
 use crate::rules::candidates;
 use crate::rules::claims::provider_id;
 use crate::rules::consolidation::cost;
+use crate::rules::new_claim::claim_for;
 use crate::rules::pods::{do_not_disrupt, owned_by_daemonset};
+use crate::rules::snapshot::Snapshot;
 use crate::scheduling::convert::is_terminal;
 use crate::scheduling::quantity;
 use k8s_openapi::api::core::v1::Pod;
@@ -42,7 +42,7 @@ pub async fn run(ctx: Arc<Context>) {
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let snapshot = Snapshot::take(&ctx);
+        let snapshot = crate::controllers::provisioner::snapshot::take(&ctx);
         for pool in snapshot.pools.iter().filter(|p| p.spec.replicas.is_some()) {
             if let Err(err) = reconcile(&ctx, &snapshot, pool).await {
                 tracing::warn!(nodepool = %pool.name_any(), error = %err, "static nodepool");

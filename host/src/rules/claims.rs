@@ -1,4 +1,4 @@
-//! Facts of one NodeClaim.
+//! Facts of one NodeClaim, and the owner references Karpenter puts on claims and Nodes.
 
 use kube::ResourceExt;
 
@@ -27,6 +27,17 @@ pub fn is_true(claim: &NodeClaim, type_: &str) -> bool {
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, type_))
         .is_some_and(|c| c.is_true())
+}
+
+/// An owner reference to `object` (a claim, for its Node; a pool, for its claims), blocking
+/// the owner's foreground deletion as Karpenter's do; none for an object without a UID.
+pub fn owner_reference<K: kube::Resource<DynamicType = ()>>(
+    object: &K,
+) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference> {
+    let mut owner = object.controller_owner_ref(&())?;
+    owner.controller = None;
+    owner.block_owner_deletion = Some(true);
+    Some(owner)
 }
 
 #[cfg(test)]

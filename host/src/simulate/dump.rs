@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 
 use crate::api::nodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use crate::api::{NodeClaim, NodeClass, NodeClassSpec, NodeOverlay, NodePool};
-use crate::controllers::Selector;
+use crate::rules::selector::Selector;
 use crate::state::View;
 
 use super::StandIn;

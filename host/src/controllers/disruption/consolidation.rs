@@ -27,7 +27,6 @@ use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::api::shared::find_condition;
 use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{self, persist_status};
-use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
 use crate::rules::budgets;
@@ -39,6 +38,7 @@ use crate::rules::consolidation::{
     self, Candidate, Cluster, Command, Policy, PoolTotals, Reason, cost, price,
 };
 use crate::rules::pods::is_reschedulable;
+use crate::rules::snapshot::Snapshot;
 use crate::rules::verdict::{self, Facts, consolidatable_since};
 use crate::scheduling::convert::is_terminal;
 use crate::scheduling::convert::volumes::has_claims;
@@ -730,7 +730,7 @@ async fn build(
     let room = ctx.buffers.room(&view.claims);
     let (mut snapshot, held);
     let view = if room.is_empty() {
-        snapshot = Snapshot::take(ctx);
+        snapshot = crate::controllers::provisioner::snapshot::take(ctx);
         view
     } else {
         let mut now_view = ctx.state.view();
@@ -742,7 +742,8 @@ async fn build(
         &held
     };
     add_unbound(&mut snapshot, view, &ctx.selector);
-    let built = snapshot.input(ctx, &ctx.instance_types).await;
+    let built =
+        crate::controllers::provisioner::snapshot::input(&snapshot, ctx, &ctx.instance_types).await;
     cluster_from(
         view,
         &snapshot,
@@ -778,7 +779,7 @@ fn recently_changed(
 pub fn add_unbound(
     snapshot: &mut Snapshot,
     view: &View,
-    selector: &crate::controllers::selector::Selector,
+    selector: &crate::rules::selector::Selector,
 ) {
     let known: std::collections::HashSet<(Option<String>, String)> = snapshot
         .pending

@@ -10,11 +10,11 @@ use std::time::{Duration, Instant};
 use kube::ResourceExt;
 
 use crate::controllers::Context;
-use crate::controllers::provisioner::snapshot::Snapshot;
 use crate::rules::candidates::{Machine, disrupting};
 use crate::rules::claims::provider_id;
 use crate::rules::consolidation::Refusal;
 use crate::rules::pods::is_reschedulable;
+use crate::rules::snapshot::Snapshot;
 use crate::scheduling::removal::{self, NAMED_STRANDED};
 use crate::scheduling::{NewClaim, Pod, SchedulingInput, Taint, TaintEffect};
 use crate::state::View;
@@ -47,7 +47,10 @@ impl Plan {
     pub async fn new(ctx: &Context, view: &View) -> Self {
         let started = Instant::now();
         let snapshot = Snapshot::from_view(view, &ctx.selector);
-        let mut input = snapshot.input(ctx, &ctx.instance_types).await.input;
+        let mut input =
+            crate::controllers::provisioner::snapshot::input(&snapshot, ctx, &ctx.instance_types)
+                .await
+                .input;
         let decided: HashSet<&str> = view
             .claims
             .iter()

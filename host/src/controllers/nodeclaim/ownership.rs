@@ -31,10 +31,10 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::json;
 
-use super::owner_reference;
 use crate::api::labels::{OWNER_LABEL, PROVIDER_ANNOTATION};
 use crate::api::{NodeClaim, NodePool};
 use crate::controllers::{Context, ControllerError, merge_patch};
+use crate::rules::claims::owner_reference;
 use crate::rules::claims::{nodepool, provider_id};
 
 /// Why a provider ID or Node is not the claim's to take.

@@ -10,7 +10,7 @@ use kube::api::PostParams;
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 
-use super::{Step, nodes_with_provider_id, owner_reference, ownership, persist_status, set};
+use super::{Step, nodes_with_provider_id, ownership, persist_status, set};
 use crate::api::labels::{OWNER_LABEL, PROVIDER_ANNOTATION, ZONE};
 use crate::api::labels::{
     REGISTERED as REGISTERED_LABEL, TERMINATION_FINALIZER, UNREGISTERED_TAINT_KEY,
@@ -19,6 +19,7 @@ use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::{ConditionStatus, NodeClaim, Taint};
 use crate::controllers::nodepool_status;
 use crate::controllers::{Context, ControllerError};
+use crate::rules::claims::owner_reference;
 use crate::rules::claims::{is_true, nodepool};
 
 /// How often a launched claim looks for its Node.

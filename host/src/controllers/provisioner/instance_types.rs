@@ -23,7 +23,7 @@ use crate::scheduling::overlay::{self, Overlay};
 use crate::scheduling::resources::CPU;
 use crate::scheduling::{InstanceType, Offering, Requirement, Requirements, Resources};
 
-use super::ProvisionError;
+use crate::rules::snapshot::{InstanceTypeSource, ProvisionError};
 
 /// How long an entry is fresh.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -35,37 +35,6 @@ struct Key {
     class: String,
     class_generation: Option<i64>,
     provider_sha256: String,
-}
-
-/// Where [`super::snapshot::Snapshot::input_from`] gets each pool's instance types: the host's
-/// providers ([`FromProviders`]) or, in `capstan simulate`, a component loaded from a file.
-pub trait InstanceTypeSource {
-    /// The instance types `pool` may launch, its `nodeClassRef` resolved against `classes` (the
-    /// snapshot's NodeClasses), offerings that cannot launch now marked unavailable.
-    fn instance_types(
-        &self,
-        pool: &NodePool,
-        classes: &HashMap<String, Arc<NodeClass>>,
-    ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send;
-}
-
-/// A function of the pool and the classes is a source too (a fixed catalog, in tests and
-/// benchmarks).
-impl<F> InstanceTypeSource for F
-where
-    F: Fn(
-            &NodePool,
-            &HashMap<String, Arc<NodeClass>>,
-        ) -> Result<Arc<[InstanceType]>, ProvisionError>
-        + Sync,
-{
-    fn instance_types(
-        &self,
-        pool: &NodePool,
-        classes: &HashMap<String, Arc<NodeClass>>,
-    ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send {
-        std::future::ready(self(pool, classes))
-    }
 }
 
 /// The host's source: the NodeClass's live provider from the registry, through the cache, with

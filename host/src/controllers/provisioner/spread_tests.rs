@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::instance_types::InstanceTypeSource;
 use super::*;
 use crate::api::labels::{CAPACITY_TYPE, ZONE};
+use crate::rules::snapshot::{InstanceTypeSource, Snapshot};
 use crate::scheduling::{InstanceType, Offering, Requirement, Requirements};
 
 const ZONES: [&str; 4] = ["test-zone-a", "test-zone-b", "test-zone-c", "test-zone-d"];
@@ -143,7 +143,7 @@ async fn solve(
         claims,
         ..crate::state::View::default()
     };
-    let snapshot = Snapshot::from_view(&view, &crate::controllers::Selector::default());
+    let snapshot = Snapshot::from_view(&view, &crate::rules::selector::Selector::default());
     let built = snapshot.input_from(&FourZones).await;
     assert_eq!(built.input.pods.len(), 6, "{:?}", built.rejected);
     let result = scheduling::solve(&built.input);

@@ -1,9 +1,15 @@
 use k8s_openapi::api::core::v1::{PodCondition, PodSpec, PodStatus};
 use serde_json::json;
 
-use super::snapshot::not_for_dynamic_provisioning;
 use super::*;
+use crate::rules::snapshot::not_for_dynamic_provisioning;
+use kube::api::ObjectMeta;
+
+use crate::api::labels::PRICE_ANNOTATION;
+use crate::rules::new_claim::{api_requirements, claim_for};
+use crate::rules::snapshot::Snapshot;
 use crate::scheduling::Requirement;
+use crate::scheduling::{Requirements, Resources};
 
 fn pending_pod() -> Pod {
     Pod {
@@ -163,7 +169,7 @@ fn static_and_unready_pools_are_left_out() {
 /// A source for pools this test has none of.
 struct NoTypes;
 
-impl instance_types::InstanceTypeSource for NoTypes {
+impl crate::rules::snapshot::InstanceTypeSource for NoTypes {
     async fn instance_types(
         &self,
         _pool: &NodePool,
@@ -218,7 +224,7 @@ async fn a_nodes_csi_limits_and_the_volumes_of_its_pods_reach_the_simulation() {
         }))],
         ..crate::state::View::default()
     };
-    let snapshot = Snapshot::from_view(&view, &crate::controllers::Selector::default());
+    let snapshot = Snapshot::from_view(&view, &crate::rules::selector::Selector::default());
     let built = snapshot.input_from(&NoTypes).await;
     let node = &built.input.existing_nodes[0];
     assert_eq!(node.volume_limits["ebs.csi.example.com"], 1);

@@ -200,7 +200,7 @@ fn run_batch(
         ..SchedulingInput::default()
     });
     for (i, new) in result.new_claims.iter().enumerate() {
-        let mut claim = super::super::claim_for(new, p, &Default::default());
+        let mut claim = super::super::new_claim::claim_for(new, p, &Default::default());
         claim.metadata.name = Some(format!("default-{}-{i}", claims.len()));
         claims.push(claim);
     }
