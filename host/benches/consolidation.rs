@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use capstan::rules::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, price};
 // The shared Karpenter inputs take their scheduling types from here.
 use capstan::api::{NodeClass, NodePool};
-use capstan::controllers::disruption::consolidation::{add_unbound, cluster_from};
+use capstan::rules::consolidation::from_view::{add_unbound, cluster_from};
 use capstan::rules::selector::Selector;
 use capstan::rules::snapshot::InstanceTypeSource;
 use capstan::rules::snapshot::ProvisionError;

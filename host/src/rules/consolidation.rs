@@ -26,6 +26,7 @@
 
 pub mod cost;
 mod decide;
+pub mod from_view;
 mod headroom;
 pub mod price;
 mod search;
