@@ -22,9 +22,10 @@ use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::CONSOLIDATABLE;
 use crate::api::shared::find_condition;
 use crate::rules::budgets;
-use crate::rules::candidates::{DISRUPTION_ANNOTATION, Machine, lifetime_remaining, machines};
+use crate::rules::candidates::{DISRUPTION_ANNOTATION, Machine, machines};
 use crate::rules::claims::is_true;
 use crate::rules::consolidation::cost;
+use crate::rules::consolidation::cost::claim_lifetime_remaining as lifetime_remaining;
 use crate::rules::verdict::{self, CONSOLIDATION_BLOCKED, NOT_BLOCKED};
 use crate::state::View;
 

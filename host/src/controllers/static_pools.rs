@@ -93,7 +93,7 @@ fn removal(claim: &NodeClaim, pods: &[&Pod], now: k8s_openapi::jiff::Timestamp) 
         cost: if busy {
             cost::disruption_cost(
                 pods.iter().copied(),
-                candidates::lifetime_remaining(claim, now),
+                crate::rules::consolidation::cost::claim_lifetime_remaining(claim, now),
             )
         } else {
             0.0

@@ -185,16 +185,6 @@ pub fn held(
     None
 }
 
-/// The share of the claim's `expireAfter` lifetime still ahead at `now` (1 without one).
-pub fn lifetime_remaining(claim: &NodeClaim, now: Timestamp) -> f64 {
-    let expire = duration::parse_nillable(&claim.spec.expire_after)
-        .ok()
-        .flatten()
-        .map(|d| d.as_millis());
-    let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
-    crate::rules::consolidation::cost::lifetime_remaining(created, expire, now)
-}
-
 /// Whether a claim is being disrupted (marked) or deleted.
 pub fn disrupting(claim: &NodeClaim) -> bool {
     claim.metadata.deletion_timestamp.is_some()

@@ -66,6 +66,16 @@ pub fn lifetime_remaining(
     ((total as f64 - age) / total as f64).clamp(0.0, 1.0)
 }
 
+/// The share of the claim's `expireAfter` lifetime still ahead at `now` (1 without one).
+pub fn claim_lifetime_remaining(claim: &crate::api::NodeClaim, now: Timestamp) -> f64 {
+    let expire = crate::api::duration::parse_nillable(&claim.spec.expire_after)
+        .ok()
+        .flatten()
+        .map(|d| d.as_millis());
+    let created = claim.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    lifetime_remaining(created, expire, now)
+}
+
 /// The order in which candidates are tried: Σ eviction cost × lifetime remaining.
 pub fn disruption_cost<'a>(
     pods: impl IntoIterator<Item = &'a Pod>,

@@ -19,9 +19,7 @@ use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::rules::budgets;
-use crate::rules::candidates::{
-    Machine, eligible, held, lifetime_remaining, machines, pool_counts,
-};
+use crate::rules::candidates::{Machine, eligible, held, machines, pool_counts};
 use crate::rules::claims::is_true;
 use crate::rules::pods::is_reschedulable;
 use crate::rules::selector::Selector;
@@ -217,7 +215,7 @@ pub fn cluster_from(
             continue;
         };
         let label = |key: &str| m.node.labels().get(key).cloned().unwrap_or_default();
-        let lifetime = lifetime_remaining(m.claim, now);
+        let lifetime = cost::claim_lifetime_remaining(m.claim, now);
         (node.as_str(), m.pods.len()).hash(&mut hasher);
         candidates.push(Candidate {
             node,
