@@ -118,8 +118,9 @@ impl TrustRoot {
         }
         let root = TrustedRoot::from_json(json)
             .map_err(|err| key_error(format!("not a Sigstore trusted_root.json: {err}")))?;
-        Verifier::new(&root).map_err(|err| key_error(format!("unusable trust root: {err}")))?;
-        Ok(Self { name, root })
+        let root = Self { name, root };
+        root.verifier()?;
+        Ok(root)
     }
 
     /// Where it came from.

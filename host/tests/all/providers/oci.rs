@@ -208,11 +208,7 @@ async fn config_map_sources_verify_a_sigstore_bundle() {
             Some(("provider.sigstore.json", &bundle)),
         )
         .await;
-    let mut spec = setup.spec("src", "provider.wasm");
-    if let Some(source) = spec.source.config_map.as_mut() {
-        source.bundle_key = Some("provider.sigstore.json".into());
-    }
-    spec.verification = Some(keys_in("keys"));
+    let spec = bundled_spec(&setup, keys_in("keys"));
     setup.put_provider(&name, spec).await;
     setup.wait_loaded(&name, &sha256_hex(&v1)).await;
 
@@ -335,24 +331,22 @@ async fn keyless_signers_are_trusted_by_identity_and_trust_root() {
         )
         .await;
     let spec_for = |subject: &str, root: &str| {
-        let mut spec = setup.spec("src", "provider.wasm");
-        if let Some(source) = spec.source.config_map.as_mut() {
-            source.bundle_key = Some("provider.sigstore.json".into());
-        }
-        spec.verification = Some(ProviderVerification {
-            keys: Vec::new(),
-            identities: vec![KeylessIdentity {
-                issuer: Some(issuer.clone()),
-                issuer_prefix: None,
-                subject: Some(subject.into()),
-                subject_prefix: None,
-            }],
-            trust_root: Some(LocalObjectKey {
-                name: root.into(),
-                key: "trusted_root.json".into(),
-            }),
-        });
-        spec
+        bundled_spec(
+            &setup,
+            ProviderVerification {
+                keys: Vec::new(),
+                identities: vec![KeylessIdentity {
+                    issuer: Some(issuer.clone()),
+                    issuer_prefix: None,
+                    subject: Some(subject.into()),
+                    subject_prefix: None,
+                }],
+                trust_root: Some(LocalObjectKey {
+                    name: root.into(),
+                    key: "trusted_root.json".into(),
+                }),
+            },
+        )
     };
     let refused_message = |provider: capstan::api::provider::Provider| {
         provider
@@ -428,15 +422,13 @@ async fn a_logged_key_signature_is_checked_against_the_log() {
         )
         .await;
     let spec_with = |trust_root: Option<LocalObjectKey>| {
-        let mut spec = setup.spec("src", "provider.wasm");
-        if let Some(source) = spec.source.config_map.as_mut() {
-            source.bundle_key = Some("provider.sigstore.json".into());
-        }
-        spec.verification = Some(ProviderVerification {
-            trust_root,
-            ..keys_in("keys")
-        });
-        spec
+        bundled_spec(
+            &setup,
+            ProviderVerification {
+                trust_root,
+                ..keys_in("keys")
+            },
+        )
     };
     let unrooted = setup.names.name("unrooted");
     setup.put_provider(&unrooted, spec_with(None)).await;
@@ -705,4 +697,15 @@ async fn pull_and_verify_cost_next_to_a_config_map_read() {
         median(cm),
         median(bundled),
     );
+}
+
+/// The Provider spec of the component in ConfigMap `src` (key `provider.wasm`), its Sigstore
+/// bundle beside it (`provider.sigstore.json`), checked against `verification`.
+fn bundled_spec(setup: &Setup, verification: ProviderVerification) -> ProviderSpec {
+    let mut spec = setup.spec("src", "provider.wasm");
+    if let Some(source) = spec.source.config_map.as_mut() {
+        source.bundle_key = Some("provider.sigstore.json".into());
+    }
+    spec.verification = Some(verification);
+    spec
 }
