@@ -10,11 +10,15 @@ REPLICAS=${CAPSTAN_DEMO_PODS:-12}
 
 # Only what the demo runs: the control plane (not Cluster API's controllers) and the kwok provider
 # (not the other guests, nor the Python toolchain).
+# The Go build of the control plane runs beside the Rust builds: each has serial stretches (linking)
+# the other fills.
 ensure_rust
-build_core_control_plane
+build_core_control_plane >/dev/null &
+CP_BUILD=$!
 CAPSTAN_PROVIDERS=kwok build_providers
 log "building capstan"
 cargo build -p capstan --locked --quiet
+wait "$CP_BUILD" || { echo "demo: the control plane build failed (its log is named above)" >&2; exit 1; }
 CAPSTAN="$CARGO_TARGET_DIR/debug/capstan"
 CP="$REPO_ROOT/tests/control-plane/cp"
 

@@ -117,19 +117,21 @@ package_chart() {
   bash "$REPO_ROOT/image/chart.sh" "$(bash "$REPO_ROOT/tests/control-plane/cp" build)/helm" >/dev/null
 }
 
-# Builds (or finds cached) control-plane binaries, and Cluster API's controllers for the tests.
+# Builds (or finds cached) control-plane binaries with helm, and Cluster API's controllers, for the tests.
 build_control_plane() {
-  build_core_control_plane
+  ensure_go
+  log "building the control plane and helm (cached under $CAPSTAN_CACHE/control-plane)"
+  bash "$REPO_ROOT/tests/control-plane/cp" build >/dev/null
   log "building Cluster API's core controllers (cached under $CAPSTAN_CACHE/control-plane/tools)"
   bash "$REPO_ROOT/tests/control-plane/cp" capi-build >/dev/null
 }
 
 # Builds (or finds cached) the control plane alone (etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler, kwok, kubectl, helm): what the demo runs.
+# kube-scheduler, kwok, kubectl; not helm): what the demo runs.
 build_core_control_plane() {
   ensure_go
   log "building the control plane (cached under $CAPSTAN_CACHE/control-plane)"
-  bash "$REPO_ROOT/tests/control-plane/cp" build
+  bash "$REPO_ROOT/tests/control-plane/cp" build --core
 }
 
 # Builds (or finds cached) the supply-chain tools the OCI and signature tests run: the CNCF
