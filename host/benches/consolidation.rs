@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use capstan::rules::consolidation::{Candidate, Cluster, Options, Policy, PoolTotals, price};
 // The shared Karpenter inputs take their scheduling types from here.
 use capstan::api::{NodeClass, NodePool};
+use capstan::rules::candidates::Joined;
 use capstan::rules::consolidation::from_view::{add_unbound, cluster_from};
 use capstan::rules::selector::Selector;
 use capstan::rules::snapshot::InstanceTypeSource;
@@ -287,8 +288,10 @@ async fn build(
         .iter()
         .map(|p| (p.metadata.name.clone().unwrap_or_default(), p.as_ref()))
         .collect();
+    let joined = Joined::of(view);
     let (cluster, _) = cluster_from(
         view,
+        &joined,
         &snapshot,
         built.input,
         (&pools, &HashSet::new()),

@@ -21,7 +21,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use capstan::capability::Capabilities;
-use capstan::controllers::provisioner::instance_types::from_catalog;
+use capstan::catalog::from_catalog;
 use capstan::provider::convert::catalog::CatalogView;
 use capstan::runtime::cache::Precompiled;
 use capstan::runtime::engine::{AllocatorChoice, EngineBuilder};

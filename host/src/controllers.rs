@@ -211,7 +211,7 @@ pub struct Context {
     /// The caches the provisioner and disruption decide over.
     pub state: Arc<ClusterState>,
     /// Instance types per NodePool and NodeClass, shared by the provisioner and disruption.
-    pub instance_types: provisioner::instance_types::InstanceTypeCache,
+    pub instance_types: crate::catalog::InstanceTypeCache,
     /// Metrics.
     pub metrics: &'static Metrics,
     /// Offerings recently out of capacity, avoided by launch.
@@ -378,7 +378,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         selector,
         nodes,
         state,
-        instance_types: provisioner::instance_types::InstanceTypeCache::default(),
+        instance_types: crate::catalog::InstanceTypeCache::default(),
         metrics: crate::metrics::global(),
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),

@@ -13,6 +13,10 @@
 //! - [`conformance`]: the conformance kit behind `capstan provider test`.
 //! - [`provider`]: the registry of live providers, loading, ConfigMap sources, packaging and the
 //!   API ↔ WIT conversions.
+//! - [`catalog`]: instance types from the providers' catalogs, converted, cached and overlaid.
+//! - [`rules`]: the cluster's rules, pure: pod, claim and node facts, the snapshot, candidates,
+//!   budgets, verdicts, drift and the consolidation search, shared by the controllers, `simulate`
+//!   and `explain`.
 //! - [`scheduling`]: the pure scheduling simulation (requirements, instance-type filtering, bin
 //!   packing, topology) the provisioner runs.
 //! - [`controllers`]: the provisioner, the NodeClaim lifecycle, Provider loading, garbage
@@ -28,6 +32,7 @@
 
 pub mod api;
 pub mod capability;
+pub mod catalog;
 pub mod conformance;
 pub mod controllers;
 pub mod explain;

@@ -17,6 +17,7 @@
 //! - [`budgets`]: a pool's disruption budgets (schedules, percentages, reasons);
 //! - [`verdict`]: why a candidate is not consolidatable now, as its condition and `explain` say;
 //! - [`drift`]: the template hash and requirements a claim drifted from;
+//! - [`resolve`]: from a `nodeClassRef` to its node class and provider;
 //! - [`selector`]: the equality-based label selectors of `--selector` (which pods, claims and
 //!   pools this host manages);
 //! - [`consolidation`]: the consolidation search (emptiness, multi-node, single-node) over the
@@ -32,6 +33,7 @@ pub mod limits;
 pub mod new_claim;
 pub mod nodes;
 pub mod pods;
+pub mod resolve;
 pub mod selector;
 pub mod snapshot;
 pub mod verdict;

@@ -25,6 +25,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -33,15 +34,14 @@ use crate::api::labels::PRICE_ANNOTATION;
 use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodeOverlay, NodePool, duration};
-use crate::controllers::nodeclaim;
-use crate::controllers::provisioner::instance_types::{Catalog, InstanceTypeCache};
-use crate::controllers::resolve;
+use crate::catalog::{Catalog, InstanceTypeCache};
 use crate::provider::Registry;
-use crate::rules::candidates::{machines, pool_counts};
-use crate::rules::claims::{is_true, provider_id};
+use crate::rules::candidates::Joined;
+use crate::rules::claims::{is_true, provider_id, set_condition};
 use crate::rules::consolidation::from_view as consolidation;
 use crate::rules::consolidation::{self as engine, Cluster, price};
 use crate::rules::new_claim::{claim_for, resource_list};
+use crate::rules::resolve;
 use crate::rules::selector::Selector;
 use crate::rules::snapshot::{InstanceTypeSource, ProvisionError, Snapshot};
 use crate::rules::verdict;
@@ -175,7 +175,8 @@ impl FromRegistry {
 /// eventually set it to when no pod moves: true for an initialized claim of a known pool whose
 /// `consolidateAfter` is a duration, absent otherwise (`Never`, not initialized, no pool).
 /// Returns how many claims it takes as consolidatable.
-pub fn assume_consolidatable(view: &mut View) -> usize {
+pub fn assume_consolidatable(view: &mut View, now: Timestamp) -> usize {
+    let now = Time(now);
     let pools: HashMap<String, &NodePool> = view
         .pools
         .iter()
@@ -200,12 +201,13 @@ pub fn assume_consolidatable(view: &mut View) -> usize {
         }
         let claim = Arc::make_mut(claim);
         if want {
-            nodeclaim::set(
+            set_condition(
                 claim,
                 CONSOLIDATABLE,
                 ConditionStatus::True,
                 "Consolidatable",
                 "assumed by capstan simulate",
+                &now,
             );
         } else if let Some(status) = claim.status.as_mut() {
             status.conditions.retain(|c| c.type_ != CONSOLIDATABLE);
@@ -489,7 +491,7 @@ impl Total {
 /// Runs the provisioner's and consolidation's simulations over `view`.
 pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Settings) -> Report {
     if settings.assume_consolidatable {
-        let n = assume_consolidatable(&mut view);
+        let n = assume_consolidatable(&mut view, settings.now);
         tracing::debug!(claims = n, "claims taken as consolidatable");
     }
     let snapshot = Snapshot::from_view(&view, &settings.selector);
@@ -724,7 +726,8 @@ async fn consolidate(
         .iter()
         .map(|p| (p.name_any(), p.as_ref()))
         .collect();
-    let (allowances, budget_errors) = consolidation::allowances_in(view, &pools, now);
+    let joined = Joined::of(view);
+    let (allowances, budget_errors) = consolidation::allowances_in(&joined, &pools, now);
     let mut out = Consolidation {
         budget_errors: budget_errors
             .into_iter()
@@ -750,6 +753,7 @@ async fn consolidate(
     }
     let found = consolidation::cluster_from(
         view,
+        &joined,
         snapshot,
         input,
         // A dump has no memory of recent pod changes: the Consolidatable condition (assumed or
@@ -762,10 +766,16 @@ async fn consolidate(
         .as_ref()
         .map(|(c, _)| c.candidates.iter().map(|c| c.claim.clone()).collect())
         .unwrap_or_default();
-    out.not_candidates = not_candidates(view, &pools, &candidates, now, prices);
+    out.not_candidates = not_candidates((view, &joined), &pools, &candidates, now, prices);
     let Some((cluster, _)) = found else {
         if settings.explain {
-            out.verdicts = Some(verdicts(view, &pools, now, &HashMap::new(), None));
+            out.verdicts = Some(verdicts(
+                (view, &joined),
+                &pools,
+                now,
+                &HashMap::new(),
+                None,
+            ));
         }
         return out;
     };
@@ -812,7 +822,7 @@ async fn consolidate(
             (claims, cmd.reason.as_str())
         });
         let pending = pending.as_ref().map(|(c, r)| (c.as_slice(), *r));
-        out.verdicts = Some(verdicts(view, &pools, now, &refused, pending));
+        out.verdicts = Some(verdicts((view, &joined), &pools, now, &refused, pending));
     }
     out.decision = command.map(|cmd| decision(&cluster, &cmd));
     out
@@ -822,25 +832,23 @@ async fn consolidate(
 /// [`verdict::verdict`] over the dump, with the search's refusals and its decision (which the
 /// host would then hold for validation).
 fn verdicts(
-    view: &View,
+    (view, joined): (&View, &Joined<'_>),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     refused: &HashMap<String, engine::Refusal>,
     pending: Option<(&[String], &'static str)>,
 ) -> Vec<NodeNote> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
     let recent = HashSet::new();
     let facts = verdict::Facts {
         pdbs: &view.pdbs,
         now,
-        counts: &counts,
+        counts: &joined.counts,
         recent: &recent,
         refused,
         pending,
     };
     let mut out = Vec::new();
-    for m in &all {
+    for m in &joined.machines {
         let pool_name = m.claim.labels().get(NODEPOOL).cloned().unwrap_or_default();
         let Some(pool) = pools.get(&pool_name) else {
             continue;
@@ -899,25 +907,23 @@ fn decision(cluster: &Cluster, cmd: &engine::Command) -> Decision {
 /// [`verdict::verdict`] (what the host would write on its claim), else why it could not be
 /// priced or simulated.
 fn not_candidates(
-    view: &View,
+    (view, joined): (&View, &Joined<'_>),
     pools: &BTreeMap<String, &NodePool>,
     candidates: &HashSet<String>,
     now: Timestamp,
     prices: &NodePrices<'_>,
 ) -> Vec<NodeNote> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
     let (recent, refused) = (HashSet::new(), HashMap::new());
     let facts = verdict::Facts {
         pdbs: &view.pdbs,
         now,
-        counts: &counts,
+        counts: &joined.counts,
         recent: &recent,
         refused: &refused,
         pending: None,
     };
     let mut out = Vec::new();
-    for m in &all {
+    for m in &joined.machines {
         let claim = m.claim.name_any();
         if candidates.contains(&claim) {
             continue;

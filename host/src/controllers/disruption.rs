@@ -53,7 +53,7 @@ use crate::state::View;
 use crate::state::served::class_key;
 
 use self::plan::Plan;
-use crate::rules::candidates::{Machine, eligible, held, machines, pool_counts};
+use crate::rules::candidates::{Joined, Machine, eligible, held};
 use crate::rules::claims::{is_true, nodepool};
 use crate::rules::drift::{INSTANCE_TYPE_NOT_FOUND, Stamp};
 
@@ -186,15 +186,17 @@ async fn pass(ctx: &Context, memory: &mut Memory) -> Result<(), ControllerError>
     memory
         .classes
         .retain(|uid, _| classes.contains(uid.as_str()));
-    command::progress(ctx, &view).await?;
-    if start_disruptions(ctx, &view, &pools, now).await? {
+    // The claims, Nodes and pods joined once for the whole pass.
+    let joined = Joined::of(&view);
+    command::progress(ctx, &view, &joined).await?;
+    if start_disruptions(ctx, &view, &joined, &pools, now).await? {
         // The budgets just changed under this view; consolidation waits a pass.
         return Ok(());
     }
     consolidation::pass(
         ctx,
         &mut memory.consolidation,
-        (&view, generation),
+        (&view, &joined, generation),
         &pools,
         now,
     )
@@ -440,14 +442,14 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
 async fn start_disruptions(
     ctx: &Context,
     view: &View,
+    joined: &Joined<'_>,
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
 ) -> Result<bool, ControllerError> {
     let mut started = false;
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
+    let (all, counts) = (&joined.machines, &joined.counts);
     let mut drifted: BTreeMap<&str, Vec<&Machine<'_>>> = BTreeMap::new();
-    for m in &all {
+    for m in all {
         let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
             continue;
         };
@@ -458,7 +460,7 @@ async fn start_disruptions(
             drifted.entry(pool_name.as_str()).or_default().push(m);
         }
     }
-    if start_static_drift(ctx, view, pools, &all, &counts, now).await? {
+    if start_static_drift(ctx, view, pools, all, counts, now).await? {
         started = true;
     }
     ctx.metrics

@@ -20,7 +20,7 @@ use crate::api::nodepool::DisruptionReason;
 use crate::controllers::Context;
 use crate::metrics::state;
 use crate::rules::budgets;
-use crate::rules::candidates::{machines, pool_counts};
+use crate::rules::candidates::Joined;
 use crate::state::View;
 
 /// How long gauges built from an unchanged state serve scrapes (node lifetimes and budget
@@ -31,8 +31,7 @@ const MAX_INTERVAL: Duration = Duration::from_secs(10);
 /// `karpenter_nodepools_allowed_disruptions`); a pool without a budget for a reason may
 /// disrupt every node.
 pub fn allowed_disruptions(view: &View, now: Timestamp) -> Vec<(String, String, usize)> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
+    let counts = Joined::of(view).counts;
     let mut out = Vec::new();
     for pool in &view.pools {
         let name = pool.name_any();

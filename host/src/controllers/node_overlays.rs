@@ -23,7 +23,8 @@ use serde_json::json;
 use crate::api::nodeoverlay::{READY, VALIDATION_SUCCEEDED};
 use crate::api::shared::set_condition;
 use crate::api::{ConditionStatus, NodeOverlay, NodeOverlayStatus};
-use crate::controllers::provisioner::instance_types::{Catalog, FromProviders};
+use crate::catalog::Catalog;
+use crate::controllers::provisioner::instance_types::FromProviders;
 use crate::controllers::{Context, ControllerError, evaluations, now};
 use crate::scheduling::overlay::{self, Overlay};
 

@@ -26,8 +26,7 @@ use serde_json::json;
 
 use crate::api::NodeClaim;
 use crate::api::labels::TERMINATION_FINALIZER;
-use crate::api::nodeclaim::conditions::{INITIALIZED, LAUNCHED, READY, REGISTERED};
-use crate::api::shared::{ConditionStatus, find_condition, set_condition};
+use crate::api::shared::ConditionStatus;
 use crate::controllers::{Context, ControllerError, finalizer, now};
 use crate::rules::claims::provider_id;
 use crate::state::watch_backoff;
@@ -181,11 +180,8 @@ enum Stage {
     Initialization,
 }
 
-/// The reason on a dependent condition no step has set yet (Karpenter's word).
-const AWAITING_RECONCILIATION: &str = "AwaitingReconciliation";
-
-/// Sets a condition (reason and message are always present: upstream Karpenter CRDs require
-/// them) and recomputes the root `Ready`. Returns whether anything changed.
+/// Sets a condition and recomputes the root `Ready`, now ([`crate::rules::claims::set_condition`]).
+/// Returns whether anything changed.
 pub fn set(
     claim: &mut NodeClaim,
     type_: &str,
@@ -193,68 +189,7 @@ pub fn set(
     reason: &str,
     message: &str,
 ) -> bool {
-    let generation = claim.metadata.generation;
-    let conditions = &mut claim.status.get_or_insert_with(Default::default).conditions;
-    // As Karpenter's status conditions: every dependent of `Ready` is present from the first
-    // write, `Unknown` until its step has run, so a claim never shows `Launched` without
-    // `Registered`.
-    let mut changed = false;
-    for dependent in [LAUNCHED, REGISTERED, INITIALIZED] {
-        if dependent != type_ && find_condition(conditions, dependent).is_none() {
-            changed |= set_condition(
-                conditions,
-                dependent,
-                ConditionStatus::Unknown,
-                Some(AWAITING_RECONCILIATION),
-                Some("object is awaiting reconciliation"),
-                generation,
-                now(),
-            );
-        }
-    }
-    changed |= set_condition(
-        conditions,
-        type_,
-        status,
-        Some(reason),
-        Some(message),
-        generation,
-        now(),
-    );
-    let pending: Vec<String> = [LAUNCHED, REGISTERED, INITIALIZED]
-        .iter()
-        .filter(|t| !find_condition(conditions, t).is_some_and(|c| c.is_true()))
-        .map(|t| {
-            let status = find_condition(conditions, t).map_or("Unknown", |c| match c.status {
-                ConditionStatus::True => "True",
-                ConditionStatus::False => "False",
-                ConditionStatus::Unknown => "Unknown",
-            });
-            format!("{t}={status}")
-        })
-        .collect();
-    changed |= if pending.is_empty() {
-        set_condition(
-            conditions,
-            READY,
-            ConditionStatus::True,
-            Some("Ready"),
-            Some(""),
-            generation,
-            now(),
-        )
-    } else {
-        set_condition(
-            conditions,
-            READY,
-            ConditionStatus::Unknown,
-            Some("UnhealthyDependents"),
-            Some(&pending.join(", ")),
-            generation,
-            now(),
-        )
-    };
-    changed
+    crate::rules::claims::set_condition(claim, type_, status, reason, message, &now())
 }
 
 /// Writes the claim's status (optimistically: a stale claim fails with a conflict and is
@@ -324,11 +259,6 @@ pub fn nodes_carrying(ctx: &Context, id: &str) -> Vec<Arc<Node>> {
 mod tests {
     use super::*;
 
-    fn status_of<'a>(claim: &'a NodeClaim, type_: &str) -> Option<(&'a ConditionStatus, &'a str)> {
-        let conditions = &claim.status.as_ref()?.conditions;
-        find_condition(conditions, type_).map(|c| (&c.status, c.reason.as_deref().unwrap_or("")))
-    }
-
     fn claim_named(name: &str, provider_id: Option<&str>) -> NodeClaim {
         let mut claim: NodeClaim = serde_json::from_value(serde_json::json!({
             "apiVersion": "karpenter.sh/v1",
@@ -385,46 +315,5 @@ mod tests {
         // Without an owner: the claims carrying the Node's provider ID.
         assert_eq!(names(&node(None, "kwok://mine")), ["mine"]);
         assert!(names(&node(None, "kwok://unknown")).is_empty());
-    }
-
-    #[test]
-    fn the_first_condition_brings_every_dependent_of_ready_as_unknown() {
-        let spec: crate::api::NodeClaimSpec = serde_json::from_value(serde_json::json!({
-            "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
-            "requirements": []
-        }))
-        .unwrap();
-        let mut claim = NodeClaim::new("c", spec);
-        assert!(set(
-            &mut claim,
-            LAUNCHED,
-            ConditionStatus::True,
-            "Launched",
-            ""
-        ));
-        assert_eq!(
-            status_of(&claim, LAUNCHED),
-            Some((&ConditionStatus::True, "Launched"))
-        );
-        for dependent in [REGISTERED, INITIALIZED] {
-            assert_eq!(
-                status_of(&claim, dependent),
-                Some((&ConditionStatus::Unknown, AWAITING_RECONCILIATION)),
-                "{dependent}"
-            );
-        }
-        assert_eq!(
-            status_of(&claim, READY),
-            Some((&ConditionStatus::Unknown, "UnhealthyDependents"))
-        );
-        // Setting the same again changes nothing; the other two make the claim Ready.
-        for (type_, changes) in [(LAUNCHED, false), (REGISTERED, true), (INITIALIZED, true)] {
-            let changed = set(&mut claim, type_, ConditionStatus::True, type_, "");
-            assert_eq!(changed, changes, "{type_}");
-        }
-        assert_eq!(
-            status_of(&claim, READY),
-            Some((&ConditionStatus::True, "Ready"))
-        );
     }
 }

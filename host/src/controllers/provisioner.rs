@@ -33,8 +33,8 @@ use crate::controllers::{Context, capacity_buffers};
 use crate::metrics::cloudprovider::controller::PROVISIONER;
 use crate::scheduling::{self, NewClaim, Target, buffer};
 
-use self::instance_types::InstanceTypeCache;
 use self::nominations::{Nominations, Verdict};
+use crate::catalog::InstanceTypeCache;
 use crate::rules::limits::{self, LimitEvents};
 use crate::rules::new_claim::claim_for;
 use crate::rules::pods::is_provisionable;

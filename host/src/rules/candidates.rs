@@ -23,6 +23,7 @@ use crate::rules::nodes::{node_ready, tainted_disrupted};
 use crate::rules::pods::{do_not_disrupt, is_reschedulable};
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
+use crate::state::View;
 
 /// Annotation on a claim being disrupted: `<reason>/<replacement count>`. With the
 /// `karpenter.sh/disrupted` taint on its node and the replacements' [`REPLACES`] annotations it
@@ -189,6 +190,32 @@ pub fn held(
 pub fn disrupting(claim: &NodeClaim) -> bool {
     claim.metadata.deletion_timestamp.is_some()
         || claim.annotations().contains_key(DISRUPTION_ANNOTATION)
+}
+
+/// One view's claims, Nodes and pods joined once ([`machines`]) with each pool's counts
+/// ([`pool_counts`]): what every step of a disruption pass, `simulate` and `explain` decide from.
+#[derive(Debug, Clone)]
+pub struct Joined<'a> {
+    /// Each launched claim with its Node and the pods that would move.
+    pub machines: Vec<Machine<'a>>,
+    /// Per pool: (nodes that count, nodes disrupting).
+    pub counts: BTreeMap<String, (usize, usize)>,
+}
+
+impl<'a> Joined<'a> {
+    /// Joins `view`.
+    pub fn of(view: &'a View) -> Self {
+        let machines = machines(&view.claims, &view.nodes, &view.pods);
+        let counts = pool_counts(&view.claims, &machines);
+        Self { machines, counts }
+    }
+
+    /// The machine of the claim named `name`.
+    pub fn machine(&self, name: &str) -> Option<&Machine<'a>> {
+        self.machines
+            .iter()
+            .find(|m| m.claim.metadata.name.as_deref() == Some(name))
+    }
 }
 
 /// The machines of the cluster: each launched claim with its node (by provider ID) and the

@@ -396,14 +396,15 @@ fn assume_consolidatable_follows_consolidate_after() {
     let mut v = view(items);
     // A dumped Consolidatable on a Never pool is dropped, as the host's pass would.
     let kept = Arc::make_mut(&mut v.claims[1]);
-    nodeclaim::set(
+    set_condition(
         kept,
         CONSOLIDATABLE,
         ConditionStatus::True,
         "Consolidatable",
         "",
+        &Time(Timestamp::now()),
     );
-    assert_eq!(assume_consolidatable(&mut v), 1);
+    assert_eq!(assume_consolidatable(&mut v, Timestamp::now()), 1);
     let consolidatable: Vec<bool> = v
         .claims
         .iter()

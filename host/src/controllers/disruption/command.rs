@@ -32,7 +32,7 @@ use crate::controllers::nodeclaim::{self, persist_status};
 use crate::controllers::provisioner::mark_overlays;
 use crate::controllers::{Context, ControllerError, merge_patch};
 use crate::metrics::labels as metric_labels;
-use crate::rules::candidates::{DISRUPTION_ANNOTATION, Machine, REPLACES, machines};
+use crate::rules::candidates::{DISRUPTION_ANNOTATION, Joined, Machine, REPLACES};
 use crate::rules::claims::{is_true, nodepool};
 use crate::rules::new_claim::claim_for;
 use crate::rules::nodes::{self, tainted_disrupted};
@@ -216,8 +216,11 @@ pub async fn launch(
 
 /// Moves every disruption under way one step (see the module's table), and removes disrupted
 /// taints no disruption stands behind.
-pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
+pub async fn progress(
+    ctx: &Context,
+    view: &View,
+    joined: &Joined<'_>,
+) -> Result<(), ControllerError> {
     // Claim name → the claims replacing it, read once (not a scan of every claim per claim).
     let mut replacing: HashMap<&str, Vec<&NodeClaim>> = HashMap::new();
     for claim in &view.claims {
@@ -229,7 +232,7 @@ pub async fn progress(ctx: &Context, view: &View) -> Result<(), ControllerError>
     }
     // Each disruption's step is its own few writes; they go at once, so a thousand disruptions
     // under way wait for the API server's answers together, not one after another.
-    let outcomes: Vec<Result<(), ControllerError>> = futures::stream::iter(&all)
+    let outcomes: Vec<Result<(), ControllerError>> = futures::stream::iter(&joined.machines)
         .map(|m| advance(ctx, &replacing, m))
         .buffer_unordered(WRITES_AT_ONCE)
         .collect()

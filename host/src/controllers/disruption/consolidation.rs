@@ -28,7 +28,7 @@ use crate::api::{ConditionStatus, NodeClaim, NodePool, duration};
 use crate::controllers::nodeclaim::{self, persist_status};
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::labels as metric_labels;
-use crate::rules::candidates::{Machine, job_wait, machines, pool_counts};
+use crate::rules::candidates::{Joined, Machine, job_wait};
 use crate::rules::claims::is_true;
 use crate::rules::consolidation::from_view::{
     Allowances, add_unbound, allowances_in, cluster_from, search,
@@ -113,11 +113,11 @@ struct Pending {
 pub async fn pass(
     ctx: &Context,
     memory: &mut Memory,
-    (view, generation): (&View, u64),
+    (view, joined, generation): (&View, &Joined<'_>, u64),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
 ) -> Result<(), ControllerError> {
-    let touched = pod_events(ctx, memory, view).await;
+    let touched = pod_events(ctx, memory, joined, view).await;
     let names: std::collections::HashSet<String> =
         view.claims.iter().map(|c| c.name_any()).collect();
     memory.refusals.retain(|claim, _| names.contains(claim));
@@ -127,8 +127,8 @@ pub async fn pass(
     memory.changed_at.retain(|claim, _| names.contains(claim));
     let recent = recently_changed(&memory.changed_at, view, pools);
     mark_consolidatable(ctx, view, pools, now, &touched).await;
-    let decided = decide(ctx, memory, (view, generation), pools, now, &recent).await;
-    publish_verdicts(ctx, memory, view, pools, now, &recent).await;
+    let decided = decide(ctx, memory, (view, joined, generation), pools, now, &recent).await;
+    publish_verdicts(ctx, memory, (view, joined), pools, now, &recent).await;
     decided
 }
 
@@ -136,7 +136,7 @@ pub async fn pass(
 async fn decide(
     ctx: &Context,
     memory: &mut Memory,
-    (view, generation): (&View, u64),
+    (view, joined, generation): (&View, &Joined<'_>, u64),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
@@ -157,9 +157,9 @@ async fn decide(
             let label = pending.reason.as_str().to_lowercase();
             return reject(ctx, &label, claim, "its pods changed").await;
         }
-        return validate_and_start(ctx, view, pools, now, pending, recent).await;
+        return validate_and_start(ctx, (view, joined), pools, now, pending, recent).await;
     }
-    let allowance = allowances(ctx, view, pools, now).await;
+    let allowance = allowances(ctx, joined, pools, now).await;
     // What the budgets allow is part of what a search depends on: a node that finishes leaving
     // opens the budget without changing the nodes the search sees; so are the prices, which
     // NodeOverlays change.
@@ -178,7 +178,8 @@ async fn decide(
     }
     // Karpenter times a method's whole evaluation, taking the cluster included.
     let evaluating = Instant::now();
-    let Some((mut cluster, cluster_fingerprint)) = build(ctx, view, pools, now, recent).await
+    let Some((mut cluster, cluster_fingerprint)) =
+        build(ctx, (view, joined), pools, now, recent).await
     else {
         memory.refused.clear();
         memory.quiet = Some((quiet_key, Instant::now()));
@@ -264,7 +265,7 @@ fn remembered(memo: Option<(u64, Instant)>, key: u64, within: Duration) -> bool 
 /// Re-checks a decision against the cluster now; carries it out if it still holds.
 async fn validate_and_start(
     ctx: &Context,
-    view: &View,
+    (view, joined): (&View, &Joined<'_>),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     pending: Pending,
@@ -272,10 +273,10 @@ async fn validate_and_start(
 ) -> Result<(), ControllerError> {
     let reason = pending.reason;
     let label = reason.as_str().to_lowercase();
-    let Some((mut cluster, _)) = build(ctx, view, pools, now, recent).await else {
+    let Some((mut cluster, _)) = build(ctx, (view, joined), pools, now, recent).await else {
         return Ok(());
     };
-    let allowances = allowances(ctx, view, pools, now).await;
+    let allowances = allowances(ctx, joined, pools, now).await;
     let allowance = match reason {
         Reason::Empty => allowances.empty,
         Reason::Underutilized => allowances.underutilized,
@@ -346,7 +347,7 @@ async fn validate_and_start(
             return reject(ctx, &label, first, &why.to_string()).await;
         }
     };
-    start(ctx, view, &cluster, &cmd).await
+    start(ctx, joined, &cluster, &cmd).await
 }
 
 async fn reject(
@@ -369,18 +370,14 @@ async fn reject(
 /// Carries a validated decision out through [`command::launch`].
 async fn start(
     ctx: &Context,
-    view: &View,
+    joined: &Joined<'_>,
     cluster: &Cluster,
     cmd: &Command,
 ) -> Result<(), ControllerError> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
     let chosen: Vec<&Machine<'_>> = cmd
         .candidates
         .iter()
-        .filter_map(|&i| {
-            let claim = &cluster.candidates[i].claim;
-            all.iter().find(|m| &m.claim.name_any() == claim)
-        })
+        .filter_map(|&i| joined.machine(&cluster.candidates[i].claim))
         .collect();
     if chosen.len() != cmd.candidates.len() {
         return Ok(());
@@ -419,14 +416,13 @@ const VERDICT_MESSAGE_EVERY: Duration = Duration::from_secs(60);
 async fn publish_verdicts(
     ctx: &Context,
     memory: &mut Memory,
-    view: &View,
+    (view, joined): (&View, &Joined<'_>),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
 ) {
     warn_bad_job_waits(ctx, memory, pools).await;
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
+    let (all, counts) = (&joined.machines, &joined.counts);
     let pending = memory
         .pending
         .as_ref()
@@ -434,14 +430,14 @@ async fn publish_verdicts(
     let facts = Facts {
         pdbs: &view.pdbs,
         now,
-        counts: &counts,
+        counts,
         recent,
         refused: &memory.refused,
         pending,
     };
     let mut tally: BTreeMap<(String, &'static str), usize> = BTreeMap::new();
     let mut writes = Vec::new();
-    for m in &all {
+    for m in all {
         let Some(pool_name) = m.claim.labels().get(NODEPOOL) else {
             continue;
         };
@@ -540,7 +536,12 @@ async fn warn_bad_job_waits(
 
 /// Writes `status.lastPodEventTime` on the claims whose node's pods changed since the last pass
 /// (a pod bound, or gone or finished). Returns those claims.
-async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<String> {
+async fn pod_events(
+    ctx: &Context,
+    memory: &mut Memory,
+    joined: &Joined<'_>,
+    view: &View,
+) -> Vec<String> {
     let mut by_node: HashMap<&str, Vec<&str>> = HashMap::new();
     for pod in &view.pods {
         let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
@@ -554,11 +555,11 @@ async fn pod_events(ctx: &Context, memory: &mut Memory, view: &View) -> Vec<Stri
             .or_default()
             .push(pod.metadata.uid.as_deref().unwrap_or_default());
     }
-    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let all = &joined.machines;
     let mut seen = HashMap::with_capacity(all.len());
     let mut touched = Vec::new();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    for m in &all {
+    for m in all {
         let node = m.node.name_any();
         let mut uids = by_node.remove(node.as_str()).unwrap_or_default();
         uids.sort_unstable();
@@ -630,11 +631,11 @@ async fn mark_consolidatable(
 
 async fn allowances(
     ctx: &Context,
-    view: &View,
+    joined: &Joined<'_>,
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
 ) -> Allowances {
-    let (allowances, errors) = allowances_in(view, pools, now);
+    let (allowances, errors) = allowances_in(joined, pools, now);
     for (name, err) in errors {
         if let Some(pool) = pools.get(&name) {
             ctx.events
@@ -648,7 +649,7 @@ async fn allowances(
 /// The cluster as consolidation sees it now, from the host's caches.
 async fn build(
     ctx: &Context,
-    view: &View,
+    (view, joined): (&View, &Joined<'_>),
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
     recent: &std::collections::HashSet<String>,
@@ -656,24 +657,36 @@ async fn build(
     // The room CapacityBuffers hold counts as pods on the nodes the provisioner placed their
     // virtual pods on: such a node is not empty, and whatever moves must leave the room.
     let room = ctx.buffers.room(&view.claims);
-    let (mut snapshot, held);
-    let view = if room.is_empty() {
-        snapshot = crate::controllers::provisioner::snapshot::take(ctx);
-        view
-    } else {
-        let mut now_view = ctx.state.view();
-        now_view.pods.extend(room.iter().cloned().map(Arc::new));
-        snapshot = Snapshot::from_view(&now_view, &ctx.selector);
-        let mut with_room = view.clone();
-        with_room.pods.extend(room.into_iter().map(Arc::new));
-        held = with_room;
-        &held
-    };
+    if room.is_empty() {
+        let snapshot = crate::controllers::provisioner::snapshot::take(ctx);
+        return cluster(ctx, (view, joined), snapshot, pools, now, recent).await;
+    }
+    let mut now_view = ctx.state.view();
+    now_view.pods.extend(room.iter().cloned().map(Arc::new));
+    let snapshot = Snapshot::from_view(&now_view, &ctx.selector);
+    let mut with_room = view.clone();
+    with_room.pods.extend(room.into_iter().map(Arc::new));
+    // The room's pods sit on nodes: joined again, with them.
+    let joined = Joined::of(&with_room);
+    cluster(ctx, (&with_room, &joined), snapshot, pools, now, recent).await
+}
+
+/// [`build`] from a snapshot: the pods not bound yet added, the scheduling input made, the
+/// candidates chosen.
+async fn cluster(
+    ctx: &Context,
+    (view, joined): (&View, &Joined<'_>),
+    mut snapshot: Snapshot,
+    pools: &BTreeMap<String, &NodePool>,
+    now: Timestamp,
+    recent: &std::collections::HashSet<String>,
+) -> Option<(Cluster, u64)> {
     add_unbound(&mut snapshot, view, &ctx.selector);
     let built =
         crate::controllers::provisioner::snapshot::input(&snapshot, ctx, &ctx.instance_types).await;
     cluster_from(
         view,
+        joined,
         &snapshot,
         built.input,
         (pools, recent),

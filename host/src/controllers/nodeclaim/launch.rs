@@ -30,13 +30,14 @@ use super::{Step, delete, liveness, ownership, persist_status, set};
 use crate::api::labels::{HOSTNAME, INSTANCE_TYPE};
 use crate::api::nodeclaim::conditions::LAUNCHED;
 use crate::api::{ConditionStatus, NodeClaim, NodeSelectorOperator};
-use crate::controllers::resolve::{self, Resolved};
+use crate::controllers::resolve;
 use crate::controllers::unavailable_offerings::Narrowed;
 use crate::controllers::{Context, ControllerError};
 use crate::metrics::cloudprovider::controller;
 use crate::provider::convert;
 use crate::provider::launch_answer::{self, Refusal};
 use crate::rules::claims::{is_true, nodepool};
+use crate::rules::resolve::{Resolved, Unresolved};
 use crate::runtime::CallError;
 use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
 
@@ -348,7 +349,7 @@ async fn failed(
 async fn node_class_unusable(
     claim: &NodeClaim,
     ctx: &Context,
-    unresolved: &resolve::Unresolved,
+    unresolved: &Unresolved,
 ) -> Result<Step, ControllerError> {
     let Some((event, metric)) = unresolved.deletes_claim() else {
         return Ok(Step::Continue);

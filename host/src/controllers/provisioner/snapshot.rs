@@ -5,7 +5,8 @@
 use crate::controllers::Context;
 use crate::rules::snapshot::{Built, Snapshot};
 
-use super::instance_types::{FromProviders, InstanceTypeCache};
+use super::instance_types::FromProviders;
+use crate::catalog::InstanceTypeCache;
 
 /// The cluster as the host's caches hold it now ([`crate::state::ClusterState`]): no API
 /// request ([`Snapshot::from_view`] over the caches' view).

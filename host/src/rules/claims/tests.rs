@@ -32,3 +32,54 @@ fn claim_facts() {
     assert_eq!(provider_id(&empty), None, "an empty provider ID is none");
     assert_eq!(nodepool(&empty), "");
 }
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
+}
+
+fn status_of<'a>(claim: &'a NodeClaim, type_: &str) -> Option<(&'a ConditionStatus, &'a str)> {
+    let conditions = &claim.status.as_ref()?.conditions;
+    find_condition(conditions, type_).map(|c| (&c.status, c.reason.as_deref().unwrap_or("")))
+}
+
+#[test]
+fn the_first_condition_brings_every_dependent_of_ready_as_unknown() {
+    let spec: crate::api::NodeClaimSpec = serde_json::from_value(serde_json::json!({
+        "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "c"},
+        "requirements": []
+    }))
+    .unwrap();
+    let mut claim = NodeClaim::new("c", spec);
+    assert!(set_condition(
+        &mut claim,
+        LAUNCHED,
+        ConditionStatus::True,
+        "Launched",
+        "",
+        &now()
+    ));
+    assert_eq!(
+        status_of(&claim, LAUNCHED),
+        Some((&ConditionStatus::True, "Launched"))
+    );
+    for dependent in [REGISTERED, INITIALIZED] {
+        assert_eq!(
+            status_of(&claim, dependent),
+            Some((&ConditionStatus::Unknown, AWAITING_RECONCILIATION)),
+            "{dependent}"
+        );
+    }
+    assert_eq!(
+        status_of(&claim, READY),
+        Some((&ConditionStatus::Unknown, "UnhealthyDependents"))
+    );
+    // Setting the same again changes nothing; the other two make the claim Ready.
+    for (type_, changes) in [(LAUNCHED, false), (REGISTERED, true), (INITIALIZED, true)] {
+        let changed = set_condition(&mut claim, type_, ConditionStatus::True, type_, "", &now());
+        assert_eq!(changed, changes, "{type_}");
+    }
+    assert_eq!(
+        status_of(&claim, READY),
+        Some((&ConditionStatus::True, "Ready"))
+    );
+}

@@ -19,7 +19,7 @@ use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::nodeclaim::conditions::{CONSOLIDATABLE, INITIALIZED};
 use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::rules::budgets;
-use crate::rules::candidates::{Machine, eligible, held, machines, pool_counts};
+use crate::rules::candidates::{Joined, Machine, eligible, held};
 use crate::rules::claims::is_true;
 use crate::rules::pods::is_reschedulable;
 use crate::rules::selector::Selector;
@@ -56,16 +56,14 @@ pub struct Allowances {
 /// The pools' allowances from their budgets and the claims disrupting now; a pool whose budget
 /// does not parse is left out, with the error.
 pub fn allowances_in(
-    view: &View,
+    joined: &Joined<'_>,
     pools: &BTreeMap<String, &NodePool>,
     now: Timestamp,
 ) -> (Allowances, Vec<(String, budgets::BudgetError)>) {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
-    let counts = pool_counts(&view.claims, &all);
     let mut out = Allowances::default();
     let mut errors = Vec::new();
     for (name, pool) in pools {
-        let (total, disrupting) = counts.get(name).copied().unwrap_or_default();
+        let (total, disrupting) = joined.counts.get(name).copied().unwrap_or_default();
         for (reason, into) in [
             (DisruptionReason::Empty, &mut out.empty),
             (DisruptionReason::Underutilized, &mut out.underutilized),
@@ -122,18 +120,19 @@ pub fn add_unbound(snapshot: &mut Snapshot, view: &View, selector: &Selector) {
 }
 
 /// The cluster as consolidation sees it — the scheduling `input` built from `snapshot`, and the
-/// candidates: consolidatable, eligible, unheld machines of `view` whose price is known, but for
+/// candidates: consolidatable, eligible, unheld machines of `view` (`joined`) whose price is known, but for
 /// the claims in `recent` — and its fingerprint (what a search depends on). `None` when there is
 /// no candidate.
 pub fn cluster_from(
     view: &View,
+    joined: &Joined<'_>,
     snapshot: &Snapshot,
     input: crate::scheduling::SchedulingInput,
     (pools, recent): (&BTreeMap<String, &NodePool>, &HashSet<String>),
     now: Timestamp,
     options: super::Options,
 ) -> Option<(Cluster, u64)> {
-    let all = machines(&view.claims, &view.nodes, &view.pods);
+    let all = &joined.machines;
     let consolidatable: Vec<&Machine<'_>> = all
         .iter()
         .filter(|m| {
@@ -159,7 +158,7 @@ pub fn cluster_from(
     };
     let mut totals: BTreeMap<String, PoolTotals> = BTreeMap::new();
     let mut priced: HashMap<String, f64> = HashMap::new();
-    for m in &all {
+    for m in all {
         let Some(pool) = m.claim.labels().get(NODEPOOL) else {
             continue;
         };

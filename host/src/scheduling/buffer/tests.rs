@@ -185,7 +185,9 @@ fn buffer(resolved: bool, replicas: i32) -> CapacityBuffer {
                 ConditionStatus::False
             },
             observed_generation: None,
-            last_transition_time: crate::controllers::now(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            ),
             reason: None,
             message: None,
         }],
