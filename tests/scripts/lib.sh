@@ -180,7 +180,27 @@ task_fmt() {
 }
 
 # Format check and clippy: the host workspace, the guest workspace natively and for wasm32-wasip2.
+# Commit subjects are at most 72 characters, the detail in the body; checked for the commits after
+# COMMIT_SUBJECTS_SINCE (the last one before the rule). Skipped outside a git checkout, or in a
+# shallow clone that lacks that commit.
+COMMIT_SUBJECTS_SINCE=c1e6f8e
+check_commit_subjects() {
+  command -v git >/dev/null 2>&1 && git -C "$REPO_ROOT" rev-parse --verify -q "$COMMIT_SUBJECTS_SINCE^{commit}" >/dev/null || {
+    log "commit subjects: no history to check (not a full git checkout)"
+    return 0
+  }
+  local long
+  long=$(git -C "$REPO_ROOT" log --format='%s' "$COMMIT_SUBJECTS_SINCE..HEAD" | awk 'length($0) > 72')
+  if [ -n "$long" ]; then
+    echo "error: commit subjects over 72 characters (put the detail in the body):" >&2
+    echo "$long" >&2
+    return 1
+  fi
+}
+
 task_lint() {
+  log "commit subjects"
+  check_commit_subjects
   log "format check"
   (cd "$REPO_ROOT" && cargo fmt --all -- --check)
   (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all -- --check)
