@@ -5,7 +5,7 @@
 #   providers-wasm/build.sh [OUT_DIR]
 #
 # Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: chaos.wasm (contract 0.1.0),
-# egress.wasm and cloudstack.wasm (0.2.0), kwok.wasm and clusterapi.wasm (0.3.0), and the Python guests of
+# egress.wasm and cloudstack.wasm (0.2.0), clusterapi.wasm (0.3.0), kwok.wasm (0.4.0), and the Python guests of
 # python/build.sh (kwok-python.wasm; componentize-py, cached by input digest under $CAPSTAN_CACHE).
 # CAPSTAN_PROVIDERS (space-separated names, e.g. "kwok") builds only those: the demo builds kwok alone,
 # without the other guests or the Python toolchain.
@@ -29,27 +29,19 @@ fi
 
 wanted=(${CAPSTAN_PROVIDERS:-${artifacts[*]} kwok-python})
 wants() { [[ " ${wanted[*]} " == *" $1 "* ]]; }
-# Each artifact's cargo package, and its contract group (built together).
-package_of() {
-  case "$1" in
-    chaos) echo capstan-fixture-chaos ;;
-    egress) echo capstan-fixture-egress ;;
-    cloudstack) echo capstan-provider-cloudstack ;;
-    kwok) echo capstan-provider-kwok ;;
-    clusterapi) echo capstan-provider-clusterapi ;;
-  esac
-}
+# shellcheck source=contracts.sh
+source "$here/contracts.sh"
 
 cd "$here"
-# Each contract's guests on their own: cargo unifies features within one build, and a guest's SDK
-# feature (`v0_2`, `v0_3`) picks the contract it is built against.
-for group in "chaos" "egress cloudstack" "kwok clusterapi"; do
+# Each contract's guests on their own (contracts.sh says why).
+while read -r _contract group; do
   packages=()
-  for name in $group; do
-    wants "$name" && packages+=(-p "$(package_of "$name")")
+  for package in $group; do
+    name=$(guest_artifact "$package")
+    [ -n "$name" ] && wants "$name" && packages+=(-p "$package")
   done
   [ ${#packages[@]} -gt 0 ] && cargo build --release --target "$target" "${packages[@]}"
-done
+done < <(guest_groups)
 
 mkdir -p "$out"
 for name in "${artifacts[@]}"; do

@@ -148,7 +148,7 @@ fn benches(c: &mut Criterion) {
                     .get_instance_types(&pool, &thousand)
                     .await
                     .expect("types");
-                assert_eq!(types.instance_types.len(), 1000);
+                assert_eq!(types.catalog.instance_types.len(), 1000);
                 black_box(types);
             })
         })
@@ -272,7 +272,7 @@ fn kwok(c: &mut Criterion) {
         let types = rt
             .block_on(provider.get_instance_types(&pool, &thousand))
             .expect("types");
-        assert_eq!(types.instance_types.len(), 1000);
+        assert_eq!(types.catalog.instance_types.len(), 1000);
         eprintln!(
             "kwok/{language}: component {} bytes ({} gzip), compile {compile:?}, first name() {first_call:?}, peak memory per instance {} bytes",
             bytes.len(),

@@ -22,7 +22,7 @@ use crate::runtime::ProviderPre;
 use crate::scheduling::InstanceType;
 use crate::scheduling::overlay::{self, Overlay};
 
-pub use self::convert::from_catalog;
+pub use self::convert::{from_answer, from_catalog};
 
 /// How long an entry is fresh.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
@@ -190,7 +190,7 @@ impl InstanceTypeCache {
                     started.elapsed(),
                     &result,
                 );
-                from_catalog(&result?)?.into()
+                from_answer(&result?)?.into()
             }
         };
         let applied = match &overlays {

@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use crate::provider::convert::catalog::CatalogView;
+use crate::runtime::lifecycle::{RebootError, Registration};
 use crate::runtime::provider::{CallError, ProviderPre, describe_provider_error};
 use crate::runtime::types::{
     Catalog, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, Requirement,
@@ -191,6 +192,11 @@ pub mod checks {
     pub const LIST: &str = "list includes the instance";
     /// `is-drifted` answers.
     pub const IS_DRIFTED: &str = "is-drifted answers";
+    /// `registered` (0.4) answers for the launched instance.
+    pub const REGISTERED: &str = "registered answers";
+    /// `reboot` (0.4) reboots the instance or says it cannot, and the same operation again is
+    /// answered as the first (idempotent).
+    pub const REBOOT: &str = "reboot is idempotent per operation";
     /// `delete` ends in `not-found`.
     pub const DELETE: &str = "delete until not-found";
     /// `get` after delete is `not-found`.
@@ -264,24 +270,21 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
     report.push(
         checks::REPAIR_POLICIES,
         match provider.repair_policies().await {
-            Ok(policies) => {
-                let bad: Vec<String> = policies
-                    .iter()
-                    .filter(|p| {
-                        p.condition_type.is_empty()
-                            || !["True", "False", "Unknown"].contains(&p.condition_status.as_str())
-                    })
-                    .map(|p| format!("{}={}", p.condition_type, p.condition_status))
-                    .collect();
-                if bad.is_empty() {
-                    Outcome::Pass(format!("{} policies", policies.len()))
-                } else {
-                    Outcome::Fail(format!(
-                        "condition types must be non-empty and statuses True/False/Unknown: {}",
-                        bad.join(", ")
+            Ok(policies) => match crate::rules::repair::Rules::new(&policies) {
+                Ok(Some(rules)) => {
+                    let reboots = rules
+                        .rules()
+                        .iter()
+                        .filter(|r| r.action == crate::rules::repair::Action::Reboot)
+                        .count();
+                    Outcome::Pass(format!(
+                        "{} rules, {reboots} rebooting",
+                        rules.rules().len()
                     ))
                 }
-            }
+                Ok(None) => Outcome::Pass("no rules: no node repair".into()),
+                Err(err) => Outcome::Fail(err.to_string()),
+            },
             Err(err) => call_failed(&err),
         },
     );
@@ -291,11 +294,19 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
         .await;
     let types = match types {
         Ok(types) => {
-            let problems = instance_types::problems(&types);
+            let mut problems = instance_types::problems(&types.catalog);
+            if problems.is_empty()
+                && let Err(err) = crate::catalog::from_answer(&types)
+            {
+                problems.push(err.to_string());
+            }
             report.push(
                 checks::INSTANCE_TYPES,
                 if problems.is_empty() {
-                    Outcome::Pass(format!("{} instance types", types.instance_types.len()))
+                    Outcome::Pass(format!(
+                        "{} instance types",
+                        types.catalog.instance_types.len()
+                    ))
                 } else {
                     Outcome::Fail(summarize(&problems))
                 },
@@ -373,7 +384,13 @@ pub async fn run(provider: &ProviderPre, options: &Options) -> Report {
         expect_not_found(provider.get(&unknown).await),
     );
 
-    lifecycle(provider, options, types.as_ref(), &mut report).await;
+    lifecycle(
+        provider,
+        options,
+        types.as_ref().map(|t| &t.catalog),
+        &mut report,
+    )
+    .await;
     report
 }
 
@@ -390,6 +407,8 @@ async fn lifecycle(
         checks::GET_AGREES,
         checks::LIST,
         checks::IS_DRIFTED,
+        checks::REGISTERED,
+        checks::REBOOT,
         checks::DELETE,
         checks::GET_AFTER_DELETE,
     ];
@@ -534,6 +553,20 @@ async fn lifecycle(
     );
 
     report.push(
+        checks::REGISTERED,
+        match provider.registered(&created).await {
+            Ok(Registration::Ready) => Outcome::Pass("ready".into()),
+            Ok(Registration::Wait(wait)) => Outcome::Pass(format!("wait: {}", wait.message)),
+            Err(err) => call_failed(&err),
+        },
+    );
+
+    report.push(
+        checks::REBOOT,
+        reboot_twice(provider, options, &created).await,
+    );
+
+    report.push(
         checks::DELETE,
         delete_until_gone(provider, options, &created).await,
     );
@@ -542,6 +575,39 @@ async fn lifecycle(
         checks::GET_AFTER_DELETE,
         expect_not_found(provider.get(&provider_id).await),
     );
+}
+
+/// `reboot` of the launched instance, then again with the same operation ID: both answers must
+/// agree (a provider that cannot reboot says `not-implemented` both times).
+async fn reboot_twice(provider: &ProviderPre, options: &Options, claim: &NodeClaim) -> Outcome {
+    let operation = format!("{}-reboot", options.claim_name);
+    let describe = |answer: &Result<(), RebootError>| match answer {
+        Ok(()) => "ok".to_owned(),
+        Err(RebootError::NotImplemented) => "not-implemented".to_owned(),
+        Err(RebootError::Failed(m)) => format!("failed: {m}"),
+        Err(RebootError::NotFound(m)) => format!("not-found: {m}"),
+        Err(RebootError::Retryable(m)) => format!("retryable: {m}"),
+    };
+    let first = match provider.reboot(claim, &operation).await {
+        Ok(answer) => answer,
+        Err(err) => return call_failed(&err),
+    };
+    let again = match provider.reboot(claim, &operation).await {
+        Ok(answer) => answer,
+        Err(err) => return call_failed(&err),
+    };
+    match (&first, &again) {
+        (Ok(()), Ok(())) => Outcome::Pass("rebooted".into()),
+        (Err(RebootError::NotImplemented), Err(RebootError::NotImplemented)) => {
+            Outcome::Pass("cannot reboot: the host replaces instead".into())
+        }
+        _ => Outcome::Fail(format!(
+            "reboot answered {} then, for the same operation, {}: the instance exists, so \
+             reboot must start the reboot (ok) or say it cannot (not-implemented), the same way twice",
+            describe(&first),
+            describe(&again)
+        )),
+    }
 }
 
 async fn delete_until_gone(

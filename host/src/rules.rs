@@ -17,6 +17,8 @@
 //! - [`budgets`]: a pool's disruption budgets (schedules, percentages, reasons);
 //! - [`verdict`]: why a candidate is not consolidatable now, as its condition and `explain` say;
 //! - [`drift`]: the template hash and requirements a claim drifted from;
+//! - [`repair`]: a provider's repair rules checked, matched against a node's conditions and
+//!   resolved into the repair due (Karpenter v1.15's), and the 20% circuit breaker;
 //! - [`resolve`]: from a `nodeClassRef` to its node class and provider;
 //! - [`selector`]: the equality-based label selectors of `--selector` (which pods, claims and
 //!   pools this host manages);
@@ -33,6 +35,7 @@ pub mod limits;
 pub mod new_claim;
 pub mod nodes;
 pub mod pods;
+pub mod repair;
 pub mod resolve;
 pub mod selector;
 pub mod snapshot;

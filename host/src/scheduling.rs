@@ -44,6 +44,7 @@
 //!     offerings: vec![Offering::new("zone-a", "on-demand", 0.1)],
 //!     capacity: Resources::new(2000, 4 << 30, 10),
 //!     overhead: Resources::default(),
+//!     volume_limits: Default::default(),
 //! }]);
 //! let input = SchedulingInput {
 //!     pods: vec![Pod::new("default", "web", Resources::new(500, 1 << 30, 0))],

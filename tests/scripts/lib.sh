@@ -206,11 +206,26 @@ task_lint() {
   (cd "$REPO_ROOT/providers-wasm" && cargo fmt --all -- --check)
   log "lint (host workspace)"
   (cd "$REPO_ROOT" && cargo clippy --workspace --all-targets --locked -- -D warnings)
-  log "lint (guest workspace, native and wasm32-wasip2)"
+  log "lint (guest workspace, each contract's guests, native and wasm32-wasip2)"
+  local _contract group
+  while read -r _contract group; do
+    guest_cargo "$group" clippy --all-targets --locked -- -D warnings
+    guest_cargo "$group" clippy --locked --target wasm32-wasip2 -- -D warnings
+  done < <(guest_groups)
+}
+
+# guest_cargo "PACKAGES" ARGS...: cargo ARGS for those guest packages (one contract's: see
+# providers-wasm/contracts.sh), in the guest workspace and its target directory.
+# shellcheck source=../../providers-wasm/contracts.sh
+source "$REPO_ROOT/providers-wasm/contracts.sh"
+guest_cargo() {
+  local packages=() package
+  for package in $1; do packages+=(-p "$package"); done
+  shift
+  local cmd=$1
+  shift
   (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
-    cargo clippy --workspace --all-targets --locked -- -D warnings)
-  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" \
-    cargo clippy --workspace --locked --target wasm32-wasip2 -- -D warnings)
+    cargo "$cmd" "${packages[@]}" "$@")
 }
 
 # Unit and property tests, no control plane: the host workspace's library, binary and doc tests,
@@ -220,7 +235,10 @@ task_unit() {
   (cd "$REPO_ROOT" && cargo test --workspace --locked --lib --bins)
   (cd "$REPO_ROOT" && cargo test --workspace --locked --doc)
   log "guest unit tests"
-  (cd "$REPO_ROOT/providers-wasm" && CARGO_TARGET_DIR="$CAPSTAN_PROVIDERS_TARGET_DIR" cargo test --workspace --locked)
+  local _contract group
+  while read -r _contract group; do
+    guest_cargo "$group" test --locked
+  done < <(guest_groups)
   log "Python guest SDK and provider tests (pytest)"
   (cd "$REPO_ROOT/providers-wasm/python" && PYTHONDONTWRITEBYTECODE=1 "$CAPSTAN_PYTHON_VENV/bin/python" -m pytest -q -p no:cacheprovider)
   log "the conformance run's checks (tests/conformance-karpenter/summary_test.py)"

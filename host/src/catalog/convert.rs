@@ -3,6 +3,7 @@
 
 use crate::provider::convert::catalog::{AmountView, CatalogView, RequirementView};
 use crate::rules::snapshot::ProvisionError;
+use crate::runtime::lifecycle::InstanceTypes;
 use crate::runtime::types as wit;
 use crate::scheduling::resources::CPU;
 use crate::scheduling::{InstanceType, Offering, Requirement, Requirements, Resources};
@@ -66,6 +67,31 @@ fn resources<'a>(amounts: impl IntoIterator<Item = AmountView<'a>>) -> Resources
     out
 }
 
+/// Every instance type of a `get-instance-types` answer as the scheduler sees it: the catalog
+/// ([`from_catalog`]) with each type's volume attachment limits.
+pub fn from_answer(answer: &InstanceTypes) -> Result<Vec<InstanceType>, ProvisionError> {
+    let mut types = from_catalog(&answer.catalog)?;
+    for limit in &answer.volume_limits {
+        let bad = |what: String| ProvisionError::InstanceType(format!("volume-limits: {what}"));
+        let len = types.len();
+        let it = types.get_mut(limit.instance_type as usize).ok_or_else(|| {
+            bad(format!(
+                "instance type #{} out of range ({len} types)",
+                limit.instance_type
+            ))
+        })?;
+        let driver = answer
+            .catalog
+            .strings
+            .get(limit.driver as usize)
+            .filter(|d| !d.is_empty())
+            .ok_or_else(|| bad(format!("no driver name at string #{}", limit.driver)))?;
+        it.volume_limits
+            .insert(driver.clone(), i64::from(limit.limit));
+    }
+    Ok(types)
+}
+
 /// Every instance type of a provider's catalog as the scheduler sees it, after checking the
 /// catalog ([`CatalogView::new`]).
 pub fn from_catalog(catalog: &wit::Catalog) -> Result<Vec<InstanceType>, ProvisionError> {
@@ -91,6 +117,7 @@ pub fn from_catalog(catalog: &wit::Catalog) -> Result<Vec<InstanceType>, Provisi
             offerings,
             capacity: resources(it.capacity()),
             overhead,
+            volume_limits: Default::default(),
         });
     }
     Ok(types)

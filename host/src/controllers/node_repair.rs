@@ -1,13 +1,13 @@
 //! Node repair (`--feature-gates NodeRepair=true`, off by default as in Karpenter): a node whose
-//! condition matches one of its provider's `repair-policies()` for longer than the policy's
-//! toleration has its NodeClaim deleted, forcefully, and its pods are provisioned for anew.
+//! condition matches one of its provider's repair rules for longer than the rule's toleration
+//! has its NodeClaim deleted, forcefully, and its pods are provisioned for anew.
 //!
-//! As Karpenter's node health controller:
+//! As Karpenter v1.15's legacy repair (`--legacy-node-repair`; its `Repair` disruption method and
+//! reboots are not here yet):
 //!
-//! - the policies are the provider's (the provider of the claim's NodeClass), asked once per
-//!   loaded version;
-//! - the toleration runs from the condition's `lastTransitionTime`; among several matching
-//!   conditions the one whose toleration ends first counts;
+//! - the rules are the provider's (the provider of the claim's NodeClass), asked once per
+//!   loaded version, checked and matched as [`crate::rules::repair`] says; rules that reboot are
+//!   left out (a provider of a contract before 0.4 has none);
 //! - repair stops while more than 20% of the pool's nodes (rounded up: one of three may be)
 //!   match a policy at all, however recently, with a `NodeRepairBlocked` Warning Event on the
 //!   node, its claim and its NodePool (once per 15 minutes each) and the pool's condition
@@ -20,8 +20,6 @@
 //!
 //! Each repair is a `NodeRepair` Warning Event on the node and the claim, a log line and
 //! `karpenter_nodeclaims_disrupted_total{reason="unhealthy"}`.
-
-pub mod decision;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -42,7 +40,7 @@ use crate::controllers::nodepool_status::set_pool_condition;
 use crate::controllers::{Context, ControllerError, resolve};
 use crate::metrics::cloudprovider::controller;
 
-use self::decision::{Decision, Policy};
+use crate::rules::repair::{self, Decision, Rules};
 
 /// The NodePool condition that says whether repair is stopped in the pool.
 pub const NODE_REPAIR_ALLOWED: &str = "NodeRepairAllowed";
@@ -110,17 +108,17 @@ fn not_ready(node: &Node) -> bool {
 /// The repair policies of each loaded provider version, and when blocked Events were published.
 #[derive(Default)]
 struct NodeRepair {
-    /// By provider name: the version's digest and its policies.
-    policies: HashMap<String, (String, Arc<[Policy]>)>,
+    /// By provider name: the version's digest and its rules (none: no repair for its nodes).
+    policies: HashMap<String, (String, Option<Arc<Rules>>)>,
     /// By object UID.
     blocked_events: HashMap<String, Instant>,
 }
 
-/// A managed node with its claim and its provider's policies.
+/// A managed node with its claim and its provider's rules.
 struct Managed {
     node: Arc<Node>,
     claim: Arc<NodeClaim>,
-    policies: Arc<[Policy]>,
+    policies: Arc<Rules>,
 }
 
 impl NodeRepair {
@@ -168,7 +166,7 @@ impl NodeRepair {
         for (pool, nodes) in &pools {
             let unhealthy = nodes
                 .iter()
-                .filter(|m| decision::is_unhealthy(&m.node, &m.policies))
+                .filter(|m| m.policies.is_unhealthy(&m.node))
                 .count();
             if let Some(pool) = view.pools.iter().find(|p| p.name_any() == *pool) {
                 pool_condition(ctx, pool, unhealthy, nodes.len()).await;
@@ -177,7 +175,7 @@ impl NodeRepair {
                 continue;
             }
             for managed in nodes {
-                match decision::decide(
+                match repair::decide(
                     &managed.node,
                     &managed.policies,
                     now,
@@ -198,20 +196,21 @@ impl NodeRepair {
         Ok(())
     }
 
-    /// The repair policies of `claim`'s provider (asked once per loaded version); none when the
-    /// provider cannot be resolved or the call fails (logged; asked again next pass).
+    /// The repair rules of `claim`'s provider (asked once per loaded version); none when the
+    /// provider cannot be resolved or the call fails (logged; asked again next pass), or has no
+    /// valid rules (logged once per version).
     async fn policies_for(
         &mut self,
         ctx: &Context,
         claim: &NodeClaim,
         classes: &HashMap<String, Arc<NodeClass>>,
-    ) -> Option<Arc<[Policy]>> {
+    ) -> Option<Arc<Rules>> {
         let resolved = resolve::resolve_in(ctx, &claim.spec.node_class_ref, classes).ok()?;
         let digest = resolved.provider.sha256();
         if let Some((cached, policies)) = self.policies.get(&resolved.provider_name)
             && cached == digest
         {
-            return Some(Arc::clone(policies));
+            return policies.clone();
         }
         let started = Instant::now();
         let result = resolved.provider.repair_policies().await;
@@ -225,13 +224,18 @@ impl NodeRepair {
         );
         match result {
             Ok(policies) => {
-                let policies: Arc<[Policy]> = policies.iter().map(Policy::from).collect();
-                tracing::debug!(provider = %resolved.provider_name, ?policies, "repair policies");
-                self.policies.insert(
-                    resolved.provider_name,
-                    (digest.to_owned(), Arc::clone(&policies)),
-                );
-                Some(policies)
+                let rules = match Rules::new(&policies) {
+                    Ok(rules) => rules.map(|r| Arc::new(r.replacing_only())),
+                    Err(err) => {
+                        tracing::warn!(provider = %resolved.provider_name, error = %err,
+                            "the provider's repair rules are invalid: no repair for its nodes");
+                        None
+                    }
+                };
+                tracing::debug!(provider = %resolved.provider_name, ?rules, "repair rules");
+                self.policies
+                    .insert(resolved.provider_name, (digest.to_owned(), rules.clone()));
+                rules
             }
             Err(err) => {
                 tracing::warn!(provider = %resolved.provider_name, error = %err, "repair-policies failed");
@@ -257,8 +261,8 @@ impl NodeRepair {
         };
         let note = format!(
             "more than {}% of nodes are unhealthy {scope} ({unhealthy} of {total}; at most {} may be): node repair stopped",
-            decision::ALLOWED_UNHEALTHY_PERCENT,
-            decision::allowed_unhealthy(total),
+            repair::ALLOWED_UNHEALTHY_PERCENT,
+            repair::allowed_unhealthy(total),
         );
         let reason = "NodeRepairBlocked";
         if self.first_in_a_while(managed.node.uid()) {
@@ -300,14 +304,14 @@ async fn pool_condition(ctx: &Context, pool: &NodePool, unhealthy: usize, total:
         .status
         .as_ref()
         .and_then(|s| find_condition(&s.conditions, NODE_REPAIR_ALLOWED));
-    let allowed = decision::allowed_unhealthy(total);
+    let allowed = repair::allowed_unhealthy(total);
     let (status, reason, message) = if unhealthy > allowed {
         (
             ConditionStatus::False,
             "TooManyUnhealthyNodes",
             format!(
                 "{unhealthy} of {total} nodes are unhealthy, more than {}% ({allowed}): node repair stopped",
-                decision::ALLOWED_UNHEALTHY_PERCENT
+                repair::ALLOWED_UNHEALTHY_PERCENT
             ),
         )
     } else if current.is_some_and(|c| c.status == ConditionStatus::False) {
@@ -333,7 +337,7 @@ async fn pool_condition(ctx: &Context, pool: &NodePool, unhealthy: usize, total:
 async fn repair(
     ctx: &Context,
     managed: &Managed,
-    found: &decision::Unhealthy,
+    found: &repair::Repair,
 ) -> Result<(), ControllerError> {
     let claim = managed.claim.as_ref();
     if claim.metadata.deletion_timestamp.is_some() {
@@ -358,11 +362,12 @@ async fn repair(
     }
     let pool = claim.labels().get(NODEPOOL).map_or("", String::as_str);
     let note = format!(
-        "node {} has had condition {}={} for more than {:?} (its provider's repair policy): \
+        "node {} has had condition {}={} (reason {:?}) for more than {:?} (its provider's repair rule): \
          deleting NodeClaim {name} now, without waiting for its pods",
         managed.node.name_any(),
         found.condition_type,
         found.condition_status,
+        found.reason,
         found.toleration,
     );
     tracing::info!(nodeclaim = %name, node = %managed.node.name_any(), nodepool = pool,

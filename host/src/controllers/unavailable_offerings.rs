@@ -392,6 +392,7 @@ mod tests {
             ],
             capacity: Default::default(),
             overhead: Default::default(),
+            volume_limits: Default::default(),
         }];
         assert_eq!(cache.mark("p", &mut types), 2);
         let available: Vec<(&str, &str)> = types[0]

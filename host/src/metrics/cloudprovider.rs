@@ -267,6 +267,7 @@ mod tests {
             offerings: vec![Offering::new("z1", "on-demand", 0.5), spot],
             capacity: Resources::new(2000, 4 << 30, 110),
             overhead: Resources::default(),
+            volume_limits: Default::default(),
         };
         m.exclusive(|| m.cloudprovider.catalog("p", std::slice::from_ref(&t)));
         let text = m.render().unwrap();

@@ -6,10 +6,12 @@
 //! new minor version of the contract adds a module here and a [`WitVersion`] variant; old guests keep
 //! loading with their own bindings (the pattern of Zed's extension host).
 //!
-//! One copy of everything the versions share: the `types` interface of 0.2 and 0.3 is 0.1's, so
+//! One copy of everything the versions share: the `types` interface of every version is 0.1's, so
 //! their bindings reuse 0.1's Rust types (`with` in `bindgen!`) and the rest of the host sees one
-//! set of types; the `kube` and `host` imports are implemented once, by [`capstan_imports!`], for
-//! each version's generated traits (0.3's `list-options` adds the `continue-token` of paged lists);
+//! set of types; what 0.4 adds (Karpenter v1.15's reboot, repair rules, registration hook and
+//! volume limits) is its `lifecycle` interface, whose Rust types are the host's ([`lifecycle`]);
+//! the `kube` and `host` imports are implemented once, by [`capstan_imports!`], for each version's
+//! generated traits (0.3's `list-options` adds the `continue-token` of paged lists);
 //! [`typecheck_exports`] checks any version's export.
 
 use std::fmt;
@@ -211,10 +213,11 @@ macro_rules! capstan_imports {
 
 /// The bindings of a contract of 0.2 or later in the module where it is invoked: `bindgen!` over
 /// the version's WIT directory (`types` bound to 0.1's Rust types, the WASI packages to
-/// wasmtime's), its linker (WASI, `wasi:http`, `wasi:config`, `kube`, `host`) and its import glue
-/// ([`capstan_imports!`], with `paged` when its lists page).
+/// wasmtime's), its linker (WASI, `wasi:http`, `wasi:config`, `kube`, `host`, and the instances
+/// of its type-only interfaces) and its import glue ([`capstan_imports!`], with `paged` when its
+/// lists page).
 macro_rules! bindings_with_wasi_http {
-    ($path:literal, $types_instance:literal $(, $paged:ident)?) => {
+    ([$($types_instance:literal),+] $path:literal $(, $paged:ident)?) => {
         use wasmtime::component::{HasSelf, Linker};
 
         use $crate::runtime::call_state::CallState;
@@ -224,6 +227,7 @@ macro_rules! bindings_with_wasi_http {
             world: "cloud-provider-world",
             imports: { default: async },
             exports: { default: async },
+            additional_derives: [PartialEq],
             with: {
                 // Identical to 0.1's (checked by a test in `bindings`): one set of host types.
                 "capstan:provider/types": super::since_v0_1_0::capstan::provider::types,
@@ -240,8 +244,9 @@ macro_rules! bindings_with_wasi_http {
             let mut linker = super::wasi_http_config_linker(engine)?;
             kube::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
             host::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-            // The `types` interface has types only: nothing to link but its instance name.
-            linker.instance($types_instance)?;
+            // The type-only interfaces (`types`, 0.4's `lifecycle`): nothing to link but their
+            // instance names.
+            $(linker.instance($types_instance)?;)+
             Ok(linker)
         }
 
@@ -252,6 +257,7 @@ macro_rules! bindings_with_wasi_http {
 pub mod since_v0_1_0;
 pub mod since_v0_2_0;
 pub mod since_v0_3_0;
+pub mod since_v0_4_0;
 pub mod wit_files;
 
 /// A linker with WASI (p2, async), `wasi:http/outgoing-handler` (wasmtime-wasi-http, with the
@@ -277,9 +283,13 @@ pub const PACKAGE_NAME: &str = "provider";
 /// The interface a provider exports.
 pub const EXPORT_INTERFACE: &str = "cloud-provider";
 
-/// The data types of every supported contract (0.2's and 0.3's `types` are 0.1's), used by the rest of
-/// the host.
+/// The data types of every supported contract (every version's `types` is 0.1's), used by the rest
+/// of the host.
 pub use since_v0_1_0::capstan::provider::types;
+
+/// What 0.4 adds (its `lifecycle` interface): the host's types for repair rules, reboots, the
+/// registration hook and volume limits, whatever version a provider speaks.
+pub use since_v0_4_0::capstan::provider::lifecycle;
 
 /// A version of the contract this host can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -290,14 +300,22 @@ pub enum WitVersion {
     V0_2,
     /// `capstan:provider@0.3.x`: 0.2 with paged lists (`list-options.continue-token`).
     V0_3,
+    /// `capstan:provider@0.4.x`: 0.3 with Karpenter v1.15's contract (`reboot`, repair rules,
+    /// the `registered` hook, volume attachment limits).
+    V0_4,
 }
 
 impl WitVersion {
     /// Every supported version, oldest first.
-    pub const SUPPORTED: &[WitVersion] = &[WitVersion::V0_1, WitVersion::V0_2, WitVersion::V0_3];
+    pub const SUPPORTED: &[WitVersion] = &[
+        WitVersion::V0_1,
+        WitVersion::V0_2,
+        WitVersion::V0_3,
+        WitVersion::V0_4,
+    ];
 
     /// The newest supported version.
-    pub const LATEST: WitVersion = WitVersion::V0_3;
+    pub const LATEST: WitVersion = WitVersion::V0_4;
 
     /// The supported version compatible with `major.minor` (semver: for `0.x` the minor number is
     /// the compatibility boundary), if any. A newer minor than the host knows is not supported: its
@@ -307,6 +325,7 @@ impl WitVersion {
             (0, 1) => Some(WitVersion::V0_1),
             (0, 2) => Some(WitVersion::V0_2),
             (0, 3) => Some(WitVersion::V0_3),
+            (0, 4) => Some(WitVersion::V0_4),
             _ => None,
         }
     }
@@ -317,6 +336,7 @@ impl WitVersion {
             WitVersion::V0_1 => "0.1",
             WitVersion::V0_2 => "0.2",
             WitVersion::V0_3 => "0.3",
+            WitVersion::V0_4 => "0.4",
         }
     }
 
@@ -344,6 +364,19 @@ impl WitVersion {
                 "repair-policies",
                 "validate-node-class",
             ],
+            WitVersion::V0_4 => &[
+                "name",
+                "get-instance-types",
+                "create",
+                "delete",
+                "get",
+                "list",
+                "is-drifted",
+                "repair-policies",
+                "reboot",
+                "registered",
+                "validate-node-class",
+            ],
         }
     }
 }
@@ -354,6 +387,7 @@ impl WitVersion {
 pub(crate) fn typecheck_exports(
     pre: &InstancePre<CallState>,
     interface: &str,
+    version: WitVersion,
 ) -> wasmtime::Result<()> {
     let component = pre.component();
     let (_, instance) = component
@@ -374,14 +408,25 @@ pub(crate) fn typecheck_exports(
         }};
     }
     check!("name", () -> String);
-    check!("get-instance-types", (NodePool, NodeClass) -> Result<Catalog, ProviderError>);
     check!("create", (NodeClaim, NodeClass) -> Result<NodeClaim, ProviderError>);
     check!("delete", (NodeClaim) -> Result<(), ProviderError>);
     check!("get", (String) -> Result<NodeClaim, ProviderError>);
     check!("list", () -> Result<Vec<NodeClaim>, ProviderError>);
     check!("is-drifted", (NodeClaim, NodeClass) -> Result<Option<String>, ProviderError>);
-    check!("repair-policies", () -> Vec<RepairPolicy>);
     check!("validate-node-class", (NodeClass) -> Result<(), ProviderError>);
+    match version {
+        WitVersion::V0_1 | WitVersion::V0_2 | WitVersion::V0_3 => {
+            check!("get-instance-types", (NodePool, NodeClass) -> Result<Catalog, ProviderError>);
+            check!("repair-policies", () -> Vec<RepairPolicy>);
+        }
+        WitVersion::V0_4 => {
+            use lifecycle::{InstanceTypes, RebootError, Registration, RepairRule};
+            check!("get-instance-types", (NodePool, NodeClass) -> Result<InstanceTypes, ProviderError>);
+            check!("repair-policies", () -> Vec<RepairRule>);
+            check!("reboot", (NodeClaim, String) -> Result<(), RebootError>);
+            check!("registered", (NodeClaim) -> Result<Registration, ProviderError>);
+        }
+    }
     Ok(())
 }
 
@@ -400,9 +445,10 @@ mod tests {
         assert_eq!(WitVersion::for_version(0, 1), Some(WitVersion::V0_1));
         assert_eq!(WitVersion::for_version(0, 2), Some(WitVersion::V0_2));
         assert_eq!(WitVersion::for_version(0, 3), Some(WitVersion::V0_3));
-        assert_eq!(WitVersion::for_version(0, 4), None);
+        assert_eq!(WitVersion::for_version(0, 4), Some(WitVersion::V0_4));
+        assert_eq!(WitVersion::for_version(0, 5), None);
         assert_eq!(WitVersion::for_version(1, 0), None);
-        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x, 0.3.x");
+        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x, 0.3.x, 0.4.x");
     }
 
     fn resolve(dir: &str) -> (wit_parser::Resolve, wit_parser::PackageId) {
@@ -428,6 +474,7 @@ mod tests {
             ("since_v0.1.0", WitVersion::V0_1),
             ("since_v0.2.0", WitVersion::V0_2),
             ("since_v0.3.0", WitVersion::V0_3),
+            ("since_v0.4.0", WitVersion::V0_4),
         ] {
             let (resolve, package) = resolve(dir);
             let iface = interface(&resolve, package, EXPORT_INTERFACE);
@@ -459,17 +506,23 @@ mod tests {
         (types, functions)
     }
 
-    /// 0.2 and 0.3 reuse 0.1's Rust types and import glue: their `types`, `kube` and `host`
-    /// interfaces must be 0.1's, declaration for declaration, but for 0.3's `list-options`.
+    /// Every version reuses 0.1's Rust types and import glue: its `types`, `kube` and `host`
+    /// interfaces must be 0.1's, declaration for declaration, but for `list-options` from 0.3 on;
+    /// its export is 0.1's up to 0.3 (0.4's is checked by [`typecheck_exports`]'s signatures).
     #[test]
     fn shared_interfaces_are_unchanged_since_0_1() {
-        for dir in ["since_v0.2.0", "since_v0.3.0"] {
-            let skip: &[&str] = if dir == "since_v0.3.0" {
-                &["list-options"]
-            } else {
+        for dir in ["since_v0.2.0", "since_v0.3.0", "since_v0.4.0"] {
+            let skip: &[&str] = if dir == "since_v0.2.0" {
                 &[]
+            } else {
+                &["list-options"]
             };
-            for name in ["types", "kube", "host", EXPORT_INTERFACE] {
+            let interfaces: &[&str] = if dir == "since_v0.4.0" {
+                &["types", "kube", "host"]
+            } else {
+                &["types", "kube", "host", EXPORT_INTERFACE]
+            };
+            for name in interfaces {
                 assert_eq!(
                     shape("since_v0.1.0", name, skip),
                     shape(dir, name, skip),
@@ -477,6 +530,11 @@ mod tests {
                 );
             }
         }
+        // 0.4's `list-options` is 0.3's.
+        assert_eq!(
+            shape("since_v0.3.0", "kube", &[]),
+            shape("since_v0.4.0", "kube", &[])
+        );
     }
 
     /// 0.3's `list-options` is 0.2's plus `continue-token`, which the glue passes on.

@@ -20,10 +20,14 @@ use tokio::sync::Semaphore;
 use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBacktrace};
 
 use crate::capability::Capabilities;
+use crate::runtime::bindings::WitVersion;
+use crate::runtime::bindings::lifecycle::{
+    InstanceTypes, RebootError, Registration, RepairAction, RepairRule,
+};
 use crate::runtime::bindings::types::{
     Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
-use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0};
+use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0, since_v0_4_0};
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
 use crate::runtime::limits::Limits;
@@ -188,6 +192,7 @@ pub(crate) enum Pre {
     V0_1(since_v0_1_0::CloudProviderWorldPre<CallState>),
     V0_2(since_v0_2_0::CloudProviderWorldPre<CallState>),
     V0_3(since_v0_3_0::CloudProviderWorldPre<CallState>),
+    V0_4(since_v0_4_0::CloudProviderWorldPre<CallState>),
 }
 
 /// An instance of the component, by the bindings that run it.
@@ -195,20 +200,33 @@ enum World {
     V0_1(since_v0_1_0::CloudProviderWorld),
     V0_2(since_v0_2_0::CloudProviderWorld),
     V0_3(since_v0_3_0::CloudProviderWorld),
+    V0_4(since_v0_4_0::CloudProviderWorld),
 }
 
 /// Calls `$method` of the `cloud-provider` export of `$call`'s instance, whichever version it
-/// is (the functions and their types are the same in every version).
+/// is. Where 0.4 changed a function's result, `$older` turns an older version's answer into 0.4's.
 macro_rules! guest_call {
     ($call:ident, $method:ident($($arg:expr),*)) => {
+        guest_call!($call, $method($($arg),*), ::std::convert::identity)
+    };
+    ($call:ident, $method:ident($($arg:expr),*), $older:expr) => {
         match &$call.world {
-            World::V0_1(world) => {
-                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
-            }
-            World::V0_2(world) => {
-                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
-            }
-            World::V0_3(world) => {
+            World::V0_1(world) => world
+                .capstan_provider_cloud_provider()
+                .$method(&mut $call.store $(, $arg)*)
+                .await
+                .map($older),
+            World::V0_2(world) => world
+                .capstan_provider_cloud_provider()
+                .$method(&mut $call.store $(, $arg)*)
+                .await
+                .map($older),
+            World::V0_3(world) => world
+                .capstan_provider_cloud_provider()
+                .$method(&mut $call.store $(, $arg)*)
+                .await
+                .map($older),
+            World::V0_4(world) => {
                 world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
             }
         }
@@ -335,16 +353,26 @@ impl ProviderPre {
     }
 
     /// `get-instance-types(pool, class)`: the provider's catalog as it sent it (check it with
-    /// [`crate::provider::convert::catalog::CatalogView`] before use).
+    /// [`crate::provider::convert::catalog::CatalogView`] before use), with the volume limits of
+    /// its instance types (none before 0.4).
     pub async fn get_instance_types(
         &self,
         pool: &NodePool,
         class: &NodeClass,
-    ) -> Result<Catalog, CallError> {
+    ) -> Result<InstanceTypes, CallError> {
         const F: &str = "get-instance-types";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let result = guest_call!(call, call_get_instance_types(pool, class));
+            let result = guest_call!(
+                call,
+                call_get_instance_types(pool, class),
+                |answer: Result<Catalog, ProviderError>| {
+                    answer.map(|catalog| InstanceTypes {
+                        catalog,
+                        volume_limits: Vec::new(),
+                    })
+                }
+            );
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -414,13 +442,69 @@ impl ProviderPre {
         .await
     }
 
-    /// `repair-policies()`.
-    pub async fn repair_policies(&self) -> Result<Vec<RepairPolicy>, CallError> {
+    /// `repair-policies()`: the provider's repair rules; before 0.4, its policies as rules that
+    /// replace the node after the toleration, whatever the condition's reason, draining as the
+    /// claim says (what Karpenter v1.14 did with them).
+    pub async fn repair_policies(&self) -> Result<Vec<RepairRule>, CallError> {
         const F: &str = "repair-policies";
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let result = guest_call!(call, call_repair_policies());
+            let result = guest_call!(call, call_repair_policies(), |policies: Vec<
+                RepairPolicy,
+            >| policies
+                .into_iter()
+                .enumerate()
+                .map(|(i, policy)| replace_rule(policy, i == 0))
+                .collect());
             call.finish(result)
+        })
+        .await
+    }
+
+    /// `reboot(claim, operation-id)`: `Ok(Err(_))` is the provider's answer that it did not start a
+    /// reboot; a provider of a version before 0.4 cannot reboot (`not-implemented`, not called).
+    pub async fn reboot(
+        &self,
+        claim: &NodeClaim,
+        operation_id: &str,
+    ) -> Result<Result<(), RebootError>, CallError> {
+        const F: &str = "reboot";
+        if self.inner.export.wit < WitVersion::V0_4 {
+            return Ok(Err(RebootError::NotImplemented));
+        }
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let result = match &call.world {
+                World::V0_4(world) => {
+                    let guest = world.capstan_provider_cloud_provider();
+                    guest
+                        .call_reboot(&mut call.store, claim, operation_id)
+                        .await
+                }
+                _ => Ok(Err(RebootError::NotImplemented)),
+            };
+            call.finish(result)
+        })
+        .await
+    }
+
+    /// `registered(claim)`, the registration hook: a provider of a version before 0.4 has none
+    /// (`ready`, not called).
+    pub async fn registered(&self, claim: &NodeClaim) -> Result<Registration, CallError> {
+        const F: &str = "registered";
+        if self.inner.export.wit < WitVersion::V0_4 {
+            return Ok(Registration::Ready);
+        }
+        self.guarded(F, async {
+            let mut call = self.instantiate(F).await?;
+            let result = match &call.world {
+                World::V0_4(world) => {
+                    let guest = world.capstan_provider_cloud_provider();
+                    guest.call_registered(&mut call.store, claim).await
+                }
+                _ => Ok(Ok(Registration::Ready)),
+            };
+            provider_result(F, call.finish(result)?)
         })
         .await
     }
@@ -511,6 +595,7 @@ impl ProviderPre {
             Pre::V0_1(pre) => pre.instantiate_async(&mut store).await.map(World::V0_1),
             Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
             Pre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
+            Pre::V0_4(pre) => pre.instantiate_async(&mut store).await.map(World::V0_4),
         };
         match world {
             Ok(world) => Ok(Call {
@@ -533,6 +618,22 @@ impl Call<'_> {
             .peak_memory
             .fetch_max(self.store.data().limiter.memory_used(), Ordering::Relaxed);
         result.map_err(|err| classify(self.provider, self.function, &self.store, err, false))
+    }
+}
+
+/// A repair policy of a contract before 0.4 as the rule it always was: replace the node once the
+/// condition has lasted the toleration, whatever its reason, draining as the claim says. The first
+/// is the set's default (an empty expression; a set has one), the others match every reason, so
+/// each applies to its own condition as before.
+fn replace_rule(policy: RepairPolicy, default: bool) -> RepairRule {
+    RepairRule {
+        condition_type: policy.condition_type,
+        condition_status: policy.condition_status,
+        reason_regex: if default { String::new() } else { ".*".into() },
+        toleration_seconds: policy.toleration_seconds,
+        termination_grace_seconds: None,
+        priority: 0,
+        action: RepairAction::Replace,
     }
 }
 

@@ -20,6 +20,10 @@ pub struct InstanceType {
     pub capacity: Resources,
     /// Kube-reserved, system-reserved and eviction thresholds: allocatable is capacity minus this.
     pub overhead: Resources,
+    /// How many volumes each CSI driver may attach to a node of this type (Karpenter's
+    /// `VolumeAttachmentLimits`); a driver not listed is not limited. A registered node's CSINode
+    /// takes precedence ([`ExistingNode::volume_limits`]).
+    pub volume_limits: BTreeMap<String, i64>,
 }
 
 impl InstanceType {

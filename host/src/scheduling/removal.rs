@@ -193,6 +193,7 @@ pub(crate) mod tests {
             offerings: vec![Offering::new("zone-1", "on-demand", 0.4)],
             capacity: Resources::new(4000, 8 * GI, 40),
             overhead: Resources::default(),
+            volume_limits: Default::default(),
         };
         NodePoolView::new("default", vec![four].into())
     }

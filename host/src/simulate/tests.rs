@@ -21,6 +21,7 @@ fn catalog() -> Vec<InstanceType> {
             offerings: vec![Offering::new("zone-a", "on-demand", price)],
             capacity: Resources::new(cpu * 1000, cpu * 4 * GIB, 110),
             overhead: Resources::default(),
+            volume_limits: Default::default(),
         })
         .collect()
 }

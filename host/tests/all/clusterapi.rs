@@ -589,7 +589,7 @@ async fn malformed_annotations_make_the_node_class_not_ready() {
         .get_instance_types(&crate::fixtures::pool("p"), &wit_class(&world.parameters()))
         .await
         .unwrap();
-    let view = capstan::provider::convert::catalog::CatalogView::new(&catalog).unwrap();
+    let view = capstan::provider::convert::catalog::CatalogView::new(&catalog.catalog).unwrap();
     let names: Vec<String> = view.instance_types().map(|it| it.name.to_owned()).collect();
     assert_eq!(names, vec!["fine".to_string()]);
 

@@ -49,6 +49,17 @@ async fn kwok_passes_on_a_real_cluster(language: &str) {
     println!("{language}: {report}");
     assert!(report.passed(), "{language}: {report}");
     assert_eq!(report.skipped(), 0, "{language}: {report}");
+    // The Rust kwok speaks 0.4 and reboots; the Python one speaks 0.3, which cannot.
+    let reboot = &report.check(checks::REBOOT).unwrap().outcome;
+    let expected = if language == "rust" {
+        "rebooted"
+    } else {
+        "cannot reboot"
+    };
+    assert!(
+        matches!(reboot, Outcome::Pass(m) if m.starts_with(expected)),
+        "{language}: {reboot:?}"
+    );
     assert_eq!(
         caps.metrics().snapshot().kube_denied,
         0,
@@ -303,4 +314,118 @@ async fn bad_create_and_get_answers_fail_their_checks() {
         message.contains("answered with provider-id Some(\"chaos://someone-else\")"),
         "{message}"
     );
+}
+
+/// A reboot as kwok plays one, on a real cluster: the Node gets the operation's boot ID and goes
+/// NotReady, kwok's kubelet stand-in brings it back Ready with that boot, and the same operation
+/// asked again changes nothing. A provider of an older contract is not even asked.
+#[tokio::test]
+async fn kwok_reboots_its_node_in_place_once_per_operation() {
+    use capstan::runtime::lifecycle::RebootError;
+    use k8s_openapi::api::core::v1::Node;
+
+    let cp = ControlPlane::shared().await.expect("control plane");
+    let client = cp.client().expect("client");
+    let caps = Capabilities::builder("kwok")
+        .grants(kwok_grants())
+        .workload(ClusterConnection::new(Cluster::Workload, client.clone()))
+        .build();
+    let provider = runtime()
+        .instantiate_pre(kwok_compiled(), Limits::default(), caps)
+        .unwrap();
+    let name = format!(
+        "reboot-{}",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis()
+    );
+    let claim = capstan::runtime::types::NodeClaim {
+        name: name.clone(),
+        node_pool_name: None,
+        labels: vec![],
+        annotations: vec![],
+        taints: vec![],
+        startup_taints: vec![],
+        requirements: vec![],
+        requests: vec![],
+        provider_id: None,
+        image_id: None,
+        node_name: None,
+        capacity: vec![],
+        allocatable: vec![],
+        created_at: None,
+    };
+    let class = class(serde_json::json!({}));
+    let created = provider.create(&claim, &class).await.unwrap();
+    let nodes: kube::Api<Node> = kube::Api::all(client.clone());
+    let ready = |node: &Node| {
+        node.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone())
+    };
+    let boot = |node: &Node| {
+        node.status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+    };
+    // kwok marks the new Node Ready first.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let node = nodes.get(&name).await.unwrap();
+        if ready(&node).as_deref() == Some("True") {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never Ready: {node:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    provider.reboot(&created, "op-1").await.unwrap().unwrap();
+    let node = nodes.get(&name).await.unwrap();
+    assert_eq!(boot(&node).as_deref(), Some("kwok-op-1"));
+    // Back Ready, with the new boot (kwok's node-initialize stage keeps the boot ID).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let rebooted = loop {
+        let node = nodes.get(&name).await.unwrap();
+        if ready(&node).as_deref() == Some("True") {
+            break node;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not Ready again: {node:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(boot(&rebooted).as_deref(), Some("kwok-op-1"));
+    // The same operation again: nothing written.
+    provider.reboot(&created, "op-1").await.unwrap().unwrap();
+    let again = nodes.get(&name).await.unwrap();
+    assert_eq!(
+        again.metadata.resource_version, rebooted.metadata.resource_version,
+        "the same operation rebooted again"
+    );
+    // A claim whose instance is gone: not-found.
+    let mut gone = created.clone();
+    gone.provider_id = Some("kwok://no-such-node".into());
+    assert!(matches!(
+        provider.reboot(&gone, "op-2").await.unwrap(),
+        Err(RebootError::NotFound(_))
+    ));
+    // A provider of contract 0.1 cannot reboot: the host answers for it, without a call.
+    let old = chaos(Limits::default(), Capabilities::isolated("chaos"));
+    let calls = old.stats().calls;
+    assert_eq!(
+        old.reboot(&created, "op-1").await.unwrap(),
+        Err(RebootError::NotImplemented)
+    );
+    assert_eq!(old.stats().calls, calls);
+    while provider.delete(&created).await.is_ok() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

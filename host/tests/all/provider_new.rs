@@ -104,7 +104,7 @@ fn a_rust_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
     // The kit fails (exit status) while functions are missing, and says which.
     assert_kit_lists_what_is_missing(&out, "my-cloud");
 
-    // What it built is a contract 0.3 component (the default, the newest) the host accepts.
+    // What it built is a contract 0.4 component (the default, the newest) the host accepts.
     let wasm = skeleton_target().join("wasm32-wasip2/release/my_cloud.wasm");
     let inspect = Command::new(capstan)
         .args(["provider", "inspect", "--json"])
@@ -113,7 +113,7 @@ fn a_rust_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
         .unwrap();
     assert!(inspect.status.success(), "{}", text(&inspect.stderr));
     let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-    assert_eq!(json["provider"]["wit"], "0.3");
+    assert_eq!(json["provider"]["wit"], "0.4");
 }
 
 /// The Python toolchain venv the repository's build uses (componentize-py, pytest; pinned), so
@@ -137,6 +137,27 @@ fn a_python_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
     std::fs::create_dir_all(&root).unwrap();
     let capstan = env!("CARGO_BIN_EXE_capstan");
     let venv = python_venv();
+    // The Python SDK speaks up to 0.3: 0.4 is refused with what to ask for instead.
+    let newer = Command::new(capstan)
+        .args([
+            "provider",
+            "new",
+            "py-cloud",
+            "--lang",
+            "python",
+            "--contract",
+            "0.4",
+            "--dir",
+        ])
+        .arg(root.join("py-cloud-0.4"))
+        .output()
+        .unwrap();
+    assert!(!newer.status.success());
+    assert!(
+        text(&newer.stderr).contains("up to 0.3"),
+        "{}",
+        text(&newer.stderr)
+    );
     // 0.3 is 0.2 (outbound HTTP, configuration) with paged lists: the SDK pages under 0.3.
     for contract in ["0.1", "0.3"] {
         let dir = root.join(format!("py-cloud-{contract}"));

@@ -25,8 +25,8 @@ async fn name_and_catalog() {
         .get_instance_types(&pool("p"), &class(json!({"mode": "catalog", "count": 7})))
         .await
         .unwrap();
-    assert_eq!(types.instance_types.len(), 7);
-    let view = CatalogView::new(&types).unwrap();
+    assert_eq!(types.catalog.instance_types.len(), 7);
+    let view = CatalogView::new(&types.catalog).unwrap();
     let names: Vec<&str> = view.instance_types().map(|it| it.name).collect();
     assert_eq!(names[6], "chaos-7x");
     let last = view.instance_types().nth(6).unwrap();
@@ -34,12 +34,20 @@ async fn name_and_catalog() {
     let cpu = last.capacity().find(|a| a.name == "cpu").unwrap();
     assert_eq!(cpu.milli_value, 7000);
     // Shared strings cross the boundary once.
-    assert_eq!(types.strings.iter().filter(|s| *s == "amd64").count(), 1);
+    assert_eq!(
+        types
+            .catalog
+            .strings
+            .iter()
+            .filter(|s| *s == "amd64")
+            .count(),
+        1
+    );
     let echo = provider
         .get_instance_types(&pool("my-pool"), &class(json!({})))
         .await
         .unwrap();
-    let echo = CatalogView::new(&echo).unwrap();
+    let echo = CatalogView::new(&echo.catalog).unwrap();
     assert_eq!(echo.len(), 1);
     assert_eq!(echo.instance_types().next().unwrap().name, "my-pool");
 }
@@ -158,7 +166,7 @@ async fn memory_bomb_is_stopped_by_the_memory_limit() {
         )
         .await
         .unwrap();
-    assert_eq!(types.instance_types.len(), 1);
+    assert_eq!(types.catalog.instance_types.len(), 1);
 }
 
 #[tokio::test]
@@ -272,7 +280,7 @@ async fn many_concurrent_calls_respect_the_concurrency_limit() {
         .collect();
     for call in calls {
         let types = call.await.unwrap().unwrap();
-        assert_eq!(types.instance_types.len(), 1);
+        assert_eq!(types.catalog.instance_types.len(), 1);
     }
     let stats = provider.stats();
     assert_eq!(stats.calls, 64);

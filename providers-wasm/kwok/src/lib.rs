@@ -6,8 +6,8 @@
 //! parameters; see `README.md` for the parameters and the grants the provider needs.
 //!
 //! Modules: [`params`] (NodeClass parameters), [`catalog`] (instance types), [`selection`]
-//! (cheapest compatible offering), [`node`] (the Node object), [`drift`], [`errors`] (kube →
-//! provider errors) are pure and unit-tested natively; [`provider`] is the glue to the WIT export
+//! (cheapest compatible offering), [`node`] (the Node object), [`drift`], [`reboot`] (a reboot as
+//! kwok plays one), [`errors`] (kube → provider errors) are pure and unit-tested natively; [`provider`] is the glue to the WIT export
 //! and the `kube` import.
 
 pub mod catalog;
@@ -16,6 +16,7 @@ pub mod errors;
 pub mod node;
 pub mod params;
 pub mod provider;
+pub mod reboot;
 pub mod selection;
 
 pub use provider::Kwok;

@@ -3,20 +3,26 @@
 
 use capstan_provider_sdk::kube::{self, Cluster, ListOptions, ObjectRef, Target};
 use capstan_provider_sdk::{
-    Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, Requirements,
-    ResourceList, clock, lookup,
+    Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
+    RepairAction, RepairRule, Requirements, ResourceList, clock, lookup, timestamp,
 };
+use serde_json::Value;
 
 use crate::catalog;
 use crate::drift::{self, Recorded};
 use crate::errors::{self, from_kube};
 use crate::node::{self, HASH_ANNOTATION, IMAGE_ANNOTATION, Node, Provenance};
 use crate::params::Parameters;
+use crate::reboot;
 use crate::selection::{self, NoLaunch};
 
 /// A node condition that simulates a fault (Karpenter's kwok provider's name): a node with it
-/// `True` for 30 seconds is repaired. kwok's stages never touch it.
+/// `True` for 30 seconds is replaced. kwok's heartbeats never touch it.
 pub const UNHEALTHY_CONDITION: &str = "KWOKUnhealthy";
+
+/// A node condition that simulates a fault a reboot cures (Karpenter's kwok provider's name): a
+/// node with it `True` for 30 seconds is rebooted.
+pub const REBOOT_REQUIRED_CONDITION: &str = "KWOKRebootRequired";
 
 /// The kwok provider.
 pub struct Kwok;
@@ -80,9 +86,15 @@ impl Guest for Kwok {
         "kwok".to_string()
     }
 
-    fn get_instance_types(_pool: NodePool, class: NodeClass) -> Result<Catalog, ProviderError> {
+    fn get_instance_types(
+        _pool: NodePool,
+        class: NodeClass,
+    ) -> Result<InstanceTypes, ProviderError> {
         let params = Parameters::parse(&class.parameters)?;
-        Ok(catalog::to_catalog(&catalog::build(&params)?))
+        Ok(InstanceTypes {
+            catalog: catalog::to_catalog(&catalog::build(&params)?),
+            volume_limits: Vec::new(),
+        })
     }
 
     fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {
@@ -227,20 +239,92 @@ impl Guest for Kwok {
         Ok(drift::reason(recorded, &hash, &image).map(str::to_string))
     }
 
-    fn repair_policies() -> Vec<RepairPolicy> {
-        // As Karpenter's kwok provider: Ready=False/Unknown for 10 minutes, and a simulated fault
-        // kwok's stages leave alone (they reset Ready to True) with a short toleration for tests.
-        let mut policies = capstan_provider_sdk::ready_repair_policies(10 * 60);
-        policies.push(RepairPolicy {
-            condition_type: UNHEALTHY_CONDITION.to_string(),
-            condition_status: "True".to_string(),
-            toleration_seconds: 30,
+    fn repair_policies() -> Vec<RepairRule> {
+        repair_rules()
+    }
+
+    fn reboot(claim: NodeClaim, operation_id: String) -> Result<(), RebootError> {
+        let Some(provider_id) = &claim.provider_id else {
+            return Err(RebootError::NotFound(format!(
+                "NodeClaim {} has no provider ID",
+                claim.name
+            )));
+        };
+        let name = node_name(provider_id).map_err(|e| RebootError::NotFound(format!("{e:?}")))?;
+        let node: Option<Value> = match kube::get_opt(&node_ref(name)) {
+            Ok(node) => node,
+            Err(e) if errors::not_owned(&e) => None,
+            Err(e) => return Err(reboot_error(e)),
+        };
+        let managed = node.as_ref().is_some_and(|n| {
+            serde_json::from_value::<Node>(n.clone())
+                .is_ok_and(|n| n.is_managed() && !n.is_deleting())
         });
-        policies
+        let (Some(node), true) = (node, managed) else {
+            return Err(RebootError::NotFound(format!("no kwok Node {name}")));
+        };
+        let now = timestamp::format_millis(clock::now_millis());
+        let Some(ops) = reboot::patch(&node, &operation_id, &now) else {
+            return Ok(());
+        };
+        kube::patch_json::<_, Value>(&node_ref(name).subresource("status"), &ops)
+            .map_err(reboot_error)?;
+        capstan_provider_sdk::info!("rebooting {name} (operation {operation_id})");
+        Ok(())
+    }
+
+    fn registered(_claim: NodeClaim) -> Result<Registration, ProviderError> {
+        // A kwok Node has nothing to wait for once it has joined.
+        Ok(Registration::Ready)
     }
 
     fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {
         let params = Parameters::parse(&class.parameters)?;
         catalog::build(&params).map(drop)
+    }
+}
+
+/// Karpenter's kwok provider's repair rules: `Ready=False` (the default) or `Unknown` for 10
+/// minutes replaces the node without draining it; a simulated fault ([`UNHEALTHY_CONDITION`]) for
+/// 30 seconds replaces it, draining for at most 45 seconds; [`REBOOT_REQUIRED_CONDITION`] for 30
+/// seconds reboots it, draining for at most a minute.
+pub fn repair_rules() -> Vec<RepairRule> {
+    let rule = |condition: &str, status: &str, regex: &str, toleration, grace, action| RepairRule {
+        condition_type: condition.to_string(),
+        condition_status: status.to_string(),
+        reason_regex: regex.to_string(),
+        toleration_seconds: toleration,
+        termination_grace_seconds: Some(grace),
+        priority: 0,
+        action,
+    };
+    vec![
+        rule("Ready", "False", "", 600, 0, RepairAction::Replace),
+        rule("Ready", "Unknown", ".*", 600, 0, RepairAction::Replace),
+        rule(
+            UNHEALTHY_CONDITION,
+            "True",
+            ".*",
+            30,
+            45,
+            RepairAction::Replace,
+        ),
+        rule(
+            REBOOT_REQUIRED_CONDITION,
+            "True",
+            ".*",
+            30,
+            60,
+            RepairAction::Reboot,
+        ),
+    ]
+}
+
+/// A `kube` failure of a reboot: a missing permission cannot be retried away.
+fn reboot_error(e: kube::Error) -> RebootError {
+    match e.kube_error() {
+        Some(kube::KubeError::NotFound(m)) => RebootError::NotFound(m.clone()),
+        Some(kube::KubeError::PermissionDenied(m)) => RebootError::Failed(m.clone()),
+        _ => RebootError::Retryable(e.to_string()),
     }
 }

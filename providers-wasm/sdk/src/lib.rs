@@ -2,7 +2,8 @@
 //!
 //! A provider is a WebAssembly component implementing the `capstan:provider` world
 //! (`wit/since_v0.1.0/provider.wit`; with the `v0_2` feature `wit/since_v0.2.0/provider.wit`; with
-//! `v0_3`, `wit/since_v0.3.0/provider.wit`). This crate generates the bindings once and adds what every provider needs on
+//! `v0_3`, `wit/since_v0.3.0/provider.wit`; with `v0_4`, `wit/since_v0.4.0/provider.wit`). This crate
+//! generates the bindings once and adds what every provider needs on
 //! top of them, so a provider crate is mostly its own logic:
 //!
 //! - [`bindings`]: the generated WIT bindings; the plain data types are re-exported at the crate root
@@ -24,8 +25,11 @@
 //!   [`http`](crate::http), blocking HTTP requests over `wasi:http` (checked by the host against
 //!   the Provider's egress grants), and [`config`](crate::config), the Provider's configuration
 //!   and Secret values.
-//! - With `v0_3`: [`kube::list`] reads a list a page at a time ([`kube::PAGE_SIZE`] items), so a
-//!   provider can list more objects than one answer of the host may hold.
+//! - With `v0_3` (and `v0_4`): [`kube::list`] reads a list a page at a time ([`kube::PAGE_SIZE`]
+//!   items), so a provider can list more objects than one answer of the host may hold.
+//! - With `v0_4`: Karpenter v1.15's contract. [`Guest`] gains `reboot` and `registered`,
+//!   `repair-policies` returns [`RepairRule`]s and `get-instance-types` an [`InstanceTypes`] (the
+//!   catalog with [`VolumeLimit`]s).
 //!
 //! ```ignore
 //! use capstan_provider_sdk::{Guest, Catalog, CatalogBuilder, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
@@ -54,7 +58,7 @@ pub mod config;
 pub mod http;
 
 /// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world` (0.1.0; with
-/// the `v0_2` feature, 0.2.0; with `v0_3`, 0.3.0).
+/// the `v0_2` feature, 0.2.0; with `v0_3`, 0.3.0; with `v0_4`, 0.4.0).
 #[cfg(not(any(feature = "v0_2", feature = "v0_3")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
@@ -111,13 +115,24 @@ pub mod bindings {
 }
 
 /// The bindings for `capstan:provider/cloud-provider-world@0.3.0`: 0.2's, with paged lists
-/// (`list-options.continue-token`). Wins when both features are on (cargo unifies features).
-#[cfg(feature = "v0_3")]
+/// (`list-options.continue-token`). Wins over `v0_2` when both are on (cargo unifies features).
+#[cfg(all(feature = "v0_3", not(feature = "v0_4")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     bindings_with_wasi_http!(
         "../../wit/since_v0.3.0",
         "capstan:provider/kube@0.3.0/list-options"
+    );
+}
+
+/// The bindings for `capstan:provider/cloud-provider-world@0.4.0`: 0.3's, with Karpenter v1.15's
+/// contract in the export and the `lifecycle` interface.
+#[cfg(feature = "v0_4")]
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    bindings_with_wasi_http!(
+        "../../wit/since_v0.4.0",
+        "capstan:provider/kube@0.4.0/list-options"
     );
 }
 
@@ -167,14 +182,26 @@ pub use bindings::exports::capstan::provider::cloud_provider::Guest;
 
 pub use bindings::capstan::provider::types::{
     Amount, Catalog, CatalogInstanceType, CatalogOffering, CatalogOverhead, CatalogRequirement,
-    CreateFailure, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, RepairPolicy,
-    Requirement, Resource, Span, Taint, TaintEffect,
+    CreateFailure, KeyValue, NodeClaim, NodeClass, NodePool, Operator, ProviderError, Requirement,
+    Resource, Span, Taint, TaintEffect,
+};
+
+/// A repair policy of contracts 0.1 to 0.3 (0.4's are [`RepairRule`]s).
+#[cfg(not(feature = "v0_4"))]
+pub use bindings::capstan::provider::types::RepairPolicy;
+
+/// What contract 0.4 adds (its `lifecycle` interface).
+#[cfg(feature = "v0_4")]
+pub use bindings::capstan::provider::lifecycle::{
+    InstanceTypes, RebootError, Registration, RegistrationWait, RepairAction, RepairRule,
+    VolumeLimit,
 };
 
 pub use catalog::{CatalogBuilder, InstanceTypeBuilder};
 
 /// Karpenter's usual node auto-repair: replace a node whose `Ready` condition has been `False` or
 /// `Unknown` for `toleration_seconds`.
+#[cfg(not(feature = "v0_4"))]
 pub fn ready_repair_policies(toleration_seconds: u64) -> Vec<RepairPolicy> {
     ["False", "Unknown"]
         .into_iter()

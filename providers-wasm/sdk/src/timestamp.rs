@@ -1,4 +1,5 @@
-//! RFC 3339 timestamps (`metadata.creationTimestamp`) to milliseconds since the Unix epoch.
+//! RFC 3339 timestamps (`metadata.creationTimestamp`) to and from milliseconds since the Unix
+//! epoch.
 
 /// Parses `YYYY-MM-DDTHH:MM:SS[.fff][Z|±HH:MM]`; `None` if it is not one.
 pub fn parse_millis(text: &str) -> Option<u64> {
@@ -63,9 +64,31 @@ pub fn parse_millis(text: &str) -> Option<u64> {
     u64::try_from(seconds * 1000 + millis).ok()
 }
 
+/// `millis` as Kubernetes writes a timestamp: `YYYY-MM-DDTHH:MM:SSZ` (whole seconds, UTC).
+pub fn format_millis(millis: u64) -> String {
+    let seconds = i64::try_from(millis / 1000).unwrap_or(i64::MAX);
+    let (days, rest) = (seconds.div_euclid(86_400), seconds.rem_euclid(86_400));
+    let (year, month, day) = capstan_model::civil::civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_what_it_parses() {
+        assert_eq!(format_millis(0), "1970-01-01T00:00:00Z");
+        assert_eq!(format_millis(1_732_576_865_500), "2024-11-25T23:21:05Z");
+        for millis in [951_868_800_000, 1_709_164_799_000, 4_102_444_800_000] {
+            assert_eq!(parse_millis(&format_millis(millis)), Some(millis));
+        }
+    }
 
     #[test]
     fn parses_kubernetes_timestamps() {

@@ -24,10 +24,11 @@ pub struct NewArgs {
     /// Where to write it (default: `./NAME`). Must not exist or be empty.
     #[arg(long)]
     dir: Option<PathBuf>,
-    /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3`, the
-    /// newest, for paged lists as well).
-    #[arg(long, default_value = "0.3", value_parser = parse_contract)]
-    contract: WitVersion,
+    /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3` for
+    /// paged lists as well; `0.4` for Karpenter v1.15's reboot, repair rules and registration
+    /// hook). Default: the newest the language's skeleton speaks (Rust 0.4, Python 0.3).
+    #[arg(long, value_parser = parse_contract)]
+    contract: Option<WitVersion>,
 }
 
 /// Languages `provider new` writes skeletons in.
@@ -41,6 +42,8 @@ pub enum Lang {
 
 /// One language's skeleton: files (path, template) and the words its README needs.
 struct Skeleton {
+    /// The newest contract its templates (and SDK) speak.
+    newest: WitVersion,
     files: &'static [(&'static str, &'static str)],
     language: &'static str,
     build_note: &'static str,
@@ -51,6 +54,7 @@ const README: &str = include_str!("new/README.md.tmpl");
 const GRANTS: &str = include_str!("new/grants.yaml.tmpl");
 
 const RUST: Skeleton = Skeleton {
+    newest: WitVersion::V0_4,
     files: &[
         ("Cargo.toml", include_str!("new/rust/Cargo.toml.tmpl")),
         ("src/lib.rs", include_str!("new/rust/lib.rs.tmpl")),
@@ -104,6 +108,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
 ];
 
 const PYTHON: Skeleton = Skeleton {
+    newest: WitVersion::V0_3,
     files: PYTHON_FILES,
     language: "Python",
     build_note: "componentize-py from `requirements.txt` in a venv under `.venv`; the component is \
@@ -138,6 +143,46 @@ fn parse_contract(text: &str) -> Result<WitVersion, String> {
     }
 }
 
+/// The parts of the Rust skeleton that differ by contract: the imports, `get-instance-types`'
+/// answer, and `repair-policies` with what 0.4 adds (`reboot`, `registered`).
+fn rust_parts(contract: WitVersion) -> [(&'static str, &'static str); 3] {
+    if contract < WitVersion::V0_4 {
+        return [
+            (
+                "{{imports}}",
+                "use bindings::capstan::provider::types::{\n    \
+                 Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,\n};",
+            ),
+            ("{{catalog}}", "Catalog"),
+            (
+                "{{repair}}",
+                "    /// Node conditions that mean an instance is broken and should be replaced.\n    \
+                 fn repair_policies() -> Vec<RepairPolicy> {\n        Vec::new()\n    }",
+            ),
+        ];
+    }
+    [
+        (
+            "{{imports}}",
+            "use bindings::capstan::provider::lifecycle::{\n    \
+             InstanceTypes, RebootError, Registration, RepairRule,\n};\n\
+             use bindings::capstan::provider::types::{NodeClaim, NodeClass, NodePool, ProviderError};",
+        ),
+        ("{{catalog}}", "InstanceTypes"),
+        (
+            "{{repair}}",
+            "    /// When and how unhealthy nodes are repaired (none: no repair).\n    \
+             fn repair_policies() -> Vec<RepairRule> {\n        Vec::new()\n    }\n\n    \
+             /// Reboots the instance in place; `not-implemented` makes the host replace it.\n    \
+             fn reboot(_claim: NodeClaim, _operation_id: String) -> Result<(), RebootError> {\n        \
+             Err(RebootError::NotImplemented)\n    }\n\n    \
+             /// The registration hook: `ready` once the joined node may be registered.\n    \
+             fn registered(_claim: NodeClaim) -> Result<Registration, ProviderError> {\n        \
+             Ok(Registration::Ready)\n    }",
+        ),
+    ]
+}
+
 /// Why `name` cannot name a provider, if it cannot (a DNS-1123 label, as Provider names are).
 pub fn name_problem(name: &str) -> Option<String> {
     let ok_chars = name
@@ -158,7 +203,11 @@ pub fn render(name: &str, lang: Lang, contract: WitVersion) -> Vec<(PathBuf, Str
     let skeleton = skeleton(lang);
     let crate_name = name.replace('-', "_");
     let contract_text = format!("{}.0", contract.as_str());
+    let parts = rust_parts(contract);
     let fill = |text: &str| {
+        let text = parts
+            .iter()
+            .fold(text.to_owned(), |text, (key, part)| text.replace(key, part));
         text.replace("{{build_note}}", skeleton.build_note)
             .replace("{{files}}", skeleton.file_notes)
             .replace("{{language}}", skeleton.language)
@@ -199,7 +248,15 @@ pub fn run(args: &NewArgs) -> Result<ExitCode> {
             );
         }
     }
-    let files = render(&args.name, args.lang, args.contract);
+    let newest = skeleton(args.lang).newest;
+    let contract = args.contract.unwrap_or(newest);
+    if contract > newest {
+        bail!(
+            "the {} skeleton speaks contracts up to {newest}; ask for --contract {newest} or older",
+            skeleton(args.lang).language
+        );
+    }
+    let files = render(&args.name, args.lang, contract);
     for (path, text) in &files {
         let path = dir.join(path);
         if let Some(parent) = path.parent() {
@@ -213,7 +270,7 @@ pub fn run(args: &NewArgs) -> Result<ExitCode> {
         dir.display(),
         skeleton(args.lang).language,
         args.name,
-        args.contract.as_str(),
+        contract.as_str(),
         files.len()
     );
     println!(
@@ -243,6 +300,7 @@ mod tests {
         assert_eq!(parse_contract("v0.1"), Ok(WitVersion::V0_1));
         assert_eq!(parse_contract("0.2.0"), Ok(WitVersion::V0_2));
         assert_eq!(parse_contract("0.3"), Ok(WitVersion::V0_3));
+        assert_eq!(parse_contract("0.4"), Ok(WitVersion::V0_4));
         assert!(
             parse_contract("0.9")
                 .unwrap_err()
@@ -280,8 +338,14 @@ mod tests {
         assert!(get(&files, "Makefile").contains("release/my_cloud.wasm"));
         assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.3.0"));
         assert!(get(&files, "wit/deps/http/http.wit").contains("wasi:http"));
+        assert!(get(&files, "src/lib.rs").contains("-> Vec<RepairPolicy>"));
         let old = rendered(Lang::Rust, WitVersion::V0_1);
         assert!(!old.keys().any(|p| p.starts_with("wit/deps")));
+        let newest = rendered(Lang::Rust, WitVersion::V0_4);
+        let lib = get(&newest, "src/lib.rs");
+        assert!(lib.contains("-> Result<InstanceTypes, ProviderError>"));
+        assert!(lib.contains("fn reboot(_claim: NodeClaim, _operation_id: String)"));
+        assert!(get(&newest, "wit/provider.wit").contains("package capstan:provider@0.4.0"));
     }
 
     #[test]

@@ -42,6 +42,7 @@ impl InstanceTypeSource for FourZones {
                 .collect(),
             capacity: scheduling::Resources::new(4000, 16 << 30, 110),
             overhead: scheduling::Resources::default(),
+            volume_limits: Default::default(),
         };
         Ok(Arc::from(vec![it("amd-4", "amd64"), it("arm-4", "arm64")]))
     }

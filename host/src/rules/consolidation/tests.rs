@@ -25,6 +25,7 @@ fn it(name: &str, cpu: i64, od: f64, spot: Option<f64>) -> InstanceType {
         offerings,
         capacity: Resources::new(cpu * 1000, cpu * 4 * GIB, 110),
         overhead: Resources::default(),
+        volume_limits: Default::default(),
     }
 }
 

@@ -22,6 +22,7 @@ fn instance_type(name: &str, cpu: i64) -> InstanceType {
         offerings: vec![Offering::new("zone-1", "on-demand", 0.1 * cpu as f64)],
         capacity: Resources::new(cpu * 1000, 2 * cpu * GI, 10 * cpu),
         overhead: Resources::default(),
+        volume_limits: Default::default(),
     }
 }
 

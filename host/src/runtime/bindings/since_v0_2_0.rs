@@ -5,4 +5,4 @@
 //! `wasi:config/store` (wasmtime-wasi-config, serving the call's snapshot of the provider's
 //! configuration). Its `types` are 0.1's Rust types; `kube` and `host` share 0.1's glue.
 
-bindings_with_wasi_http!("../wit/since_v0.2.0", "capstan:provider/types@0.2.0");
+bindings_with_wasi_http!(["capstan:provider/types@0.2.0"] "../wit/since_v0.2.0");

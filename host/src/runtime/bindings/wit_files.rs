@@ -16,7 +16,7 @@ macro_rules! wit_files {
 const V0_1: &[WitFile] = wit_files!("since_v0.1.0": "provider.wit");
 
 /// A contract of 0.2 or later: its package and the standard WASI packages under `deps/` (0.3's
-/// `deps` is a link to 0.2's).
+/// and 0.4's `deps` are links to 0.2's).
 macro_rules! with_wasi_deps {
     ($dir:literal) => {
         wit_files!($dir:
@@ -38,12 +38,15 @@ const V0_2: &[WitFile] = with_wasi_deps!("since_v0.2.0");
 
 const V0_3: &[WitFile] = with_wasi_deps!("since_v0.3.0");
 
+const V0_4: &[WitFile] = with_wasi_deps!("since_v0.4.0");
+
 /// Every file of `version`'s contract (the package and the WASI packages it imports).
 pub fn files(version: WitVersion) -> &'static [WitFile] {
     match version {
         WitVersion::V0_1 => V0_1,
         WitVersion::V0_2 => V0_2,
         WitVersion::V0_3 => V0_3,
+        WitVersion::V0_4 => V0_4,
     }
 }
 
@@ -53,6 +56,7 @@ pub fn directory(version: WitVersion) -> &'static str {
         WitVersion::V0_1 => "since_v0.1.0",
         WitVersion::V0_2 => "since_v0.2.0",
         WitVersion::V0_3 => "since_v0.3.0",
+        WitVersion::V0_4 => "since_v0.4.0",
     }
 }
 

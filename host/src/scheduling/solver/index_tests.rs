@@ -38,6 +38,7 @@ fn types() -> Arc<[InstanceType]> {
                 capacity: Resources::new(cpu * 1000, 2 * cpu * GI, 4 * cpu),
                 overhead: Resources::default(),
                 name,
+                volume_limits: Default::default(),
             }
         })
         .collect()

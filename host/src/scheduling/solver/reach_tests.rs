@@ -36,6 +36,7 @@ fn instance_type(name: &str, cpu_millis: i64, arch: &str, price: f64) -> Instanc
             .collect(),
         capacity: Resources::new(cpu_millis, 4 * cpu_millis / 1000 * GI, 110),
         overhead: Resources::default(),
+        volume_limits: Default::default(),
     }
 }
 

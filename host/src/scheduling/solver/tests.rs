@@ -31,6 +31,7 @@ fn instance_type(
             .collect(),
         capacity: Resources::new(cpu * 1000, mem_gib * GI, pods),
         overhead: Resources::default(),
+        volume_limits: Default::default(),
     }
 }
 

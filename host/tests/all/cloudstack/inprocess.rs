@@ -252,7 +252,7 @@ async fn the_documented_example_is_valid() {
         .await
         .expect("instance types");
     assert_eq!(
-        catalog.instance_types.len(),
+        catalog.catalog.instance_types.len(),
         4,
         "small, medium, large and the GPU offering"
     );

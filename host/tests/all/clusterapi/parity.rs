@@ -66,13 +66,15 @@ async fn scale_from_zero_reads_the_infrastructure_template_and_the_machine_taint
                 .get_instance_types(&tainted, &class)
                 .await
                 .map_err(|e| e.to_string())?;
-            let types = CatalogView::new(&catalog).map_err(|e| e.to_string())?.len();
+            let types = CatalogView::new(&catalog.catalog)
+                .map_err(|e| e.to_string())?
+                .len();
             Ok::<_, String>((types == 1).then_some(catalog))
         },
     )
     .await
     .unwrap();
-    let view = CatalogView::new(&catalog).unwrap();
+    let view = CatalogView::new(&catalog.catalog).unwrap();
     let zero = view.instance_types().next().unwrap();
     assert_eq!(zero.name, "zero");
     let amount = |name: &str| {
@@ -94,7 +96,7 @@ async fn scale_from_zero_reads_the_infrastructure_template_and_the_machine_taint
         .get_instance_types(&crate::fixtures::pool("q"), &class)
         .await
         .unwrap();
-    assert!(CatalogView::new(&plain).unwrap().is_empty());
+    assert!(CatalogView::new(&plain.catalog).unwrap().is_empty());
     provider.validate_node_class(&class).await.unwrap();
 
     let mut wanted = claim("zero-claim", "zero");
@@ -300,7 +302,7 @@ async fn a_machine_set_without_a_deployment_is_an_instance_type() {
         .get_instance_types(&crate::fixtures::pool("p"), &class)
         .await
         .unwrap();
-    let mut names: Vec<String> = CatalogView::new(&catalog)
+    let mut names: Vec<String> = CatalogView::new(&catalog.catalog)
         .unwrap()
         .instance_types()
         .map(|it| it.name.to_owned())

@@ -215,7 +215,7 @@ async fn packaged_manifests_apply_and_load() {
     let provider = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
     assert_eq!(
         provider.status.unwrap().wit_version.as_deref(),
-        Some("0.3.0")
+        Some("0.4.0")
     );
     let _ = kube::Api::<Provider>::all(setup.client.clone())
         .delete(&name, &Default::default())
@@ -297,7 +297,7 @@ async fn a_python_provider_ships_in_parts_and_hot_reloads_under_calls() {
         )
         .await
         .unwrap();
-    assert_eq!(types.instance_types.len(), 72);
+    assert_eq!(types.catalog.instance_types.len(), 72);
     setup.wait_loaded(&name, &digests[0]).await;
 
     // Callers: 2 tasks calling name() through the registry while versions change.

@@ -118,7 +118,7 @@ async fn a_call_in_flight_finishes_on_the_version_it_started_on() {
             )
             .await;
         (
-            result.map(|types| types.len()),
+            result.map(|types| types.catalog.instance_types.len()),
             provider.sha256().to_owned(),
         )
     });
