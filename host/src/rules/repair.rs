@@ -345,7 +345,7 @@ impl Rules {
                 None => true,
                 Some((current, current_rule, current_due)) => {
                     if rule.action != current_rule.action {
-                        rule.action < current_rule.action
+                        rule.action > current_rule.action
                     } else {
                         (
                             std::cmp::Reverse(rule.priority),
