@@ -625,12 +625,7 @@ async fn malformed_annotations_make_the_node_class_not_ready() {
 fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
     use capstan::runtime::types::{NodeClaim, Operator, Requirement, Resource};
     NodeClaim {
-        name: name.into(),
         node_pool_name: Some("p".into()),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        taints: Vec::new(),
-        startup_taints: Vec::new(),
         requirements: vec![Requirement {
             key: "node.kubernetes.io/instance-type".into(),
             operator: Operator::In,
@@ -641,12 +636,7 @@ fn claim(name: &str, deployment: &str) -> capstan::runtime::types::NodeClaim {
             name: "cpu".into(),
             quantity: "1".into(),
         }],
-        provider_id: None,
-        image_id: None,
-        node_name: None,
-        capacity: Vec::new(),
-        allocatable: Vec::new(),
-        created_at: None,
+        ..crate::fixtures::claim(name)
     }
 }
 

@@ -10,7 +10,7 @@ use capstan::conformance::{self, Outcome, checks};
 use capstan::runtime::Limits;
 use capstan_test_support::ControlPlane;
 
-use crate::fixtures::{chaos, class, kwok_compiled, kwok_file, kwok_in, runtime};
+use crate::fixtures::{chaos, claim, class, kwok_compiled, kwok_file, kwok_in, runtime};
 
 /// What kwok needs: its own Nodes, and their status (`scope: owned` is the default, written out).
 pub const KWOK_GRANTS: &str = r#"
@@ -340,22 +340,7 @@ async fn kwok_reboots_its_node_in_place_once_per_operation() {
             .unwrap()
             .as_millis()
     );
-    let claim = capstan::runtime::types::NodeClaim {
-        name: name.clone(),
-        node_pool_name: None,
-        labels: vec![],
-        annotations: vec![],
-        taints: vec![],
-        startup_taints: vec![],
-        requirements: vec![],
-        requests: vec![],
-        provider_id: None,
-        image_id: None,
-        node_name: None,
-        capacity: vec![],
-        allocatable: vec![],
-        created_at: None,
-    };
+    let claim = claim(&name);
     let class = class(serde_json::json!({}));
     let created = provider.create(&claim, &class).await.unwrap();
     let nodes: kube::Api<Node> = kube::Api::all(client.clone());

@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 
 use capstan::capability::Capabilities;
 use capstan::runtime::engine::EngineBuilder;
-use capstan::runtime::types::{NodeClass, NodePool};
+use capstan::runtime::types::{NodeClaim, NodeClass, NodePool};
 use capstan::runtime::{Compiled, Limits, ProviderPre, Runtime};
 
 static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -152,6 +152,27 @@ pub fn class(parameters: serde_json::Value) -> NodeClass {
     NodeClass {
         name: "test".into(),
         parameters: parameters.to_string(),
+    }
+}
+
+/// A claim named `name` with nothing else set: no pool, labels, requirements or requests (set
+/// what a test needs on the result).
+pub fn claim(name: &str) -> NodeClaim {
+    NodeClaim {
+        name: name.into(),
+        node_pool_name: None,
+        labels: vec![],
+        annotations: vec![],
+        taints: vec![],
+        startup_taints: vec![],
+        requirements: vec![],
+        requests: vec![],
+        provider_id: None,
+        image_id: None,
+        node_name: None,
+        capacity: vec![],
+        allocatable: vec![],
+        created_at: None,
     }
 }
 

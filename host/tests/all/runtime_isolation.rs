@@ -212,22 +212,7 @@ async fn create_has_its_own_wall_clock_limit() {
         provider.limits().wall_limit("create"),
         Duration::from_secs(30)
     );
-    let claim = capstan::runtime::types::NodeClaim {
-        name: "c".into(),
-        node_pool_name: None,
-        labels: vec![],
-        annotations: vec![],
-        taints: vec![],
-        startup_taints: vec![],
-        requirements: vec![],
-        requests: vec![],
-        provider_id: None,
-        image_id: None,
-        node_name: None,
-        capacity: vec![],
-        allocatable: vec![],
-        created_at: None,
-    };
+    let claim = crate::fixtures::claim("c");
     // Even a fresh instance takes longer than 1 ms in a debug build under load, but create is
     // bounded by its own, longer limit.
     let created = provider

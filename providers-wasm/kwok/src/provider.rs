@@ -6,6 +6,7 @@ use capstan_provider_sdk::{
     Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
     RepairAction, RepairRule, Requirements, ResourceList, clock, lookup, timestamp,
 };
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::catalog;
@@ -257,8 +258,7 @@ impl Guest for Kwok {
             Err(e) => return Err(reboot_error(e)),
         };
         let managed = node.as_ref().is_some_and(|n| {
-            serde_json::from_value::<Node>(n.clone())
-                .is_ok_and(|n| n.is_managed() && !n.is_deleting())
+            Node::deserialize(n).is_ok_and(|n| n.is_managed() && !n.is_deleting())
         });
         let (Some(node), true) = (node, managed) else {
             return Err(RebootError::NotFound(format!("no kwok Node {name}")));

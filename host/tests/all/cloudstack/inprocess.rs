@@ -59,20 +59,8 @@ fn provider_error<T: std::fmt::Debug>(result: Result<T, CallError>) -> ProviderE
 
 fn claim(name: &str) -> NodeClaim {
     NodeClaim {
-        name: name.into(),
         node_pool_name: Some("default".into()),
-        labels: Vec::new(),
-        annotations: Vec::new(),
-        taints: Vec::new(),
-        startup_taints: Vec::new(),
-        requirements: Vec::new(),
-        requests: Vec::new(),
-        provider_id: None,
-        image_id: None,
-        node_name: None,
-        capacity: Vec::new(),
-        allocatable: Vec::new(),
-        created_at: None,
+        ..crate::fixtures::claim(name)
     }
 }
 

@@ -6,7 +6,7 @@ use capstan::capability::Capabilities;
 use capstan::capability::grants::{Cluster, parse};
 use capstan::capability::kube::ClusterConnection;
 use capstan::runtime::Limits;
-use capstan::runtime::types::{KeyValue, NodeClaim as WitClaim, NodeClass as WitClass};
+use capstan::runtime::types::{KeyValue, NodeClass as WitClass};
 use capstan_test_support::wait_until;
 use k8s_openapi::api::core::v1::Node;
 use kube::Api;
@@ -32,25 +32,11 @@ async fn leaked_instances_and_orphaned_claims_are_collected() {
         .instantiate_pre(kwok_compiled(), Limits::default(), caps)
         .unwrap();
     let leak = names.name("leak");
-    let request = WitClaim {
-        name: leak.clone(),
-        node_pool_name: None,
-        labels: vec![KeyValue {
-            key: RUN_LABEL.into(),
-            value: names.run.clone(),
-        }],
-        annotations: vec![],
-        taints: vec![],
-        startup_taints: vec![],
-        requirements: vec![],
-        requests: vec![],
-        provider_id: None,
-        image_id: None,
-        node_name: None,
-        capacity: vec![],
-        allocatable: vec![],
-        created_at: None,
-    };
+    let mut request = crate::fixtures::claim(&leak);
+    request.labels = vec![KeyValue {
+        key: RUN_LABEL.into(),
+        value: names.run.clone(),
+    }];
     let class = WitClass {
         name: "gc".into(),
         parameters: "{}".into(),
