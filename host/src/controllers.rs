@@ -222,6 +222,8 @@ pub struct Context {
     pub buffers: capacity_buffers::Buffers,
     /// Provider IDs launches wrote lately (two launches never take one ID).
     pub launched_ids: nodeclaim::ownership::LaunchedIds,
+    /// When this process began issuing each reboot under way.
+    pub reboots_issuing: nodeclaim::reboot::Issuing,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -383,6 +385,7 @@ pub async fn run(config: Config) -> Result<(), ControllerError> {
         unavailable_offerings: unavailable_offerings::UnavailableOfferings::default(),
         drain_events: nodeclaim::termination::Dedupe::default(),
         launched_ids: nodeclaim::ownership::LaunchedIds::default(),
+        reboots_issuing: nodeclaim::reboot::Issuing::default(),
         buffers: capacity_buffers::Buffers::default(),
         failures: Mutex::new(HashMap::new()),
     });

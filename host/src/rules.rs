@@ -19,6 +19,8 @@
 //! - [`drift`]: the template hash and requirements a claim drifted from;
 //! - [`repair`]: a provider's repair rules checked, matched against a node's conditions and
 //!   resolved into the repair due (Karpenter v1.15's), and the 20% circuit breaker;
+//! - [`reboot`]: a reboot in place, phase by phase (drain, issue, observe), and the reboots a
+//!   node gets before a repair replaces it;
 //! - [`resolve`]: from a `nodeClassRef` to its node class and provider;
 //! - [`selector`]: the equality-based label selectors of `--selector` (which pods, claims and
 //!   pools this host manages);
@@ -35,6 +37,7 @@ pub mod limits;
 pub mod new_claim;
 pub mod nodes;
 pub mod pods;
+pub mod reboot;
 pub mod repair;
 pub mod resolve;
 pub mod selector;

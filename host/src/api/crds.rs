@@ -254,7 +254,7 @@ mod tests {
         assert_eq!(reasons["x-kubernetes-list-type"], "set");
         assert_eq!(
             reasons["items"]["enum"],
-            json!(["Underutilized", "Empty", "Drifted"])
+            json!(["Underutilized", "Empty", "Drifted", "Unhealthy"])
         );
     }
 

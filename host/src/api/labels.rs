@@ -17,6 +17,21 @@ pub const HELD_BY_PROVIDER: &str = "capstan.dev/held-by-provider";
 pub const PRICE_ANNOTATION: &str = "capstan.dev/price-per-hour";
 pub const NODECLAIM_TERMINATION_TIMESTAMP: &str = "karpenter.sh/nodeclaim-termination-timestamp";
 pub const NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+/// Node annotation (Karpenter v1.15): `"true"` vetoes every repair of the node, reboots and
+/// replacements alike.
+pub const DO_NOT_REPAIR: &str = "karpenter.sh/do-not-repair";
+/// NodeClaim annotation (Karpenter v1.15): the node's boot ID before the reboot under way was
+/// issued; a different boot ID on the Node says it rebooted.
+pub const REBOOT_PRE_BOOT_ID: &str = "karpenter.sh/reboot-pre-boot-id";
+/// NodeClaim annotation (Karpenter v1.15): the drain bound of the reboot under way, as a Go
+/// duration (`0s`: no drain); absent, the drain is unbounded.
+pub const REBOOT_GRACE_PERIOD: &str = "karpenter.sh/reboot-termination-grace-period";
+/// NodeClaim annotation (a Capstan extension): when the node's last reboots were committed, RFC
+/// 3339, comma-separated (at most two within a day). Karpenter keeps this in memory, so a restart
+/// forgets it and a node that fails the same way keeps rebooting; here it is in the object.
+pub const REBOOTS: &str = "capstan.dev/reboots";
+/// Taint on a node while it reboots in place: no new pods until it booted again.
+pub const REBOOTING_TAINT_KEY: &str = "karpenter.sh/rebooting";
 pub const NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
 
 /// Taint every new node carries until the host has registered it.

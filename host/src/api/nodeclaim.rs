@@ -26,6 +26,15 @@ pub mod conditions {
     pub const DRAINED: &str = "Drained";
     pub const VOLUMES_DETACHED: &str = "VolumesDetached";
     pub const INSTANCE_TERMINATING: &str = "InstanceTerminating";
+    /// A reboot in place: `True` while one is under way (reason [`REBOOT_REQUESTED`], then
+    /// [`REBOOT_ISSUED`]), `False` once it ended ([`REBOOT_SUCCEEDED`] or [`REBOOT_FAILED`]).
+    pub const REBOOTING: &str = "Rebooting";
+    pub const REBOOT_REQUESTED: &str = "RebootRequested";
+    pub const REBOOT_ISSUED: &str = "RebootIssued";
+    pub const REBOOT_SUCCEEDED: &str = "RebootSucceeded";
+    pub const REBOOT_FAILED: &str = "RebootFailed";
+    /// `Initialized`'s reason while the node reboots.
+    pub const REBOOTING_REASON: &str = "Rebooting";
 }
 
 /// NodeClaim is a request for one node. Its spec cannot change once created.

@@ -234,6 +234,8 @@ pub enum DisruptionReason {
     Underutilized,
     Empty,
     Drifted,
+    // Node repair (Karpenter v1.15): reboots and replacements of unhealthy nodes.
+    Unhealthy,
 }
 
 /// A disruption budget: at most `nodes` (a count or a percentage) disrupted at once, optionally only

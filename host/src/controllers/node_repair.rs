@@ -27,20 +27,31 @@ use std::time::{Duration, Instant};
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, ResourceExt};
 use serde_json::json;
 
-use crate::api::labels::{NODECLAIM_TERMINATION_TIMESTAMP, NODEPOOL};
+use crate::api::labels::{
+    DO_NOT_DISRUPT, DO_NOT_REPAIR, NODECLAIM_TERMINATION_TIMESTAMP, NODEPOOL, REBOOT_GRACE_PERIOD,
+    REBOOTS,
+};
+use crate::api::nodeclaim::conditions::{
+    DISRUPTION_REASON, INITIALIZED, REBOOT_REQUESTED, REBOOTING,
+};
+use crate::api::nodepool::DisruptionReason;
 use crate::api::shared::find_condition;
-use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool};
-use crate::controllers::nodeclaim::termination::format_deadline;
+use crate::api::{ConditionStatus, NodeClaim, NodeClass, NodePool, duration};
+use crate::controllers::nodeclaim::{self, termination::format_deadline};
 use crate::controllers::nodepool_status::set_pool_condition;
 use crate::controllers::{Context, ControllerError, resolve};
 use crate::metrics::cloudprovider::controller;
+use crate::rules::candidates::{self, Joined, Machine};
+use crate::rules::claims::is_true;
+use crate::rules::pods::do_not_disrupt;
+use crate::rules::{budgets, reboot};
 
-use crate::rules::repair::{self, Decision, Rules};
+use crate::rules::repair::{self, Act, Decision, Rules};
 
 /// The NodePool condition that says whether repair is stopped in the pool.
 pub const NODE_REPAIR_ALLOWED: &str = "NodeRepairAllowed";
@@ -163,31 +174,117 @@ impl NodeRepair {
                 pool_condition(ctx, pool, 0, 0).await;
             }
         }
+        // Joined once a pass, when some repair is due: each claim's pods and the pools' counts
+        // for repair's budgets.
+        let mut joined: Option<Joined<'_>> = None;
         for (pool, nodes) in &pools {
             let unhealthy = nodes
                 .iter()
                 .filter(|m| m.policies.is_unhealthy(&m.node))
                 .count();
-            if let Some(pool) = view.pools.iter().find(|p| p.name_any() == *pool) {
+            let pool_object = view.pools.iter().find(|p| p.name_any() == *pool);
+            if let Some(pool) = pool_object {
                 pool_condition(ctx, pool, unhealthy, nodes.len()).await;
             }
             if unhealthy == 0 {
                 continue;
             }
+            let mut due: Vec<(&Managed, repair::Repair)> = Vec::new();
             for managed in nodes {
+                let claim = managed.claim.as_ref();
+                if claim.metadata.deletion_timestamp.is_some() || reboot::rebooting(claim) {
+                    continue;
+                }
                 match repair::decide(
                     &managed.node,
                     &managed.policies,
                     now,
                     unhealthy,
                     nodes.len(),
+                    reboot::rebooted_at(claim),
                 ) {
                     Decision::Healthy | Decision::Wait(_) => {}
                     Decision::Blocked { unhealthy, total } => {
                         self.blocked(ctx, pool, managed, unhealthy, total, &view.pools)
                             .await;
                     }
-                    Decision::Repair(found) => repair(ctx, managed, &found).await?,
+                    Decision::Repair(found) => due.push((managed, found)),
+                }
+            }
+            if due.is_empty() {
+                continue;
+            }
+            // The most urgent first (rank, aged), then by name: the same set, the same order.
+            due.sort_by(|(a, x), (b, y)| {
+                y.score
+                    .total_cmp(&x.score)
+                    .then_with(|| a.claim.name_any().cmp(&b.claim.name_any()))
+            });
+            let joined = joined
+                .get_or_insert_with(|| Joined::for_reason(&view, DisruptionReason::Unhealthy));
+            let (total, disrupting) = joined.counts.get(pool).copied().unwrap_or_default();
+            let mut allowed = match pool_object {
+                Some(p) => budgets::allowed(
+                    &p.spec.disruption.budgets,
+                    DisruptionReason::Unhealthy,
+                    total,
+                    disrupting,
+                    now,
+                )
+                .unwrap_or_else(|err| {
+                    tracing::warn!(nodepool = %pool, error = %err, "invalid budget: no repair");
+                    0
+                }),
+                None => usize::MAX,
+            };
+            for (managed, found) in due {
+                let claim = managed.claim.as_ref();
+                // An uninitialized node runs no workload to protect: it needs no budget.
+                let initialized = is_true(claim, INITIALIZED);
+                if initialized && allowed == 0 {
+                    let note = format!(
+                        "repair of node {} waits: the NodePool's disruption budget for Unhealthy allows no more now",
+                        managed.node.name_any()
+                    );
+                    self.veto(ctx, managed, &note).await;
+                    continue;
+                }
+                let machine = joined
+                    .machines
+                    .iter()
+                    .find(|m| m.claim.metadata.uid == claim.metadata.uid);
+                let blocker = machine.and_then(|m| pod_blocker(m, &view.pdbs, now));
+                let claim_grace = claim
+                    .spec
+                    .termination_grace_period
+                    .as_deref()
+                    .and_then(|g| duration::parse(g).ok());
+                let do_not_repair = managed
+                    .node
+                    .annotations()
+                    .get(DO_NOT_REPAIR)
+                    .is_some_and(|v| v == "true");
+                match repair::act(
+                    &found,
+                    claim_grace,
+                    reboot::exhausted(claim, now),
+                    do_not_repair,
+                    blocker.as_deref(),
+                ) {
+                    Act::Veto(why) => {
+                        self.veto(ctx, managed, &why).await;
+                        continue;
+                    }
+                    Act::Reboot { grace } => {
+                        commit_reboot(ctx, managed, &found, grace, now).await?;
+                    }
+                    Act::Replace { grace } => {
+                        let escalated = found.action == repair::Action::Reboot;
+                        replace(ctx, managed, &found, grace, escalated).await?;
+                    }
+                }
+                if initialized {
+                    allowed = allowed.saturating_sub(1);
                 }
             }
         }
@@ -225,7 +322,7 @@ impl NodeRepair {
         match result {
             Ok(policies) => {
                 let rules = match Rules::new(&policies) {
-                    Ok(rules) => rules.map(|r| Arc::new(r.replacing_only())),
+                    Ok(rules) => rules.map(Arc::new),
                     Err(err) => {
                         tracing::warn!(provider = %resolved.provider_name, error = %err,
                             "the provider's repair rules are invalid: no repair for its nodes");
@@ -283,6 +380,21 @@ impl NodeRepair {
         }
     }
 
+    /// `DisruptionBlocked` on the node and its claim (each at most once per 15 minutes): a
+    /// repair due is not made now, for `why`.
+    async fn veto(&mut self, ctx: &Context, managed: &Managed, why: &str) {
+        let reason = "DisruptionBlocked";
+        if self.first_in_a_while(managed.node.uid()) {
+            tracing::info!(node = %managed.node.name_any(), %why, "repair blocked");
+            ctx.events.warning(managed.node.as_ref(), reason, why).await;
+        }
+        if self.first_in_a_while(managed.claim.uid()) {
+            ctx.events
+                .warning(managed.claim.as_ref(), reason, why)
+                .await;
+        }
+    }
+
     /// Whether an Event about `uid` may go out now (none in the last 15 minutes); notes it.
     fn first_in_a_while(&mut self, uid: Option<String>) -> bool {
         let Some(uid) = uid else { return false };
@@ -333,27 +445,34 @@ async fn pool_condition(ctx: &Context, pool: &NodePool, unhealthy: usize, total:
     .await;
 }
 
-/// Deletes `managed`'s claim with a termination deadline of now.
-async fn repair(
+/// Replaces `managed`'s node: deletes its claim, with a termination deadline `grace` from now
+/// when the drain is bounded (else its own `terminationGracePeriod` bounds it, if it has one).
+async fn replace(
     ctx: &Context,
     managed: &Managed,
     found: &repair::Repair,
+    grace: Option<Duration>,
+    escalated: bool,
 ) -> Result<(), ControllerError> {
     let claim = managed.claim.as_ref();
-    if claim.metadata.deletion_timestamp.is_some() {
-        return Ok(());
-    }
     let name = claim.name_any();
     let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-    let deadline = format_deadline(Timestamp::now());
-    let patch = json!({"metadata": {"annotations": {NODECLAIM_TERMINATION_TIMESTAMP: deadline}}});
-    match api
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
-        Err(err) => return Err(err.into()),
+    let deadline = grace.and_then(|g| {
+        Timestamp::now()
+            .checked_add(SignedDuration::try_from(g).ok()?)
+            .ok()
+    });
+    if let Some(deadline) = deadline {
+        let text = format_deadline(deadline);
+        let patch = json!({"metadata": {"annotations": {NODECLAIM_TERMINATION_TIMESTAMP: text}}});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(err) => return Err(err.into()),
+        }
     }
     match api.delete(&name, &DeleteParams::default()).await {
         Ok(_) => {}
@@ -361,9 +480,22 @@ async fn repair(
         Err(err) => return Err(err.into()),
     }
     let pool = claim.labels().get(NODEPOOL).map_or("", String::as_str);
+    let drain = match grace {
+        Some(g) if g.is_zero() => "without waiting for its pods".to_owned(),
+        Some(g) => format!("its pods drained for at most {g:?}"),
+        None => "its pods drained as its terminationGracePeriod allows".to_owned(),
+    };
+    let why = if escalated {
+        format!(
+            " (it rebooted {} times within a day already)",
+            reboot::REBOOTS_BEFORE_REPLACEMENT
+        )
+    } else {
+        String::new()
+    };
     let note = format!(
-        "node {} has had condition {}={} (reason {:?}) for more than {:?} (its provider's repair rule): \
-         deleting NodeClaim {name} now, without waiting for its pods",
+        "node {} has had condition {}={} (reason {:?}) for more than {:?} (its provider's repair rule){why}: \
+         replacing it, NodeClaim {name} deleted, {drain}",
         managed.node.name_any(),
         found.condition_type,
         found.condition_status,
@@ -371,7 +503,7 @@ async fn repair(
         found.toleration,
     );
     tracing::info!(nodeclaim = %name, node = %managed.node.name_any(), nodepool = pool,
-        condition = %found.condition_type, status = %found.condition_status, "deleting unhealthy node");
+        condition = %found.condition_type, status = %found.condition_status, "replacing unhealthy node");
     ctx.metrics.lifecycle.disrupted(claim, "unhealthy", "");
     let reason = "NodeRepair";
     ctx.events
@@ -379,4 +511,97 @@ async fn repair(
         .await;
     ctx.events.warning(claim, reason, &note).await;
     Ok(())
+}
+
+/// Commits a reboot of `managed`'s node: the drain bound (or none) and the reboot's time in the
+/// claim's annotations, then `Rebooting=True` (`RebootRequested`) and `DisruptionReason`
+/// (`Unhealthy`) in its status, both guarded by its resourceVersion; the claim's controller
+/// carries it out ([`crate::controllers::nodeclaim::reboot`]).
+async fn commit_reboot(
+    ctx: &Context,
+    managed: &Managed,
+    found: &repair::Repair,
+    grace: Option<Duration>,
+    now: Timestamp,
+) -> Result<(), ControllerError> {
+    let name = managed.claim.name_any();
+    let api: Api<NodeClaim> = Api::all(ctx.client.clone());
+    // Read again: the cache may lag a reboot committed a moment ago.
+    let Some(mut claim) = api.get_opt(&name).await? else {
+        return Ok(());
+    };
+    if claim.metadata.deletion_timestamp.is_some() || reboot::rebooting(&claim) {
+        return Ok(());
+    }
+    let patch = json!({"metadata": {
+        "resourceVersion": claim.resource_version(),
+        "annotations": {
+            REBOOT_GRACE_PERIOD: grace.map(duration::format),
+            REBOOTS: reboot::with_reboot(&claim, now),
+        },
+    }});
+    claim = match api
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(claim) => claim,
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {
+            return Ok(());
+        }
+        Err(err) => return Err(err.into()),
+    };
+    let message = format!("rebooting for {}/{}", found.condition_type, found.reason);
+    nodeclaim::set(
+        &mut claim,
+        DISRUPTION_REASON,
+        ConditionStatus::True,
+        "Unhealthy",
+        "Unhealthy",
+    );
+    nodeclaim::set(
+        &mut claim,
+        REBOOTING,
+        ConditionStatus::True,
+        REBOOT_REQUESTED,
+        &message,
+    );
+    nodeclaim::persist_status(ctx, &mut claim).await?;
+    let note = format!(
+        "node {} has had condition {}={} (reason {:?}) for more than {:?} (its provider's repair rule): \
+         rebooting it in place, its pods drained {}",
+        managed.node.name_any(),
+        found.condition_type,
+        found.condition_status,
+        found.reason,
+        found.toleration,
+        match grace {
+            None => "without a bound".to_owned(),
+            Some(g) if g.is_zero() => "not at all".to_owned(),
+            Some(g) => format!("for at most {g:?}"),
+        },
+    );
+    tracing::info!(nodeclaim = %name, node = %managed.node.name_any(),
+        condition = %found.condition_type, "rebooting unhealthy node");
+    ctx.events
+        .warning(managed.node.as_ref(), "NodeRepair", &note)
+        .await;
+    ctx.events.warning(&claim, "NodeRepair", &note).await;
+    Ok(())
+}
+
+/// A pod on the machine the drain could not evict now (`do-not-disrupt`, or a
+/// PodDisruptionBudget that allows no eviction), as `namespace/name`.
+fn pod_blocker(
+    machine: &Machine<'_>,
+    pdbs: &[Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
+    now: Timestamp,
+) -> Option<String> {
+    machine.pods.iter().find_map(|pod| {
+        let key = || format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+        if do_not_disrupt(pod, now) {
+            return Some(format!("{} has {DO_NOT_DISRUPT}", key()));
+        }
+        candidates::blocking_pdb(pod, pdbs)
+            .map(|pdb| format!("PodDisruptionBudget {pdb} prevents evicting {}", key()))
+    })
 }

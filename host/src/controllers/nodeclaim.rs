@@ -1,5 +1,5 @@
 //! The NodeClaim lifecycle controller, in Karpenter's stages: [`liveness`], [`launch`],
-//! [`registration`], [`initialization`] while the claim lives, and [`termination`] behind the
+//! [`registration`], [`reboot`] (while one is under way), [`initialization`] while the claim lives, and [`termination`] behind the
 //! `karpenter.sh/termination` finalizer once it is deleted.
 //!
 //! Each stage reads the claim, acts, and persists what it learned before the next one runs, so
@@ -10,6 +10,7 @@ pub mod initialization;
 pub mod launch;
 pub mod liveness;
 pub mod ownership;
+pub mod reboot;
 pub mod registration;
 pub mod termination;
 
@@ -156,12 +157,14 @@ pub async fn reconcile(
         Stage::Liveness,
         Stage::Launch,
         Stage::Registration,
+        Stage::Reboot,
         Stage::Initialization,
     ] {
         let step = match stage {
             Stage::Liveness => liveness::reconcile(&mut claim, &ctx).await?,
             Stage::Launch => launch::reconcile(&mut claim, &ctx).await?,
             Stage::Registration => registration::reconcile(&mut claim, &ctx).await?,
+            Stage::Reboot => reboot::reconcile(&mut claim, &ctx).await?,
             Stage::Initialization => initialization::reconcile(&mut claim, &ctx).await?,
         };
         if let Step::Stop(action) = step {
@@ -177,6 +180,7 @@ enum Stage {
     Liveness,
     Launch,
     Registration,
+    Reboot,
     Initialization,
 }
 

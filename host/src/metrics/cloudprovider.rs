@@ -28,6 +28,8 @@ pub mod controller {
     pub const NODECLASS: &str = "nodeclass.status";
     /// Node repair.
     pub const NODE_REPAIR: &str = "node.repair";
+    /// Reboots in place.
+    pub const NODECLAIM_REBOOT: &str = "nodeclaim.reboot";
 }
 
 /// Provider call durations and errors, and the instance-type catalog.

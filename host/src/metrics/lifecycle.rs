@@ -32,6 +32,9 @@ pub struct Lifecycle {
     nodes_drained: Counters,
     node_termination_duration: Histograms,
     node_lifetime: Histograms,
+    reboots: Counters,
+    reboot_duration: Histograms,
+    reboot_recovery_duration: Histograms,
 }
 
 fn claim_termination_histogram() -> Histogram {
@@ -106,6 +109,9 @@ impl Lifecycle {
             nodes_drained: Counters::default(),
             node_termination_duration: durations(),
             node_lifetime: Histograms::new_with_constructor(lifetime_histogram),
+            reboots: Counters::default(),
+            reboot_duration: durations(),
+            reboot_recovery_duration: durations(),
         };
         let mut claims = registry.sub("nodeclaims");
         claims.register(
@@ -179,7 +185,37 @@ impl Lifecycle {
             "The lifetime duration of the nodes since creation",
             this.node_lifetime.clone(),
         );
+        nodes.register(
+            "reboots",
+            "Number of node reboots carried out, by terminal result (succeeded, provider_error, recovery_timeout, invalid_request)",
+            this.reboots.clone(),
+        );
+        nodes.register(
+            "reboot_duration_seconds",
+            "Duration of the full reboot action from request to terminal outcome, by result",
+            this.reboot_duration.clone(),
+        );
+        nodes.register(
+            "reboot_recovery_duration_seconds",
+            "Duration from the reboot's issue to the node's rejoining with a new boot",
+            this.reboot_recovery_duration.clone(),
+        );
         this
+    }
+
+    /// A reboot ended with `result` (`succeeded`, `provider_error`, ...), `seconds` after it was
+    /// requested; `recovery`: seconds from its issue to the new boot, for one that succeeded.
+    pub fn rebooted(&self, result: &str, seconds: f64, recovery: Option<f64>) {
+        let by_result = labels(&[("result", result)]);
+        self.reboots.get_or_create(&by_result).inc();
+        self.reboot_duration
+            .get_or_create(&by_result)
+            .observe(seconds);
+        if let Some(recovery) = recovery {
+            self.reboot_recovery_duration
+                .get_or_create(&labels(&[]))
+                .observe(recovery);
+        }
     }
 
     /// The provisioner (`reason` `provisioned`) or disruption (`drifted`, `empty`,

@@ -17,10 +17,12 @@ use kube::ResourceExt;
 
 use crate::api::labels::{DO_NOT_DISRUPT, HELD_BY_PROVIDER, INITIALIZED, NODEPOOL, WAIT_FOR_JOBS};
 use crate::api::nodeclaim::conditions::INITIALIZED as INITIALIZED_CONDITION;
+use crate::api::nodepool::DisruptionReason;
 use crate::api::{NodeClaim, NodePool, duration};
 use crate::rules::claims::{is_true, provider_id};
 use crate::rules::nodes::{node_ready, tainted_disrupted};
 use crate::rules::pods::{do_not_disrupt, is_reschedulable};
+use crate::rules::reboot;
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
 use crate::state::View;
@@ -203,10 +205,16 @@ pub struct Joined<'a> {
 }
 
 impl<'a> Joined<'a> {
-    /// Joins `view`.
+    /// Joins `view`, counting for consolidation's and drift's budgets (every reason but
+    /// repair's counts alike).
     pub fn of(view: &'a View) -> Self {
+        Self::for_reason(view, DisruptionReason::Drifted)
+    }
+
+    /// Joins `view`, counting for `reason`'s budgets.
+    pub fn for_reason(view: &'a View, reason: DisruptionReason) -> Self {
         let machines = machines(&view.claims, &view.nodes, &view.pods);
-        let counts = pool_counts(&view.claims, &machines);
+        let counts = pool_counts(&view.claims, &machines, reason);
         Self { machines, counts }
     }
 
@@ -254,13 +262,16 @@ pub fn machines<'a>(
         .collect()
 }
 
-/// Per pool: (nodes that count, nodes disrupting). A claim counts once initialized, with or
-/// without its Node (a claim whose Node is already gone still uses the budget until it is gone,
-/// as in Karpenter); it is disrupting when it is marked or being deleted, or its Node is being
-/// deleted, tainted disrupted, or not Ready (an unhealthy node uses the budget up too).
+/// Per pool: (nodes that count, nodes disrupting) for `reason`'s budgets. A claim counts once
+/// initialized (or while it reboots, which resets initialization), with or without its Node (a
+/// claim whose Node is already gone still uses the budget until it is gone, as in Karpenter); it
+/// is disrupting when it is marked, being deleted or rebooting, or its Node is being deleted,
+/// tainted disrupted, or — for every reason but `Unhealthy` — not Ready (an unhealthy node uses
+/// the budget up too; repair's budget would be frozen by the very nodes it is to mend).
 pub fn pool_counts(
     claims: &[Arc<NodeClaim>],
     machines: &[Machine<'_>],
+    reason: DisruptionReason,
 ) -> BTreeMap<String, (usize, usize)> {
     let node_of: HashMap<&str, &Node> = machines
         .iter()
@@ -271,7 +282,8 @@ pub fn pool_counts(
         let Some(pool) = claim.labels().get(NODEPOOL) else {
             continue;
         };
-        if !is_true(claim, INITIALIZED_CONDITION) {
+        let rebooting = reboot::rebooting(claim);
+        if !is_true(claim, INITIALIZED_CONDITION) && !rebooting {
             continue;
         }
         let node = claim
@@ -281,10 +293,13 @@ pub fn pool_counts(
             .and_then(|uid| node_of.get(uid));
         let entry = out.entry(pool.clone()).or_default();
         entry.0 += 1;
+        let unready_counts = reason != DisruptionReason::Unhealthy;
         let node_leaving = node.is_some_and(|n| {
-            n.metadata.deletion_timestamp.is_some() || tainted_disrupted(n) || !node_ready(n)
+            n.metadata.deletion_timestamp.is_some()
+                || tainted_disrupted(n)
+                || (unready_counts && !node_ready(n))
         });
-        if disrupting(claim) || node_leaving {
+        if disrupting(claim) || rebooting || node_leaving {
             entry.1 += 1;
         }
     }
@@ -297,10 +312,11 @@ pub fn eligible(machine: &Machine<'_>, pool: &NodePool) -> bool {
     pool.spec.replicas.is_none() && settled(machine)
 }
 
-/// Whether a machine may start a disruption at all (whatever its pool): not being disrupted or
-/// deleted, not tainted by a disruption, its node initialized.
+/// Whether a machine may start a disruption at all (whatever its pool): not being disrupted,
+/// deleted or rebooting, not tainted by a disruption, its node initialized.
 pub fn settled(machine: &Machine<'_>) -> bool {
     !disrupting(machine.claim)
+        && !reboot::rebooting(machine.claim)
         && machine.node.metadata.deletion_timestamp.is_none()
         && !tainted_disrupted(machine.node)
         && machine.node.labels().get(INITIALIZED).map(String::as_str) == Some("true")
@@ -408,7 +424,15 @@ mod tests {
             node("e", "True", true),
         ];
         let all = machines(&claims, &nodes, &[]);
-        assert_eq!(pool_counts(&claims, &all).get("p"), Some(&(5, 4)));
+        assert_eq!(
+            pool_counts(&claims, &all, DisruptionReason::Drifted).get("p"),
+            Some(&(5, 4))
+        );
+        // Repair's budget is not used up by the NotReady node it is to mend.
+        assert_eq!(
+            pool_counts(&claims, &all, DisruptionReason::Unhealthy).get("p"),
+            Some(&(5, 3))
+        );
     }
 
     #[test]

@@ -212,26 +212,6 @@ impl Rules {
         }))
     }
 
-    /// These rules without those that reboot (for a host that cannot reboot: Karpenter's legacy
-    /// repair); the default always replaces, so it stays.
-    pub fn replacing_only(&self) -> Self {
-        let rules: Vec<Rule> = self
-            .rules
-            .iter()
-            .filter(|r| r.action == Action::Replace)
-            .cloned()
-            .collect();
-        let default = rules
-            .iter()
-            .position(|r| r.reason.is_none())
-            .unwrap_or_default();
-        Self {
-            rules,
-            default,
-            priorities: self.priorities.clone(),
-        }
-    }
-
     /// The rules.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
@@ -410,21 +390,22 @@ pub enum Decision {
 }
 
 /// Decides about `node` at `now`, with `pool_unhealthy`/`pool_total` the counts of its pool's
-/// nodes (itself included).
+/// nodes (itself included); `rebooted`: when its last reboot ended well, if it did.
 pub fn decide(
     node: &Node,
     rules: &Rules,
     now: Timestamp,
     pool_unhealthy: usize,
     pool_total: usize,
+    rebooted: Option<Timestamp>,
 ) -> Decision {
     let matches = rules.matches(node);
     if matches.is_empty() {
         return Decision::Healthy;
     }
-    let Some(repair) = rules.resolve(&matches, now, None) else {
+    let Some(repair) = rules.resolve(&matches, now, rebooted) else {
         let wait = rules
-            .next_due(&matches, None)
+            .next_due(&matches, rebooted)
             .map(|due| now.duration_until(due).try_into().unwrap_or(Duration::ZERO));
         return Decision::Wait(wait);
     };
@@ -435,6 +416,58 @@ pub fn decide(
         };
     }
     Decision::Repair(repair)
+}
+
+/// What a repair due does to one node (Karpenter v1.15's `Repair` disruption method).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Act {
+    /// Reboot it in place; the drain is bounded by `grace` (`None`: unbounded; zero: no drain).
+    Reboot { grace: Option<Duration> },
+    /// Replace it: delete its claim, the drain bounded by `grace` from now (`None`: the claim's
+    /// own `terminationGracePeriod`, if any).
+    Replace { grace: Option<Duration> },
+    /// Not now: the reason, for a `DisruptionBlocked` Event.
+    Veto(String),
+}
+
+/// What to do about a node whose repair `due` is due: `claim_grace` is its claim's
+/// `terminationGracePeriod`; `reboots_exhausted` whether it rebooted twice within a day already
+/// (a reboot becomes a replacement); `do_not_repair` whether the node carries
+/// `karpenter.sh/do-not-repair: "true"`; `blocker` a pod the drain could not evict
+/// (`do-not-disrupt`, a PodDisruptionBudget), if there is one.
+///
+/// The drain is bounded by the shorter of the rules' bound and the claim's; a node with a pod the
+/// drain cannot evict is repaired only when one of them bounds it, else it would drain forever.
+pub fn act(
+    due: &Repair,
+    claim_grace: Option<Duration>,
+    reboots_exhausted: bool,
+    do_not_repair: bool,
+    blocker: Option<&str>,
+) -> Act {
+    if do_not_repair {
+        return Act::Veto(format!(
+            "repair is blocked through the \"{}\" annotation",
+            crate::api::labels::DO_NOT_REPAIR
+        ));
+    }
+    if let Some(blocker) = blocker
+        && due.grace.is_none()
+        && claim_grace.is_none()
+    {
+        return Act::Veto(format!(
+            "repair requires a termination grace period to bypass blocking pods ({blocker})"
+        ));
+    }
+    let bound = due
+        .grace
+        .map(|g| claim_grace.map_or(g, |claim| claim.min(g)));
+    match due.action {
+        Action::Reboot if !reboots_exhausted => Act::Reboot {
+            grace: bound.or(claim_grace),
+        },
+        Action::Reboot | Action::Replace => Act::Replace { grace: bound },
+    }
 }
 
 #[cfg(test)]

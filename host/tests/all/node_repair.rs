@@ -2,8 +2,11 @@
 //! provider's simulated fault: `KWOKUnhealthy=True` for 30 s makes a node unhealthy (kwok's stages
 //! reset `Ready` to `True` at once, but leave other condition types alone).
 //!
-//! - a node past the toleration is replaced: its claim is deleted at once, its pod deleted even
-//!   though a PodDisruptionBudget refuses evictions, and the Deployment's new pod gets a new node;
+//! - a node past the toleration is replaced: its claim is deleted at once, its pod deleted once the
+//!   rule's drain bound (45 s) has passed even though a PodDisruptionBudget refuses evictions, and
+//!   the Deployment's new pod gets a new node;
+//! - a node whose fault asks for a reboot (`KWOKRebootRequired`) is rebooted in place: the same
+//!   claim, a new boot, its pod that cannot be evicted still on it after the drain's bound;
 //! - with two of two nodes unhealthy (more than 20%), nothing is repaired and the node, claim and
 //!   pool get `NodeRepairBlocked`.
 
@@ -32,6 +35,11 @@ const TOLERATION: Duration = Duration::from_secs(30);
 /// Sets `KWOKUnhealthy=True` on `node` through the status subresource, as a node problem detector
 /// would.
 async fn make_unhealthy(client: &Client, node: &str) {
+    set_fault(client, node, UNHEALTHY, "True").await;
+}
+
+/// Sets the condition `type_` to `status` on `node`, as of now.
+async fn set_fault(client: &Client, node: &str, type_: &str, status: &str) {
     let now = k8s_openapi::jiff::Timestamp::now()
         .strftime("%Y-%m-%dT%H:%M:%SZ")
         .to_string();
@@ -40,7 +48,7 @@ async fn make_unhealthy(client: &Client, node: &str) {
             node,
             &PatchParams::default(),
             &Patch::Strategic(json!({"status": {"conditions": [{
-                "type": UNHEALTHY, "status": "True", "reason": "SimulatedFault",
+                "type": type_, "status": status, "reason": "SimulatedFault",
                 "message": "set by the node repair test",
                 "lastHeartbeatTime": now, "lastTransitionTime": now,
             }]}})),
@@ -214,7 +222,7 @@ async fn an_unhealthy_node_is_replaced_forcefully_after_its_toleration() {
     }
     let log = host.log();
     assert!(
-        log.contains("deleting unhealthy node"),
+        log.contains("replacing unhealthy node"),
         "{}",
         host.log_tail()
     );
@@ -355,10 +363,150 @@ async fn repair_stops_when_more_than_a_fifth_of_the_pool_is_unhealthy() {
     names_after.sort();
     assert_eq!(names_before, names_after, "no claim replaced");
     assert!(
-        !host.log().contains("deleting unhealthy node"),
+        !host.log().contains("replacing unhealthy node"),
         "{}",
         host.log_tail()
     );
 
+    finish(&client, &names, &host, &pool, &ns).await;
+}
+
+/// The kwok provider's rule for `KWOKRebootRequired=True` reboots after 30 s, its drain bounded by
+/// 60 s: the node is tainted, its pod that cannot be evicted (`do-not-disrupt`) rides the reboot,
+/// the provider reboots it (a new boot ID, `NotReady`, then `Ready` again), and the claim —
+/// the same one — ends `Rebooting=False` (`RebootSucceeded`) and initialized again.
+#[tokio::test]
+async fn a_node_whose_fault_asks_for_a_reboot_is_rebooted_in_place() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("repair-reboot");
+    let (host, pool, ns) = setup(cp, &client, &names).await;
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "stays", "labels": {RUN_LABEL: names.run},
+                     "annotations": {"karpenter.sh/do-not-disrupt": "true"}},
+        "spec": {
+            "nodeSelector": {"karpenter.sh/nodepool": pool},
+            "containers": [{"name": "app", "image": "fake",
+                            "resources": {"requests": {"cpu": "1", "memory": "256Mi"}}}],
+        },
+    }))
+    .unwrap();
+    let pods = Api::<Pod>::namespaced(client.clone(), &ns);
+    let pod = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let [claim] = wait_live(&client, &names, &host, 1)
+        .await
+        .try_into()
+        .unwrap();
+    let node = node_of(&claim);
+    let nodes = Api::<Node>::all(client.clone());
+    let boot = |n: &Node| {
+        n.status
+            .as_ref()
+            .and_then(|s| s.node_info.as_ref())
+            .map(|i| i.boot_id.clone())
+            .unwrap_or_default()
+    };
+    let boot_before = boot(&nodes.get(&node).await.unwrap());
+    set_fault(&client, &node, "KWOKRebootRequired", "True").await;
+    let marked = std::time::Instant::now();
+    let claims_api = Api::<NodeClaim>::all(client.clone());
+    let rebooting = |c: &NodeClaim| {
+        c.status.as_ref().and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == "Rebooting")
+                .cloned()
+        })
+    };
+
+    // Committed after the toleration; the node is fenced.
+    let requested = wait_until(Duration::from_secs(90), "Rebooting=True", || async {
+        host.check_alive();
+        let c = claims_api.get(&claim.name_any()).await?;
+        Ok::<_, kube::Error>(rebooting(&c).filter(|r| r.is_true()))
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    assert!(marked.elapsed() >= TOLERATION, "{:?}", marked.elapsed());
+    assert!(
+        requested
+            .message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("KWOKRebootRequired"),
+        "{requested:?}"
+    );
+    let fenced = wait_until(Duration::from_secs(30), "the rebooting taint", || async {
+        let n = nodes.get(&node).await?;
+        let tainted = n
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/rebooting"));
+        Ok::<_, kube::Error>(tainted.then_some(()))
+    })
+    .await;
+    fenced.unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+
+    // The reboot ends well; the fault is gone with it.
+    let ended = wait_until(Duration::from_secs(150), "RebootSucceeded", || async {
+        host.check_alive();
+        let c = claims_api.get(&claim.name_any()).await?;
+        if rebooting(&c).is_some_and(|r| r.reason.as_deref() == Some("RebootIssued")) {
+            set_fault(&client, &node, "KWOKRebootRequired", "False").await;
+        }
+        Ok::<_, kube::Error>(rebooting(&c).filter(|r| !r.is_true()).map(|r| (c, r)))
+    })
+    .await;
+    let (after, ended) = ended.unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    assert_eq!(
+        ended.reason.as_deref(),
+        Some("RebootSucceeded"),
+        "{ended:?}"
+    );
+    // Not before the drain's bound (60 s from the request): the pod could not be evicted.
+    assert!(
+        marked.elapsed() >= TOLERATION + Duration::from_secs(60),
+        "rebooted after {:?}",
+        marked.elapsed()
+    );
+    assert!(
+        after.metadata.annotations.as_ref().is_some_and(|a| {
+            a.get("capstan.dev/reboots")
+                .is_some_and(|r| r.split(',').count() == 1)
+                && !a.contains_key("karpenter.sh/reboot-pre-boot-id")
+        }),
+        "{:?}",
+        after.metadata.annotations
+    );
+    let rebooted = nodes.get(&node).await.unwrap();
+    assert_ne!(boot(&rebooted), boot_before);
+    assert!(boot(&rebooted).starts_with("kwok-"), "{}", boot(&rebooted));
+    assert!(
+        !rebooted
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.as_ref())
+            .is_some_and(|t| t.iter().any(|t| t.key == "karpenter.sh/rebooting")),
+        "still fenced"
+    );
+    // The pod rode the reboot: the same pod, on the same node.
+    let still = pods.get("stays").await.unwrap();
+    assert_eq!(still.uid(), pod.uid());
+    assert!(still.metadata.deletion_timestamp.is_none());
+    assert_eq!(
+        still.spec.as_ref().and_then(|s| s.node_name.clone()),
+        Some(node.clone())
+    );
+    // Initialized again, the same claim.
+    let live = wait_live(&client, &names, &host, 1).await;
+    assert_eq!(live[0].name_any(), claim.name_any());
+    assert!(
+        !events(&client, "default", &claim.name_any(), "RebootSucceeded")
+            .await
+            .is_empty(),
+        "no RebootSucceeded Event\n{}",
+        host.log_tail()
+    );
     finish(&client, &names, &host, &pool, &ns).await;
 }

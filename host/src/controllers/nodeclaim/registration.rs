@@ -1,9 +1,10 @@
 //! Registration: find the claim's Node by provider ID and make it the claim's — labels,
 //! annotations, taints and startup taints synced, an owner reference and the termination
 //! finalizer on the Node, the `karpenter.sh/unregistered` taint removed, `karpenter.sh/registered`
-//! set — then `status.nodeName` and `Registered=True`.
+//! set — then `status.nodeName` and `Registered=True`; once the provider's registration hook
+//! (contract 0.4) says the node is ready.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use kube::api::PostParams;
@@ -18,12 +19,18 @@ use crate::api::labels::{
 use crate::api::nodeclaim::conditions::{LAUNCHED, REGISTERED};
 use crate::api::{ConditionStatus, NodeClaim, Taint};
 use crate::controllers::nodepool_status;
-use crate::controllers::{Context, ControllerError};
+use crate::controllers::{Context, ControllerError, resolve};
+use crate::metrics::cloudprovider::controller;
+use crate::metrics::lifecycle::nodepool_of;
+use crate::provider::convert;
 use crate::rules::claims::owner_reference;
 use crate::rules::claims::{is_true, nodepool};
+use crate::runtime::lifecycle::Registration;
 
 /// How often a launched claim looks for its Node.
 const LOOK_AGAIN: Duration = Duration::from_secs(5);
+/// The shortest wait a registration hook may ask for.
+const MIN_HOOK_WAIT: Duration = Duration::from_secs(1);
 /// Attempts at a Node update that keeps conflicting with other writers.
 const UPDATE_ATTEMPTS: usize = 5;
 
@@ -69,6 +76,9 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             return Ok(Step::Stop(Action::requeue(Duration::from_secs(30))));
         }
     };
+    if let Some(step) = registration_hook(ctx, claim).await? {
+        return Ok(step);
+    }
     // A Node another claim owns, another provider's mark is on, or one older than the claim, is
     // never adopted: checked on the Node as the API server has it, and written with its
     // resourceVersion, so two claims can never both adopt it.
@@ -88,6 +98,54 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         nodepool_status::set_registration_health(ctx, &pool, true, "").await;
     }
     Ok(Step::Continue)
+}
+
+/// The provider's registration hook (contract 0.4's `registered`; Karpenter v1.15's
+/// `NodeLifecycleHook`): until it answers `ready`, the Node is not adopted — it keeps its
+/// `karpenter.sh/unregistered` taint — and `Registered` stays `Unknown`
+/// (`RegistrationHookPending`, with the provider's message). A claim whose provider cannot be
+/// resolved registers as before (termination and garbage collection need no hook either).
+async fn registration_hook(
+    ctx: &Context,
+    claim: &mut NodeClaim,
+) -> Result<Option<Step>, ControllerError> {
+    let Ok((provider_name, provider)) = resolve::launching_provider(ctx, claim).await? else {
+        return Ok(None);
+    };
+    let request = convert::node_claim_to_wit(claim)?;
+    let started = Instant::now();
+    let result = provider.registered(&request).await;
+    ctx.observe_call(
+        controller::NODECLAIM_LIFECYCLE,
+        &provider_name,
+        "registered",
+        nodepool_of(claim),
+        &result,
+        started,
+    );
+    let (message, after) = match &result {
+        Ok(Registration::Ready) => return Ok(None),
+        Ok(Registration::Wait(wait)) => (
+            format!("{provider_name}: {}", wait.message),
+            wait.requeue_after_millis
+                .map_or(LOOK_AGAIN, Duration::from_millis)
+                .max(MIN_HOOK_WAIT),
+        ),
+        Err(err) => (format!("{provider_name}: {err}"), LOOK_AGAIN),
+    };
+    if set(
+        claim,
+        REGISTERED,
+        ConditionStatus::Unknown,
+        "RegistrationHookPending",
+        &message,
+    ) {
+        persist_status(ctx, claim).await?;
+    }
+    match result {
+        Err(err) => Err(err.into()),
+        Ok(_) => Ok(Some(Step::Stop(Action::requeue(after)))),
+    }
 }
 
 /// A registered claim's Node without its provider's ownership mark (registered before the host

@@ -284,11 +284,8 @@ async fn drain(
     node: &str,
     deadline: Option<Timestamp>,
 ) -> Result<Option<Vec<Pod>>, ControllerError> {
-    let pods: Api<Pod> = Api::all(ctx.client.clone());
-    let list = pods
-        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
-        .await?;
-    let plan = drain::plan(&list.items, deadline, Timestamp::now());
+    let list = pods_on(ctx, node).await?;
+    let plan = drain::plan(&list, deadline, Timestamp::now());
     if plan.drained() {
         let drained_since = claim
             .status
@@ -314,8 +311,33 @@ async fn drain(
                 ctx.metrics.lifecycle.node_drained(nodepool_of(claim));
             }
         }
-        return Ok(Some(list.items));
+        return Ok(Some(list));
     }
+    let (blocked, failure) = act_on(ctx, &plan, node, deadline).await;
+    mark_draining(ctx, claim, &message(&plan, &blocked)).await?;
+    match failure {
+        Some(err) => Err(err),
+        None => Ok(None),
+    }
+}
+
+/// The pods bound to `node`.
+async fn pods_on(ctx: &Context, node: &str) -> Result<Vec<Pod>, ControllerError> {
+    let pods: Api<Pod> = Api::all(ctx.client.clone());
+    let list = pods
+        .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
+        .await?;
+    Ok(list.items)
+}
+
+/// Evicts and deletes as `plan` decided, [`CONCURRENCY`] at a time: the pods whose eviction a
+/// PodDisruptionBudget refused (sorted), and the last failure.
+async fn act_on(
+    ctx: &Context,
+    plan: &Plan<'_>,
+    node: &str,
+    deadline: Option<Timestamp>,
+) -> (Vec<String>, Option<ControllerError>) {
     let actions: Vec<(&Pod, Decision)> = plan
         .pods
         .iter()
@@ -339,10 +361,22 @@ async fn drain(
         }
     }
     blocked.sort();
-    mark_draining(ctx, claim, &message(&plan, &blocked)).await?;
+    (blocked, failure)
+}
+
+/// One pass of a drain that never deletes a pod (a reboot's: what cannot be evicted rides the
+/// reboot): evicts what [`drain::plan`] lets go now. `Ok(None)` once nothing holds `node` up,
+/// else what is left, as the `Drained` condition would say it.
+pub async fn evict_only(ctx: &Context, node: &str) -> Result<Option<String>, ControllerError> {
+    let list = pods_on(ctx, node).await?;
+    let plan = drain::plan(&list, None, Timestamp::now());
+    if plan.drained() {
+        return Ok(None);
+    }
+    let (blocked, failure) = act_on(ctx, &plan, node, None).await;
     match failure {
         Some(err) => Err(err),
-        None => Ok(None),
+        None => Ok(Some(message(&plan, &blocked))),
     }
 }
 

@@ -276,28 +276,14 @@ fn higher_priority_wins_between_equal_actions() {
 }
 
 #[test]
-fn without_reboots_the_rules_replace_only() {
-    let rules = kwok().replacing_only();
-    assert!(rules.rules().iter().all(|r| r.action == Action::Replace));
-    let sick = node(&[("KWOKRebootRequired", "True", "Fault", Some(at(0)))]);
-    assert!(rules.matches(&sick).is_empty());
-    let ready_false = node(&[("Ready", "False", "", Some(at(0)))]);
-    assert!(
-        rules
-            .resolve(&rules.matches(&ready_false), at(600), None)
-            .is_some()
-    );
-}
-
-#[test]
 fn a_matching_condition_waits_out_its_toleration_then_repairs() {
     let rules = ready(600);
     let sick = node(&[("Ready", "False", "", Some(at(0)))]);
     assert_eq!(
-        decide(&sick, &rules, at(599), 1, 10),
+        decide(&sick, &rules, at(599), 1, 10, None),
         Decision::Wait(Some(Duration::from_secs(1)))
     );
-    let Decision::Repair(found) = decide(&sick, &rules, at(600), 1, 10) else {
+    let Decision::Repair(found) = decide(&sick, &rules, at(600), 1, 10, None) else {
         panic!("not repaired at the end of the toleration");
     };
     assert_eq!(found.condition_type, "Ready");
@@ -310,7 +296,7 @@ fn a_matching_condition_waits_out_its_toleration_then_repairs() {
         Node::default(),
     ] {
         assert_eq!(
-            decide(&healthy, &rules, at(10_000), 0, 10),
+            decide(&healthy, &rules, at(10_000), 0, 10, None),
             Decision::Healthy
         );
         assert!(!rules.is_unhealthy(&healthy));
@@ -329,22 +315,22 @@ fn more_than_twenty_percent_unhealthy_blocks_repair() {
     assert_eq!(allowed_unhealthy(10), 2);
     assert_eq!(allowed_unhealthy(11), 3);
     assert!(matches!(
-        decide(&sick, &rules, at(60), 1, 1),
+        decide(&sick, &rules, at(60), 1, 1, None),
         Decision::Repair(_)
     ));
     assert!(matches!(
-        decide(&sick, &rules, at(60), 1, 3),
+        decide(&sick, &rules, at(60), 1, 3, None),
         Decision::Repair(_)
     ));
     assert_eq!(
-        decide(&sick, &rules, at(60), 2, 3),
+        decide(&sick, &rules, at(60), 2, 3, None),
         Decision::Blocked {
             unhealthy: 2,
             total: 3
         }
     );
     assert!(matches!(
-        decide(&sick, &rules, at(60), 2, 10),
+        decide(&sick, &rules, at(60), 2, 10, None),
         Decision::Repair(_)
     ));
 }
@@ -361,7 +347,94 @@ proptest! {
         prop_assert!((allowed - 1) * 100 < total * 20);
         let rules = ready(1);
         let sick = node(&[("Ready", "False", "", Some(at(0)))]);
-        let decision = decide(&sick, &rules, at(5), unhealthy, total);
+        let decision = decide(&sick, &rules, at(5), unhealthy, total, None);
         prop_assert_eq!(matches!(decision, Decision::Repair(_)), 5 * (unhealthy - 1) < total);
     }
+}
+
+fn due(action: Action, grace: Option<u64>) -> Repair {
+    Repair {
+        action,
+        condition_type: "KWOKRebootRequired".into(),
+        condition_status: "True".into(),
+        reason: "x".into(),
+        default: false,
+        toleration: Duration::from_secs(30),
+        due: at(30),
+        grace: grace.map(Duration::from_secs),
+        score: 0.0,
+    }
+}
+
+#[test]
+fn a_reboot_is_bounded_by_the_shorter_grace_and_becomes_a_replacement_after_two() {
+    let secs = |s| Some(Duration::from_secs(s));
+    assert_eq!(
+        act(&due(Action::Reboot, Some(60)), None, false, false, None),
+        Act::Reboot { grace: secs(60) }
+    );
+    assert_eq!(
+        act(&due(Action::Reboot, Some(60)), secs(20), false, false, None),
+        Act::Reboot { grace: secs(20) }
+    );
+    // No bound in the rule: the claim's own, else unbounded.
+    assert_eq!(
+        act(&due(Action::Reboot, None), secs(20), false, false, None),
+        Act::Reboot { grace: secs(20) }
+    );
+    assert_eq!(
+        act(&due(Action::Reboot, None), None, false, false, None),
+        Act::Reboot { grace: None }
+    );
+    assert_eq!(
+        act(&due(Action::Reboot, Some(60)), None, true, false, None),
+        Act::Replace { grace: secs(60) }
+    );
+    assert_eq!(
+        act(
+            &due(Action::Replace, Some(0)),
+            secs(300),
+            false,
+            false,
+            None
+        ),
+        Act::Replace { grace: secs(0) }
+    );
+    assert_eq!(
+        act(&due(Action::Replace, None), secs(300), false, false, None),
+        Act::Replace { grace: None }
+    );
+}
+
+#[test]
+fn do_not_repair_and_unbounded_blockers_veto() {
+    let Act::Veto(why) = act(&due(Action::Replace, Some(0)), None, false, true, None) else {
+        panic!("not vetoed");
+    };
+    assert!(why.contains("karpenter.sh/do-not-repair"), "{why}");
+    let Act::Veto(why) = act(&due(Action::Reboot, None), None, false, false, Some("ns/p")) else {
+        panic!("not vetoed");
+    };
+    assert!(why.contains("ns/p"), "{why}");
+    // Either bound lets the repair through the blocker.
+    assert!(matches!(
+        act(
+            &due(Action::Reboot, None),
+            Some(Duration::from_secs(5)),
+            false,
+            false,
+            Some("ns/p")
+        ),
+        Act::Reboot { .. }
+    ));
+    assert!(matches!(
+        act(
+            &due(Action::Replace, Some(5)),
+            None,
+            false,
+            false,
+            Some("ns/p")
+        ),
+        Act::Replace { .. }
+    ));
 }
