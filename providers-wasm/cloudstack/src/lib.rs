@@ -1,4 +1,4 @@
-//! `cloudstack`: Capstan's Apache CloudStack provider (contract `capstan:provider@0.2.0`).
+//! `cloudstack`: Capstan's Apache CloudStack provider (contract `capstan:provider@0.4.0`).
 //!
 //! Service offerings are instance types, offered in every zone of the NodeClass that has the
 //! offering, a selected template and a selected network; `create` deploys the cheapest
