@@ -4,7 +4,8 @@
 //! offering, a selected template and a selected network; `create` deploys the cheapest
 //! offering the claim allows through the signed CloudStack API (over `wasi:http`, under the
 //! Provider's egress grants, with the API key and secret from `wasi:config`), tags the VM with
-//! its owners, and waits for the async job with host sleeps. See `README.md`.
+//! its owners, and waits for the async job with host sleeps; `reboot` reboots the VM in place
+//! (`rebootVirtualMachine`), once per operation ID. See `README.md`.
 //!
 //! Pure and unit-tested natively: [`params`], [`selector`], [`pricing`], [`endpoint`],
 //! [`api`] (CloudStack's JSON shapes and errors), [`catalog`], [`selection`], [`instance`],

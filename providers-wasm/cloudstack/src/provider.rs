@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use capstan_provider_sdk::http::{self, ErrorCode};
 use capstan_provider_sdk::{
-    Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError,
-    Registration, RepairAction, RepairRule, cache, clock, config,
+    Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
+    RepairAction, RepairRule, cache, clock, config,
 };
 use cloudstack_sign::Credentials;
 
@@ -150,13 +150,22 @@ fn with_ops<R>(
     context: Context,
     f: impl FnOnce(&mut Ops<'_, WasiTransport, HostClock, HostStore>) -> Result<R, ProviderError>,
 ) -> Result<R, ProviderError> {
+    with_ops_or(params, |e| e.into_provider_error(context), f)
+}
+
+/// [`with_ops`] for an export with its own error type: `setup` maps a configuration failure.
+fn with_ops_or<R, E>(
+    params: Option<&Parameters>,
+    setup_error: impl FnOnce(ApiError) -> E,
+    f: impl FnOnce(&mut Ops<'_, WasiTransport, HostClock, HostStore>) -> Result<R, E>,
+) -> Result<R, E> {
     let setup = || -> Result<(Endpoint, Credentials, String), ApiError> {
         let endpoint = endpoint(params)?;
         let credentials = Credentials::new(required(API_KEY)?, required(SECRET_KEY)?);
         let cluster = config_value(CLUSTER_NAME)?.unwrap_or_else(|| DEFAULT_CLUSTER.to_string());
         Ok((endpoint, credentials, cluster))
     };
-    let (endpoint, credentials, cluster) = setup().map_err(|e| e.into_provider_error(context))?;
+    let (endpoint, credentials, cluster) = setup().map_err(setup_error)?;
     let scope = format!("{endpoint} {}", credentials.api_key);
     let mut client = Client::new(endpoint, credentials, WasiTransport, HostClock);
     let mut ops = Ops {
@@ -219,8 +228,10 @@ impl Guest for CloudStack {
         repair_rules()
     }
 
-    fn reboot(_claim: NodeClaim, _operation_id: String) -> Result<(), RebootError> {
-        Err(RebootError::NotImplemented)
+    fn reboot(claim: NodeClaim, operation_id: String) -> Result<(), RebootError> {
+        with_ops_or(None, crate::operations::reboot_error, |ops| {
+            ops.reboot(&claim, &operation_id)
+        })
     }
 
     /// A VM's Node has nothing to wait for once it has joined.
