@@ -5,7 +5,7 @@
 #   providers-wasm/build.sh [OUT_DIR]
 #
 # Honours CARGO_TARGET_DIR (default providers-wasm/target). Artifacts: chaos.wasm (contract 0.1.0),
-# egress.wasm and cloudstack.wasm (0.2.0), clusterapi.wasm (0.3.0), kwok.wasm (0.4.0), and the Python guests of
+# egress.wasm (0.2.0), clusterapi.wasm (0.3.0), kwok.wasm and cloudstack.wasm (0.4.0), and the Python guests of
 # python/build.sh (kwok-python.wasm; componentize-py, cached by input digest under $CAPSTAN_CACHE).
 # CAPSTAN_PROVIDERS (space-separated names, e.g. "kwok") builds only those: the demo builds kwok alone,
 # without the other guests or the Python toolchain.

@@ -7,9 +7,9 @@
 guest_groups() {
   cat <<'GROUPS'
 0.1 capstan-provider-sdk capstan-fixture-chaos capstan-fixture-chaos-catalog
-0.2 capstan-fixture-egress capstan-provider-cloudstack
+0.2 capstan-fixture-egress
 0.3 capstan-provider-clusterapi
-0.4 capstan-provider-sdk capstan-provider-kwok
+0.4 capstan-provider-sdk capstan-provider-kwok capstan-provider-cloudstack
 GROUPS
 }
 

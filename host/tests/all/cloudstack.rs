@@ -1,4 +1,4 @@
-//! The CloudStack provider (`cloudstack.wasm`, contract 0.2) against the CloudStack API emulator
+//! The CloudStack provider (`cloudstack.wasm`, contract 0.4) against the CloudStack API emulator
 //! (`tests/cloudstack-emulator`): loaded from a `Provider` resource with egress grants and
 //! credentials from a Secret, on the real control plane, the emulator registering each booted
 //! VM's Node as its kubelet would (kwok keeps it Ready). The conformance kit and the bad-input

@@ -130,7 +130,7 @@ pub fn kwok_file(language: &str) -> PathBuf {
     })
 }
 
-/// `cloudstack.wasm` (contract 0.2), compiled once.
+/// `cloudstack.wasm` (contract 0.4), compiled once.
 pub fn cloudstack_compiled() -> &'static Compiled {
     static COMPILED: OnceLock<Compiled> = OnceLock::new();
     COMPILED.get_or_init(|| {

@@ -1,6 +1,6 @@
 //! The CloudStack API client: signed requests (signature version 3 with `expires`, JSON
 //! answers), paged lists, async jobs polled with the host's sleep, and the few commands the
-//! provider uses. The transport (`wasi:http` in the component) and the clock (the `host`
+//! provider uses (lists, deploy, destroy, reboot, tags). The transport (`wasi:http` in the component) and the clock (the `host`
 //! import) are traits, so the whole client runs natively in tests against a scripted cloud.
 
 use cloudstack_sign::Credentials;
@@ -314,6 +314,29 @@ impl<T: Transport, C: Clock> Client<T, C> {
             ],
             Method::Get,
         )
+    }
+
+    /// Starts rebooting a VM (`rebootVirtualMachine`).
+    pub fn reboot(&mut self, vm_id: &str) -> Result<JobStart, ApiError> {
+        self.start(
+            "rebootVirtualMachine",
+            &[("id".into(), vm_id.into())],
+            Method::Get,
+        )
+    }
+
+    /// Starts removing tags from a VM (each key with its value).
+    pub fn delete_tags(
+        &mut self,
+        vm_id: &str,
+        tags: &[(String, String)],
+    ) -> Result<JobStart, ApiError> {
+        let mut params = vec![
+            ("resourceids".to_string(), vm_id.to_string()),
+            ("resourcetype".to_string(), "UserVm".to_string()),
+        ];
+        params.extend(crate::tags::map_params("tags", tags));
+        self.start("deleteTags", &params, Method::Get)
     }
 
     /// Starts tagging a VM.

@@ -1,10 +1,11 @@
-//! `cloudstack`: Capstan's Apache CloudStack provider (contract `capstan:provider@0.2.0`).
+//! `cloudstack`: Capstan's Apache CloudStack provider (contract `capstan:provider@0.4.0`).
 //!
 //! Service offerings are instance types, offered in every zone of the NodeClass that has the
 //! offering, a selected template and a selected network; `create` deploys the cheapest
 //! offering the claim allows through the signed CloudStack API (over `wasi:http`, under the
 //! Provider's egress grants, with the API key and secret from `wasi:config`), tags the VM with
-//! its owners, and waits for the async job with host sleeps. See `README.md`.
+//! its owners, and waits for the async job with host sleeps; `reboot` reboots the VM in place
+//! (`rebootVirtualMachine`), once per operation ID. See `README.md`.
 //!
 //! Pure and unit-tested natively: [`params`], [`selector`], [`pricing`], [`endpoint`],
 //! [`api`] (CloudStack's JSON shapes and errors), [`catalog`], [`selection`], [`instance`],

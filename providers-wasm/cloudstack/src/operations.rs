@@ -1,11 +1,14 @@
 //! What each export does, over the [`Client`] and a small key-value [`Store`] (the host cache
 //! in the component): resolving a NodeClass (the cloud listed once and cached), launching with
-//! zone fallback, deleting with `expunge`, finding VMs by their ownership tags, drift. Generic
-//! over the transport, clock and store, so it runs natively against a scripted cloud.
+//! zone fallback, deleting with `expunge`, rebooting once per operation, finding VMs by their
+//! ownership tags, drift. Generic over the transport, clock and store, so it runs natively
+//! against a scripted cloud.
 
 use std::time::Duration;
 
-use capstan_provider_sdk::{NodeClaim, ProviderError, Requirements, ResourceList, labels, lookup};
+use capstan_provider_sdk::{
+    NodeClaim, ProviderError, RebootError, Requirements, ResourceList, labels, lookup,
+};
 use serde_json::Value;
 
 use crate::api::model::VirtualMachine;
@@ -30,6 +33,11 @@ pub const DELETE_WAIT: Duration = Duration::from_secs(10);
 pub const CLEANUP_WAIT: Duration = Duration::from_secs(20);
 /// How long tagging may take.
 pub const TAG_WAIT: Duration = Duration::from_secs(20);
+/// How long `reboot` may wait in all (tags and the reboot job) before answering that the reboot
+/// is under way: well inside the host's 30-second limit of a call.
+pub const REBOOT_WAIT: Duration = Duration::from_secs(20);
+/// Poll interval of the jobs `delete` and `reboot` wait for.
+const INSTANCE_POLL_MILLIS: u64 = 250;
 
 /// A small key-value store shared by calls (the host cache).
 pub trait Store {
@@ -517,6 +525,139 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
         }
     }
 
+    /// Reboots the claim's VM in place (`rebootVirtualMachine`), once per `operation_id`: the
+    /// operation ID goes on the VM as a tag ([`tags::REBOOT_OPERATION`]) before the reboot
+    /// starts, and a VM already tagged with it is not rebooted again (at most once: a reboot
+    /// that the tag announced but that never started shows on the Node, which keeps its boot
+    /// ID, and the host replaces it). Waits for the job up to [`REBOOT_WAIT`] in all; a job
+    /// still pending then is a reboot under way (ok).
+    ///
+    /// `not-found` for an unknown provider ID or an expunged VM; `failed` for a VM that is not
+    /// `Running` (`Stopped`, `Destroyed`, `Error`...), for CloudStack refusing the reboot (431)
+    /// and for credentials or grants that do not allow it; `retryable` for a VM on its way
+    /// (`Starting`, `Stopping`, `Migrating`) and for transient failures (throttling, an
+    /// unreachable or broken endpoint, a job that failed on CloudStack's side).
+    pub fn reboot(&mut self, claim: &NodeClaim, operation_id: &str) -> Result<(), RebootError> {
+        let started = self.now();
+        let deadline = started + millis(REBOOT_WAIT);
+        let Some(provider_id) = claim.provider_id.as_deref().filter(|id| !id.is_empty()) else {
+            return Err(RebootError::NotFound(format!(
+                "NodeClaim {} has no provider ID",
+                claim.name
+            )));
+        };
+        let (_, vm_id) = instance::parse_provider_id(provider_id).ok_or_else(|| {
+            RebootError::NotFound(format!("{provider_id:?} is not a CloudStack provider ID"))
+        })?;
+        let vm = self
+            .client
+            .vm(vm_id)
+            .map_err(reboot_error)?
+            .ok_or_else(|| RebootError::NotFound(format!("no VM {vm_id}")))?;
+        let what = format!("VM {} ({})", vm.name, vm.id);
+        if vm.is_leaving() {
+            return Err(RebootError::Failed(format!(
+                "{what} is {}: it cannot be rebooted",
+                vm.state
+            )));
+        }
+        let recorded = vm.tag(tags::REBOOT_OPERATION);
+        if recorded == Some(operation_id) {
+            log_info(&format!(
+                "{what}: reboot {operation_id} was asked for already, not rebooting again"
+            ));
+            return Ok(());
+        }
+        if !vm.is_running() {
+            let message = format!("{what} is {}: only a Running VM reboots", vm.state);
+            return Err(if reboot_settles(&vm.state) {
+                RebootError::Retryable(message)
+            } else {
+                RebootError::Failed(message)
+            });
+        }
+        // Record the operation first: from here on the same operation does not reboot again.
+        let tag = |value: &str| vec![(tags::REBOOT_OPERATION.to_string(), value.to_string())];
+        if let Some(previous) = recorded {
+            let job = self
+                .client
+                .delete_tags(&vm.id, &tag(previous))
+                .map_err(reboot_error)?;
+            self.wait_until("deleteTags", &job.job_id, deadline)
+                .map_err(reboot_error)?;
+        }
+        let job = self
+            .client
+            .create_tags(&vm.id, &tag(operation_id))
+            .map_err(reboot_error)?;
+        self.wait_until("createTags", &job.job_id, deadline)
+            .map_err(reboot_error)?;
+        let job = match self.client.reboot(&vm.id) {
+            Ok(job) => job,
+            // CloudStack refused it: nothing started, so the same operation may try again.
+            Err(e @ ApiError::CloudStack { .. }) => {
+                self.forget_reboot(&vm.id, operation_id);
+                return Err(reboot_error(e));
+            }
+            // No answer: CloudStack may have started it; the tag stays (at most once).
+            Err(e) => return Err(reboot_error(e)),
+        };
+        match self.wait_until("rebootVirtualMachine", &job.job_id, deadline) {
+            Ok(_) => {
+                log_info(&format!(
+                    "rebooted {what} for {} (operation {operation_id}) in {} ms",
+                    claim.name,
+                    self.now().saturating_sub(started)
+                ));
+                Ok(())
+            }
+            Err(ApiError::JobTimeout { .. }) => {
+                log_info(&format!(
+                    "rebooting {what} for {} (operation {operation_id}): job {} under way",
+                    claim.name, job.job_id
+                ));
+                Ok(())
+            }
+            Err(e @ ApiError::JobFailed { .. }) => {
+                // The job failed: the VM did not reboot.
+                self.forget_reboot(&vm.id, operation_id);
+                Err(reboot_error(e))
+            }
+            Err(e) => Err(reboot_error(e)),
+        }
+    }
+
+    /// Waits for a job until `deadline` (at least one look).
+    fn wait_until(
+        &mut self,
+        command: &str,
+        job_id: &str,
+        deadline: u64,
+    ) -> Result<Value, ApiError> {
+        let budget = deadline.saturating_sub(self.now());
+        self.client
+            .wait(command, job_id, INSTANCE_POLL_MILLIS, budget)
+    }
+
+    /// Removes the operation tag of a reboot that did not start, so that the same operation may
+    /// start it when asked again; failures are logged (the reboot's own error is the answer).
+    fn forget_reboot(&mut self, vm_id: &str, operation_id: &str) {
+        let tag = [(tags::REBOOT_OPERATION.to_string(), operation_id.to_string())];
+        let removed = self.client.delete_tags(vm_id, &tag).and_then(|job| {
+            self.client.wait(
+                "deleteTags",
+                &job.job_id,
+                INSTANCE_POLL_MILLIS,
+                millis(TAG_WAIT),
+            )
+        });
+        if let Err(e) = removed {
+            log_info(&format!(
+                "VM {vm_id}: removing the tag of reboot {operation_id}, which did not start: {e}"
+            ));
+        }
+    }
+
     /// The VM with this provider ID.
     pub fn get(&mut self, provider_id: &str) -> Result<NodeClaim, ProviderError> {
         let (_, vm_id) = instance::parse_provider_id(provider_id).ok_or_else(|| {
@@ -575,6 +716,30 @@ impl<T: Transport, C: Clock, S: Store> Ops<'_, T, C, S> {
             hash: a(instance::HASH_ANNOTATION),
         };
         Ok(drift::reason(recorded, &resolved, &params.hash()).map(str::to_string))
+    }
+}
+
+/// Whether a VM in `state` becomes Running (or settles in a state a reboot can judge) by
+/// itself: asking again later may reboot it.
+fn reboot_settles(state: &str) -> bool {
+    ["starting", "stopping", "migrating"]
+        .iter()
+        .any(|s| state.eq_ignore_ascii_case(s))
+}
+
+/// The contract's reboot error for a failed call: CloudStack refusing the reboot (431, a VM that
+/// is not Running or is gone), rejected credentials (401, 432), an endpoint outside the egress
+/// grants and a redirect cannot be retried away (`failed`); everything else (throttling, an
+/// unreachable or broken endpoint, a failed or late job, missing configuration) is `retryable`.
+pub fn reboot_error(e: ApiError) -> RebootError {
+    let message = e.to_string();
+    if e.is_auth()
+        || e.code() == Some(crate::api::error::PARAM_ERROR)
+        || matches!(e, ApiError::Denied { .. } | ApiError::Redirect { .. })
+    {
+        RebootError::Failed(format!("{}: {message}", e.reason()))
+    } else {
+        RebootError::Retryable(message)
     }
 }
 

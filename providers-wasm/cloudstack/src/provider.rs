@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use capstan_provider_sdk::http::{self, ErrorCode};
 use capstan_provider_sdk::{
-    Catalog, Guest, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy, cache, clock,
-    config,
+    Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
+    RepairAction, RepairRule, cache, clock, config,
 };
 use cloudstack_sign::Credentials;
 
@@ -150,13 +150,22 @@ fn with_ops<R>(
     context: Context,
     f: impl FnOnce(&mut Ops<'_, WasiTransport, HostClock, HostStore>) -> Result<R, ProviderError>,
 ) -> Result<R, ProviderError> {
+    with_ops_or(params, |e| e.into_provider_error(context), f)
+}
+
+/// [`with_ops`] for an export with its own error type: `setup` maps a configuration failure.
+fn with_ops_or<R, E>(
+    params: Option<&Parameters>,
+    setup_error: impl FnOnce(ApiError) -> E,
+    f: impl FnOnce(&mut Ops<'_, WasiTransport, HostClock, HostStore>) -> Result<R, E>,
+) -> Result<R, E> {
     let setup = || -> Result<(Endpoint, Credentials, String), ApiError> {
         let endpoint = endpoint(params)?;
         let credentials = Credentials::new(required(API_KEY)?, required(SECRET_KEY)?);
         let cluster = config_value(CLUSTER_NAME)?.unwrap_or_else(|| DEFAULT_CLUSTER.to_string());
         Ok((endpoint, credentials, cluster))
     };
-    let (endpoint, credentials, cluster) = setup().map_err(|e| e.into_provider_error(context))?;
+    let (endpoint, credentials, cluster) = setup().map_err(setup_error)?;
     let scope = format!("{endpoint} {}", credentials.api_key);
     let mut client = Client::new(endpoint, credentials, WasiTransport, HostClock);
     let mut ops = Ops {
@@ -173,10 +182,19 @@ impl Guest for CloudStack {
         NAME.to_string()
     }
 
-    fn get_instance_types(_pool: NodePool, class: NodeClass) -> Result<Catalog, ProviderError> {
+    /// The catalog, and no volume attachment limits: a CloudStack service offering does not
+    /// bound the volumes of a VM (the hypervisor does, per host: `listHypervisorCapabilities`'
+    /// `maxdatavolumeslimit`), so the CSI driver's CSINode limits apply once a node registers.
+    fn get_instance_types(
+        _pool: NodePool,
+        class: NodeClass,
+    ) -> Result<InstanceTypes, ProviderError> {
         let params = Parameters::parse(&class.parameters)?;
         with_ops(Some(&params), Context::NodeClass, |ops| {
-            ops.catalog(&params)
+            Ok(InstanceTypes {
+                catalog: ops.catalog(&params)?,
+                volume_limits: Vec::new(),
+            })
         })
     }
 
@@ -206,8 +224,19 @@ impl Guest for CloudStack {
         })
     }
 
-    fn repair_policies() -> Vec<RepairPolicy> {
-        capstan_provider_sdk::ready_repair_policies(30 * 60)
+    fn repair_policies() -> Vec<RepairRule> {
+        repair_rules()
+    }
+
+    fn reboot(claim: NodeClaim, operation_id: String) -> Result<(), RebootError> {
+        with_ops_or(None, crate::operations::reboot_error, |ops| {
+            ops.reboot(&claim, &operation_id)
+        })
+    }
+
+    /// A VM's Node has nothing to wait for once it has joined.
+    fn registered(_claim: NodeClaim) -> Result<Registration, ProviderError> {
+        Ok(Registration::Ready)
     }
 
     fn validate_node_class(class: NodeClass) -> Result<(), ProviderError> {
@@ -215,5 +244,57 @@ impl Guest for CloudStack {
         with_ops(Some(&params), Context::NodeClass, |ops| {
             ops.resolve(&params, Context::NodeClass).map(drop)
         })
+    }
+}
+
+/// How long a node may be `Ready=False` or `Unknown` before it is replaced, in seconds.
+pub const READY_TOLERATION_SECONDS: u64 = 30 * 60;
+
+/// The repair rules: what the provider answered before contract 0.4 (Karpenter's usual node
+/// auto-repair), as the host read those policies: `Ready=False` (the set's default) or
+/// `Unknown` for [`READY_TOLERATION_SECONDS`] replaces the node, draining as the claim says.
+/// No rule reboots: a node that is not Ready for half an hour is replaced, as before.
+pub fn repair_rules() -> Vec<RepairRule> {
+    let rule = |status: &str, reason_regex: &str| RepairRule {
+        condition_type: "Ready".to_string(),
+        condition_status: status.to_string(),
+        reason_regex: reason_regex.to_string(),
+        toleration_seconds: READY_TOLERATION_SECONDS,
+        termination_grace_seconds: None,
+        priority: 0,
+        action: RepairAction::Replace,
+    };
+    vec![rule("False", ""), rule("Unknown", ".*")]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The rules are the policies of before 0.4 as the host read them then: `Ready=False` as
+    /// the default and `Ready=Unknown`, 30 minutes each, replace, drained as the claim says.
+    #[test]
+    fn repair_rules_are_the_policies_of_before() {
+        let rules = repair_rules();
+        let shape: Vec<_> = rules
+            .iter()
+            .map(|r| {
+                (
+                    r.condition_type.as_str(),
+                    r.condition_status.as_str(),
+                    r.reason_regex.as_str(),
+                    r.toleration_seconds,
+                    r.termination_grace_seconds,
+                    r.action,
+                )
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                ("Ready", "False", "", 1800, None, RepairAction::Replace),
+                ("Ready", "Unknown", ".*", 1800, None, RepairAction::Replace),
+            ]
+        );
     }
 }

@@ -1,6 +1,6 @@
 //! The tags that mark a VM as this provider's: who owns it (cluster, NodeClaim, NodePool,
 //! NodeClass) and what it was launched from (for drift). `list` and garbage collection find VMs
-//! by the first two.
+//! by the first two. `reboot` records its operation ID in one more ([`REBOOT_OPERATION`]).
 
 use std::collections::BTreeMap;
 
@@ -18,15 +18,19 @@ pub const NODE_POOL: &str = "karpenter.sh/nodepool";
 pub const NODE_CLASS: &str = "capstan.dev/nodeclass";
 /// The parameters hash at launch (`Parameters::hash`).
 pub const PARAMETERS_HASH: &str = "cloudstack.capstan.dev/parameters-hash";
+/// The operation ID of the last reboot asked for (`reboot`), put on the VM before the reboot
+/// starts: the same operation again finds it and does not reboot a second time.
+pub const REBOOT_OPERATION: &str = "cloudstack.capstan.dev/reboot-operation";
 
 /// Tag keys the NodeClass's `tags` cannot set.
-pub const RESERVED_KEYS: [&str; 6] = [
+pub const RESERVED_KEYS: [&str; 7] = [
     MANAGED_BY,
     CLUSTER,
     NODE_CLAIM,
     NODE_POOL,
     NODE_CLASS,
     PARAMETERS_HASH,
+    REBOOT_OPERATION,
 ];
 
 /// Who a VM belongs to.

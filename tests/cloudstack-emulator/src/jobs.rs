@@ -1,15 +1,15 @@
 //! Async jobs: pending (status 0) until their latency has passed, then success (1) with the
 //! result object or failure (2) with `errorcode`/`errortext`. Completing a job changes the
-//! state (a VM boots, errors, is destroyed or expunged; tags apply) and yields the Node work
-//! that follows.
+//! state (a VM boots, errors, reboots, is destroyed or expunged; tags apply) and yields the Node
+//! work that follows.
 
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::api::error::{ApiError, INTERNAL_ERROR};
-use crate::api::vms::vm_json;
+use crate::api::error::{ApiError, INTERNAL_ERROR, PARAM_ERROR};
+use crate::api::vms::{not_running_text, vm_gone_text, vm_json};
 use crate::catalog::Tag;
 use crate::faults::{JobFailure, JobLatency};
 use crate::nodes::NodeAction;
@@ -24,6 +24,9 @@ pub(crate) enum JobWork {
     Destroy {
         vm_id: String,
         expunge: bool,
+    },
+    Reboot {
+        vm_id: String,
     },
     CreateTags {
         resource_ids: Vec<String>,
@@ -79,7 +82,9 @@ pub struct JobSnapshot {
 impl Job {
     fn instance_id(&self) -> Option<&str> {
         match &self.work {
-            JobWork::Deploy { vm_id } | JobWork::Destroy { vm_id, .. } => Some(vm_id),
+            JobWork::Deploy { vm_id }
+            | JobWork::Destroy { vm_id, .. }
+            | JobWork::Reboot { vm_id } => Some(vm_id),
             _ => None,
         }
     }
@@ -89,6 +94,7 @@ impl Job {
         match self.work {
             JobWork::Deploy { .. } => "org.apache.cloudstack.api.command.user.vm.DeployVMCmd",
             JobWork::Destroy { .. } => "org.apache.cloudstack.api.command.user.vm.DestroyVMCmd",
+            JobWork::Reboot { .. } => "org.apache.cloudstack.api.command.user.vm.RebootVMCmd",
             JobWork::CreateTags { .. } => {
                 "org.apache.cloudstack.api.command.user.tag.CreateTagsCmd"
             }
@@ -168,7 +174,9 @@ pub(crate) fn start(
 ) -> String {
     let id = state.new_id();
     let latency = match work {
-        JobWork::Deploy { .. } | JobWork::Destroy { .. } => state.job_latency,
+        JobWork::Deploy { .. } | JobWork::Destroy { .. } | JobWork::Reboot { .. } => {
+            state.job_latency
+        }
         JobWork::CreateTags { .. } | JobWork::DeleteTags { .. } => JobLatency::polls(0),
     };
     state.jobs.push(Job {
@@ -195,13 +203,15 @@ fn is_due(state: &State, job: &Job, now: Instant) -> bool {
     }
     // Work on a VM waits for the VM's deploy job.
     match &job.work {
-        JobWork::Destroy { vm_id, .. } => state.vm(vm_id).is_none_or(|vm| {
-            state
-                .jobs
-                .iter()
-                .find(|j| j.id == vm.deploy_job_id)
-                .is_none_or(|j| j.status != JobStatus::Pending)
-        }),
+        JobWork::Destroy { vm_id, .. } | JobWork::Reboot { vm_id } => {
+            state.vm(vm_id).is_none_or(|vm| {
+                state
+                    .jobs
+                    .iter()
+                    .find(|j| j.id == vm.deploy_job_id)
+                    .is_none_or(|j| j.status != JobStatus::Pending)
+            })
+        }
         _ => true,
     }
 }
@@ -281,6 +291,34 @@ fn complete(state: &mut State, job: &Job, actions: &mut Vec<NodeAction>) -> JobS
                 state.removed_vms.insert(vm.id);
             }
             JobStatus::Succeeded(json!({ "virtualmachine": json }))
+        }
+        JobWork::Reboot { vm_id } => {
+            // The VM may have left Running (or been expunged) while the job waited.
+            let Some(vm) = state.vm(vm_id) else {
+                return JobStatus::Failed(JobFailure {
+                    command: None,
+                    errorcode: PARAM_ERROR,
+                    errortext: vm_gone_text(vm_id),
+                });
+            };
+            if vm.state != VmState::Running {
+                return JobStatus::Failed(JobFailure {
+                    command: None,
+                    errorcode: PARAM_ERROR,
+                    errortext: not_running_text(vm),
+                });
+            }
+            let boot_id = state.new_id();
+            let Some(vm) = state.vm_mut(vm_id) else {
+                return JobStatus::Succeeded(json!({}));
+            };
+            vm.boot_id = boot_id;
+            vm.reboots += 1;
+            let Some(vm) = state.vm(vm_id) else {
+                return JobStatus::Succeeded(json!({}));
+            };
+            actions.push(NodeAction::reboot(vm));
+            JobStatus::Succeeded(json!({ "virtualmachine": vm_json(state, vm) }))
         }
         JobWork::CreateTags { resource_ids, tags } => {
             for id in resource_ids {

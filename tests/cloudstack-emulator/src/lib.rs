@@ -253,7 +253,8 @@ impl EmulatorHandle {
         self.shared.state().node_errors.clone()
     }
 
-    /// Waits until queued Node work (registrations, deletions) is done.
+    /// Waits until queued Node work (registrations, deletions, reboots until the rebooted Node
+    /// is Ready again) is done.
     pub async fn settle(&self, timeout: Duration) -> Result<(), Error> {
         let deadline = Instant::now() + timeout;
         loop {

@@ -2,15 +2,20 @@
 //! as the VM's kubelet would (name from the VM name, `spec.providerID`
 //! `cloudstack://<zone-id>/<vm-id>`, the well-known labels, capacity from the offering, the
 //! registration taints Karpenter's kubelets start with), annotated `kwok.x-k8s.io/node: fake`
-//! so kwok keeps it Ready; when the VM is destroyed, it deletes the Node. Node work runs in
-//! order on one task, outside the state lock.
+//! so kwok keeps it Ready; when the VM is destroyed, it deletes the Node. A rebooted VM's Node
+//! goes as a rebooting kubelet's does: a new `status.nodeInfo.bootID` and `Ready=False`
+//! (`KubeletNotReady`), then `Ready=True` again after [`NodeOptions::reboot_millis`] (unless kwok,
+//! whose `node-initialize` stage readies any Node that is not Ready, did so first). Node work
+//! runs in order on one task, outside the state lock.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::server::Shared;
@@ -45,6 +50,14 @@ pub struct NodeOptions {
     pub labels: BTreeMap<String, String>,
     /// `pods` capacity.
     pub max_pods: u32,
+    /// How long a rebooted VM's Node stays `Ready=False` before it is `Ready` again, in
+    /// milliseconds.
+    #[serde(default = "default_reboot_millis")]
+    pub reboot_millis: u64,
+}
+
+fn default_reboot_millis() -> u64 {
+    NodeOptions::default().reboot_millis
 }
 
 impl Default for NodeOptions {
@@ -57,6 +70,7 @@ impl Default for NodeOptions {
             }],
             labels: BTreeMap::new(),
             max_pods: 110,
+            reboot_millis: 1000,
         }
     }
 }
@@ -77,6 +91,14 @@ pub(crate) struct Registration {
     pub cpu: u32,
     pub memory_mib: u64,
     pub gpus: u32,
+    pub boot_id: String,
+}
+
+/// A VM's Node and the boot ID of its new boot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Boot {
+    pub name: String,
+    pub boot_id: String,
 }
 
 /// Node work.
@@ -85,6 +107,10 @@ pub(crate) enum NodeAction {
     Register(Registration),
     /// Delete the Node with this name.
     Remove(String),
+    /// The VM rebooted: a new boot ID, `Ready=False`.
+    Reboot(Boot),
+    /// The rebooted VM's kubelet is up again: `Ready=True` (if that boot is still the Node's).
+    Booted(Boot),
 }
 
 /// Kubernetes' name for a CloudStack template arch.
@@ -112,8 +138,68 @@ impl NodeAction {
             cpu: offering.cpu_number,
             memory_mib: offering.memory,
             gpus: offering.gpu.as_ref().map(|g| g.count).unwrap_or(0),
+            boot_id: vm.boot_id.clone(),
         }))
     }
+
+    /// The reboot of a VM (its boot ID already the new one).
+    pub fn reboot(vm: &Vm) -> NodeAction {
+        NodeAction::Reboot(Boot {
+            name: vm.name.to_lowercase(),
+            boot_id: vm.boot_id.clone(),
+        })
+    }
+}
+
+/// The `Ready` condition a kubelet reports (`KubeletReady`, or `KubeletNotReady` while it
+/// starts), at `now`.
+fn ready_condition(ready: bool, now: &Time) -> Value {
+    let (status, reason, message) = if ready {
+        ("True", "KubeletReady", "kubelet is posting ready status")
+    } else {
+        (
+            "False",
+            "KubeletNotReady",
+            "container runtime status check may not have completed yet",
+        )
+    };
+    json!({
+        "type": "Ready",
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": now,
+        "lastTransitionTime": now,
+    })
+}
+
+/// The strategic merge patch of a Node's status for a new boot: its boot ID, `Ready=False`
+/// (the Node's other conditions are left alone: conditions merge by `type`).
+pub(crate) fn reboot_patch(boot_id: &str, now: &Time) -> Value {
+    json!({"status": {
+        "nodeInfo": {"bootID": boot_id},
+        "conditions": [ready_condition(false, now)],
+    }})
+}
+
+/// The strategic merge patch that makes a Node `Ready` after the boot `boot_id`; `None` when it
+/// needs none: another boot since (that one readies it), or `Ready=True` already (kwok was
+/// first).
+pub(crate) fn booted_patch(node: &Node, boot_id: &str, now: &Time) -> Option<Value> {
+    let status = node.status.as_ref()?;
+    if status.node_info.as_ref().map(|i| i.boot_id.as_str()) != Some(boot_id) {
+        return None;
+    }
+    let ready = status
+        .conditions
+        .iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True");
+    (!ready).then(|| json!({"status": {"conditions": [ready_condition(true, now)]}}))
+}
+
+fn now() -> Time {
+    Time(k8s_openapi::jiff::Timestamp::now())
 }
 
 /// The Node a registration creates.
@@ -160,7 +246,7 @@ pub(crate) fn build_node(r: &Registration, options: &NodeOptions) -> serde_json:
                 "architecture": r.arch,
                 "operatingSystem": "linux",
                 "kubeletVersion": "fake",
-                "bootID": "", "containerRuntimeVersion": "", "kernelVersion": "",
+                "bootID": r.boot_id, "containerRuntimeVersion": "", "kernelVersion": "",
                 "kubeProxyVersion": "", "machineID": "", "osImage": "", "systemUUID": "",
             },
         },
@@ -178,24 +264,35 @@ pub(crate) fn spawn_worker(
 ) {
     let (tx, mut rx) = mpsc::unbounded_channel::<NodeAction>();
     let task = tokio::spawn(async move {
+        let delay = Duration::from_millis(options.reboot_millis);
         while let Some(action) = rx.recv().await {
             let result = match &client {
                 Some(client) => apply(client, &options, &action).await,
-                None => Ok(()),
+                None => Ok(None),
             };
-            if let Some(shared) = shared.upgrade() {
-                shared.node_done(result.err().map(|e| format!("{action:?}: {e}")));
-            }
+            let Some(shared) = shared.upgrade() else {
+                continue;
+            };
+            let error = match result {
+                Ok(Some(later)) => {
+                    Shared::send_node_after(&shared, later, delay);
+                    None
+                }
+                Ok(None) => None,
+                Err(e) => Some(format!("{action:?}: {e}")),
+            };
+            shared.node_done(error);
         }
     });
     (tx, task)
 }
 
+/// Does `action`; returns the Node work that follows it later (a reboot's boot).
 async fn apply(
     client: &kube::Client,
     options: &NodeOptions,
     action: &NodeAction,
-) -> Result<(), kube::Error> {
+) -> Result<Option<NodeAction>, kube::Error> {
     let nodes: Api<Node> = Api::all(client.clone());
     match action {
         NodeAction::Register(r) => {
@@ -206,7 +303,7 @@ async fn apply(
                 Ok(created) => created,
                 Err(kube::Error::Api(e)) if e.code == 409 => {
                     tracing::warn!(node = %r.name, "a Node of that name exists already");
-                    return Ok(());
+                    return Ok(None);
                 }
                 Err(e) => return Err(e),
             };
@@ -226,16 +323,54 @@ async fn apply(
                     .await?;
             }
             tracing::info!(node = %r.name, provider_id = %r.provider_id, "registered the VM's Node");
-            Ok(())
+            Ok(None)
         }
         NodeAction::Remove(name) => match nodes.delete(name, &DeleteParams::default()).await {
             Ok(_) => {
                 tracing::info!(node = %name, "deleted the expunged VM's Node");
-                Ok(())
+                Ok(None)
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
             Err(e) => Err(e),
         },
+        NodeAction::Reboot(boot) => {
+            let patch = Patch::Strategic(reboot_patch(&boot.boot_id, &now()));
+            match nodes
+                .patch_status(&boot.name, &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(node = %boot.name, boot_id = %boot.boot_id, "the VM's Node is rebooting");
+                    Ok(Some(NodeAction::Booted(boot.clone())))
+                }
+                // A VM whose Node is gone (or never registered): nothing to reboot.
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+        NodeAction::Booted(boot) => {
+            let Some(node) = nodes.get_opt(&boot.name).await? else {
+                return Ok(None);
+            };
+            let Some(patch) = booted_patch(&node, &boot.boot_id, &now()) else {
+                return Ok(None);
+            };
+            match nodes
+                .patch_status(
+                    &boot.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(patch),
+                )
+                .await
+            {
+                Ok(_) => {
+                    tracing::info!(node = %boot.name, "the rebooted VM's Node is Ready");
+                    Ok(None)
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
     }
 }
 
@@ -254,8 +389,10 @@ mod tests {
             cpu: 8,
             memory_mib: 65536,
             gpus: 1,
+            boot_id: "boot-1".into(),
         };
         let node = build_node(&r, &NodeOptions::default());
+        assert_eq!(node["status"]["nodeInfo"]["bootID"], "boot-1");
         assert_eq!(node["spec"]["providerID"], "cloudstack://zone-uuid/vm-uuid");
         assert_eq!(node["metadata"]["annotations"][KWOK_ANNOTATION], "fake");
         let labels = &node["metadata"]["labels"];
@@ -273,5 +410,63 @@ mod tests {
         let parsed: Node = serde_json::from_value(node).unwrap();
         assert_eq!(parsed.metadata.name.as_deref(), Some("default-abc12"));
         assert_eq!(kube_arch("aarch64"), "arm64");
+    }
+
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn a_reboot_is_a_new_boot_id_and_a_kubelet_not_ready() {
+        let patch = reboot_patch("boot-2", &at(1_767_323_045));
+        assert_eq!(
+            patch,
+            json!({"status": {
+                "nodeInfo": {"bootID": "boot-2"},
+                "conditions": [{
+                    "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                    "message": "container runtime status check may not have completed yet",
+                    "lastHeartbeatTime": "2026-01-02T03:04:05Z",
+                    "lastTransitionTime": "2026-01-02T03:04:05Z",
+                }],
+            }})
+        );
+    }
+
+    #[test]
+    fn the_boot_readies_only_its_own_not_ready_node() {
+        let node = |boot: &str, ready: &str| -> Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": "n"},
+                "status": {
+                    "nodeInfo": {
+                        "bootID": boot, "architecture": "amd64", "containerRuntimeVersion": "",
+                        "kernelVersion": "", "kubeProxyVersion": "", "kubeletVersion": "",
+                        "machineID": "", "operatingSystem": "linux", "osImage": "",
+                        "systemUUID": "",
+                    },
+                    "conditions": [
+                        {"type": "MemoryPressure", "status": "False"},
+                        {"type": "Ready", "status": ready},
+                    ],
+                },
+            }))
+            .unwrap()
+        };
+        let now = at(1_767_323_046);
+        let patch = booted_patch(&node("boot-2", "False"), "boot-2", &now).unwrap();
+        assert_eq!(
+            patch["status"]["conditions"][0],
+            json!({
+                "type": "Ready", "status": "True", "reason": "KubeletReady",
+                "message": "kubelet is posting ready status",
+                "lastHeartbeatTime": "2026-01-02T03:04:06Z",
+                "lastTransitionTime": "2026-01-02T03:04:06Z",
+            })
+        );
+        assert!(patch["status"].get("nodeInfo").is_none());
+        // kwok readied it first; a later reboot readies it itself.
+        assert_eq!(booted_patch(&node("boot-2", "True"), "boot-2", &now), None);
+        assert_eq!(booted_patch(&node("boot-3", "False"), "boot-2", &now), None);
     }
 }

@@ -72,6 +72,20 @@ impl Shared {
         }
     }
 
+    /// Queues Node work after `delay` (a rebooted VM's boot); counted as pending meanwhile, so
+    /// [`crate::EmulatorHandle::settle`] waits for it.
+    pub fn send_node_after(shared: &Arc<Self>, action: NodeAction, delay: Duration) {
+        shared.node_pending.fetch_add(1, Ordering::SeqCst);
+        let weak = Arc::downgrade(shared);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(shared) = weak.upgrade() {
+                shared.send_nodes(vec![action]);
+                shared.node_done(None);
+            }
+        });
+    }
+
     /// One piece of Node work finished (with an error, if it failed).
     pub fn node_done(&self, error: Option<String>) {
         if let Some(error) = error {

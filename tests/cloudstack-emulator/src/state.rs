@@ -98,6 +98,10 @@ pub struct Vm {
     pub created: String,
     /// The deploy job's UUID.
     pub deploy_job_id: String,
+    /// The boot ID its kubelet reports (`status.nodeInfo.bootID`): a new one on every boot.
+    pub boot_id: String,
+    /// Reboots completed (`rebootVirtualMachine` jobs that succeeded).
+    pub reboots: u32,
 }
 
 /// One request the emulator answered.

@@ -10,6 +10,7 @@ result or exception; nothing here decides pass or fail.
 import base64
 import json
 import sys
+import time
 
 from cs import CloudStack, CloudStackApiException, CloudStackException
 
@@ -35,6 +36,16 @@ def step(results, name, call):
         results[name] = {"ok": call()}
     except CloudStackException as exc:
         results[name] = {"error": error_of(exc)}
+
+
+def poll_job(cs, jobid):
+    """queryAsyncJobResult until the job is done (the client's own polling hides the raw job)."""
+    for _ in range(300):
+        job = cs.queryAsyncJobResult(jobid=jobid)
+        if job.get("jobstatus") != 0:
+            return job
+        time.sleep(0.1)
+    return job
 
 
 def main():
@@ -70,6 +81,13 @@ def main():
     step(results, "byOtherTag", lambda: cs.listVirtualMachines(tags=[{"key": TAG["key"], "value": "other"}], listall=True))
     step(results, "tags", lambda: cs.listTags(resourcetype="UserVm", resourceid=vm_id))
 
+    # Reboot: the client polls the job and returns its result; the raw answer is the job alone.
+    step(results, "reboot", lambda: cs.rebootVirtualMachine(id=vm_id, fetch_result=True))
+    step(results, "rebootStart", lambda: cs.rebootVirtualMachine(id=vm_id))
+    reboot_job = results["rebootStart"].get("ok", {}).get("jobid", "none")
+    step(results, "rebootJob", lambda: poll_job(cs, reboot_job))
+    step(results, "rebootUnknown", lambda: cs.rebootVirtualMachine(id="00000000-0000-4000-8000-000000000000"))
+
     big = base64.b64encode(b"#cloud-config\n" + b"# padding\n" * 600).decode()
     step(results, "bigUserDataGet", lambda: cs.deployVirtualMachine(
         zoneid=ZONE_A, serviceofferingid=offering["id"], templateid=template["id"], name="cs-wire-get", userdata=big))
@@ -86,6 +104,7 @@ def main():
     step(results, "destroyPost", lambda: post.destroyVirtualMachine(id=post_vm, expunge=True, fetch_result=True))
     step(results, "afterDestroy", lambda: cs.listVirtualMachines(id=vm_id))
     step(results, "destroyAgain", lambda: cs.destroyVirtualMachine(id=vm_id, expunge=True))
+    step(results, "rebootExpunged", lambda: cs.rebootVirtualMachine(id=vm_id, fetch_result=True))
     step(results, "unknownId", lambda: cs.listVirtualMachines(id="00000000-0000-4000-8000-000000000000"))
 
     wrong = CloudStack(endpoint=endpoint, key=key, secret="not-the-secret")

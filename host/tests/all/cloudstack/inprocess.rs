@@ -1,6 +1,7 @@
 //! The CloudStack provider loaded in-process with the runtime, its egress grants and config
-//! given directly: the conformance kit against the emulator, and every kind of bad answer (HTML,
-//! malformed, huge, slow, a redirect, a denied endpoint, a wrong secret) as a clear typed error.
+//! given directly: the conformance kit against the emulator (with `reboot`, contract 0.4), a
+//! reboot once per operation, and every kind of bad answer (HTML, malformed, huge, slow, a
+//! redirect, a denied endpoint, a wrong secret) as a clear typed error.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,11 +10,13 @@ use capstan::capability::Capabilities;
 use capstan::capability::config::ConfigValues;
 use capstan::capability::egress::EgressRules;
 use capstan::capability::outbound_http::{HttpLimits, HttpSettings};
-use capstan::conformance;
+use capstan::conformance::{self, Outcome, checks};
+use capstan::runtime::lifecycle::RebootError;
 use capstan::runtime::types::{NodeClaim, ProviderError};
-use capstan::runtime::{CallError, Limits, ProviderPre};
+use capstan::runtime::{CallError, Limits, ProviderPre, WitVersion};
 use capstan_cloudstack_emulator::{
     Config, DEFAULT_API_KEY, DEFAULT_SECRET_KEY, Emulator, EmulatorHandle, FaultRule, HttpFault,
+    Vm, VmState,
 };
 use serde_json::json;
 
@@ -79,6 +82,30 @@ async fn the_conformance_kit_passes_against_the_emulator() {
     println!("{report}");
     assert!(report.passed(), "{report}");
     assert_eq!(report.skipped(), 0, "{report}");
+    // Contract 0.4: the kit really reboots (not the host's `not-implemented` for older guests),
+    // and the same operation twice is one reboot on the cloud.
+    assert_eq!(pre.export().wit, WitVersion::V0_4);
+    let outcome = |name: &str| report.check(name).map(|c| c.outcome.clone());
+    assert_eq!(
+        outcome(checks::REBOOT),
+        Some(Outcome::Pass("rebooted".into()))
+    );
+    assert_eq!(
+        outcome(checks::REGISTERED),
+        Some(Outcome::Pass("ready".into()))
+    );
+    let reboots: Vec<_> = cs
+        .jobs()
+        .into_iter()
+        .filter(|j| j.command == "rebootVirtualMachine")
+        .collect();
+    assert_eq!(
+        reboots.len(),
+        1,
+        "one reboot for one operation: {reboots:?}"
+    );
+    assert_eq!(reboots[0].status, 1, "{reboots:?}");
+    assert_eq!(cs.count("rebootVirtualMachine"), 1);
     let metrics = caps.metrics().snapshot();
     assert_eq!(metrics.http_denied, 0, "{metrics:?}");
     assert!(
@@ -88,6 +115,86 @@ async fn the_conformance_kit_passes_against_the_emulator() {
     );
     assert!(cs.count("deployVirtualMachine") >= 1);
     assert_eq!(cs.count("listTags"), 0);
+}
+
+/// `reboot` (contract 0.4) against the emulator: the VM reboots in place (still Running, a new
+/// boot ID), once per operation ID however often it is asked (the emulator's VM and job list
+/// say so), again for another operation, and a VM that is gone answers `not-found`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reboot_reboots_once_per_operation_and_never_a_gone_vm() {
+    let cs = Emulator::start(Config::default()).await.expect("emulator");
+    let (pre, _caps) = provider(&cs, DEFAULT_SECRET_KEY, HttpLimits::default());
+    let mut parameters = parameters();
+    parameters["pollMillis"] = json!(50);
+    let nc = class(parameters);
+    let created = pre.create(&claim("cs-reboot"), &nc).await.expect("create");
+    let provider_id = created.provider_id.clone().expect("provider ID");
+    let vm_id = provider_id
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let booted = cs.vm(&vm_id).expect("the VM").boot_id;
+    let reboot = |operation: &'static str| {
+        let pre = &pre;
+        let created = &created;
+        async move {
+            pre.reboot(created, operation)
+                .await
+                .expect("reboot ends in an answer")
+        }
+    };
+    let reboot_jobs = || {
+        cs.jobs()
+            .into_iter()
+            .filter(|j| j.command == "rebootVirtualMachine")
+            .map(|j| j.status)
+            .collect::<Vec<_>>()
+    };
+    let operation_tag = |vm: &Vm| {
+        vm.tags
+            .iter()
+            .find(|t| t.key == "cloudstack.capstan.dev/reboot-operation")
+            .map(|t| t.value.clone())
+    };
+
+    assert_eq!(reboot("op-1").await, Ok(()));
+    assert_eq!(reboot("op-1").await, Ok(()), "the same operation again");
+    assert_eq!(reboot("op-1").await, Ok(()));
+    let vm = cs.vm(&vm_id).expect("the VM");
+    assert_eq!(vm.reboots, 1, "one reboot for operation op-1");
+    assert_ne!(vm.boot_id, booted, "a new boot");
+    assert_eq!(vm.state, VmState::Running, "rebooted in place");
+    assert_eq!(operation_tag(&vm).as_deref(), Some("op-1"));
+    assert_eq!(reboot_jobs(), [1]);
+
+    assert_eq!(reboot("op-2").await, Ok(()), "another operation");
+    let vm = cs.vm(&vm_id).expect("the VM");
+    assert_eq!(vm.reboots, 2);
+    assert_eq!(operation_tag(&vm).as_deref(), Some("op-2"));
+    assert_eq!(reboot_jobs(), [1, 1]);
+
+    // Gone: not-found, and nothing is asked of CloudStack but the VM.
+    let mut deleted = false;
+    for _ in 0..50 {
+        match pre.delete(&created).await {
+            Err(CallError::Provider {
+                error: ProviderError::NotFound(_),
+                ..
+            }) => {
+                deleted = true;
+                break;
+            }
+            Ok(()) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => panic!("delete: {e}"),
+        }
+    }
+    assert!(deleted, "the VM was expunged");
+    match reboot("op-3").await {
+        Err(RebootError::NotFound(m)) => assert!(m.contains(&vm_id), "{m}"),
+        other => panic!("a reboot of an expunged VM: {other:?}"),
+    }
+    assert_eq!(reboot_jobs(), [1, 1], "no reboot asked for a gone VM");
 }
 
 /// Each bad answer is a clear error on the NodeClass (`validate-node-class`) and on the claim

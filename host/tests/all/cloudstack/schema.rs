@@ -442,7 +442,7 @@ fn rows() -> Vec<Row> {
     ));
     // Upstream's restricted keys, then Capstan's ownership tags (src/tags.rs) and a restricted
     // key in another letter case (CloudStack compares tag keys ignoring case).
-    let restricted: [(&str, Option<&'static str>); 8] = [
+    let restricted: [(&str, Option<&'static str>); 9] = [
         (
             "karpenter.sh/nodepool",
             Some("tag contains a restricted tag matching karpenter.sh/nodepool"),
@@ -459,6 +459,7 @@ fn rows() -> Vec<Row> {
         ("capstan.dev/managed-by", None),
         ("capstan.dev/cluster", None),
         ("cloudstack.capstan.dev/parameters-hash", None),
+        ("cloudstack.capstan.dev/reboot-operation", None),
         ("Karpenter.sh/NodePool", None),
     ];
     for (key, upstream) in restricted {

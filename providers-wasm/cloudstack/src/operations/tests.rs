@@ -1,5 +1,5 @@
 //! The exports' logic against a small stateful fake cloud (the real emulator is exercised by the
-//! host's e2e tests): VMs that start through async jobs, zone capacity, tags, expunge.
+//! host's e2e tests): VMs that start through async jobs, zone capacity, tags, expunge, reboots.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +24,12 @@ struct Sim {
     jobs: HashMap<String, Job>,
     capacity: HashMap<String, usize>,
     fail_next_deploy: Option<(u16, String)>,
+    /// The next `rebootVirtualMachine`'s job fails with this.
+    fail_next_reboot: Option<(u16, String)>,
+    /// The next `rebootVirtualMachine` is refused at once with this.
+    refuse_next_reboot: Option<(u16, String)>,
+    /// Reboots done, per VM.
+    reboots: HashMap<String, u32>,
     next: u32,
 }
 
@@ -33,6 +39,7 @@ enum Effect {
     Run(String),
     Error(String),
     Expunge(String),
+    Reboot(String),
 }
 
 #[derive(Default)]
@@ -86,6 +93,7 @@ impl Sim {
                 }
             }
             Effect::Expunge(id) => self.vms.retain(|v| v["id"] != *id),
+            Effect::Reboot(id) => *self.reboots.entry(id.clone()).or_default() += 1,
         }
     }
 
@@ -147,6 +155,16 @@ impl Sim {
                 let id = get(p, "resourceids").unwrap();
                 let tags = tags_of(p);
                 let vm = self.vms.iter_mut().find(|v| v["id"] == id).unwrap();
+                // As CloudStack: a key the VM has already is refused.
+                if let Some((k, _)) = tags.iter().find(|(k, _)| {
+                    vm["tags"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|t| t["key"] == *k)
+                }) {
+                    return error(cmd, 431, &format!("tag {k} already on UserVm with id {id}"));
+                }
                 for (k, v) in tags {
                     vm["tags"]
                         .as_array_mut()
@@ -156,6 +174,48 @@ impl Sim {
                 let job = self.id("job");
                 self.jobs
                     .insert(job.clone(), (0, Ok(json!({"success": true})), Effect::None));
+                ok(cmd, json!({"jobid": job}))
+            }
+            "deleteTags" => {
+                let id = get(p, "resourceids").unwrap();
+                let tags = tags_of(p);
+                let vm = self.vms.iter_mut().find(|v| v["id"] == id).unwrap();
+                vm["tags"].as_array_mut().unwrap().retain(|t| {
+                    !tags
+                        .iter()
+                        .any(|(k, v)| t["key"] == *k && (v.is_empty() || t["value"] == *v))
+                });
+                let job = self.id("job");
+                self.jobs
+                    .insert(job.clone(), (0, Ok(json!({"success": true})), Effect::None));
+                ok(cmd, json!({"jobid": job}))
+            }
+            "rebootVirtualMachine" => {
+                let id = get(p, "id").unwrap().to_string();
+                if let Some((code, text)) = self.refuse_next_reboot.take() {
+                    return error(cmd, code, &text);
+                }
+                let Some(running) = self
+                    .vms
+                    .iter()
+                    .find(|v| v["id"] == id)
+                    .map(|vm| vm["state"] == "Running")
+                else {
+                    return error(cmd, 431, "entity does not exist");
+                };
+                let job = self.id("job");
+                let entry = if !running {
+                    (
+                        1,
+                        Err((431, "is not running, unable to reboot it".into())),
+                        Effect::None,
+                    )
+                } else if let Some(failure) = self.fail_next_reboot.take() {
+                    (1, Err(failure), Effect::None)
+                } else {
+                    (1, Ok(json!({})), Effect::Reboot(id))
+                };
+                self.jobs.insert(job.clone(), entry);
                 ok(cmd, json!({"jobid": job}))
             }
             "destroyVirtualMachine" => {
@@ -181,7 +241,7 @@ impl Sim {
                 self.jobs.get_mut(&id).unwrap().2 = Effect::None;
                 match result {
                     Ok(mut v) => {
-                        if let Effect::Run(vm) = &effect {
+                        if let Effect::Run(vm) | Effect::Reboot(vm) = &effect {
                             v = json!({"virtualmachine": self.vms.iter().find(|x| x["id"] == *vm).unwrap()});
                         }
                         ok(cmd, json!({"jobstatus": 1, "jobresult": v}))
@@ -443,4 +503,195 @@ fn nothing_fitting_is_insufficient_capacity() {
         matches!(err, Err(ProviderError::InsufficientCapacity(_))),
         "{err:?}"
     );
+}
+
+/// A launched VM's claim (as the host holds it) in a fresh world.
+fn launched(w: &World, name: &str) -> NodeClaim {
+    let (launched, _) = w.call(|ops| ops.create(&params(), "cs", &claim(name, vec![], vec![])));
+    launched.unwrap()
+}
+
+fn reboot_tag(w: &World) -> Option<String> {
+    let sim = w.sim.borrow();
+    sim.vms[0]["tags"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["key"] == tags::REBOOT_OPERATION)
+        .map(|t| t["value"].as_str().unwrap().to_string())
+}
+
+fn reboots(w: &World) -> u32 {
+    let sim = w.sim.borrow();
+    let id = sim.vms[0]["id"].as_str().unwrap().to_string();
+    sim.reboots.get(&id).copied().unwrap_or(0)
+}
+
+#[test]
+fn reboot_tags_the_operation_first_and_reboots_once_per_operation() {
+    let w = World::new();
+    let c = launched(&w, "default-r1");
+    let (rebooted, cmds) = w.call(|ops| ops.reboot(&c, "op-1"));
+    assert_eq!(rebooted, Ok(()));
+    assert_eq!(
+        cmds,
+        vec![
+            "listVirtualMachines",
+            "createTags",
+            "queryAsyncJobResult",
+            "rebootVirtualMachine",
+            "queryAsyncJobResult",
+            "queryAsyncJobResult",
+        ],
+        "the tag before the reboot"
+    );
+    assert_eq!(reboots(&w), 1);
+    assert_eq!(reboot_tag(&w).as_deref(), Some("op-1"));
+
+    // The same operation again (a retry after a timeout): no second reboot.
+    let (again, cmds) = w.call(|ops| ops.reboot(&c, "op-1"));
+    assert_eq!(again, Ok(()));
+    assert_eq!(cmds, vec!["listVirtualMachines"]);
+    assert_eq!(reboots(&w), 1);
+
+    // Another operation reboots again, replacing the recorded one.
+    let (other, cmds) = w.call(|ops| ops.reboot(&c, "op-2"));
+    assert_eq!(other, Ok(()));
+    assert_eq!(
+        &cmds[..4],
+        [
+            "listVirtualMachines",
+            "deleteTags",
+            "queryAsyncJobResult",
+            "createTags"
+        ]
+    );
+    assert_eq!(reboots(&w), 2);
+    assert_eq!(reboot_tag(&w).as_deref(), Some("op-2"));
+}
+
+#[test]
+fn a_reboot_that_did_not_start_may_be_asked_again() {
+    let w = World::new();
+    let c = launched(&w, "default-r2");
+    // The job fails on CloudStack's side: retryable, and the tag is gone.
+    w.sim.borrow_mut().fail_next_reboot = Some((530, "Failed to reboot vm instance".into()));
+    let (failed, _) = w.call(|ops| ops.reboot(&c, "op"));
+    match failed {
+        Err(RebootError::Retryable(m)) => {
+            assert!(m.contains("Failed to reboot vm instance"), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(reboot_tag(&w), None);
+    assert_eq!(reboots(&w), 0);
+    // Throttled at once: retryable, nothing started.
+    w.sim.borrow_mut().refuse_next_reboot = Some((429, "too many requests".into()));
+    let (throttled, _) = w.call(|ops| ops.reboot(&c, "op"));
+    assert!(
+        matches!(throttled, Err(RebootError::Retryable(_))),
+        "{throttled:?}"
+    );
+    assert_eq!(reboot_tag(&w), None);
+    // The same operation now reboots.
+    let (ok, _) = w.call(|ops| ops.reboot(&c, "op"));
+    assert_eq!(ok, Ok(()));
+    assert_eq!(reboots(&w), 1);
+    // CloudStack refusing it (431) is final.
+    w.sim.borrow_mut().refuse_next_reboot =
+        Some((431, "is not running, unable to reboot it".into()));
+    let (refused, _) = w.call(|ops| ops.reboot(&c, "op-3"));
+    match refused {
+        Err(RebootError::Failed(m)) => {
+            assert!(m.starts_with("CloudStackInvalidParameter: "), "{m}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn only_a_running_vm_reboots_and_a_gone_one_is_not_found() {
+    let w = World::new();
+    let c = launched(&w, "default-r3");
+    for (state, retryable) in [
+        ("Stopped", false),
+        ("Error", false),
+        ("Destroyed", false),
+        ("Starting", true),
+    ] {
+        w.sim.borrow_mut().vms[0]["state"] = json!(state);
+        let (answer, cmds) = w.call(|ops| ops.reboot(&c, "op"));
+        match (answer, retryable) {
+            (Err(RebootError::Retryable(m)), true) | (Err(RebootError::Failed(m)), false) => {
+                assert!(m.contains(state), "{m}")
+            }
+            (other, _) => panic!("{state}: {other:?}"),
+        }
+        assert_eq!(
+            cmds,
+            vec!["listVirtualMachines"],
+            "{state}: nothing tagged or rebooted"
+        );
+    }
+    assert_eq!(reboot_tag(&w), None);
+    w.sim.borrow_mut().vms[0]["state"] = json!("Running");
+
+    // Expunged: not found; so is a claim without a (CloudStack) provider ID.
+    let (deleted, _) = w.call(|ops| ops.delete(&c));
+    assert!(matches!(deleted, Err(ProviderError::NotFound(_))));
+    let (gone, _) = w.call(|ops| ops.reboot(&c, "op"));
+    assert!(matches!(gone, Err(RebootError::NotFound(_))), "{gone:?}");
+    let bare = claim("default-r3", vec![], vec![]);
+    let (none, cmds) = w.call(|ops| ops.reboot(&bare, "op"));
+    assert!(matches!(none, Err(RebootError::NotFound(_))), "{none:?}");
+    assert!(cmds.is_empty());
+    let other = NodeClaim {
+        provider_id: Some("kwok://node-1".into()),
+        ..bare
+    };
+    let (foreign, _) = w.call(|ops| ops.reboot(&other, "op"));
+    assert!(
+        matches!(foreign, Err(RebootError::NotFound(_))),
+        "{foreign:?}"
+    );
+}
+
+#[test]
+fn reboot_errors_say_whether_asking_again_can_help() {
+    let cs = |code| ApiError::CloudStack {
+        command: "rebootVirtualMachine".into(),
+        code,
+        cs_code: None,
+        text: "t".into(),
+    };
+    for code in [401, 431, 432] {
+        assert!(
+            matches!(reboot_error(cs(code)), RebootError::Failed(_)),
+            "{code}"
+        );
+    }
+    for code in [429, 530, 534] {
+        assert!(
+            matches!(reboot_error(cs(code)), RebootError::Retryable(_)),
+            "{code}"
+        );
+    }
+    let denied = ApiError::Denied {
+        authority: "evil:443".into(),
+        detail: "HTTP-request-denied".into(),
+    };
+    assert!(matches!(reboot_error(denied), RebootError::Failed(_)));
+    let unreachable = ApiError::Transport {
+        command: "rebootVirtualMachine".into(),
+        authority: "cs:8080".into(),
+        detail: "connection refused".into(),
+    };
+    assert!(matches!(
+        reboot_error(unreachable),
+        RebootError::Retryable(_)
+    ));
+    assert!(matches!(
+        reboot_error(ApiError::Config("no api-key".into())),
+        RebootError::Retryable(_)
+    ));
 }

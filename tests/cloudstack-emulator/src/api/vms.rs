@@ -1,11 +1,12 @@
-//! `deployVirtualMachine` and `destroyVirtualMachine` (async) and `listVirtualMachines`.
+//! `deployVirtualMachine`, `destroyVirtualMachine` and `rebootVirtualMachine` (async) and
+//! `listVirtualMachines`.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::catalog::{check_zone, cidr_parts, host_address, netmask, tag_json};
-use super::error::{ApiError, INSUFFICIENT_CAPACITY_ERROR};
+use super::error::{ApiError, INSUFFICIENT_CAPACITY_ERROR, PARAM_ERROR};
 use super::params::{Params, has_tags};
 use super::{ACCOUNT, DOMAIN, DOMAIN_ID, USER_ID, list};
 use crate::faults::JobFailure;
@@ -286,6 +287,7 @@ pub fn deploy(state: &mut State, params: &Params, method_is_get: bool) -> Result
         },
         failure,
     );
+    let boot_id = state.new_id();
     state.vms.push(Vm {
         id: vm_id.clone(),
         display_name: params.get("displayname").unwrap_or(&name).to_string(),
@@ -303,6 +305,8 @@ pub fn deploy(state: &mut State, params: &Params, method_is_get: bool) -> Result
         tags: Vec::new(),
         created: timestamp(),
         deploy_job_id: job_id.clone(),
+        boot_id,
+        reboots: 0,
     });
     Ok(json!({ "id": vm_id, "jobid": job_id }))
 }
@@ -329,6 +333,49 @@ pub fn destroy(state: &mut State, params: &Params) -> Result<Value, ApiError> {
     let vm_id = vm.id.clone();
     let failure = state.faults.take_job_failure(cmd);
     let job_id = jobs::start(state, cmd, JobWork::Destroy { vm_id, expunge }, failure);
+    Ok(json!({ "jobid": job_id }))
+}
+
+/// CloudStack's error for a reboot of a VM that is not `Running` (`UserVmManagerImpl`).
+pub fn not_running_text(vm: &Vm) -> String {
+    format!(
+        "The Instance {} ({}) is not running, unable to reboot it",
+        vm.id, vm.display_name
+    )
+}
+
+/// CloudStack's error for work on a VM that is gone (its UUID still resolves: CloudStack looks
+/// up removed rows too, then finds no VM).
+pub fn vm_gone_text(id: &str) -> String {
+    format!("Unable to find a virtual machine with id {id}")
+}
+
+/// `rebootVirtualMachine`: `id` (required). As in CloudStack the request only queues the job
+/// (`{"jobid"}`); the job checks the VM: one that is not `Running` (or was expunged) fails it
+/// with 431 and CloudStack's text. A successful job leaves the VM `Running` with a new boot ID,
+/// answers `{"virtualmachine": ...}`, and reboots its Node (see [`crate::nodes`]).
+pub fn reboot(state: &mut State, params: &Params) -> Result<Value, ApiError> {
+    let cmd = params.command();
+    let id = params.required("id")?;
+    let refused = |text: String| JobFailure {
+        command: Some(cmd.to_string()),
+        errorcode: PARAM_ERROR,
+        errortext: text,
+    };
+    let failure = if state.removed_vms.contains(id) {
+        Some(refused(vm_gone_text(id)))
+    } else {
+        let vm = state
+            .vm(id)
+            .ok_or_else(|| ApiError::invalid_id(cmd, "id", id))?;
+        if vm.state == VmState::Running {
+            state.faults.take_job_failure(cmd)
+        } else {
+            Some(refused(not_running_text(vm)))
+        }
+    };
+    let vm_id = id.to_string();
+    let job_id = jobs::start(state, cmd, JobWork::Reboot { vm_id }, failure);
     Ok(json!({ "jobid": job_id }))
 }
 

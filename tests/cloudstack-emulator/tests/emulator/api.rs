@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use capstan_cloudstack_emulator::catalog::sample;
 use capstan_cloudstack_emulator::{
     Config, Credentials, Emulator, JobFailure, JobLatency, VmState, provider_id,
@@ -467,6 +467,132 @@ async fn jobs_stay_pending_for_the_configured_polls_then_fail_as_told() -> Resul
         again
             .body
             .contains("Unable to find a virtual machine with specified vmId")
+    );
+    Ok(())
+}
+
+/// `rebootVirtualMachine` as CloudStack answers it: the request queues a job (`{"jobid"}`); the
+/// job reboots a Running VM (still Running, a new boot ID, `{"virtualmachine"}`) and fails with
+/// 431 and CloudStack's text for one that is not Running or was expunged.
+#[tokio::test]
+async fn reboot_is_an_async_job_that_needs_a_running_vm() -> Result<()> {
+    let cs = Emulator::start(Config {
+        job_latency: JobLatency::duration(Duration::from_millis(100)),
+        ..Config::default()
+    })
+    .await?;
+    let creds = cs.credentials().unwrap_or_else(|| Credentials::new("", ""));
+    let deployed = ok(
+        &cs,
+        "deployVirtualMachine",
+        &deploy_params("rebooted", sample::ZONE_A, sample::NET_A),
+    )
+    .await?;
+    let vm_id = deployed["id"].as_str().unwrap_or_default().to_string();
+
+    // Still Starting: the job refuses it.
+    let early = ok(&cs, "rebootVirtualMachine", &[("id", &vm_id)]).await?;
+    let job = wait_job(&cs, early["jobid"].as_str().unwrap_or_default()).await?;
+    assert_eq!(job["jobstatus"], 2, "{job}");
+    assert_eq!(job["jobresultcode"], 530);
+    assert_eq!(
+        job["jobresult"],
+        json!({"errorcode": 431, "cserrorcode": 4350,
+            "errortext": format!("The Instance {vm_id} (rebooted) is not running, unable to reboot it")})
+    );
+    wait_job(&cs, deployed["jobid"].as_str().unwrap_or_default()).await?;
+    let booted = cs.vm(&vm_id).map(|vm| vm.boot_id).unwrap_or_default();
+    assert_eq!(cs.vm(&vm_id).map(|vm| vm.reboots), Some(0));
+
+    // Running: the answer is the job alone; the job's result is the VM, Running, with a new boot.
+    let rebooted = ok(&cs, "rebootVirtualMachine", &[("id", &vm_id)]).await?;
+    let job_id = rebooted["jobid"].as_str().unwrap_or_default().to_string();
+    assert_eq!(rebooted.as_object().map(|o| o.len()), Some(1), "{rebooted}");
+    let pending = ok(&cs, "queryAsyncJobResult", &[("jobid", &job_id)]).await?;
+    assert_eq!(pending["jobstatus"], 0, "{pending}");
+    assert_eq!(
+        pending["cmd"],
+        "org.apache.cloudstack.api.command.user.vm.RebootVMCmd"
+    );
+    assert_eq!(pending["jobinstancetype"], "VirtualMachine");
+    assert_eq!(pending["jobinstanceid"], vm_id.as_str());
+    let job = wait_job(&cs, &job_id).await?;
+    assert_eq!(job["jobstatus"], 1, "{job}");
+    assert_eq!(job["jobresult"]["virtualmachine"]["id"], vm_id.as_str());
+    assert_eq!(job["jobresult"]["virtualmachine"]["state"], "Running");
+    let vm = cs.vm(&vm_id).context("the VM")?;
+    assert_eq!(vm.state, VmState::Running);
+    assert_eq!(vm.reboots, 1);
+    assert_ne!(vm.boot_id, booted, "a reboot is a new boot");
+    let jobs: Vec<_> = cs
+        .jobs()
+        .into_iter()
+        .filter(|j| j.command == "rebootVirtualMachine")
+        .collect();
+    assert_eq!(jobs.len(), 2);
+    assert_eq!(jobs[1].instance_id.as_deref(), Some(vm_id.as_str()));
+
+    // An injected failure fails the job and reboots nothing.
+    cs.fail_next_job(JobFailure {
+        command: Some("rebootVirtualMachine".into()),
+        errorcode: 530,
+        errortext: "Failed to reboot vm instance".into(),
+    });
+    let failed = ok(&cs, "rebootVirtualMachine", &[("id", &vm_id)]).await?;
+    let job = wait_job(&cs, failed["jobid"].as_str().unwrap_or_default()).await?;
+    assert_eq!(
+        job["jobresult"]["errortext"],
+        "Failed to reboot vm instance"
+    );
+    assert_eq!(cs.vm(&vm_id).map(|vm| vm.reboots), Some(1));
+
+    // Parameters: `id` is required and must name a VM.
+    let missing = call(&cs, &creds, "rebootVirtualMachine", &[]).await?;
+    assert_eq!(missing.status, 431);
+    assert_eq!(
+        missing.json()?["rebootvirtualmachineresponse"]["errortext"],
+        "Unable to execute API command rebootvirtualmachine due to missing parameter id"
+    );
+    let unknown = call(
+        &cs,
+        &creds,
+        "rebootVirtualMachine",
+        &[("id", "00000000-0000-4000-8000-000000000000")],
+    )
+    .await?;
+    assert_eq!(unknown.status, 431);
+    assert!(
+        unknown.body.contains("Invalid parameter id value="),
+        "{}",
+        unknown.body
+    );
+
+    // Destroyed (not expunged): the job refuses it; expunged: the VM is not found.
+    let destroyed = ok(&cs, "destroyVirtualMachine", &[("id", &vm_id)]).await?;
+    wait_job(&cs, destroyed["jobid"].as_str().unwrap_or_default()).await?;
+    let refused = ok(&cs, "rebootVirtualMachine", &[("id", &vm_id)]).await?;
+    let job = wait_job(&cs, refused["jobid"].as_str().unwrap_or_default()).await?;
+    assert_eq!(job["jobstatus"], 2);
+    assert_eq!(job["jobresult"]["errorcode"], 431);
+    assert!(
+        job["jobresult"]["errortext"]
+            .as_str()
+            .is_some_and(|t| t.ends_with("is not running, unable to reboot it")),
+        "{job}"
+    );
+    let expunged = ok(
+        &cs,
+        "destroyVirtualMachine",
+        &[("id", &vm_id), ("expunge", "true")],
+    )
+    .await?;
+    wait_job(&cs, expunged["jobid"].as_str().unwrap_or_default()).await?;
+    let gone = ok(&cs, "rebootVirtualMachine", &[("id", &vm_id)]).await?;
+    let job = wait_job(&cs, gone["jobid"].as_str().unwrap_or_default()).await?;
+    assert_eq!(job["jobresult"]["errorcode"], 431);
+    assert_eq!(
+        job["jobresult"]["errortext"],
+        format!("Unable to find a virtual machine with id {vm_id}")
     );
     Ok(())
 }

@@ -100,6 +100,38 @@ async fn the_cs_client_drives_the_emulator() -> Result<()> {
     assert_eq!(r["byOtherTag"]["ok"], json!({}));
     assert_eq!(r["tags"]["ok"]["tag"][0]["value"], "wire test");
 
+    // Reboot: the client waits for the job; the VM is still Running. Asked without waiting, the
+    // answer is the job alone, and the job ends with the VM; an unknown id is refused at once,
+    // an expunged VM by the job (431, as CloudStack's job does).
+    let rebooted = &r["reboot"]["ok"]["virtualmachine"];
+    assert_eq!(rebooted["id"], vm_id, "{}", r["reboot"]);
+    assert_eq!(rebooted["state"], "Running");
+    let start = r["rebootStart"]["ok"].as_object().context("rebootStart")?;
+    assert_eq!(
+        start.keys().collect::<Vec<_>>(),
+        ["jobid"],
+        "{}",
+        r["rebootStart"]
+    );
+    let job = &r["rebootJob"]["ok"];
+    assert_eq!(job["jobstatus"], 1, "{job}");
+    assert_eq!(
+        job["cmd"],
+        "org.apache.cloudstack.api.command.user.vm.RebootVMCmd"
+    );
+    assert_eq!(job["jobinstanceid"], vm_id);
+    assert_eq!(job["jobresult"]["virtualmachine"]["state"], "Running");
+    let unknown = &r["rebootUnknown"]["error"];
+    assert_eq!(unknown["status"], 431, "{unknown}");
+    assert_eq!(unknown["error"]["cserrorcode"], 4350);
+    let expunged = &r["rebootExpunged"]["error"];
+    assert_eq!(expunged["message"], "Job failure", "{expunged}");
+    assert_eq!(expunged["error"]["errorcode"], 431);
+    assert_eq!(
+        expunged["error"]["errortext"],
+        format!("Unable to find a virtual machine with id {vm_id}")
+    );
+
     // User data over GET is limited; over POST (a form body) it goes through.
     assert_eq!(
         r["bigUserDataGet"]["error"]["error"]["errortext"],
@@ -153,6 +185,13 @@ async fn the_cs_client_drives_the_emulator() -> Result<()> {
             .iter()
             .any(|q| q.method == "POST" && q.command.as_deref() == Some("deployVirtualMachine"))
     );
+    let reboots: Vec<_> = cs
+        .jobs()
+        .into_iter()
+        .filter(|j| j.command == "rebootVirtualMachine")
+        .map(|j| j.status)
+        .collect();
+    assert_eq!(reboots, [1, 1, 2], "two reboots, one refused job");
     assert!(
         cs.vms().iter().all(|vm| vm.name == "cs-wire-full"),
         "only the failed VM is left: {:?}",
