@@ -115,9 +115,9 @@ struct Bin<'a> {
     key_domains: Vec<KeyDomains>,
     /// Host ports bound by the pods on it (running and placed).
     host_ports: Vec<HostPort>,
-    /// Existing nodes whose CSINode limits attachments: the limits per driver, and the volumes
-    /// of the pods on it (running and placed). New claims and claims in flight have no known
-    /// limit, as in Karpenter.
+    /// Existing nodes whose CSINode limits attachments: the limits per driver; and the volumes
+    /// of the pods on it (running and placed), on those nodes and on new claims, whose instance
+    /// types' limits narrow the types they may launch as (as Karpenter v1.15).
     volume_limits: Option<&'a BTreeMap<String, i64>>,
     volumes: Vec<CsiVolume>,
 }

@@ -7,7 +7,7 @@ use super::fast_hash::FastMap;
 use super::bitset::BitSet;
 use crate::api::labels::{CAPACITY_TYPE, ZONE};
 use crate::scheduling::cluster::{InstanceType, NodePoolView};
-use crate::scheduling::pod::Pod;
+use crate::scheduling::pod::{CsiVolume, Pod, volume_limit_exceeded};
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::resources::{ResourceLimits, Resources};
 use crate::scheduling::taints::first_untolerated;
@@ -360,6 +360,35 @@ impl Catalog {
 
     /// `mask &=` the types whose allocatable holds `requests`; returns the per-resource maximum
     /// allocatable of what remains.
+    /// Keeps the types whose volume attachment limits (Karpenter v1.15's
+    /// `VolumeAttachmentLimits`) take `attached` and `adding` together; a type without a limit
+    /// for a driver takes any number of its volumes. The first driver every type refused and its
+    /// highest limit when none is left.
+    pub(super) fn restrict_to_volumes(
+        &self,
+        mask: &mut BitSet,
+        view: &NodePoolView,
+        attached: &[CsiVolume],
+        adding: &[CsiVolume],
+    ) -> Option<(String, i64)> {
+        let mut refused: Option<(String, i64)> = None;
+        mask.retain(|t| {
+            let limits = &view.instance_types[self.types[t]].volume_limits;
+            match volume_limit_exceeded(limits, attached, adding) {
+                None => true,
+                Some((driver, limit)) => {
+                    match &mut refused {
+                        Some((d, best)) if d == driver => *best = (*best).max(limit),
+                        Some(_) => {}
+                        None => refused = Some((driver.to_owned(), limit)),
+                    }
+                    false
+                }
+            }
+        });
+        if mask.is_empty() { refused } else { None }
+    }
+
     pub(super) fn restrict_to_fit(&self, mask: &mut BitSet, requests: &Resources) -> Resources {
         let mut max = Resources::default();
         if requests.has_extended() || self.any_extended {

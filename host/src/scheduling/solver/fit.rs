@@ -520,6 +520,22 @@ impl<'a> Solver<'a> {
                     );
                 }
             }
+            if !pod.csi_volumes.is_empty() {
+                let refused = ps.catalog.restrict_to_volumes(
+                    &mut scratch.mask,
+                    ps.view,
+                    &bin.volumes,
+                    &pod.csi_volumes,
+                );
+                if scratch.mask.is_empty() {
+                    let (driver, limit) = refused.unwrap_or_default();
+                    bail!(
+                        want,
+                        "would exceed the volume limit of {driver} ({limit}) for every instance type of nodepool {}",
+                        ps.view.name
+                    );
+                }
+            }
             let before_fit = if want {
                 Some(scratch.mask.clone())
             } else {
@@ -631,7 +647,8 @@ impl<'a> Solver<'a> {
         }
         bin.pods.push(p);
         bin.host_ports.extend(pod.host_ports.iter().cloned());
-        if bin.volume_limits.is_some() {
+        // Existing nodes with limits, and new claims (their types' limits).
+        if bin.volume_limits.is_some() || matches!(bin.kind, BinKind::New { .. }) {
             bin.volumes.extend(pod.csi_volumes.iter().cloned());
         }
         if let BinKind::New { .. } = bin.kind {

@@ -478,6 +478,104 @@ fn csi_attach_limits_keep_further_volumes_of_a_driver_off_a_full_node() {
     assert_eq!(result.new_claims[0].pods, vec![0, 3]);
 }
 
+/// Karpenter v1.15's `VolumeAttachmentLimits`: a new claim's types are narrowed to those whose
+/// limit takes its pods' volumes (a type without a limit takes any number); more than every type
+/// takes opens another claim, and a pod no type takes alone is unschedulable, saying why.
+#[test]
+fn instance_type_attach_limits_narrow_and_split_new_claims() {
+    let driver = "ebs.csi.example.com";
+    let volume = |claim: &str| CsiVolume {
+        driver: driver.to_owned(),
+        claim: format!("default/{claim}"),
+    };
+    let with_volumes = |name: &str, claims: &[&str]| {
+        let mut p = pod(name, 100, GI);
+        p.csi_volumes = claims.iter().map(|c| volume(c)).collect();
+        p
+    };
+    let limited = |limits: &[(&str, i64)]| {
+        let types: Vec<InstanceType> = catalog()
+            .iter()
+            .map(|t| {
+                let mut t = t.clone();
+                if let Some((_, limit)) = limits.iter().find(|(n, _)| *n == t.name) {
+                    t.volume_limits = BTreeMap::from([(driver.to_owned(), *limit)]);
+                }
+                t
+            })
+            .collect();
+        NodePoolView::new("default", types.into())
+    };
+    // Every type takes two volumes, the 16-CPU one three.
+    let two_each = limited(&[
+        ("c1", 2),
+        ("c2", 2),
+        ("c4", 2),
+        ("c8", 2),
+        ("a4", 2),
+        ("c16", 3),
+    ]);
+    let result = solve(&input(
+        vec![
+            with_volumes("a", &["d-1"]),
+            with_volumes("b", &["d-2"]),
+            with_volumes("c", &["d-3"]),
+        ],
+        vec![two_each.clone()],
+    ));
+    assert!(
+        result.unschedulable.is_empty(),
+        "{:?}",
+        result.unschedulable
+    );
+    let mut options: Vec<Vec<String>> = result
+        .new_claims
+        .iter()
+        .map(|c| c.instance_type_options.clone())
+        .collect();
+    options.sort();
+    // Three volumes on one claim: only c16 takes them.
+    assert_eq!(
+        options,
+        vec![vec!["c16".to_owned()]],
+        "{:?}",
+        result.new_claims
+    );
+    // Four: two claims.
+    let result = solve(&input(
+        vec![
+            with_volumes("a", &["d-1"]),
+            with_volumes("b", &["d-2"]),
+            with_volumes("c", &["d-3"]),
+            with_volumes("d", &["d-4"]),
+        ],
+        vec![two_each.clone()],
+    ));
+    assert_eq!(result.new_claims.len(), 2, "{:?}", result.new_claims);
+    assert!(result.unschedulable.is_empty());
+    // A pod with more volumes than any type takes.
+    let result = solve(&input(
+        vec![with_volumes("many", &["d-1", "d-2", "d-3", "d-4"])],
+        vec![two_each],
+    ));
+    assert!(result.new_claims.is_empty());
+    assert!(
+        result.unschedulable[0]
+            .1
+            .contains("volume limit of ebs.csi.example.com (3)"),
+        "{:?}",
+        result.unschedulable
+    );
+    // A type without a limit takes any number.
+    let one_unlimited = limited(&[("c1", 1), ("c2", 1), ("c4", 1), ("c8", 1), ("a4", 1)]);
+    let result = solve(&input(
+        vec![with_volumes("many", &["d-1", "d-2", "d-3", "d-4"])],
+        vec![one_unlimited],
+    ));
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c16"]);
+}
+
 #[test]
 fn heavier_pools_are_tried_first() {
     let mut expensive = NodePoolView::new(
