@@ -429,7 +429,8 @@ async fn expire(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerError>
             format!("NodeClaim expired after {}", claim.spec.expire_after),
         )
         .await;
-    ctx.metrics.lifecycle.disrupted(claim, "expired", "");
+    let pods = nodeclaim::reschedulable_pods(ctx, claim);
+    ctx.metrics.lifecycle.disrupted(claim, "expired", "", pods);
     tracing::debug!(nodepool = %pool, "expiring");
     nodeclaim::delete(ctx, claim).await
 }

@@ -156,10 +156,11 @@ pub async fn collect(ctx: &Context) -> Result<(), ControllerError> {
                 format!("instance {id} no longer exists"),
             )
             .await;
+        let pods = nodeclaim::reschedulable_pods(ctx, claim);
         nodeclaim::delete(ctx, claim).await?;
         ctx.metrics
             .lifecycle
-            .disrupted(claim, "garbage_collected", "");
+            .disrupted(claim, "garbage_collected", "", pods);
     }
     Ok(())
 }

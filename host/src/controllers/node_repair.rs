@@ -504,7 +504,10 @@ async fn replace(
     );
     tracing::info!(nodeclaim = %name, node = %managed.node.name_any(), nodepool = pool,
         condition = %found.condition_type, status = %found.condition_status, "replacing unhealthy node");
-    ctx.metrics.lifecycle.disrupted(claim, "unhealthy", "");
+    let pods = nodeclaim::reschedulable_pods(ctx, claim);
+    ctx.metrics
+        .lifecycle
+        .disrupted(claim, "unhealthy", "", pods);
     let reason = "NodeRepair";
     ctx.events
         .warning(managed.node.as_ref(), reason, &note)

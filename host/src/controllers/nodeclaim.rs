@@ -233,6 +233,27 @@ pub async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerEr
 
 /// The claim's Nodes: those carrying its provider ID that are its to have (not another claim's,
 /// not older than the claim: [`ownership::node_taken`]).
+/// How many reschedulable pods (not a DaemonSet's, not static, not finished) the claim's Nodes
+/// run, from the host's caches: what its disruption disrupts.
+pub fn reschedulable_pods(ctx: &Context, claim: &NodeClaim) -> usize {
+    let nodes: Vec<String> = nodes_of(ctx, claim).iter().map(|n| n.name_any()).collect();
+    if nodes.is_empty() {
+        return 0;
+    }
+    ctx.state
+        .view()
+        .pods
+        .iter()
+        .filter(|p| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some_and(|n| nodes.contains(n))
+                && crate::rules::pods::is_reschedulable(p)
+        })
+        .count()
+}
+
 pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
     let nodes = nodes_with_provider_id(ctx, claim);
     if nodes.is_empty() {

@@ -25,6 +25,7 @@ pub struct Lifecycle {
     drifted: Counters,
     terminated: Counters,
     disrupted: Counters,
+    pods_disruption_initiated: Counters,
     termination_duration: Histograms,
     instance_termination_duration: Histograms,
     nodes_created: Counters,
@@ -100,6 +101,7 @@ impl Lifecycle {
             drifted: Counters::default(),
             terminated: Counters::default(),
             disrupted: Counters::default(),
+            pods_disruption_initiated: Counters::default(),
             termination_duration: Histograms::new_with_constructor(claim_termination_histogram),
             instance_termination_duration: Histograms::new_with_constructor(
                 instance_termination_histogram,
@@ -158,6 +160,11 @@ impl Lifecycle {
             "instance_termination_duration_seconds",
             "Duration of CloudProvider Instance termination in seconds",
             this.instance_termination_duration.clone(),
+        );
+        registry.sub("pods").register(
+            "disruption_initiated",
+            "Number of pod disruptions initiated, incremented by the reschedulable pod count whenever a nodeclaim is disrupted, by reason, nodepool, capacity type, consolidation policy and termination mode",
+            this.pods_disruption_initiated.clone(),
         );
         let mut nodes = registry.sub("nodes");
         nodes.register(
@@ -286,18 +293,28 @@ impl Lifecycle {
     /// `expired`, `empty`, `underutilized`, `garbage_collected`, `insufficient_capacity`,
     /// `nodeclass_not_ready`, `launch_timeout`, `registration_timeout`); `consolidation_policy`
     /// is the pool's for voluntary disruption, else empty.
-    pub fn disrupted(&self, claim: &NodeClaim, reason: &str, consolidation_policy: &str) {
+    /// `pods`: its node's reschedulable pods (not a DaemonSet's, not static), which count in
+    /// `karpenter_pods_disruption_initiated_total`.
+    pub fn disrupted(
+        &self,
+        claim: &NodeClaim,
+        reason: &str,
+        consolidation_policy: &str,
+        pods: usize,
+    ) {
         let labels_of = claim.metadata.labels.as_ref();
         let grace = claim.spec.termination_grace_period.as_deref();
-        self.disrupted
-            .get_or_create(&labels(&[
-                ("reason", &labels::reason(reason)),
-                ("nodepool", nodepool_of(claim)),
-                ("capacity_type", label(labels_of, CAPACITY_TYPE)),
-                ("consolidation_policy", consolidation_policy),
-                ("termination_mode", labels::termination_mode(grace)),
-            ]))
-            .inc();
+        let set = labels(&[
+            ("reason", &labels::reason(reason)),
+            ("nodepool", nodepool_of(claim)),
+            ("capacity_type", label(labels_of, CAPACITY_TYPE)),
+            ("consolidation_policy", consolidation_policy),
+            ("termination_mode", labels::termination_mode(grace)),
+        ]);
+        self.disrupted.get_or_create(&set).inc();
+        self.pods_disruption_initiated
+            .get_or_create(&set)
+            .inc_by(pods as u64);
     }
 
     /// The provider deleted the instance of a claim of `nodepool`, `seconds` after the
@@ -372,9 +389,16 @@ mod tests {
         l.initialized("p");
         l.drifted("NodePoolDrifted", "p");
         l.terminated(&claim(None));
-        l.disrupted(&claim(Some("0s")), "Expired", "");
-        l.disrupted(&claim(None), "underutilized", "when_empty_or_underutilized");
+        l.disrupted(&claim(Some("0s")), "Expired", "", 0);
+        l.disrupted(
+            &claim(None),
+            "underutilized",
+            "when_empty_or_underutilized",
+            3,
+        );
         l.instance_terminated("p", 3.0);
+        l.rebooted("succeeded", 40.0, Some(12.0));
+        l.rebooted("provider_error", 5.0, None);
         let text = m.render().unwrap();
         for line in [
             r#"karpenter_nodeclaims_created_total{reason="provisioned",nodepool="p",min_values_relaxed="false"} 1"#,
@@ -389,8 +413,13 @@ mod tests {
             r#"karpenter_nodeclaims_termination_duration_seconds_bucket{le="2048.0",nodepool="p"} 0"#,
             r#"karpenter_nodeclaims_disrupted_total{reason="expired",nodepool="p",capacity_type="spot",consolidation_policy="",termination_mode="forceful"} 1"#,
             r#"karpenter_nodeclaims_disrupted_total{reason="underutilized",nodepool="p",capacity_type="spot",consolidation_policy="when_empty_or_underutilized",termination_mode="graceful"} 1"#,
+            r#"karpenter_pods_disruption_initiated_total{reason="underutilized",nodepool="p",capacity_type="spot",consolidation_policy="when_empty_or_underutilized",termination_mode="graceful"} 3"#,
             r#"karpenter_nodeclaims_instance_termination_duration_seconds_bucket{le="4.0",nodepool="p"} 1"#,
             "# TYPE karpenter_nodeclaims_termination_duration_seconds histogram",
+            r#"karpenter_nodes_reboots_total{result="succeeded"} 1"#,
+            r#"karpenter_nodes_reboots_total{result="provider_error"} 1"#,
+            r#"karpenter_nodes_reboot_duration_seconds_count{result="succeeded"} 1"#,
+            "karpenter_nodes_reboot_recovery_duration_seconds_count 1",
         ] {
             assert!(text.contains(line), "missing {line}:\n{text}");
         }

@@ -300,9 +300,12 @@ async fn advance(
     ctx.events
         .normal(m.node, "DisruptionTerminating", note)
         .await;
-    ctx.metrics
-        .lifecycle
-        .disrupted(m.claim, reason, consolidation_policy(ctx, &pool));
+    ctx.metrics.lifecycle.disrupted(
+        m.claim,
+        reason,
+        consolidation_policy(ctx, &pool),
+        m.pods.len(),
+    );
     nodeclaim::delete(ctx, m.claim).await?;
     Ok(())
 }

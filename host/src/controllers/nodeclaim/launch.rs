@@ -130,7 +130,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
                 .failed(&nodepool(claim), "InsufficientCapacity");
             ctx.metrics
                 .lifecycle
-                .disrupted(claim, "insufficient_capacity", "");
+                .disrupted(claim, "insufficient_capacity", "", 0);
             ctx.events
                 .warning(claim, "InsufficientCapacityError", message)
                 .await;
@@ -283,7 +283,7 @@ async fn failed(
             ctx.metrics.own.failed(&pool, "InsufficientCapacity");
             ctx.metrics
                 .lifecycle
-                .disrupted(claim, "insufficient_capacity", "");
+                .disrupted(claim, "insufficient_capacity", "", 0);
             let marked = ctx
                 .unavailable_offerings
                 .record_insufficient_capacity(provider, &claim.spec.requirements);
@@ -302,7 +302,7 @@ async fn failed(
             ctx.metrics.own.failed(&pool, "NodeClassNotReady");
             ctx.metrics
                 .lifecycle
-                .disrupted(claim, "nodeclass_not_ready", "");
+                .disrupted(claim, "nodeclass_not_ready", "", 0);
             ctx.events
                 .warning(claim, "NodeClassNotReady", message.clone())
                 .await;
@@ -357,7 +357,7 @@ async fn node_class_unusable(
     ctx.metrics
         .own
         .failed(&nodepool(claim), unresolved.reason());
-    ctx.metrics.lifecycle.disrupted(claim, metric, "");
+    ctx.metrics.lifecycle.disrupted(claim, metric, "", 0);
     ctx.events
         .warning(
             claim,

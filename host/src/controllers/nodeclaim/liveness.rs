@@ -48,7 +48,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
         ctx.metrics.own.failed(&pool, "RegistrationTimeout");
         ctx.metrics
             .lifecycle
-            .disrupted(claim, "registration_timeout", "");
+            .disrupted(claim, "registration_timeout", "", 0);
         ctx.events
             .warning(claim, "RegistrationTimeout", message.clone())
             .await;
@@ -75,7 +75,9 @@ pub fn launch_budget(claim: &NodeClaim, ctx: &Context) -> Duration {
 pub async fn launch_timed_out(claim: &NodeClaim, ctx: &Context) -> Result<Step, ControllerError> {
     let timeout = ctx.settings.launch_timeout;
     ctx.metrics.own.failed(&nodepool(claim), "LaunchTimeout");
-    ctx.metrics.lifecycle.disrupted(claim, "launch_timeout", "");
+    ctx.metrics
+        .lifecycle
+        .disrupted(claim, "launch_timeout", "", 0);
     ctx.events
         .warning(
             claim,

@@ -309,7 +309,10 @@ async fn fail(
             Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
             Err(err) => return Err(err.into()),
         }
-        ctx.metrics.lifecycle.disrupted(claim, "unhealthy", "");
+        let pods = super::reschedulable_pods(ctx, claim);
+        ctx.metrics
+            .lifecycle
+            .disrupted(claim, "unhealthy", "", pods);
     } else {
         end(ctx, claim, REBOOT_FAILED, message).await?;
     }
