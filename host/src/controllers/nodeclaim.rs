@@ -231,8 +231,6 @@ pub async fn delete(ctx: &Context, claim: &NodeClaim) -> Result<(), ControllerEr
     }
 }
 
-/// The claim's Nodes: those carrying its provider ID that are its to have (not another claim's,
-/// not older than the claim: [`ownership::node_taken`]).
 /// How many reschedulable pods (not a DaemonSet's, not static, not finished) the claim's Nodes
 /// run, from the host's caches: what its disruption disrupts.
 pub fn reschedulable_pods(ctx: &Context, claim: &NodeClaim) -> usize {
@@ -254,6 +252,8 @@ pub fn reschedulable_pods(ctx: &Context, claim: &NodeClaim) -> usize {
         .count()
 }
 
+/// The claim's Nodes: those carrying its provider ID that are its to have (not another claim's,
+/// not older than the claim: [`ownership::node_taken`]).
 pub fn nodes_of(ctx: &Context, claim: &NodeClaim) -> Vec<Arc<Node>> {
     let nodes = nodes_with_provider_id(ctx, claim);
     if nodes.is_empty() {

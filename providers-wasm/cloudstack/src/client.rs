@@ -331,12 +331,7 @@ impl<T: Transport, C: Clock> Client<T, C> {
         vm_id: &str,
         tags: &[(String, String)],
     ) -> Result<JobStart, ApiError> {
-        let mut params = vec![
-            ("resourceids".to_string(), vm_id.to_string()),
-            ("resourcetype".to_string(), "UserVm".to_string()),
-        ];
-        params.extend(crate::tags::map_params("tags", tags));
-        self.start("deleteTags", &params, Method::Get)
+        self.vm_tags("deleteTags", vm_id, tags)
     }
 
     /// Starts tagging a VM.
@@ -345,12 +340,22 @@ impl<T: Transport, C: Clock> Client<T, C> {
         vm_id: &str,
         tags: &[(String, String)],
     ) -> Result<JobStart, ApiError> {
+        self.vm_tags("createTags", vm_id, tags)
+    }
+
+    /// `createTags` or `deleteTags` on one VM.
+    fn vm_tags(
+        &mut self,
+        command: &str,
+        vm_id: &str,
+        tags: &[(String, String)],
+    ) -> Result<JobStart, ApiError> {
         let mut params = vec![
             ("resourceids".to_string(), vm_id.to_string()),
             ("resourcetype".to_string(), "UserVm".to_string()),
         ];
         params.extend(crate::tags::map_params("tags", tags));
-        self.start("createTags", &params, Method::Get)
+        self.start(command, &params, Method::Get)
     }
 }
 

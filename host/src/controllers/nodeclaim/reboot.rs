@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Node, Taint as NodeTaint};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::{Api, ResourceExt};
 use serde_json::json;
@@ -296,19 +296,7 @@ async fn fail(
         {
             tighten_deadline(ctx, claim, deadline).await?;
         }
-        let api: Api<NodeClaim> = Api::all(ctx.client.clone());
-        let params = DeleteParams {
-            preconditions: Some(Preconditions {
-                uid: claim.uid(),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(&name, &params).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => {}
-            Err(err) => return Err(err.into()),
-        }
+        super::delete(ctx, claim).await?;
         let pods = super::reschedulable_pods(ctx, claim);
         ctx.metrics
             .lifecycle

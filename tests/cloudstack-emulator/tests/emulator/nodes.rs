@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use capstan_cloudstack_emulator::catalog::sample;
-use capstan_cloudstack_emulator::{Config, Emulator, NodeOptions, provider_id};
+use capstan_cloudstack_emulator::{Config, Emulator, EmulatorHandle, NodeOptions, provider_id};
 use capstan_test_support::{ControlPlane, unique_name, wait_until};
 use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::Node;
@@ -25,18 +25,7 @@ async fn a_booted_vm_registers_its_node_and_expunging_it_deletes_the_node() -> R
     })
     .await?;
     let name = unique_name("cs-vm");
-    let deployed = ok(
-        &cs,
-        "deployVirtualMachine",
-        &[
-            ("zoneid", sample::ZONE_B),
-            ("serviceofferingid", sample::GPU),
-            ("templateid", sample::UBUNTU),
-            ("name", &name),
-        ],
-    )
-    .await?;
-    let vm_id = deployed["id"].as_str().unwrap_or_default().to_string();
+    let (vm_id, deployed) = deploy(&cs, sample::ZONE_B, sample::GPU, &name).await?;
     let nodes: Api<Node> = Api::all(client);
     assert!(
         nodes.get_opt(&name).await?.is_none(),
@@ -129,6 +118,28 @@ async fn a_booted_vm_registers_its_node_and_expunging_it_deletes_the_node() -> R
 }
 
 /// The Node's boot ID and `Ready` status.
+/// Deploys an Ubuntu VM named `name`: its ID and the answer.
+async fn deploy(
+    cs: &EmulatorHandle,
+    zone: &str,
+    offering: &str,
+    name: &str,
+) -> Result<(String, serde_json::Value)> {
+    let deployed = ok(
+        cs,
+        "deployVirtualMachine",
+        &[
+            ("zoneid", zone),
+            ("serviceofferingid", offering),
+            ("templateid", sample::UBUNTU),
+            ("name", name),
+        ],
+    )
+    .await?;
+    let vm_id = deployed["id"].as_str().unwrap_or_default().to_string();
+    Ok((vm_id, deployed))
+}
+
 fn boot_and_ready(node: &Node) -> (String, Option<(String, Option<String>)>) {
     let status = node.status.clone().unwrap_or_default();
     let boot = status.node_info.map(|i| i.boot_id).unwrap_or_default();
@@ -155,18 +166,7 @@ async fn a_rebooted_vm_s_node_gets_a_new_boot_and_is_ready_again() -> Result<()>
     })
     .await?;
     let name = unique_name("cs-reboot");
-    let deployed = ok(
-        &cs,
-        "deployVirtualMachine",
-        &[
-            ("zoneid", sample::ZONE_A),
-            ("serviceofferingid", sample::SMALL),
-            ("templateid", sample::UBUNTU),
-            ("name", &name),
-        ],
-    )
-    .await?;
-    let vm_id = deployed["id"].as_str().unwrap_or_default().to_string();
+    let (vm_id, deployed) = deploy(&cs, sample::ZONE_A, sample::SMALL, &name).await?;
     wait_job(&cs, deployed["jobid"].as_str().unwrap_or_default()).await?;
     cs.settle(Duration::from_secs(30)).await?;
     let nodes: Api<Node> = Api::all(client);
