@@ -99,14 +99,7 @@ async fn a_booted_vm_registers_its_node_and_expunging_it_deletes_the_node() -> R
     })
     .await?;
 
-    let destroyed = ok(
-        &cs,
-        "destroyVirtualMachine",
-        &[("id", &vm_id), ("expunge", "true")],
-    )
-    .await?;
-    wait_job(&cs, destroyed["jobid"].as_str().unwrap_or_default()).await?;
-    cs.settle(Duration::from_secs(30)).await?;
+    expunge(&cs, &vm_id).await?;
     wait_until(Duration::from_secs(30), "the Node deleted", || {
         let nodes = nodes.clone();
         let name = name.clone();
@@ -138,6 +131,19 @@ async fn deploy(
     .await?;
     let vm_id = deployed["id"].as_str().unwrap_or_default().to_string();
     Ok((vm_id, deployed))
+}
+
+/// Destroys and expunges the VM, and waits for the emulator to settle.
+async fn expunge(cs: &EmulatorHandle, vm_id: &str) -> Result<()> {
+    let destroyed = ok(
+        cs,
+        "destroyVirtualMachine",
+        &[("id", vm_id), ("expunge", "true")],
+    )
+    .await?;
+    wait_job(cs, destroyed["jobid"].as_str().unwrap_or_default()).await?;
+    cs.settle(Duration::from_secs(30)).await?;
+    Ok(())
 }
 
 fn boot_and_ready(node: &Node) -> (String, Option<(String, Option<String>)>) {
@@ -230,14 +236,7 @@ async fn a_rebooted_vm_s_node_gets_a_new_boot_and_is_ready_again() -> Result<()>
     assert_eq!(ready.map(|(s, _)| s).as_deref(), Some("True"));
     assert_eq!(cs.vm(&vm_id).map(|vm| vm.reboots), Some(1));
 
-    let destroyed = ok(
-        &cs,
-        "destroyVirtualMachine",
-        &[("id", &vm_id), ("expunge", "true")],
-    )
-    .await?;
-    wait_job(&cs, destroyed["jobid"].as_str().unwrap_or_default()).await?;
-    cs.settle(Duration::from_secs(30)).await?;
+    expunge(&cs, &vm_id).await?;
     assert!(cs.node_errors().is_empty(), "{:?}", cs.node_errors());
     Ok(())
 }
