@@ -137,6 +137,10 @@ pub struct Settings {
     /// CapacityBuffers (`--feature-gates CapacityBuffer=true`): off by default, as in Karpenter
     /// v1.14.
     pub capacity_buffer: bool,
+    /// `--feature-gates TerminateFirstDrift=true`: a drifted node of a static NodePool at its
+    /// node limit is deleted first and refilled after, rather than left (off by default, as in
+    /// Karpenter v1.15).
+    pub terminate_first_drift: bool,
 }
 
 impl Default for Settings {
@@ -156,6 +160,7 @@ impl Default for Settings {
             node_repair: false,
             node_overlay: false,
             capacity_buffer: false,
+            terminate_first_drift: false,
         }
     }
 }

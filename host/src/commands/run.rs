@@ -136,12 +136,13 @@ pub struct RunArgs {
     #[arg(long, default_value = "15s", value_parser = parse_short_duration)]
     leader_election_lease_duration: Duration,
     /// Feature gates, as Karpenter spells them (`NAME=true|false,...`): `NodeRepair` (default
-    /// false) replaces nodes the provider's repair policies call unhealthy;
+    /// false) reboots or replaces nodes the provider's repair rules call unhealthy;
     /// `SpotToSpotConsolidation` (default false) lets consolidation replace a spot node with a
     /// cheaper spot node; `NodeOverlay` (default false) applies NodeOverlays (prices and
     /// extended resources) to every catalog; `CapacityBuffer` (default false) keeps room for
-    /// CapacityBuffers' placeholder pods. Karpenter's other gates are accepted and ignored with
-    /// a warning.
+    /// CapacityBuffers' placeholder pods; `TerminateFirstDrift` (default false) deletes a drifted
+    /// node of a static pool at its node limit first. Karpenter's other gates are accepted and
+    /// ignored with a warning.
     #[arg(long, env = "FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
     feature_gates: FeatureGates,
     /// How long a consolidation decision waits before it is re-checked against the cluster and
@@ -160,6 +161,7 @@ pub(crate) struct FeatureGates {
     pub(crate) spot_to_spot_consolidation: bool,
     pub(crate) node_overlay: bool,
     pub(crate) capacity_buffer: bool,
+    pub(crate) terminate_first_drift: bool,
     /// Karpenter's gates Capstan does not implement, as given (`NAME=value`): accepted, so that
     /// Karpenter's settings keep working, and logged as ignored.
     pub(crate) ignored: Vec<String>,
@@ -169,7 +171,6 @@ pub(crate) struct FeatureGates {
 const KARPENTER_ONLY_GATES: &[&str] = &[
     "ReservedCapacity",
     "StaticCapacity",
-    "TerminateFirstDrift",
     "TerminateFirstRepair",
     "PodDeletionCostManagement",
 ];
@@ -189,12 +190,14 @@ pub(crate) fn parse_feature_gates(text: &str) -> Result<FeatureGates, String> {
             "SpotToSpotConsolidation" => gates.spot_to_spot_consolidation = value,
             "NodeOverlay" => gates.node_overlay = value,
             "CapacityBuffer" => gates.capacity_buffer = value,
+            "TerminateFirstDrift" => gates.terminate_first_drift = value,
             other if KARPENTER_ONLY_GATES.contains(&other) => {
                 gates.ignored.push(format!("{other}={value}"));
             }
             other => {
                 return Err(format!(
-                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation, NodeOverlay, CapacityBuffer; \
+                    "unknown feature gate {other:?} (known: NodeRepair, SpotToSpotConsolidation, NodeOverlay, CapacityBuffer, \
+                     TerminateFirstDrift; \
                      accepted and ignored: {})",
                     KARPENTER_ONLY_GATES.join(", ")
                 ));
@@ -251,6 +254,7 @@ impl RunArgs {
                 "spotToSpotConsolidation": self.feature_gates.spot_to_spot_consolidation,
                 "nodeOverlay": self.feature_gates.node_overlay,
                 "capacityBuffer": self.feature_gates.capacity_buffer,
+                "terminateFirstDrift": self.feature_gates.terminate_first_drift,
                 "ignored": self.feature_gates.ignored,
             },
             "preferencePolicy": self.preference_policy.to_string(),
@@ -386,6 +390,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             node_repair: args.feature_gates.node_repair,
             node_overlay: args.feature_gates.node_overlay,
             capacity_buffer: args.feature_gates.capacity_buffer,
+            terminate_first_drift: args.feature_gates.terminate_first_drift,
             ..controllers::Settings::default()
         },
         providers,

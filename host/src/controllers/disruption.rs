@@ -623,6 +623,12 @@ async fn start_static_drift(
         };
         let room =
             static_pools::node_limit(pool).map_or(usize::MAX, |limit| limit.saturating_sub(claims));
+        if room == 0 && allowed > 0 {
+            // At its node limit: no replacement can come first.
+            started |=
+                terminate_first(ctx, pool, &candidates[..allowed.min(candidates.len())]).await?;
+            continue;
+        }
         let take = allowed.min(room).min(candidates.len());
         if take == 0 {
             continue;
@@ -662,6 +668,51 @@ async fn start_static_drift(
         }
     }
     Ok(started)
+}
+
+/// Drifted nodes of a static pool at its node limit (Karpenter v1.15's terminate-first): with
+/// `TerminateFirstDrift` on and the pool Ready and not being deleted, each is deleted now (its
+/// drain honours PodDisruptionBudgets and its `terminationGracePeriod`) and the static pool
+/// controller refills the pool once the slot is free; otherwise each gets a `DisruptionBlocked`
+/// Event. Returns whether any was deleted.
+async fn terminate_first(
+    ctx: &Context,
+    pool: &NodePool,
+    candidates: &[&Machine<'_>],
+) -> Result<bool, ControllerError> {
+    let ready = pool
+        .status
+        .as_ref()
+        .and_then(|s| crate::api::shared::find_condition(&s.conditions, "Ready"))
+        .is_some_and(|c| c.is_true());
+    let allowed =
+        ctx.settings.terminate_first_drift && ready && pool.metadata.deletion_timestamp.is_none();
+    for m in candidates {
+        if !allowed {
+            let note = "static NodePool is at its node limit and cannot stage a replacement";
+            ctx.events
+                .normal_once_per(
+                    POOL_BLOCKED_EVENT_WINDOW,
+                    Repeat::SameNote,
+                    m.claim,
+                    "DisruptionBlocked",
+                    note.to_owned(),
+                )
+                .await;
+            continue;
+        }
+        let note = "Disrupting NodeClaim (Drifted): its static NodePool is at its node limit, \
+                    so it is terminated first and refilled after (TerminateFirstDrift)";
+        tracing::info!(nodeclaim = %m.claim.name_any(), nodepool = %pool.name_any(), "terminating drifted static capacity first");
+        ctx.events
+            .normal(m.claim, "DisruptionTerminating", note)
+            .await;
+        ctx.metrics
+            .lifecycle
+            .disrupted(m.claim, "drifted", "", m.pods.len());
+        nodeclaim::delete(ctx, m.claim).await?;
+    }
+    Ok(allowed && !candidates.is_empty())
 }
 
 #[cfg(test)]

@@ -1,5 +1,6 @@
 //! Static NodePools (`spec.replicas`) on the real control plane: the pool holds its count through
-//! a deletion and a scale-down, and a pending pod that only it could take launches nothing.
+//! a deletion and a scale-down, a pending pod that only it could take launches nothing, and a
+//! drifted node of a pool at its node limit is terminated first (`TerminateFirstDrift`).
 
 use std::time::Duration;
 
@@ -119,5 +120,93 @@ async fn a_static_pool_holds_its_count_and_never_provisions_for_pods() {
         .await
         .unwrap();
     teardown(&client, &names, &ns).await;
+    host.check_alive();
+}
+
+/// Karpenter v1.15's `TerminateFirstDrift`: a static pool at its node limit (`limits.nodes` =
+/// `replicas`) cannot launch a replacement first, so a drifted node is deleted first and the pool
+/// refilled after — never more nodes than the limit.
+#[tokio::test]
+async fn a_drifted_static_node_at_its_node_limit_is_terminated_first() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("static-tf");
+    let host = Host::start(
+        cp,
+        &names,
+        &[
+            "--batch-idle-duration",
+            "500ms",
+            "--feature-gates",
+            "TerminateFirstDrift=true",
+        ],
+    );
+    let (class, pool) = (names.name("nc"), names.name("pool"));
+    node_class(&client, &names, &class, "kwok", json!({"maxCpu": 2})).await;
+    let mut static_pool = node_pool_json(&names, &pool, &class);
+    static_pool["spec"]["replicas"] = json!(1);
+    static_pool["spec"]["limits"] = json!({"nodes": "1"});
+    node_pool(&client, static_pool).await;
+    let [first] = wait_live(&client, &names, &host, 1)
+        .await
+        .try_into()
+        .unwrap();
+
+    // A new template label: the node drifts.
+    Api::<capstan::api::NodePool>::all(client.clone())
+        .patch(
+            &pool,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"metadata": {"labels": {"tier": "two"}}}}})),
+        )
+        .await
+        .unwrap();
+    let api = Api::<NodeClaim>::all(client.clone());
+    let most = std::sync::atomic::AtomicUsize::new(0);
+    let replaced = wait_until(
+        Duration::from_secs(120),
+        "the drifted claim replaced",
+        || async {
+            host.check_alive();
+            let all = claims(&client, &names).await;
+            most.fetch_max(all.len(), std::sync::atomic::Ordering::SeqCst);
+            let fresh = all.into_iter().find(|c| {
+                c.name_any() != first.name_any()
+                    && c.labels().get("tier").map(String::as_str) == Some("two")
+            });
+            Ok::<_, kube::Error>(fresh)
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\n{}", host.log_tail()));
+    assert!(
+        api.get_opt(&first.name_any()).await.unwrap().is_none() || {
+            // Gone or going: it was deleted first.
+            api.get(&first.name_any())
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        }
+    );
+    assert_eq!(
+        most.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "more claims than the node limit at once"
+    );
+    assert!(
+        host.log()
+            .contains("terminating drifted static capacity first"),
+        "{}",
+        host.log_tail()
+    );
+    let live = wait_live(&client, &names, &host, 1).await;
+    assert_eq!(live[0].name_any(), replaced.name_any());
+
+    Api::<capstan::api::NodePool>::all(client.clone())
+        .delete(&pool, &DeleteParams::default())
+        .await
+        .unwrap();
+    teardown(&client, &names, &namespace(cp, "static-tf").await).await;
     host.check_alive();
 }
