@@ -89,7 +89,9 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             let Some(node) = node else {
                 return Ok(Step::Stop(Action::requeue(POLL)));
             };
-            taint(ctx, &node).await?;
+            if !taint(ctx, &node).await? {
+                return Ok(Step::Stop(Action::requeue(POLL)));
+            }
             let left = termination::evict_only(ctx, &node.name_any()).await?;
             if !rules::drain_over(left.is_none(), until, floor, now) {
                 return Ok(Step::Stop(Action::requeue(POLL)));
@@ -109,7 +111,9 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             let Some(node) = node else {
                 return Ok(Step::Stop(Action::requeue(POLL)));
             };
-            taint(ctx, &node).await?;
+            if !taint(ctx, &node).await? {
+                return Ok(Step::Stop(Action::requeue(POLL)));
+            }
             issue(ctx, claim, &node, episode, &uid, now).await?
         }
         rules::Step::Issued => {
@@ -395,15 +399,15 @@ fn is_rebooting_taint(taint: &NodeTaint) -> bool {
     taint.key == REBOOTING_TAINT_KEY && taint.effect == "NoSchedule"
 }
 
-/// Taints the Node `karpenter.sh/rebooting:NoSchedule` (if it is not yet).
-async fn taint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
+/// Taints the Node `karpenter.sh/rebooting:NoSchedule` (if it is not yet); whether it is.
+async fn taint(ctx: &Context, node: &Node) -> Result<bool, ControllerError> {
     let taints = node
         .spec
         .as_ref()
         .and_then(|s| s.taints.clone())
         .unwrap_or_default();
     if taints.iter().any(is_rebooting_taint) {
-        return Ok(());
+        return Ok(true);
     }
     let mut taints = taints;
     taints.push(rebooting_taint());
@@ -424,16 +428,18 @@ async fn untaint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
         .into_iter()
         .filter(|t| !is_rebooting_taint(t))
         .collect();
-    write_taints(ctx, node, &kept).await
+    write_taints(ctx, node, &kept).await?;
+    Ok(())
 }
 
 /// Writes the Node's taints, guarded by its resourceVersion (a merge patch replaces the list: a
-/// taint another writer added since is not lost, the write fails and is retried).
+/// taint another writer added since is not lost, the write fails and is made again next look);
+/// whether it was written.
 async fn write_taints(
     ctx: &Context,
     node: &Node,
     taints: &[NodeTaint],
-) -> Result<(), ControllerError> {
+) -> Result<bool, ControllerError> {
     let api: Api<Node> = Api::all(ctx.client.clone());
     let patch = json!({
         "metadata": {"resourceVersion": node.resource_version()},
@@ -447,8 +453,10 @@ async fn write_taints(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+        Ok(_) => Ok(true),
+        // Gone, or changed since the cache saw it: the next look (a couple of seconds) writes
+        // again from the newer Node.
+        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
         Err(err) => Err(err.into()),
     }
 }
