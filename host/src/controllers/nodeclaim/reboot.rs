@@ -38,6 +38,8 @@ use crate::runtime::lifecycle::RebootError;
 
 /// How often a reboot under way is looked at (the Node's changes trigger a look too).
 const POLL: Duration = Duration::from_secs(2);
+/// Attempts at a Node taint write that keeps conflicting with other writers.
+const TAINT_ATTEMPTS: usize = 5;
 /// How soon a provider's `retryable` answer is retried.
 const RETRY: Duration = Duration::from_secs(5);
 
@@ -89,9 +91,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             let Some(node) = node else {
                 return Ok(Step::Stop(Action::requeue(POLL)));
             };
-            if !taint(ctx, &node).await? {
-                return Ok(Step::Stop(Action::requeue(POLL)));
-            }
+            taint(ctx, &node).await?;
             let left = termination::evict_only(ctx, &node.name_any()).await?;
             if !rules::drain_over(left.is_none(), until, floor, now) {
                 return Ok(Step::Stop(Action::requeue(POLL)));
@@ -111,9 +111,7 @@ pub async fn reconcile(claim: &mut NodeClaim, ctx: &Context) -> Result<Step, Con
             let Some(node) = node else {
                 return Ok(Step::Stop(Action::requeue(POLL)));
             };
-            if !taint(ctx, &node).await? {
-                return Ok(Step::Stop(Action::requeue(POLL)));
-            }
+            taint(ctx, &node).await?;
             issue(ctx, claim, &node, episode, &uid, now).await?
         }
         rules::Step::Issued => {
@@ -399,66 +397,59 @@ fn is_rebooting_taint(taint: &NodeTaint) -> bool {
     taint.key == REBOOTING_TAINT_KEY && taint.effect == "NoSchedule"
 }
 
-/// Taints the Node `karpenter.sh/rebooting:NoSchedule` (if it is not yet); whether it is.
-async fn taint(ctx: &Context, node: &Node) -> Result<bool, ControllerError> {
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    if taints.iter().any(is_rebooting_taint) {
-        return Ok(true);
-    }
-    let mut taints = taints;
-    taints.push(rebooting_taint());
-    write_taints(ctx, node, &taints).await
+/// Taints the Node `karpenter.sh/rebooting:NoSchedule` (if it is not yet).
+async fn taint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
+    set_taint(ctx, node, true).await
 }
 
 /// Removes `karpenter.sh/rebooting` from the Node (if it has it).
 async fn untaint(ctx: &Context, node: &Node) -> Result<(), ControllerError> {
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.clone())
-        .unwrap_or_default();
-    if !taints.iter().any(is_rebooting_taint) {
-        return Ok(());
-    }
-    let kept: Vec<NodeTaint> = taints
-        .into_iter()
-        .filter(|t| !is_rebooting_taint(t))
-        .collect();
-    write_taints(ctx, node, &kept).await?;
-    Ok(())
+    set_taint(ctx, node, false).await
 }
 
-/// Writes the Node's taints, guarded by its resourceVersion (a merge patch replaces the list: a
-/// taint another writer added since is not lost, the write fails and is made again next look);
-/// whether it was written.
-async fn write_taints(
-    ctx: &Context,
-    node: &Node,
-    taints: &[NodeTaint],
-) -> Result<bool, ControllerError> {
+/// Adds (`on`) or removes the rebooting taint, guarded by the Node's resourceVersion (a merge
+/// patch replaces the whole list: a taint another writer added meanwhile must not be lost). On a
+/// conflict the Node is read again and the write made again; an error once that keeps failing.
+async fn set_taint(ctx: &Context, cached: &Node, on: bool) -> Result<(), ControllerError> {
     let api: Api<Node> = Api::all(ctx.client.clone());
-    let patch = json!({
-        "metadata": {"resourceVersion": node.resource_version()},
-        "spec": {"taints": taints},
-    });
-    match api
-        .patch(
-            &node.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-    {
-        Ok(_) => Ok(true),
-        // Gone, or changed since the cache saw it: the next look (a couple of seconds) writes
-        // again from the newer Node.
-        Err(kube::Error::Api(status)) if status.code == 404 || status.code == 409 => Ok(false),
-        Err(err) => Err(err.into()),
+    let name = cached.name_any();
+    let mut node = cached.clone();
+    for attempt in 1..=TAINT_ATTEMPTS {
+        let taints = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.taints.clone())
+            .unwrap_or_default();
+        if taints.iter().any(is_rebooting_taint) == on {
+            return Ok(());
+        }
+        let mut taints: Vec<NodeTaint> = taints
+            .into_iter()
+            .filter(|t| !is_rebooting_taint(t))
+            .collect();
+        if on {
+            taints.push(rebooting_taint());
+        }
+        let patch = json!({
+            "metadata": {"resourceVersion": node.resource_version()},
+            "spec": {"taints": taints},
+        });
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => return Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 409 && attempt < TAINT_ATTEMPTS => {
+                match api.get_opt(&name).await? {
+                    Some(fresh) => node = fresh,
+                    None => return Ok(()),
+                }
+            }
+            Err(err) => return Err(err.into()),
+        }
     }
+    Ok(())
 }
 
 /// Removes `karpenter.sh/initialized` from the Node: initialization is per boot.
