@@ -10,13 +10,17 @@
 #   ${CAPSTAN_CACHE:-~/.cache/capstan}/karpenter-kwok/<version>/karpenter-kwok
 #
 # Env knobs (the same as tests/bench-baseline/karpenter.sh):
-#   KARPENTER_VERSION   upstream module version       (default v1.15.0)
-#   KARPENTER_GO        Go toolchain for GOTOOLCHAIN  (default go1.26.11; v1.15.0 needs >= go1.26.9,
+#   KARPENTER_VERSION   upstream module version       (default KARPENTER_MODULE_VERSION of
+#                       tests/control-plane/upstream.env)
+#   KARPENTER_GO        Go toolchain for GOTOOLCHAIN  (default UPSTREAM_GOTOOLCHAIN there; v1.15.0 needs >= go1.26.9,
 #                       fetched from the Go module proxy as golang.org/toolchain if not local)
 set -euo pipefail
 
-KARPENTER_VERSION="${KARPENTER_VERSION:-v1.15.0}"
-KARPENTER_GO="${KARPENTER_GO:-go1.26.11}"
+# The defaults are the pinned upstream version and its toolchain (tests/control-plane/upstream.env).
+# shellcheck source=../control-plane/upstream.env
+source "$(dirname "${BASH_SOURCE[0]}")/../control-plane/upstream.env"
+KARPENTER_VERSION="${KARPENTER_VERSION:-$KARPENTER_MODULE_VERSION}"
+KARPENTER_GO="${KARPENTER_GO:-$UPSTREAM_GOTOOLCHAIN}"
 PKG="sigs.k8s.io/karpenter/kwok"
 
 CACHE="${CAPSTAN_CACHE:-$HOME/.cache/capstan}"

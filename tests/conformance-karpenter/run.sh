@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
-# `make conformance-karpenter`: Karpenter's own e2e suite (sigs.k8s.io/karpenter/test/suites/regression,
-# at the version pinned in tests/control-plane/upstream.env) against Capstan, and against Karpenter's own
-# kwok controller at the same version as the control, on the same harness: each partition of the suite
-# gets a control plane of its own (tests/control-plane `cp up`, kwok with Karpenter's pod stages from
-# `hack/kwok/stages` of the same module) and a controller of its own. Prints passed/failed/skipped per
-# area for each controller side by side and writes JUnit (one file per partition, and the summary).
+# `make conformance-karpenter`: Karpenter's own e2e suites (sigs.k8s.io/karpenter/test/suites/regression,
+# disruption and dra, at the version pinned in tests/control-plane/upstream.env) against Capstan, and
+# against Karpenter's own kwok controller at the same version as the control, on the same harness: each
+# partition gets a control plane of its own (tests/control-plane `cp up`, kwok with Karpenter's pod
+# stages from `hack/kwok/stages` of the same module), a controller of its own and Karpenter's DRA KWOK
+# driver (the dra suite's ResourceSlices), and runs the suites whose areas it was given one after the
+# other. Prints passed/failed/skipped per area for each controller side by side and writes JUnit (one file
+# per partition and suite, and the summary).
 #
-# The suite is built once per version with `go test -c` from this directory's Go module (go.mod pins
-# the same Karpenter version) and cached in $CAPSTAN_CACHE/conformance-karpenter/<version>/; Karpenter's
-# kwok controller is built by tests/bench-e2e/karpenter-kwok.sh (cached the same way).
+# Each suite is built once per version with `go test -c` from this directory's Go module (go.mod pins
+# the same Karpenter version) and cached in $CAPSTAN_CACHE/conformance-karpenter/<version>/, with
+# GOTOOLCHAIN=$UPSTREAM_GOTOOLCHAIN (upstream.env); Karpenter's kwok controller is built by
+# tests/bench-e2e/karpenter-kwok.sh (cached the same way).
 #
 # Env knobs:
 #   CAPSTAN_HOST_BIN           the capstan binary (required for the capstan controller)
 #   CAPSTAN_WASM_DIR           the built wasm providers (kwok.wasm)
 #   CONFORMANCE_CONTROLLERS    "capstan karpenter" (default), or one of them
 #   CONFORMANCE_PARTITIONS     control planes per controller, run at once (default 2)
-#   CONFORMANCE_SUBSET         all (default: every area) | fast (the specs fast-specs.txt lists:
-#                              the Validation specs and a few fast ones; what `make test` runs;
-#                              unless CONFORMANCE_KEEP_GOING=1 the run fails unless exactly these ran
-#                              and passed)
+#   CONFORMANCE_SUITES         the suites to run (default "regression disruption dra")
+#   CONFORMANCE_SUBSET         all (default: every area of those suites) | fast (the specs
+#                              fast-specs.txt lists: the Validation specs and a few fast ones; what
+#                              `make test` runs; unless CONFORMANCE_KEEP_GOING=1 the run fails unless
+#                              exactly these ran and passed)
 #   CONFORMANCE_NODECLASS      the default node class Capstan's runs use (Karpenter's always use the
 #                              suite's own): suite: the suite's own default KWOKNodeClass, no flag;
 #                              capstan: --default-nodeclass a capstan.dev/v1alpha1 NodeClass (provider
 #                              kwok, capstan-nodeclass.yaml); auto (default): suite when the kwok
 #                              provider's package brings the KWOKNodeClass CRD, else capstan
-#   CONFORMANCE_FOCUS          a Ginkgo focus regex instead of the subset's (no list to check
+#   CONFORMANCE_FOCUS          a Ginkgo focus regex instead of the subset's, matched against
+#                              "<Suite> <spec>" (e.g. "^Disruption Reboot "; no list to check
 #                              against then: only what --check finds)
 #   CONFORMANCE_FEATURE_GATES  FEATURE_GATES of both controllers (default: Karpenter's defaults with
 #                              NodeRepair, StaticCapacity and CapacityBuffer on, as Karpenter's own e2e
@@ -42,22 +47,29 @@ CP="$ROOT/tests/control-plane/cp"
 CONTROLLERS="${CONFORMANCE_CONTROLLERS:-capstan karpenter}"
 PARTITIONS="${CONFORMANCE_PARTITIONS:-2}"
 SUBSET="${CONFORMANCE_SUBSET:-all}"
+SUITES="${CONFORMANCE_SUITES:-regression disruption dra}"
 NODECLASS="${CONFORMANCE_NODECLASS:-auto}"
 FEATURE_GATES="${CONFORMANCE_FEATURE_GATES:-NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=false,NodeOverlay=false,StaticCapacity=true,CapacityBuffer=true}"
 OUT="${CONFORMANCE_OUT:-$CACHE/conformance-karpenter/runs/$(date +%Y%m%d-%H%M%S)}"
-export GOTOOLCHAIN=local
+export GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN"
 
 die() { echo "conformance-karpenter: $*" >&2; exit 1; }
 log() { printf '==> %s\n' "$*" >&2; }
 
-# The areas of the suite (its top-level containers) and a rough weight in minutes (estimates; Karpenter's
-# kwok controller took 21 min for Drift, NodeClaim and Expiration together on a loaded 2-core machine),
-# used to spread them over the partitions, heaviest first. A failing spec costs its 15-minute Eventually.
-AREAS=(Integration:30 Drift:30 StaticCapacity:25 NodeClaim:15 Termination:15 Performance:20 Chaos:10 Expiration:8 CapacityBuffer:15)
+# The areas of the suites (each suite's top-level containers) as SUITE:Area:minutes, the suite by its
+# package and the minutes a rough weight (estimates; Karpenter's kwok controller took 21 min for Drift,
+# NodeClaim and Expiration together on a loaded 2-core machine), used to spread them over the
+# partitions, heaviest first. A failing spec costs its 15-minute Eventually. Ginkgo names a spec
+# "<suite description> <containers> <spec>": the descriptions are Regression, Disruption and DRA.
+AREAS=(regression:Integration:30 regression:StaticCapacity:25 regression:NodeClaim:15 regression:Performance:20
+	regression:Chaos:10 regression:CapacityBuffer:15 regression:DefaultTopologySpreadConstraints:2
+	disruption:Drift:30 disruption:Termination:15 disruption:Expiration:8 disruption:Reboot:12
+	disruption:Repair:20 disruption:TerminateFirst:5 dra:DRA:15)
+declare -A DESCRIPTION=([regression]=Regression [disruption]=Disruption [dra]=DRA)
 # The fast subset: the NodePool Validation specs, the NodePool hash, DaemonSet overhead under a
-# LimitRange and two short lifecycles, listed one by one in fast-specs.txt. The focus selecting
-# exactly them is made from the list (Ginkgo matches it against the suite's description,
-# "Regression", and the spec's text), and the run is checked against the same list.
+# LimitRange and a few short lifecycles of the three suites, listed one by one in fast-specs.txt. The
+# focus selecting exactly them is made from the list (Ginkgo matches it against the suite's
+# description and the spec's text), and the run is checked against the same list.
 FAST_SPECS="$HERE/fast-specs.txt"
 FAST_FOCUS="$(python3 "$HERE/summary.py" --focus "$FAST_SPECS")"
 
@@ -65,20 +77,35 @@ FAST_FOCUS="$(python3 "$HERE/summary.py" --focus "$FAST_SPECS")"
 [[ "$NODECLASS" =~ ^(suite|capstan|auto)$ ]] || die "CONFORMANCE_NODECLASS must be suite, capstan or auto, not $NODECLASS"
 [[ "$PARTITIONS" =~ ^[1-9][0-9]*$ ]] || die "CONFORMANCE_PARTITIONS must be a positive number"
 
-# --- the suite and the upstream module -------------------------------------------------------------
+# --- the suites and the upstream module ------------------------------------------------------------
 
+for suite in $SUITES; do
+	[[ -n "${DESCRIPTION[$suite]:-}" ]] || die "unknown suite $suite in CONFORMANCE_SUITES (regression, disruption, dra)"
+done
 pinned="$(cd "$HERE" && go list -m -f '{{.Version}}' "$KARPENTER_MODULE")"
 [[ "$pinned" == "$KARPENTER_MODULE_VERSION" ]] ||
 	die "$HERE/go.mod pins $KARPENTER_MODULE $pinned, tests/control-plane/upstream.env $KARPENTER_MODULE_VERSION: make them the same (go get $KARPENTER_MODULE@$KARPENTER_MODULE_VERSION && go mod tidy)"
 MODULE_DIR="$(cd "$HERE" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$KARPENTER_MODULE")"
 [[ -d "$MODULE_DIR/hack/kwok/stages" ]] || die "no hack/kwok/stages in $MODULE_DIR"
 SUITE_DIR="$CACHE/conformance-karpenter/$KARPENTER_MODULE_VERSION"
-SUITE="$SUITE_DIR/regression.test"
-if [[ ! -x "$SUITE" ]]; then
-	log "building $KARPENTER_MODULE/test/suites/regression@$KARPENTER_MODULE_VERSION (go test -c; cached in $SUITE_DIR)"
-	mkdir -p "$SUITE_DIR"
-	(cd "$HERE" && go test -c -trimpath -o "$SUITE.tmp" "$KARPENTER_MODULE/test/suites/regression") >&2
-	mv "$SUITE.tmp" "$SUITE"
+mkdir -p "$SUITE_DIR"
+# Cached binaries are rebuilt when this module's go.mod or go.sum, or the launcher, change.
+SUITE_KEY="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/dra-kwok-driver/main.go" | sha256sum | cut -c1-12)"
+build_once() { # build_once OUT GO-BUILD-ARGS...: go test -c / go build into OUT unless it is there
+	local out=$1
+	shift
+	[[ -x "$out" ]] && return 0
+	log "building $out ($*; cached in $SUITE_DIR)"
+	(cd "$HERE" && "$@" -trimpath -o "$out.tmp") >&2
+	mv "$out.tmp" "$out"
+}
+for suite in $SUITES; do
+	build_once "$SUITE_DIR/$suite-$SUITE_KEY.test" go test -c "$KARPENTER_MODULE/test/suites/$suite"
+done
+DRA_DRIVER=""
+if [[ " $SUITES " == *" dra "* ]]; then
+	DRA_DRIVER="$SUITE_DIR/dra-kwok-driver-$SUITE_KEY"
+	build_once "$DRA_DRIVER" go build ./dra-kwok-driver
 fi
 
 KARPENTER_BIN=""
@@ -97,18 +124,31 @@ CP_BIN="$(bash "$CP" build)"
 
 # --- partitions -------------------------------------------------------------------------------------
 
-# The focus regex of each partition: the areas spread longest first over the least loaded partition.
+# The focus regex of each partition: the areas spread longest first over the least loaded partition
+# (only the suites asked for).
 partition_focus() {
-	local n=$1 i best area minutes
+	local n=$1 i best suite area minutes
 	local -a load focus
 	for ((i = 0; i < n; i++)); do load[i]=0; focus[i]=""; done
-	while read -r area minutes; do
+	while read -r suite area minutes; do
+		[[ " $SUITES " == *" $suite "* ]] || continue
 		best=0
 		for ((i = 1; i < n; i++)); do ((load[i] < load[best])) && best=$i; done
 		load[best]=$((load[best] + minutes))
-		focus[best]+="${focus[best]:+|}^Regression $area "
-	done < <(printf '%s\n' "${AREAS[@]}" | tr ':' ' ' | sort -k2 -nr)
+		focus[best]+="${focus[best]:+|}^${DESCRIPTION[$suite]} $area "
+	done < <(printf '%s\n' "${AREAS[@]}" | tr ':' ' ' | sort -k3 -nr)
 	for ((i = 0; i < n; i++)); do echo "${focus[i]}"; done
+}
+
+# The suites (of those asked for) a focus can select a spec of: those whose description it names, or
+# all of them when it names none (a hand-written focus).
+suites_of() {
+	local focus=$1 suite named=()
+	for suite in $SUITES; do
+		[[ "$focus" == *"${DESCRIPTION[$suite]} "* || "$focus" == *"${DESCRIPTION[$suite]} ("* ]] && named+=("$suite")
+	done
+	((${#named[@]})) || named=($SUITES)
+	echo "${named[@]}"
 }
 
 # kwok with Karpenter's pod stages: the control plane's default stages with its pod-delete replaced by
@@ -217,14 +257,39 @@ run_partition() {
 	if [[ "$(cat "$dir/nodeclass" 2>/dev/null)" == capstan ]]; then
 		flags+=(--default-nodeclass "$HERE/capstan-nodeclass.yaml")
 	fi
-	log "$controller-$i: running [$focus] with ${flags[*]:-the default KWOKNodeClass of the suite} (log: $dir/suite.log)"
-	KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$SUITE" -test.timeout 0 -test.v \
-		--ginkgo.focus "$focus" --ginkgo.no-color --ginkgo.v \
-		--ginkgo.timeout 3h --ginkgo.junit-report "$dir/junit.xml" "${flags[@]}" \
-		>"$dir/suite.log" 2>&1 || rc=$?
-	echo "$rc" >"$dir/suite-exit"
+	local suite suites
+	suites="$(suites_of "$focus")"
+	if [[ " $suites " == *" dra "* ]]; then
+		start_dra_driver "$dir"
+	fi
+	local shown=$focus
+	((${#shown} <= 160)) || shown="${shown:0:150}... (the subset's $(grep -o '|' <<<"$focus" | wc -l | xargs expr 1 +) specs)"
+	for suite in $suites; do
+		log "$controller-$i: $suite suite, [$shown] with ${flags[*]:-the default KWOKNodeClass of the suite} (log: $dir/$suite.log)"
+		rc=0
+		KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$SUITE_DIR/$suite-$SUITE_KEY.test" -test.timeout 0 -test.v \
+			--ginkgo.focus "$focus" --ginkgo.no-color --ginkgo.v \
+			--ginkgo.timeout 3h --ginkgo.junit-report "$dir/junit-$suite.xml" "${flags[@]}" \
+			>"$dir/$suite.log" 2>&1 || rc=$?
+		echo "$rc" >"$dir/exit-$suite"
+		log "$controller-$i: $suite suite done after $((SECONDS - started)) s (exit $rc)"
+	done
 	echo "$((SECONDS - started))" >"$dir/seconds"
-	log "$controller-$i: done in $((SECONDS - started)) s (suite exit $rc)"
+}
+
+# start_dra_driver DIR: Karpenter's DRA KWOK driver (its DRAConfig CRD first) on the control plane in
+# DIR/cp, stopped with the partition.
+start_dra_driver() {
+	local dir=$1 health
+	"$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" apply --server-side \
+		-f "$MODULE_DIR/dra-kwok-driver/pkg/apis/crds/test.karpenter.sh_draconfigs.yaml" >/dev/null
+	"$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" wait --for condition=established --timeout=60s \
+		crd/draconfigs.test.karpenter.sh >/dev/null
+	health=$(free_port)
+	KUBECONFIG="$dir/cp/kubeconfig" "$DRA_DRIVER" --health-probe-bind-address "127.0.0.1:$health" \
+		>"$dir/dra-kwok-driver.log" 2>&1 &
+	PIDS+=($!)
+	wait_http "http://127.0.0.1:$health/readyz" 120 "$!" "$dir/dra-kwok-driver.log"
 }
 
 mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Passed/failed/skipped per area of Karpenter's regression suite, one column group per controller.
+"""Passed/failed/skipped per area of Karpenter's e2e suites, one column group per controller.
 
     summary.py OUT CONTROLLER...                 print the table (and write OUT/summary.md, OUT/junit.xml)
     summary.py --check OUT CONTROLLER...         exit 1 if a partition of the first controller left no
@@ -13,13 +13,14 @@
                                                  of its partitions leaving the JUnit report of a suite
                                                  that succeeded
 
-Reads the JUnit reports the partitions wrote (OUT/<controller>-<n>/junit.xml, and the suite's exit status
-in OUT/<controller>-<n>/suite-exit). A spec counts in the areas it was run for: specs a partition's focus
+Reads the JUnit reports the partitions wrote, one per suite a partition ran (OUT/<controller>-<n>/
+junit-<suite>.xml, and the suite's exit status in OUT/<controller>-<n>/exit-<suite>). A spec is named by
+its suite's description and its full text ("Regression Integration CRD Hash should have NodePool hash"),
+its area by the first two words. A spec counts in the areas it was run for: specs a partition's focus
 left out are not counted.
 
-SPECS has one spec a line, its full text as the JUnit report names it without the leading "[It] "
-(containers and spec, e.g. "Integration CRD Hash should have NodePool hash"); blank lines and lines
-starting with # are ignored.
+SPECS has one spec a line, so named (the JUnit name without the leading "[It] ", after the suite's
+description); blank lines and lines starting with # are ignored.
 """
 
 import glob
@@ -27,11 +28,12 @@ import os
 import sys
 import xml.etree.ElementTree as ET
 
-AREAS = ["Integration", "NodeClaim", "Drift", "Expiration", "Termination", "StaticCapacity", "Chaos", "Performance",
-         "CapacityBuffer"]
-
-# The suite's description: Ginkgo matches a focus against it and the spec's text, joined by a space.
-SUITE = "Regression"
+# The areas: each suite's description (Ginkgo matches a focus against it and the spec's text, joined by a
+# space) and one of its top-level containers.
+AREAS = ["Regression Integration", "Regression NodeClaim", "Regression StaticCapacity", "Regression Chaos",
+         "Regression Performance", "Regression CapacityBuffer", "Regression DefaultTopologySpreadConstraints",
+         "Disruption Drift", "Disruption Expiration", "Disruption Termination", "Disruption Reboot",
+         "Disruption Repair", "Disruption TerminateFirst", "DRA DRA"]
 
 
 class Partition:
@@ -45,12 +47,19 @@ class Partition:
         self.problems = []
         # Problems that only say the suite as a whole did not succeed (a failed spec does that too).
         self.outcome = []
-        path = os.path.join(directory, "junit.xml")
+        exits = sorted(glob.glob(os.path.join(directory, "exit-*")))
+        if not exits:
+            self.problems.append(f"{self.name}: no suite ran (see the logs in {directory})")
+        for exit_file in exits:
+            self._suite(directory, os.path.basename(exit_file)[len("exit-"):], exit_file)
+
+    def _suite(self, directory, suite, exit_file):
+        path = os.path.join(directory, f"junit-{suite}.xml")
         try:
             root = ET.parse(path).getroot()
         except FileNotFoundError:
-            self.problems.append(f"{self.name}: no JUnit report at {path}: the suite did not run to its end "
-                                 f"(see {os.path.join(directory, 'suite.log')})")
+            self.problems.append(f"{self.name}: no JUnit report at {path}: the {suite} suite did not run to its "
+                                 f"end (see {os.path.join(directory, suite + '.log')})")
             return
         except ET.ParseError as err:
             self.problems.append(f"{self.name}: the JUnit report {path} cannot be read: {err}")
@@ -58,22 +67,20 @@ class Partition:
         suites = list(root.iter("testsuite"))
         if not suites:
             self.problems.append(f"{self.name}: the JUnit report {path} has no test suite")
-        for suite in suites:
-            properties = {p.get("name"): p.get("value", "") for p in suite.iter("property")}
+        for report in suites:
+            properties = {p.get("name"): p.get("value", "") for p in report.iter("property")}
             if properties.get("SuiteSucceeded") == "false":
                 reason = properties.get("SpecialSuiteFailureReason", "")
-                self.outcome.append(f"{self.name}: the suite did not succeed" + (f" ({reason})" if reason else ""))
-            for case in suite.iter("testcase"):
-                self._case(case)
-        try:
-            with open(os.path.join(directory, "suite-exit")) as f:
-                code = f.read().strip()
-            if code != "0":
-                self.outcome.append(f"{self.name}: the suite exited with status {code}")
-        except FileNotFoundError:
-            pass
+                self.outcome.append(f"{self.name}: the {suite} suite did not succeed" +
+                                    (f" ({reason})" if reason else ""))
+            for case in report.iter("testcase"):
+                self._case(report.get("name", ""), case)
+        with open(exit_file) as f:
+            code = f.read().strip()
+        if code != "0":
+            self.outcome.append(f"{self.name}: the {suite} suite exited with status {code}")
 
-    def _case(self, case):
+    def _case(self, description, case):
         name = case.get("name", "")
         status = case.get("status", "")
         detail = case.find("failure")
@@ -87,7 +94,7 @@ class Partition:
                 first = message.splitlines()[0] if message else ""
                 self.problems.append(f"{self.name}: {name} {status}" + (f": {first}" if first else ""))
             return
-        name = name[len("[It] "):]
+        name = f"{description} {name[len('[It] '):]}"
         skipped = case.find("skipped")
         if status == "passed":
             self.specs[name] = ("passed", "")
@@ -124,7 +131,7 @@ def results(out, controller):
 
 
 def area(name):
-    first = name.split(" ", 1)[0]
+    first = " ".join(name.split(" ", 2)[:2])
     return first if first in AREAS else None
 
 
@@ -158,7 +165,7 @@ def table(out, controllers):
 def merge_junit(out, controllers):
     suites = ET.Element("testsuites")
     for c in controllers:
-        for path in sorted(glob.glob(os.path.join(out, f"{c}-*", "junit.xml"))):
+        for path in sorted(glob.glob(os.path.join(out, f"{c}-*", "junit-*.xml"))):
             try:
                 root = ET.parse(path).getroot()
             except ET.ParseError:
@@ -192,7 +199,7 @@ def quote_meta(text):
 
 def focus(specs):
     """The focus regex that selects exactly these specs (and no spec whose text only starts with one)."""
-    return f"^{SUITE} (" + "|".join(quote_meta(s) for s in specs) + ")$"
+    return "^(" + "|".join(quote_meta(s) for s in specs) + ")$"
 
 
 def expect(specs, out, controller):

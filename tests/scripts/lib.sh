@@ -309,21 +309,22 @@ conformance_host_bin() {
   export CAPSTAN_HOST_BIN="$dir/capstan"
 }
 
-# `make conformance-karpenter`: Karpenter's own e2e suite (sigs.k8s.io/karpenter/test/suites/regression
-# at the pinned version) against Capstan, and against Karpenter's own kwok controller as the control,
-# each area on a control plane of its own (tests/conformance-karpenter/run.sh; its env knobs apply).
+# `make conformance-karpenter`: Karpenter's own e2e suites (sigs.k8s.io/karpenter/test/suites/regression,
+# disruption and dra at the pinned version) against Capstan, and against Karpenter's own kwok controller
+# as the control, the areas spread over control planes of their own (tests/conformance-karpenter/run.sh;
+# its env knobs apply).
 task_conformance_karpenter() {
   conformance_host_bin
-  log "Karpenter's regression suite: Capstan beside Karpenter's kwok controller"
+  log "Karpenter's regression, disruption and DRA suites: Capstan beside Karpenter's kwok controller"
   CONFORMANCE_KEEP_GOING=${CONFORMANCE_KEEP_GOING:-1} bash "$REPO_ROOT/tests/conformance-karpenter/run.sh"
 }
 
-# The fast subset of that suite in `make test` (the specs tests/conformance-karpenter/fast-specs.txt lists:
-# the NodePool Validation specs, the NodePool hash and two short lifecycles, a few minutes): Capstan
-# alone; it fails unless exactly those specs ran and every one passed.
+# The fast subset of those suites in `make test` (the specs tests/conformance-karpenter/fast-specs.txt
+# lists: the NodePool Validation specs, the NodePool hash and a few short lifecycles of each suite):
+# Capstan alone; it fails unless exactly those specs ran and every one passed.
 task_conformance_fast() {
   conformance_host_bin
-  log "Karpenter's regression suite, fast subset, against Capstan"
+  log "Karpenter's e2e suites, fast subset, against Capstan"
   CONFORMANCE_SUBSET=fast CONFORMANCE_CONTROLLERS=capstan CONFORMANCE_KEEP_GOING=0 \
     bash "$REPO_ROOT/tests/conformance-karpenter/run.sh"
 }

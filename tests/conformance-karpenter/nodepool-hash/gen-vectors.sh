@@ -7,6 +7,8 @@ set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOT="$(cd "$HERE/../../.." && pwd)"
 cd "$HERE/.."
-export GOTOOLCHAIN=local GOFLAGS="${GOFLAGS:-} -mod=readonly"
+# shellcheck source=../../control-plane/upstream.env
+source "$ROOT/tests/control-plane/upstream.env"
+export GOTOOLCHAIN="$UPSTREAM_GOTOOLCHAIN" GOFLAGS="${GOFLAGS:-} -mod=readonly"
 version="$(go list -m -f '{{.Version}}' sigs.k8s.io/karpenter)"
 TZ=UTC go run ./nodepool-hash "$ROOT/host/src/api/template_hash/vectors.json" "$version"

@@ -166,7 +166,7 @@ pub const CLUSTER_API_CRDS: [UpstreamFile; 3] = [
 pub const NODEPOOL_EXAMPLES: [UpstreamFile; 3] = [
     karpenter("test/pkg/environment/common/default_nodepool.yaml"),
     UpstreamFile::excerpt(Karpenter, "kwok/README.md", 29, 60),
-    UpstreamFile::excerpt(Karpenter, "test/README.md", 66, 92),
+    UpstreamFile::excerpt(Karpenter, "test/README.md", 81, 107),
 ];
 
 /// The paths of these (whole) files, for [`crate::ControlPlane::install_crds_from_files`].
