@@ -53,13 +53,6 @@ fn since_creation(pod: &Pod, then: &k8s_openapi::apimachinery::pkg::apis::meta::
     seconds
 }
 
-fn has_dynamic_resources(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.resource_claims.as_ref())
-        .is_some_and(|c| !c.is_empty())
-}
-
 impl Scheduler {
     /// Registers the families under `registry` (prefix `karpenter`).
     pub fn register(registry: &mut Registrar<'_>) -> Self {
@@ -158,7 +151,7 @@ impl Scheduler {
                     unbound.insert(uid.to_owned());
                 }
                 (true, Some(at)) if unbound.remove(uid) => {
-                    let dra = if has_dynamic_resources(pod) {
+                    let dra = if crate::rules::pods::asks_for_devices(pod) {
                         "true"
                     } else {
                         "false"

@@ -234,3 +234,28 @@ async fn a_nodes_csi_limits_and_the_volumes_of_its_pods_reach_the_simulation() {
     let result = scheduling::solve(&built.input);
     assert!(result.existing_placements.is_empty(), "{result:?}");
 }
+
+#[tokio::test]
+async fn a_pod_asking_for_devices_is_rejected_with_the_reason_and_others_are_not() {
+    let mut dra = pending_pod();
+    dra.metadata.name = Some("gpu".to_owned());
+    dra.spec.as_mut().unwrap().resource_claims = Some(vec![
+        serde_json::from_value(json!({"name": "gpu", "resourceClaimTemplateName": "gpu-claim"}))
+            .unwrap(),
+    ]);
+    let mut plain = pending_pod();
+    plain.metadata.name = Some("plain".to_owned());
+    let view = crate::state::View {
+        pods: vec![Arc::new(dra), Arc::new(plain)],
+        ..crate::state::View::default()
+    };
+    let snapshot = Snapshot::from_view(&view, &crate::rules::selector::Selector::default());
+    let built = snapshot.input_from(&NoTypes).await;
+    let names: Vec<_> = built.input.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(names, ["plain"]);
+    let [(i, why)] = built.rejected.as_slice() else {
+        panic!("one rejected pod: {:?}", built.rejected)
+    };
+    assert_eq!(snapshot.pending[*i].metadata.name.as_deref(), Some("gpu"));
+    assert!(why.contains("Dynamic Resource Allocation"), "{why}");
+}
