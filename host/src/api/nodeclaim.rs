@@ -157,3 +157,15 @@ pub struct NodeClaimStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_pod_event_time: Option<Time>,
 }
+
+impl NodeClaim {
+    /// Whether a reboot in place is under way: `Rebooting=True`, from the repair that commits it
+    /// until the node is back or the reboot failed. Its node's capacity is coming back.
+    pub fn rebooting(&self) -> bool {
+        self.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == conditions::REBOOTING && c.is_true())
+        })
+    }
+}

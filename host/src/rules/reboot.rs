@@ -308,11 +308,7 @@ pub fn rebooted_at(claim: &NodeClaim) -> Option<Timestamp> {
 
 /// Whether a reboot is under way on `claim` (`Rebooting=True`).
 pub fn rebooting(claim: &NodeClaim) -> bool {
-    claim
-        .status
-        .as_ref()
-        .and_then(|s| find_condition(&s.conditions, REBOOTING))
-        .is_some_and(|c| c.is_true())
+    claim.rebooting()
 }
 
 #[cfg(test)]

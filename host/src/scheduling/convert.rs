@@ -19,7 +19,7 @@ use super::resources::{ResourceLimits, Resources};
 use super::selector::{LabelSelector, SelectorOperator};
 use super::taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::api;
-use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL};
+use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL, REBOOTING_TAINT_KEY};
 
 pub mod volumes;
 
@@ -541,7 +541,9 @@ fn host_ports(spec: &core::PodSpec) -> Vec<HostPort> {
 /// lifecycle taints and its claim's startup taints are left out (an agent removes those; pods
 /// need not tolerate them), and until the kubelet reports allocatable, the claim's stands in. So
 /// pods waiting for a node that is still starting are placed on it rather than on another new
-/// claim.
+/// claim. A node rebooting in place (its claim `Rebooting=True`) is simulated the same way, its
+/// `karpenter.sh/rebooting` fence left out too: its pods wait for it to come back rather than
+/// ask for new capacity (Karpenter v1.15's).
 pub fn node(
     node: &core::Node,
     pods: &[&core::Pod],
@@ -554,6 +556,7 @@ pub fn node(
     let managed = labels.contains_key(NODEPOOL);
     let initialized = !managed || labels.get(INITIALIZED).is_some_and(|v| v == "true");
     let startup_taints = claim.map_or(&[][..], |c| c.spec.startup_taints.as_slice());
+    let coming_back = managed && (!initialized || claim.is_some_and(api::NodeClaim::rebooting));
     let mut taints = Vec::new();
     for t in node
         .spec
@@ -562,8 +565,9 @@ pub fn node(
         .into_iter()
         .flatten()
     {
-        if !initialized
+        if coming_back
             && (EPHEMERAL_TAINTS.contains(&t.key.as_str())
+                || t.key == REBOOTING_TAINT_KEY
                 || startup_taints.iter().any(|s| s.matches(t)))
         {
             continue;

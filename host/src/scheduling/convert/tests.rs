@@ -169,6 +169,38 @@ fn claim_with_startup_taint() -> api::NodeClaim {
     .unwrap()
 }
 
+/// A node rebooting in place is capacity coming back: its reboot fence and the not-ready taint
+/// are left out while its claim says `Rebooting=True`, and are real taints otherwise.
+#[test]
+fn a_rebooting_node_is_simulated_without_its_fence() {
+    let node: core::Node = serde_json::from_value(json!({
+        "metadata": {"name": "n1", "labels": {"karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true"}},
+        "spec": {"taints": [
+            {"key": "karpenter.sh/rebooting", "effect": "NoSchedule"},
+            {"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"},
+            {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+        ]},
+        "status": {"allocatable": {"cpu": "2", "memory": "4Gi", "pods": "16"}}
+    }))
+    .unwrap();
+    let mut claim = claim_with_startup_taint();
+    let ns = NamespaceLabels::new();
+    let fenced = self::node(&node, &[], &ns, Some(&claim)).unwrap();
+    assert_eq!(fenced.taints.len(), 3, "{:?}", fenced.taints);
+    claim.status.as_mut().unwrap().conditions = vec![
+        serde_json::from_value(json!({
+            "type": "Rebooting", "status": "True", "reason": "RebootIssued", "message": "",
+            "lastTransitionTime": "2026-12-03T07:00:00Z"
+        }))
+        .unwrap(),
+    ];
+    let rebooting = self::node(&node, &[], &ns, Some(&claim)).unwrap();
+    assert_eq!(
+        rebooting.taints,
+        vec![Taint::new("dedicated", "gpu", TaintEffect::NoSchedule)]
+    );
+}
+
 /// A starting node is simulated as it will be: without its claim's startup taints, with the
 /// claim's allocatable until the kubelet reports one. Once initialized, a taint of the same key
 /// is a real taint again.
