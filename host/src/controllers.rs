@@ -141,6 +141,9 @@ pub struct Settings {
     /// node limit is deleted first and refilled after, rather than left (off by default, as in
     /// Karpenter v1.15).
     pub terminate_first_drift: bool,
+    /// kube-scheduler's configuration the simulation mirrors (`--scheduler-config`), when it
+    /// has default topology spread constraints.
+    pub scheduler: Option<crate::rules::default_spread::SchedulerConfig>,
 }
 
 impl Default for Settings {
@@ -161,6 +164,7 @@ impl Default for Settings {
             node_overlay: false,
             capacity_buffer: false,
             terminate_first_drift: false,
+            scheduler: None,
         }
     }
 }
@@ -336,7 +340,9 @@ pub fn millis_since(then: &Time) -> i64 {
 /// Starts every controller and runs until one of them stops.
 pub async fn run(config: Config) -> Result<(), ControllerError> {
     let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
-    let state = Arc::new(ClusterState::default());
+    let state = Arc::new(ClusterState::with_scheduler(
+        config.settings.scheduler.clone(),
+    ));
     let node_changes = state.nodes.subscribe();
     let managed = match &config.settings.selector {
         Some(selector) => watcher::Config::default().labels(selector),

@@ -24,6 +24,8 @@
 //! - [`resolve`]: from a `nodeClassRef` to its node class and provider;
 //! - [`selector`]: the equality-based label selectors of `--selector` (which pods, claims and
 //!   pools this host manages);
+//! - [`default_spread`]: kube-scheduler's default topology spread constraints, applied to the
+//!   pods that declare none with the selector kube-scheduler deduces for them;
 //! - [`consolidation`]: the consolidation search (emptiness, multi-node, single-node) over the
 //!   scheduler's own types.
 
@@ -32,6 +34,7 @@ pub mod candidates;
 pub mod claims;
 pub mod consolidation;
 pub mod daemonset_pods;
+pub mod default_spread;
 pub mod drift;
 pub mod limits;
 pub mod new_claim;

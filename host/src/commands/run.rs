@@ -12,6 +12,7 @@ use clap::Args;
 use capstan::capability::grants::Grants;
 use capstan::controllers::{self, ProvidersSetup};
 use capstan::provider::{Loader, ProviderSource, Registry};
+use capstan::rules::default_spread::SchedulerConfig;
 use capstan::runtime::Limits;
 use capstan::runtime::validate::DEFAULT_MAX_COMPONENT_SIZE;
 use capstan::scheduling::{MinValuesPolicy, PreferencePolicy};
@@ -54,6 +55,11 @@ pub struct RunArgs {
     /// provisioner then also provisions only for pods and onto nodes with them.
     #[arg(long)]
     selector: Option<String>,
+    /// The parts of the cluster's kube-scheduler configuration the simulation mirrors (Karpenter's
+    /// document, YAML or JSON): `podTopologySpread.defaultConstraints`, applied to every pod that
+    /// declares no topology spread constraints of its own. Empty: none.
+    #[arg(long, env = "SCHEDULER_CONFIG", value_parser = parse_scheduler_config)]
+    scheduler_config: Option<Box<SchedulerConfig>>,
     /// Close a provisioning batch after this long without a new unschedulable pod.
     #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_short_duration)]
     batch_idle_duration: Duration,
@@ -257,6 +263,10 @@ impl RunArgs {
                 "terminateFirstDrift": self.feature_gates.terminate_first_drift,
                 "ignored": self.feature_gates.ignored,
             },
+            "defaultTopologySpreadConstraints": self
+                .scheduler_config
+                .as_ref()
+                .map_or(0, |c| c.default_constraints().len()),
             "preferencePolicy": self.preference_policy.to_string(),
             "minValuesPolicy": self.min_values_policy.to_string(),
             "requireProviderVerification": self.require_provider_verification,
@@ -391,6 +401,10 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
             node_overlay: args.feature_gates.node_overlay,
             capacity_buffer: args.feature_gates.capacity_buffer,
             terminate_first_drift: args.feature_gates.terminate_first_drift,
+            scheduler: args
+                .scheduler_config
+                .map(|c| *c)
+                .filter(|c| !c.default_constraints().is_empty()),
             ..controllers::Settings::default()
         },
         providers,
@@ -437,4 +451,11 @@ fn shutdown_signal() -> Result<impl Future<Output = ()>> {
             _ = interrupt.recv() => tracing::info!("SIGINT: shutting down"),
         }
     })
+}
+
+/// `--scheduler-config`: Karpenter's document, checked as kube-scheduler checks it (empty: none).
+fn parse_scheduler_config(raw: &str) -> Result<Box<SchedulerConfig>, String> {
+    SchedulerConfig::parse(raw)
+        .map(|config| Box::new(config.unwrap_or_default()))
+        .map_err(|err| err.to_string())
 }

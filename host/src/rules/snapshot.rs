@@ -22,9 +22,10 @@ use crate::state::View;
 
 use super::claims::provider_id;
 use super::daemonset_pods::daemonset_pods;
+use super::default_spread::DefaultSpread;
 use super::limits;
 use super::nodes::tainted_disrupted;
-use super::pods::{is_provisionable, is_reschedulable};
+use super::pods::{DEVICES_NOT_PROVISIONED, asks_for_devices, is_provisionable, is_reschedulable};
 
 /// The cluster at one moment.
 #[derive(Debug, Default)]
@@ -53,6 +54,8 @@ pub struct Snapshot {
     pub volumes: VolumeIndex,
     /// Per node name, how many volumes each CSI driver may attach to it (its CSINode).
     pub volume_limits: HashMap<String, BTreeMap<String, i64>>,
+    /// kube-scheduler's default topology spread constraints, when the host is given them.
+    pub default_spread: Option<Arc<DefaultSpread>>,
 }
 
 /// What [`Snapshot::input_from`] built, with what it had to leave out.
@@ -218,6 +221,7 @@ impl Snapshot {
                 .map(|c| (c.name_any(), csi_limits(c)))
                 .filter(|(_, limits)| !limits.is_empty())
                 .collect(),
+            default_spread: view.default_spread.clone(),
         }
     }
 
@@ -258,8 +262,24 @@ impl Snapshot {
             .ok_or_else(|| "no claim".to_owned()))
     }
 
-    /// `pod` as the scheduler sees it, with where its volumes let it run.
+    /// Whether kube-scheduler's default topology spread constraints apply to `pod` (it is
+    /// converted with them by [`Snapshot::pod`]).
+    pub fn spread_by_default(&self, pod: &Pod) -> bool {
+        self.default_spread
+            .as_ref()
+            .is_some_and(|d| d.for_pod(pod).is_some())
+    }
+
+    /// `pod` as the scheduler sees it, with where its volumes let it run and the default
+    /// topology spread constraints it gets.
     pub fn pod(&self, pod: &Pod) -> Result<scheduling::Pod, String> {
+        let defaulted = self.default_spread.as_ref().and_then(|d| {
+            let constraints = d.for_pod(pod)?;
+            let mut copy = pod.clone();
+            copy.spec.as_mut()?.topology_spread_constraints = Some(constraints);
+            Some(copy)
+        });
+        let pod = defaulted.as_ref().unwrap_or(pod);
         let mut converted = convert::pod(pod, &self.namespaces).map_err(|err| err.to_string())?;
         converted.volume_requirements = self
             .volumes
@@ -274,6 +294,10 @@ impl Snapshot {
     pub async fn input_from(&self, source: &impl InstanceTypeSource) -> Built {
         let mut built = Built::default();
         for (i, pod) in self.pending.iter().enumerate() {
+            if asks_for_devices(pod) {
+                built.rejected.push((i, DEVICES_NOT_PROVISIONED.to_owned()));
+                continue;
+            }
             match self.pod(pod) {
                 Ok(p) => {
                     built.input.pods.push(p);

@@ -399,6 +399,8 @@ impl Dump {
                 .map(Arc::new)
                 .collect(),
             csi_nodes: self.csi_nodes.values().cloned().map(Arc::new).collect(),
+            // A dump carries no kube-scheduler configuration.
+            default_spread: None,
         }
     }
 }

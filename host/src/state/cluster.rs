@@ -4,8 +4,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::apps::v1::{DaemonSet, ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
@@ -14,6 +16,7 @@ use kube::{Api, Client, ResourceExt};
 use super::Cache;
 use super::cache::Rejected;
 use crate::api::{NodeClaim, NodeClass, NodePool};
+use crate::rules::default_spread::{DefaultSpread, SchedulerConfig, Workloads};
 
 /// Why the caches did not fill.
 #[derive(Debug, thiserror::Error)]
@@ -44,6 +47,13 @@ pub struct ClusterState {
     pub csi_nodes: Cache<CSINode>,
     /// Node classes of the kinds providers serve (filled by the node class kinds controller).
     pub served: super::served::ServedClasses,
+    /// kube-scheduler's configuration the simulation mirrors; with default topology spread
+    /// constraints, the objects their selectors are deduced from are watched too.
+    scheduler: Option<Arc<SchedulerConfig>>,
+    pub services: Cache<Service>,
+    pub replica_sets: Cache<ReplicaSet>,
+    pub stateful_sets: Cache<StatefulSet>,
+    pub replication_controllers: Cache<ReplicationController>,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -66,9 +76,23 @@ pub struct View {
     pub volumes: Vec<Arc<PersistentVolume>>,
     pub storage_classes: Vec<Arc<StorageClass>>,
     pub csi_nodes: Vec<Arc<CSINode>>,
+    /// kube-scheduler's default topology spread constraints over the workloads they deduce
+    /// selectors from, when the host is given them.
+    pub default_spread: Option<Arc<DefaultSpread>>,
 }
 
 impl ClusterState {
+    /// Caches that mirror `scheduler` (kube-scheduler's configuration) as well, when it has
+    /// default topology spread constraints.
+    pub fn with_scheduler(scheduler: Option<SchedulerConfig>) -> Self {
+        Self {
+            scheduler: scheduler
+                .filter(|c| !c.default_constraints().is_empty())
+                .map(Arc::new),
+            ..Self::default()
+        }
+    }
+
     /// Starts every watch (`managed` selects the claims and pools this host manages) and
     /// returns once each cache holds its first list.
     pub async fn run(
@@ -77,7 +101,7 @@ impl ClusterState {
         managed: watcher::Config,
     ) -> Result<Vec<tokio::task::JoinHandle<()>>, StateError> {
         let all = watcher::Config::default;
-        let tasks = vec![
+        let mut tasks = vec![
             tokio::spawn(self.nodes.run(Api::all(client.clone()), all())),
             tokio::spawn(self.pods.run(Api::all(client.clone()), all())),
             tokio::spawn(self.claims.run(Api::all(client.clone()), managed.clone())),
@@ -91,6 +115,17 @@ impl ClusterState {
             tokio::spawn(self.storage_classes.run(Api::all(client.clone()), all())),
             tokio::spawn(self.csi_nodes.run(Api::all(client.clone()), all())),
         ];
+        if self.scheduler.is_some() {
+            tasks.extend([
+                tokio::spawn(self.services.run(Api::all(client.clone()), all())),
+                tokio::spawn(self.replica_sets.run(Api::all(client.clone()), all())),
+                tokio::spawn(self.stateful_sets.run(Api::all(client.clone()), all())),
+                tokio::spawn(
+                    self.replication_controllers
+                        .run(Api::all(client.clone()), all()),
+                ),
+            ]);
+        }
         let ready = |kind: &'static str| {
             move |err: kube::runtime::reflector::store::WriterDropped| StateError {
                 kind,
@@ -157,6 +192,28 @@ impl ClusterState {
             .wait_until_ready()
             .await
             .map_err(ready("CSINode"))?;
+        if self.scheduler.is_some() {
+            self.services
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("Service"))?;
+            self.replica_sets
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("ReplicaSet"))?;
+            self.stateful_sets
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("StatefulSet"))?;
+            self.replication_controllers
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("ReplicationController"))?;
+        }
         Ok(tasks)
     }
 
@@ -178,6 +235,10 @@ impl ClusterState {
             self.storage_classes.generation(),
             self.csi_nodes.generation(),
             self.served.generation(),
+            self.services.generation(),
+            self.replica_sets.generation(),
+            self.stateful_sets.generation(),
+            self.replication_controllers.generation(),
         ]
         .into_iter()
         .fold(0u64, u64::wrapping_add)
@@ -212,6 +273,15 @@ impl ClusterState {
             volumes: self.volumes.store().state(),
             storage_classes: self.storage_classes.store().state(),
             csi_nodes: self.csi_nodes.store().state(),
+            default_spread: self.scheduler.as_ref().and_then(|config| {
+                let workloads = Workloads {
+                    services: self.services.store().state(),
+                    replica_sets: self.replica_sets.store().state(),
+                    stateful_sets: self.stateful_sets.store().state(),
+                    replication_controllers: self.replication_controllers.store().state(),
+                };
+                DefaultSpread::new(config, &workloads).map(Arc::new)
+            }),
         }
     }
 }

@@ -97,7 +97,7 @@ async fn buffer_state(
     (condition, status.replicas)
 }
 
-fn millicores(q: &str) -> i64 {
+pub(crate) fn millicores(q: &str) -> i64 {
     match q.strip_suffix('m') {
         Some(m) => m.parse().unwrap_or(0),
         None => q.parse::<f64>().map_or(0, |c| (c * 1000.0) as i64),

@@ -22,6 +22,7 @@ mod conformance;
 mod consolidation;
 mod crd_validation;
 mod csi_limits;
+mod default_spread;
 mod disruption;
 mod fixtures;
 mod grants;

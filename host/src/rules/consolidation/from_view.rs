@@ -172,7 +172,8 @@ pub fn cluster_from(
     }
     // A candidate's pods are its node's in the input, shared rather than converted again (a
     // conversion of every pod of 5,000 nodes was a fifth of a pass); a pod with a volume claim is
-    // converted with its volumes' requirements, which the node's pods leave out.
+    // converted with its volumes' requirements, and one kube-scheduler's default spread applies
+    // to with those constraints, which the node's pods leave out.
     let converted: HashMap<&str, &[Arc<crate::scheduling::Pod>]> = input
         .existing_nodes
         .iter()
@@ -188,7 +189,9 @@ pub fn cluster_from(
                 .find(|p| p.name == name && p.namespace == namespace)
         });
         match shared {
-            Some(p) if !has_claims(pod) => Ok::<_, String>(Arc::clone(p)),
+            Some(p) if !has_claims(pod) && !snapshot.spread_by_default(pod) => {
+                Ok::<_, String>(Arc::clone(p))
+            }
             _ => snapshot.pod(pod).map(Arc::new),
         }
     };
