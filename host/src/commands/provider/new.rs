@@ -12,6 +12,8 @@ use clap::{Args, ValueEnum};
 use capstan::runtime::bindings::WitVersion;
 use capstan::runtime::bindings::wit_files;
 
+mod parts;
+
 /// Arguments of `capstan provider new`.
 #[derive(Debug, Args)]
 pub struct NewArgs {
@@ -26,7 +28,7 @@ pub struct NewArgs {
     dir: Option<PathBuf>,
     /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3` for
     /// paged lists as well; `0.4` for Karpenter v1.15's reboot, repair rules and registration
-    /// hook). Default: the newest the language's skeleton speaks (Rust 0.4, Python 0.3).
+    /// hook). Default: the newest the language's skeleton speaks (0.4 for Rust and Python).
     #[arg(long, value_parser = parse_contract)]
     contract: Option<WitVersion>,
 }
@@ -99,6 +101,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     python_sdk!("host.py"),
     python_sdk!("kube.py"),
     python_sdk!("labels.py"),
+    python_sdk!("lifecycle.py"),
     python_sdk!("params.py"),
     python_sdk!("provider.py"),
     python_sdk!("quantity.py"),
@@ -108,14 +111,14 @@ const PYTHON_FILES: &[(&str, &str)] = &[
 ];
 
 const PYTHON: Skeleton = Skeleton {
-    newest: WitVersion::V0_3,
+    newest: WitVersion::V0_4,
     files: PYTHON_FILES,
     language: "Python",
     build_note: "componentize-py from `requirements.txt` in a venv under `.venv`; the component is \
                  `{{name}}.wasm`",
     file_notes: "- `app.py`: the provider, one method per export of the contract (class `CloudProvider`).\n\
                  - `capstan_provider/`: Capstan's Python SDK (catalog builder, requirements, quantities, \
-                 labels, typed `kube`, parameters).\n\
+                 labels, typed `kube`, parameters, and `lifecycle`: what contract 0.4 adds).\n\
                  - `requirements.txt`: componentize-py and pytest, pinned with hashes.\n\
                  - `tests/`: pytest tests of the pure logic (`make unit`).\n\
                  - `Makefile`: `build`, `test`, `package`, `unit`.",
@@ -143,46 +146,6 @@ fn parse_contract(text: &str) -> Result<WitVersion, String> {
     }
 }
 
-/// The parts of the Rust skeleton that differ by contract: the imports, `get-instance-types`'
-/// answer, and `repair-policies` with what 0.4 adds (`reboot`, `registered`).
-fn rust_parts(contract: WitVersion) -> [(&'static str, &'static str); 3] {
-    if contract < WitVersion::V0_4 {
-        return [
-            (
-                "{{imports}}",
-                "use bindings::capstan::provider::types::{\n    \
-                 Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,\n};",
-            ),
-            ("{{catalog}}", "Catalog"),
-            (
-                "{{repair}}",
-                "    /// Node conditions that mean an instance is broken and should be replaced.\n    \
-                 fn repair_policies() -> Vec<RepairPolicy> {\n        Vec::new()\n    }",
-            ),
-        ];
-    }
-    [
-        (
-            "{{imports}}",
-            "use bindings::capstan::provider::lifecycle::{\n    \
-             InstanceTypes, RebootError, Registration, RepairRule,\n};\n\
-             use bindings::capstan::provider::types::{NodeClaim, NodeClass, NodePool, ProviderError};",
-        ),
-        ("{{catalog}}", "InstanceTypes"),
-        (
-            "{{repair}}",
-            "    /// When and how unhealthy nodes are repaired (none: no repair).\n    \
-             fn repair_policies() -> Vec<RepairRule> {\n        Vec::new()\n    }\n\n    \
-             /// Reboots the instance in place; `not-implemented` makes the host replace it.\n    \
-             fn reboot(_claim: NodeClaim, _operation_id: String) -> Result<(), RebootError> {\n        \
-             Err(RebootError::NotImplemented)\n    }\n\n    \
-             /// The registration hook: `ready` once the joined node may be registered.\n    \
-             fn registered(_claim: NodeClaim) -> Result<Registration, ProviderError> {\n        \
-             Ok(Registration::Ready)\n    }",
-        ),
-    ]
-}
-
 /// Why `name` cannot name a provider, if it cannot (a DNS-1123 label, as Provider names are).
 pub fn name_problem(name: &str) -> Option<String> {
     let ok_chars = name
@@ -203,9 +166,9 @@ pub fn render(name: &str, lang: Lang, contract: WitVersion) -> Vec<(PathBuf, Str
     let skeleton = skeleton(lang);
     let crate_name = name.replace('-', "_");
     let contract_text = format!("{}.0", contract.as_str());
-    let parts = rust_parts(contract);
+    let contract_parts = parts::parts(lang, contract);
     let fill = |text: &str| {
-        let text = parts
+        let text = contract_parts
             .iter()
             .fold(text.to_owned(), |text, (key, part)| text.replace(key, part));
         text.replace("{{build_note}}", skeleton.build_note)
@@ -357,5 +320,31 @@ mod tests {
         assert!(get(&files, "capstan_provider/catalog.py").contains("class CatalogBuilder"));
         assert!(get(&files, "README.md").contains("Python"));
         assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.1.0"));
+        let app = get(&files, "app.py");
+        assert!(app.contains("from capstan_provider import errors\n"));
+        assert!(app.contains("return ``builder.finish()``"));
+        assert!(!app.contains("def reboot") && !app.contains("def registered"));
+    }
+
+    #[test]
+    fn a_python_skeleton_speaks_0_4_by_default() {
+        assert_eq!(skeleton(Lang::Python).newest, WitVersion::V0_4);
+        let files = rendered(Lang::Python, WitVersion::V0_4);
+        let app = get(&files, "app.py");
+        assert!(app.contains("capstan:provider@0.4.0"));
+        assert!(app.contains("from capstan_provider import errors, lifecycle\n"));
+        assert!(app.contains("builder.finish_instance_types()"));
+        assert!(app.contains("    def reboot(self, claim, operation_id):\n"));
+        assert!(app.contains("        raise lifecycle.reboot_not_implemented()\n"));
+        assert!(app.contains("    def registered(self, claim):\n"));
+        assert!(app.contains("        return lifecycle.ready()\n"));
+        // What the skeleton calls is in the SDK it carries.
+        let lifecycle = get(&files, "capstan_provider/lifecycle.py");
+        for function in ["def reboot_not_implemented(", "def ready(", "def wait("] {
+            assert!(lifecycle.contains(function), "{function}");
+        }
+        assert!(get(&files, "capstan_provider/catalog.py").contains("def finish_instance_types("));
+        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.4.0"));
+        assert!(get(&files, "wit/provider.wit").contains("interface lifecycle"));
     }
 }

@@ -4,7 +4,7 @@ claim back from it. Pure; the kube calls live in :mod:`.provider`."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from capstan_provider import labels
@@ -137,6 +137,12 @@ def parse_timestamp_millis(text: str) -> int | None:
         return int(datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp() * 1000)
     except ValueError:
         return None
+
+
+def format_timestamp_millis(millis: int) -> str:
+    """``millis`` since the epoch as Kubernetes writes a timestamp: ``YYYY-MM-DDTHH:MM:SSZ``
+    (whole seconds, UTC)."""
+    return datetime.fromtimestamp(millis // 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def to_claim(node: dict[str, Any]) -> NodeClaim:

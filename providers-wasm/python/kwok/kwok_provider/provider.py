@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from capstan_provider import errors, host, kube
-from capstan_provider.provider import Provider, lookup, ready_repair_policies
+from capstan_provider import errors, host, kube, lifecycle
+from capstan_provider.provider import Provider, lookup
 from capstan_provider.quantity import QuantityError
 from capstan_provider.requirements import RequirementError, Requirements
 from capstan_provider.resources import parse_resources
-from capstan_provider.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
+from capstan_provider.types import NodeClaim, NodeClass, NodePool
 
-from . import catalog, drift, node
+from . import catalog, drift, node, reboot, repair
 from .params import Parameters
 from .selection import NoLaunch, cheapest
 
@@ -72,8 +72,8 @@ class Kwok(Provider):
     def name(self) -> str:
         return node.PROVIDER_NAME
 
-    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> Catalog:
-        return catalog.to_catalog(catalog.build(Parameters.parse(class_.parameters)))
+    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> lifecycle.InstanceTypes:
+        return lifecycle.instance_types(catalog.to_catalog(catalog.build(Parameters.parse(class_.parameters))))
 
     def create(self, claim: NodeClaim, class_: NodeClass) -> NodeClaim:
         params = Parameters.parse(class_.parameters)
@@ -165,8 +165,35 @@ class Kwok(Provider):
             return None
         return drift.reason(node.annotation(found, node.HASH_ANNOTATION), node.annotation(found, node.IMAGE_ANNOTATION), current_hash, current_image)
 
-    def repair_policies(self) -> list[RepairPolicy]:
-        return ready_repair_policies(30 * 60)
+    def repair_policies(self) -> list[lifecycle.RepairRule]:
+        return repair.rules()
+
+    def reboot(self, claim: NodeClaim, operation_id: str) -> None:
+        if claim.provider_id is None:
+            raise lifecycle.reboot_not_found(f"NodeClaim {claim.name} has no provider ID")
+        name = node.name_from_provider_id(claim.provider_id)
+        if name is None:
+            raise lifecycle.reboot_not_found(f"{claim.provider_id!r} is not a kwok provider ID")
+        try:
+            found = kube.get_opt(NODES.object(name))
+        except kube.KubeCallError as e:
+            if not _not_owned(e):
+                raise e.reboot_error() from None
+            found = None
+        if found is None or not node.is_managed(found) or node.is_deleting(found):
+            raise lifecycle.reboot_not_found(f"no kwok Node {name}")
+        ops = reboot.patch(found, operation_id, node.format_timestamp_millis(host.now_millis()))
+        if ops is None:
+            return
+        try:
+            kube.patch_json(NODES.object(name, "status"), ops)
+        except kube.KubeCallError as e:
+            raise e.reboot_error() from None
+        host.info(f"rebooting {name} (operation {operation_id})")
+
+    def registered(self, claim: NodeClaim) -> lifecycle.Registration:
+        # A kwok Node has nothing to wait for once it has joined.
+        return lifecycle.ready()
 
     def validate_node_class(self, class_: NodeClass) -> None:
         catalog.build(Parameters.parse(class_.parameters))

@@ -1,8 +1,10 @@
 """Guest SDK for Capstan providers written in Python (componentize-py).
 
-A provider is a WebAssembly component implementing ``capstan:provider/cloud-provider-world@0.1.0``
-(``wit/since_v0.1.0/provider.wit``). componentize-py generates the bindings (the ``wit_world``
-package); this package adds what every provider needs on top of them:
+A provider is a WebAssembly component implementing ``capstan:provider/cloud-provider-world`` of
+one contract, 0.1.0 to 0.4.0 (``wit/since_v0.1.0/provider.wit`` to ``wit/since_v0.4.0``).
+componentize-py generates the bindings (the ``wit_world`` package) from the contract's WIT; this
+package works with the bindings of any of them, answering in the shape of the one the component is
+built against, and adds what every provider needs on top of them:
 
 - :mod:`.catalog`: :class:`~.catalog.CatalogBuilder` fills the flat instance-type catalog
   ``get-instance-types`` returns; :func:`~.catalog.expand` reads one back.
@@ -16,6 +18,8 @@ package); this package adds what every provider needs on top of them:
 - :mod:`.params`: NodeClass parameters with errors that name the field.
 - :mod:`.host`: log, sleep, clock and the per-provider cache.
 - :mod:`.provider`: a base class with every export stubbed.
+- :mod:`.lifecycle`: what contract 0.4 adds (repair rules, reboot errors, registration answers,
+  volume limits), with answers that fit whichever contract the component is built against.
 
 Everything but the host imports runs natively, so provider logic is tested with pytest.
 """

@@ -10,7 +10,9 @@ provider just describes each instance type::
     t.requirement(in_("node.kubernetes.io/instance-type", ["small"]))
     t.offering("zone-a", "on-demand", 0.05)
     t.capacity({"cpu": Quantity.parse("2"), "memory": Quantity.parse("4Gi"), "pods": Quantity.parse("110")})
-    catalog = b.finish()
+    t.volume_limit("ebs.csi.aws.com", 25)          # contract 0.4
+    catalog = b.finish()                           # the catalog alone
+    answer = b.finish_instance_types()             # get-instance-types' answer, any contract
 
 Amounts are in thousandths of the resource's unit, as ``Quantity.milli_value()`` gives them.
 """
@@ -31,6 +33,7 @@ from capstan_provider.types import (
     Span,
 )
 
+from . import lifecycle
 from .quantity import Quantity
 
 _EMPTY = Span(0, 0)
@@ -54,6 +57,7 @@ class InstanceTypeBuilder:
     offerings: list[_Offering] = field(default_factory=list)
     capacity_amounts: dict[str, Quantity] = field(default_factory=dict)
     overhead: tuple[dict[str, Quantity], dict[str, Quantity], dict[str, Quantity]] = field(default_factory=lambda: ({}, {}, {}))
+    volume_limits: dict[str, int] = field(default_factory=dict)
 
     def requirement(self, requirement: Requirement) -> InstanceTypeBuilder:
         """A requirement every node of this type meets."""
@@ -89,6 +93,16 @@ class InstanceTypeBuilder:
     def eviction_threshold(self, resources: Mapping[str, Quantity]) -> InstanceTypeBuilder:
         """The kubelet's hard eviction thresholds."""
         self.overhead[2].update(resources)
+        return self
+
+    def volume_limit(self, driver: str, limit: int) -> InstanceTypeBuilder:
+        """How many volumes of the CSI driver ``driver`` a node of this type can attach (contract
+        0.4; a driver not given is not limited by the catalog)."""
+        if not driver:
+            raise ValueError("a volume limit needs a CSI driver name")
+        if not 0 <= limit < 2**32:
+            raise ValueError(f"volume limit {limit} for {driver} is not a u32")
+        self.volume_limits[driver] = limit
         return self
 
 
@@ -182,6 +196,20 @@ class CatalogBuilder:
             )
         return Catalog(list(self._strings), list(self._values), list(self._requirements), list(self._requirement_lists), list(self._amounts), offerings, instance_types)
 
+    def finish_instance_types(self) -> Catalog | lifecycle.InstanceTypes:
+        """``get-instance-types``' answer for the contract the component is built against: under
+        0.4 the catalog with each type's volume limits (``lifecycle.InstanceTypes``); before 0.4
+        the catalog alone (older contracts carry no volume limits, so those given are left out)."""
+        if not lifecycle.V0_4:
+            return self.finish()
+        # The drivers' names go into the string table before the catalog copies it.
+        limits = [
+            lifecycle.VolumeLimit(index, self.string(driver), limit)
+            for index, t in enumerate(self._types)
+            for driver, limit in sorted(t.volume_limits.items())
+        ]
+        return lifecycle.instance_types(self.finish(), limits)
+
 
 @dataclass
 class ExpandedOffering:
@@ -253,3 +281,18 @@ def expand(catalog: Catalog) -> list[ExpandedInstanceType]:
         )
         for t in catalog.instance_types
     ]
+
+
+def expand_volume_limits(answer: lifecycle.InstanceTypes) -> dict[str, dict[str, int]]:
+    """A 0.4 ``get-instance-types`` answer's volume limits by instance type name, then CSI driver;
+    raises :class:`CatalogError` on an index out of range."""
+    catalog = answer.catalog
+    out: dict[str, dict[str, int]] = {}
+    for v in answer.volume_limits:
+        if v.instance_type >= len(catalog.instance_types):
+            raise CatalogError(f"volume limit of instance type {v.instance_type}: out of range ({len(catalog.instance_types)})")
+        name = catalog.instance_types[v.instance_type].name
+        if v.driver >= len(catalog.strings) or name >= len(catalog.strings):
+            raise CatalogError(f"volume limit driver {v.driver}: string index out of range ({len(catalog.strings)})")
+        out.setdefault(catalog.strings[name], {})[catalog.strings[v.driver]] = v.limit
+    return out

@@ -33,7 +33,7 @@ from wit_world.imports.kube import (
 )
 from wit_world.imports.kube import Target as _Target
 
-from . import errors
+from . import errors, lifecycle
 
 _KINDS = {
     KubeError_PermissionDenied: "permission-denied",
@@ -89,6 +89,17 @@ class KubeCallError(Exception):
         if isinstance(e, KubeError_Other):
             return errors.retryable(text)
         return errors.invalid(text)
+
+    def reboot_error(self) -> Err:
+        """The ``reboot-error`` (contract 0.4) this failure becomes in ``reboot``: not-found →
+        not-found; permission-denied (no retry gets past it) → failed; anything else →
+        retryable."""
+        text = str(self)
+        if isinstance(self.error, KubeError_NotFound):
+            return lifecycle.reboot_not_found(text)
+        if isinstance(self.error, KubeError_PermissionDenied):
+            return lifecycle.reboot_failed(text)
+        return lifecycle.reboot_retryable(text)
 
 
 def _failure(err: Err) -> KubeCallError:
@@ -206,6 +217,15 @@ def patch_merge(obj: ObjectRef, patch: dict[str, Any]) -> dict[str, Any]:
     """An RFC 7386 merge patch; returns the patched object."""
     try:
         return _decode(_kube.patch(obj, PatchType.MERGE, json.dumps(patch, separators=(",", ":")), None))
+    except Err as e:
+        raise _failure(e) from None
+
+
+def patch_json(obj: ObjectRef, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """An RFC 6902 JSON patch (a list of operations; a failed ``test`` operation fails all of it);
+    returns the patched object."""
+    try:
+        return _decode(_kube.patch(obj, PatchType.JSON, json.dumps(ops, separators=(",", ":")), None))
     except Err as e:
         raise _failure(e) from None
 

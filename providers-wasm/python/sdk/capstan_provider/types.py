@@ -1,6 +1,7 @@
 """The contract's plain data types (``capstan:provider/types``), whichever contract the component
 is built against: componentize-py names the module ``types`` for 0.1 and ``capstan_provider_types``
-for 0.2 (whose world also imports ``wasi:http/types``). Import them from here::
+for 0.2 and later (whose worlds also import ``wasi:http/types``). What 0.4 adds is in
+:mod:`capstan_provider.lifecycle`. Import them from here::
 
     from capstan_provider.types import NodeClaim, ProviderError_Invalid
 """
