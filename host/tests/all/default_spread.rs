@@ -91,7 +91,12 @@ async fn pods_a_service_selects_spread_by_the_clusters_defaults_and_others_pack(
         .await;
     let running = wait_running(&client, &host, &ns, 4, Duration::from_secs(180)).await;
     let (spread_nodes, zones) = placement(&client, &running, "spread").await;
-    assert_eq!(spread_nodes.len(), 4, "spread pods on {spread_nodes:?}\n{}", host.log_tail());
+    assert_eq!(
+        spread_nodes.len(),
+        4,
+        "spread pods on {spread_nodes:?}\n{}",
+        host.log_tail()
+    );
     assert_eq!(zones.len(), 4, "spread pods in zones {zones:?}");
     // Sized for what the defaults let them share: each node holds one of them.
     let nodes = Api::<Node>::all(client.clone());
@@ -103,7 +108,10 @@ async fn pods_a_service_selects_spread_by_the_clusters_defaults_and_others_pack(
             .and_then(|a| a.get("cpu").cloned())
             .unwrap();
         let millis = millicores(&cpu.0);
-        assert!(millis < 2000, "node {name} has {millis}m CPU: sized for more than one");
+        assert!(
+            millis < 2000,
+            "node {name} has {millis}m CPU: sized for more than one"
+        );
     }
 
     // Owned and selected by nothing: no selector to deduce, no default, packed on one new node.
