@@ -174,7 +174,7 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
             ("BATCH_IDLE_DURATION", "1s"),
             (
                 "FEATURE_GATES",
-                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=false,SpotToSpotConsolidation=false,TerminateFirstDrift=false",
             ),
         ],
     );
@@ -217,6 +217,15 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
     );
     // CapacityBuffers (feature gate CapacityBuffer): read, their status written, and the
     // PodTemplates and workloads they take their pod shape from read.
+    // Default topology spread (--scheduler-config): the objects selectors are deduced from.
+    for resource in [
+        "\"services\"",
+        "\"replicationcontrollers\"",
+        "\"replicasets\"",
+        "\"statefulsets\"",
+    ] {
+        assert!(host_role.contains(resource), "{resource}: {host_role}");
+    }
     for resource in [
         "\"capacitybuffers\"",
         "capacitybuffers/status",
@@ -444,6 +453,10 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
          \x20 batchIdleDuration: 2s\n\
          \x20 preferencePolicy: Ignore\n\
          \x20 minValuesPolicy: BestEffort\n\
+         \x20 schedulerConfig:\n\
+         \x20   podTopologySpread:\n\
+         \x20     defaultConstraints:\n\
+         \x20       - {maxSkew: 1, topologyKey: kubernetes.io/hostname, whenUnsatisfiable: DoNotSchedule}\n\
          \x20 featureGates:\n\
          \x20   nodeRepair: true\n\
          \x20   spotToSpotConsolidation: true\n\
@@ -474,7 +487,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
             ("KUBE_CLIENT_BURST", "75"),
             (
                 "FEATURE_GATES",
-                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true",
+                "CapacityBuffer=false,NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,SpotToSpotConsolidation=true,TerminateFirstDrift=false",
             ),
         ],
     );
@@ -500,6 +513,9 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     assert_eq!(settings["featureGates"]["spotToSpotConsolidation"], true);
     assert_eq!(settings["featureGates"]["nodeOverlay"], false);
     assert_eq!(settings["featureGates"]["capacityBuffer"], false);
+    assert_eq!(settings["featureGates"]["terminateFirstDrift"], false);
+    // settings.schedulerConfig reaches the host as SCHEDULER_CONFIG, checked and taken.
+    assert_eq!(settings["defaultTopologySpreadConstraints"], 1);
     assert_eq!(
         settings["featureGates"]["ignored"],
         serde_json::json!(["ReservedCapacity=true"])
