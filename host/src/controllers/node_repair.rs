@@ -192,7 +192,7 @@ impl NodeRepair {
             let mut due: Vec<(&Managed, repair::Repair)> = Vec::new();
             for managed in nodes {
                 let claim = managed.claim.as_ref();
-                if claim.metadata.deletion_timestamp.is_some() || reboot::rebooting(claim) {
+                if claim.metadata.deletion_timestamp.is_some() || claim.rebooting() {
                     continue;
                 }
                 match repair::decide(
@@ -533,7 +533,7 @@ async fn commit_reboot(
     let Some(mut claim) = api.get_opt(&name).await? else {
         return Ok(());
     };
-    if claim.metadata.deletion_timestamp.is_some() || reboot::rebooting(&claim) {
+    if claim.metadata.deletion_timestamp.is_some() || claim.rebooting() {
         return Ok(());
     }
     let patch = json!({"metadata": {

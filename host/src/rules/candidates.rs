@@ -22,7 +22,6 @@ use crate::api::{NodeClaim, NodePool, duration};
 use crate::rules::claims::{is_true, provider_id};
 use crate::rules::nodes::{node_ready, tainted_disrupted};
 use crate::rules::pods::{do_not_disrupt, is_reschedulable};
-use crate::rules::reboot;
 use crate::scheduling::convert;
 use crate::scheduling::selector::LabelSelector;
 use crate::state::View;
@@ -282,7 +281,7 @@ pub fn pool_counts(
         let Some(pool) = claim.labels().get(NODEPOOL) else {
             continue;
         };
-        let rebooting = reboot::rebooting(claim);
+        let rebooting = claim.rebooting();
         if !is_true(claim, INITIALIZED_CONDITION) && !rebooting {
             continue;
         }
@@ -316,7 +315,7 @@ pub fn eligible(machine: &Machine<'_>, pool: &NodePool) -> bool {
 /// deleted or rebooting, not tainted by a disruption, its node initialized.
 pub fn settled(machine: &Machine<'_>) -> bool {
     !disrupting(machine.claim)
-        && !reboot::rebooting(machine.claim)
+        && !machine.claim.rebooting()
         && machine.node.metadata.deletion_timestamp.is_none()
         && !tainted_disrupted(machine.node)
         && machine.node.labels().get(INITIALIZED).map(String::as_str) == Some("true")

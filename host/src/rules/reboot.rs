@@ -306,10 +306,5 @@ pub fn rebooted_at(claim: &NodeClaim) -> Option<Timestamp> {
         .map(|c| c.last_transition_time.0)
 }
 
-/// Whether a reboot is under way on `claim` (`Rebooting=True`).
-pub fn rebooting(claim: &NodeClaim) -> bool {
-    claim.rebooting()
-}
-
 #[cfg(test)]
 mod tests;

@@ -76,7 +76,7 @@ fn only_a_reboot_under_way_is_an_episode() {
         )],
     );
     assert_eq!(Episode::of(&ended), None);
-    assert!(!rebooting(&ended));
+    assert!(!ended.rebooting());
     assert_eq!(rebooted_at(&ended), Some(ts(REQUESTED_AT)));
     assert_eq!(Episode::of(&claim(json!({}), vec![])), None);
     let episode = requested(json!({REBOOT_GRACE_PERIOD: "1m30s"}));
