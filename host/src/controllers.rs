@@ -144,6 +144,11 @@ pub struct Settings {
     /// kube-scheduler's configuration the simulation mirrors (`--scheduler-config`), when it
     /// has default topology spread constraints.
     pub scheduler: Option<crate::rules::default_spread::SchedulerConfig>,
+    /// Provision for pods' ResourceClaims (Dynamic Resource Allocation): watch the claims, their
+    /// templates, DeviceClasses and ResourceSlices, and launch only instance types whose devices
+    /// satisfy them. On by default; `--ignore-dra-requests` (Karpenter's `IGNORE_DRA_REQUESTS`,
+    /// on by default there) turns it off, and then no node is made for such pods.
+    pub dynamic_resources: bool,
 }
 
 impl Default for Settings {
@@ -165,6 +170,7 @@ impl Default for Settings {
             capacity_buffer: false,
             terminate_first_drift: false,
             scheduler: None,
+            dynamic_resources: true,
         }
     }
 }
@@ -340,8 +346,9 @@ pub fn millis_since(then: &Time) -> i64 {
 /// Starts every controller and runs until one of them stops.
 pub async fn run(config: Config) -> Result<(), ControllerError> {
     let selector = Selector::parse(config.settings.selector.as_deref().unwrap_or(""))?;
-    let state = Arc::new(ClusterState::with_scheduler(
+    let state = Arc::new(ClusterState::new(
         config.settings.scheduler.clone(),
+        config.settings.dynamic_resources,
     ));
     let node_changes = state.nodes.subscribe();
     let managed = match &config.settings.selector {

@@ -27,14 +27,14 @@ use std::sync::Arc;
 use cap_std::fs::Dir;
 use wasmtime::component::{Component, Linker};
 
-pub use self::bindings::{WitVersion, lifecycle, types};
+pub use self::bindings::{WitVersion, devices, lifecycle, types};
 pub use self::cache::{CacheOutcome, ComponentCache};
 pub use self::engine::{Allocator, AllocatorChoice, CapstanEngine, EngineBuilder};
 pub use self::limits::Limits;
 pub use self::provider::{CallError, CallStats, ProviderPre};
 pub use self::validate::{ComponentInfo, ProviderExport, ValidateError};
 
-use self::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0, since_v0_4_0};
+use self::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0, since_v0_4_0, since_v0_5_0};
 use self::call_state::CallState;
 use crate::capability::Capabilities;
 
@@ -101,6 +101,7 @@ impl RuntimeBuilder {
         let linker_v0_2 = since_v0_2_0::linker(engine.engine()).map_err(link_failed)?;
         let linker_v0_3 = since_v0_3_0::linker(engine.engine()).map_err(link_failed)?;
         let linker_v0_4 = since_v0_4_0::linker(engine.engine()).map_err(link_failed)?;
+        let linker_v0_5 = since_v0_5_0::linker(engine.engine()).map_err(link_failed)?;
         Ok(Runtime {
             engine,
             cache: self.cache.map(ComponentCache::new),
@@ -108,6 +109,7 @@ impl RuntimeBuilder {
             linker_v0_2,
             linker_v0_3,
             linker_v0_4,
+            linker_v0_5,
             max_component_size: self
                 .max_component_size
                 .unwrap_or(validate::DEFAULT_MAX_COMPONENT_SIZE),
@@ -123,6 +125,7 @@ pub struct Runtime {
     linker_v0_2: Linker<CallState>,
     linker_v0_3: Linker<CallState>,
     linker_v0_4: Linker<CallState>,
+    linker_v0_5: Linker<CallState>,
     max_component_size: usize,
 }
 
@@ -204,6 +207,7 @@ impl Runtime {
             WitVersion::V0_2 => &self.linker_v0_2,
             WitVersion::V0_3 => &self.linker_v0_3,
             WitVersion::V0_4 => &self.linker_v0_4,
+            WitVersion::V0_5 => &self.linker_v0_5,
         };
         let pre = linker
             .instantiate_pre(&compiled.component)
@@ -226,6 +230,9 @@ impl Runtime {
             ),
             WitVersion::V0_4 => provider::Pre::V0_4(
                 since_v0_4_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
+            ),
+            WitVersion::V0_5 => provider::Pre::V0_5(
+                since_v0_5_0::CloudProviderWorldPre::new(pre).map_err(mismatch)?,
             ),
         };
         Ok(ProviderPre::new(

@@ -45,6 +45,7 @@
 //!     capacity: Resources::new(2000, 4 << 30, 10),
 //!     overhead: Resources::default(),
 //!     volume_limits: Default::default(),
+//!     devices: Vec::new(),
 //! }]);
 //! let input = SchedulingInput {
 //!     pods: vec![Pod::new("default", "web", Resources::new(500, 1 << 30, 0))],

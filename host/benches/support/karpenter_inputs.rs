@@ -64,6 +64,7 @@ pub(super) fn instance_types(n: usize) -> Arc<[InstanceType]> {
                 capacity: Resources::new(cpu * 1000, memory, 10 * cpu),
                 overhead: Resources::new(100, 10 * MI, 0),
                 volume_limits: Default::default(),
+                devices: Vec::new(),
             }
         })
         .collect()

@@ -1,9 +1,12 @@
 //! A provider's flat WIT catalog converted to the scheduler's instance types: each distinct
-//! requirement is converted once and cloned where instance types share it.
+//! requirement is converted once and cloned where instance types share it; the devices of the
+//! types ([`devices`]) likewise.
+
+pub mod devices;
 
 use crate::provider::convert::catalog::{AmountView, CatalogView, RequirementView};
 use crate::rules::snapshot::ProvisionError;
-use crate::runtime::lifecycle::InstanceTypes;
+use crate::runtime::devices::InstanceTypes;
 use crate::runtime::types as wit;
 use crate::scheduling::resources::CPU;
 use crate::scheduling::{InstanceType, Offering, Requirement, Requirements, Resources};
@@ -68,9 +71,15 @@ fn resources<'a>(amounts: impl IntoIterator<Item = AmountView<'a>>) -> Resources
 }
 
 /// Every instance type of a `get-instance-types` answer as the scheduler sees it: the catalog
-/// ([`from_catalog`]) with each type's volume attachment limits.
+/// ([`from_catalog`]) with each type's volume attachment limits and DRA devices.
 pub fn from_answer(answer: &InstanceTypes) -> Result<Vec<InstanceType>, ProvisionError> {
     let mut types = from_catalog(&answer.catalog)?;
+    if !answer.devices.is_empty() {
+        let devices = devices::by_instance_type(answer, types.len())?;
+        for (it, slices) in types.iter_mut().zip(devices) {
+            it.devices = slices;
+        }
+    }
     for limit in &answer.volume_limits {
         let bad = |what: String| ProvisionError::InstanceType(format!("volume-limits: {what}"));
         let len = types.len();
@@ -118,6 +127,7 @@ pub fn from_catalog(catalog: &wit::Catalog) -> Result<Vec<InstanceType>, Provisi
             capacity: resources(it.capacity()),
             overhead,
             volume_limits: Default::default(),
+            devices: Vec::new(),
         });
     }
     Ok(types)

@@ -60,6 +60,18 @@ pub struct RunArgs {
     /// declares no topology spread constraints of its own. Empty: none.
     #[arg(long, env = "SCHEDULER_CONFIG", value_parser = parse_scheduler_config)]
     scheduler_config: Option<Box<SchedulerConfig>>,
+    /// Make no node for pods that ask for devices through ResourceClaims (Dynamic Resource
+    /// Allocation), as Karpenter does by default (`IGNORE_DRA_REQUESTS=true`). Off: Capstan
+    /// launches instance types whose devices (the provider's templates) satisfy the claims.
+    #[arg(
+        long,
+        env = "IGNORE_DRA_REQUESTS",
+        default_value_t = false,
+        action = clap::ArgAction::Set,
+        num_args = 0..=1,
+        default_missing_value = "true"
+    )]
+    ignore_dra_requests: bool,
     /// Close a provisioning batch after this long without a new unschedulable pod.
     #[arg(long, env = "BATCH_IDLE_DURATION", default_value = "1s", value_parser = parse_short_duration)]
     batch_idle_duration: Duration,
@@ -270,6 +282,7 @@ impl RunArgs {
             "preferencePolicy": self.preference_policy.to_string(),
             "minValuesPolicy": self.min_values_policy.to_string(),
             "requireProviderVerification": self.require_provider_verification,
+            "ignoreDraRequests": self.ignore_dra_requests,
         })
     }
 }
@@ -405,6 +418,7 @@ async fn run_async(args: RunArgs) -> Result<ExitCode> {
                 .scheduler_config
                 .map(|c| *c)
                 .filter(|c| !c.default_constraints().is_empty()),
+            dynamic_resources: !args.ignore_dra_requests,
             ..controllers::Settings::default()
         },
         providers,

@@ -393,6 +393,7 @@ mod tests {
             capacity: Default::default(),
             overhead: Default::default(),
             volume_limits: Default::default(),
+            devices: Vec::new(),
         }];
         assert_eq!(cache.mark("p", &mut types), 2);
         let available: Vec<(&str, &str)> = types[0]

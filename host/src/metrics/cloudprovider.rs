@@ -270,6 +270,7 @@ mod tests {
             capacity: Resources::new(2000, 4 << 30, 110),
             overhead: Resources::default(),
             volume_limits: Default::default(),
+            devices: Vec::new(),
         };
         m.exclusive(|| m.cloudprovider.catalog("p", std::slice::from_ref(&t)));
         let text = m.render().unwrap();

@@ -212,12 +212,15 @@ macro_rules! capstan_imports {
 }
 
 /// The bindings of a contract of 0.2 or later in the module where it is invoked: `bindgen!` over
-/// the version's WIT directory (`types` bound to 0.1's Rust types, the WASI packages to
-/// wasmtime's), its linker (WASI, `wasi:http`, `wasi:config`, `kube`, `host`, and the instances
+/// the version's WIT directory (`types` bound to 0.1's Rust types, the interfaces listed after `;`
+/// to an earlier version's Rust types, the WASI packages to wasmtime's), its linker (WASI, `wasi:http`, `wasi:config`, `kube`, `host`, and the instances
 /// of its type-only interfaces) and its import glue ([`capstan_imports!`], with `paged` when its
 /// lists page).
 macro_rules! bindings_with_wasi_http {
-    ([$($types_instance:literal),+] $path:literal $(, $paged:ident)?) => {
+    (
+        [$($types_instance:literal),+] $path:literal $(, $paged:ident)?
+        $(; $($shared:literal => $shared_types:path),+)?
+    ) => {
         use wasmtime::component::{HasSelf, Linker};
 
         use $crate::runtime::call_state::CallState;
@@ -231,6 +234,8 @@ macro_rules! bindings_with_wasi_http {
             with: {
                 // Identical to 0.1's (checked by a test in `bindings`): one set of host types.
                 "capstan:provider/types": super::since_v0_1_0::capstan::provider::types,
+                // The plain-data interfaces a later version shares unchanged with an earlier one.
+                $($($shared: $shared_types,)+)?
                 "wasi:http": wasmtime_wasi_http::p2::bindings::http,
                 "wasi:io": wasmtime_wasi::p2::bindings::io,
                 "wasi:clocks": wasmtime_wasi::p2::bindings::clocks,
@@ -258,6 +263,7 @@ pub mod since_v0_1_0;
 pub mod since_v0_2_0;
 pub mod since_v0_3_0;
 pub mod since_v0_4_0;
+pub mod since_v0_5_0;
 pub mod wit_files;
 
 /// A linker with WASI (p2, async), `wasi:http/outgoing-handler` (wasmtime-wasi-http, with the
@@ -291,6 +297,10 @@ pub use since_v0_1_0::capstan::provider::types;
 /// registration hook and volume limits, whatever version a provider speaks.
 pub use since_v0_4_0::capstan::provider::lifecycle;
 
+/// What 0.5 adds (its `devices` interface): the DRA device templates of instance types, and the
+/// `get-instance-types` answer the host works with, whatever version a provider speaks.
+pub use since_v0_5_0::capstan::provider::devices;
+
 /// A version of the contract this host can run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum WitVersion {
@@ -303,6 +313,8 @@ pub enum WitVersion {
     /// `capstan:provider@0.4.x`: 0.3 with Karpenter v1.15's contract (`reboot`, repair rules,
     /// the `registered` hook, volume attachment limits).
     V0_4,
+    /// `capstan:provider@0.5.x`: 0.4 with the DRA devices of instance types.
+    V0_5,
 }
 
 impl WitVersion {
@@ -312,10 +324,11 @@ impl WitVersion {
         WitVersion::V0_2,
         WitVersion::V0_3,
         WitVersion::V0_4,
+        WitVersion::V0_5,
     ];
 
     /// The newest supported version.
-    pub const LATEST: WitVersion = WitVersion::V0_4;
+    pub const LATEST: WitVersion = WitVersion::V0_5;
 
     /// The supported version compatible with `major.minor` (semver: for `0.x` the minor number is
     /// the compatibility boundary), if any. A newer minor than the host knows is not supported: its
@@ -326,6 +339,7 @@ impl WitVersion {
             (0, 2) => Some(WitVersion::V0_2),
             (0, 3) => Some(WitVersion::V0_3),
             (0, 4) => Some(WitVersion::V0_4),
+            (0, 5) => Some(WitVersion::V0_5),
             _ => None,
         }
     }
@@ -337,6 +351,7 @@ impl WitVersion {
             WitVersion::V0_2 => "0.2",
             WitVersion::V0_3 => "0.3",
             WitVersion::V0_4 => "0.4",
+            WitVersion::V0_5 => "0.5",
         }
     }
 
@@ -351,7 +366,7 @@ impl WitVersion {
 
     /// The functions the `cloud-provider` interface of this version exports.
     pub fn exported_functions(self) -> &'static [&'static str] {
-        // 0.2 and 0.3 changed the imports only.
+        // 0.2 and 0.3 changed the imports only; 0.5 the answer of `get-instance-types` only.
         match self {
             WitVersion::V0_1 | WitVersion::V0_2 | WitVersion::V0_3 => &[
                 "name",
@@ -364,7 +379,7 @@ impl WitVersion {
                 "repair-policies",
                 "validate-node-class",
             ],
-            WitVersion::V0_4 => &[
+            WitVersion::V0_4 | WitVersion::V0_5 => &[
                 "name",
                 "get-instance-types",
                 "create",
@@ -419,9 +434,13 @@ pub(crate) fn typecheck_exports(
             check!("get-instance-types", (NodePool, NodeClass) -> Result<Catalog, ProviderError>);
             check!("repair-policies", () -> Vec<RepairPolicy>);
         }
-        WitVersion::V0_4 => {
-            use lifecycle::{InstanceTypes, RebootError, Registration, RepairRule};
-            check!("get-instance-types", (NodePool, NodeClass) -> Result<InstanceTypes, ProviderError>);
+        WitVersion::V0_4 | WitVersion::V0_5 => {
+            use lifecycle::{RebootError, Registration, RepairRule};
+            if version == WitVersion::V0_4 {
+                check!("get-instance-types", (NodePool, NodeClass) -> Result<lifecycle::InstanceTypes, ProviderError>);
+            } else {
+                check!("get-instance-types", (NodePool, NodeClass) -> Result<devices::InstanceTypes, ProviderError>);
+            }
             check!("repair-policies", () -> Vec<RepairRule>);
             check!("reboot", (NodeClaim, String) -> Result<(), RebootError>);
             check!("registered", (NodeClaim) -> Result<Registration, ProviderError>);
@@ -446,9 +465,13 @@ mod tests {
         assert_eq!(WitVersion::for_version(0, 2), Some(WitVersion::V0_2));
         assert_eq!(WitVersion::for_version(0, 3), Some(WitVersion::V0_3));
         assert_eq!(WitVersion::for_version(0, 4), Some(WitVersion::V0_4));
-        assert_eq!(WitVersion::for_version(0, 5), None);
+        assert_eq!(WitVersion::for_version(0, 5), Some(WitVersion::V0_5));
+        assert_eq!(WitVersion::for_version(0, 6), None);
         assert_eq!(WitVersion::for_version(1, 0), None);
-        assert_eq!(WitVersion::supported_list(), "0.1.x, 0.2.x, 0.3.x, 0.4.x");
+        assert_eq!(
+            WitVersion::supported_list(),
+            "0.1.x, 0.2.x, 0.3.x, 0.4.x, 0.5.x"
+        );
     }
 
     fn resolve(dir: &str) -> (wit_parser::Resolve, wit_parser::PackageId) {
@@ -475,6 +498,7 @@ mod tests {
             ("since_v0.2.0", WitVersion::V0_2),
             ("since_v0.3.0", WitVersion::V0_3),
             ("since_v0.4.0", WitVersion::V0_4),
+            ("since_v0.5.0", WitVersion::V0_5),
         ] {
             let (resolve, package) = resolve(dir);
             let iface = interface(&resolve, package, EXPORT_INTERFACE);
@@ -511,13 +535,18 @@ mod tests {
     /// its export is 0.1's up to 0.3 (0.4's is checked by [`typecheck_exports`]'s signatures).
     #[test]
     fn shared_interfaces_are_unchanged_since_0_1() {
-        for dir in ["since_v0.2.0", "since_v0.3.0", "since_v0.4.0"] {
+        for dir in [
+            "since_v0.2.0",
+            "since_v0.3.0",
+            "since_v0.4.0",
+            "since_v0.5.0",
+        ] {
             let skip: &[&str] = if dir == "since_v0.2.0" {
                 &[]
             } else {
                 &["list-options"]
             };
-            let interfaces: &[&str] = if dir == "since_v0.4.0" {
+            let interfaces: &[&str] = if dir >= "since_v0.4.0" {
                 &["types", "kube", "host"]
             } else {
                 &["types", "kube", "host", EXPORT_INTERFACE]
@@ -530,10 +559,14 @@ mod tests {
                 );
             }
         }
-        // 0.4's `list-options` is 0.3's.
+        // 0.4's and 0.5's `list-options` are 0.3's.
+        for dir in ["since_v0.4.0", "since_v0.5.0"] {
+            assert_eq!(shape("since_v0.3.0", "kube", &[]), shape(dir, "kube", &[]));
+        }
+        // 0.5 binds its `lifecycle` to 0.4's Rust types: it must be 0.4's.
         assert_eq!(
-            shape("since_v0.3.0", "kube", &[]),
-            shape("since_v0.4.0", "kube", &[])
+            shape("since_v0.4.0", "lifecycle", &[]),
+            shape("since_v0.5.0", "lifecycle", &[])
         );
     }
 

@@ -21,13 +21,16 @@ use wasmtime::{PoolConcurrencyLimitError, Store, Trap, UpdateDeadline, WasmBackt
 
 use crate::capability::Capabilities;
 use crate::runtime::bindings::WitVersion;
+use crate::runtime::bindings::devices::InstanceTypes;
 use crate::runtime::bindings::lifecycle::{
-    InstanceTypes, RebootError, Registration, RepairAction, RepairRule,
+    self, RebootError, Registration, RepairAction, RepairRule,
 };
 use crate::runtime::bindings::types::{
     Catalog, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy,
 };
-use crate::runtime::bindings::{since_v0_1_0, since_v0_2_0, since_v0_3_0, since_v0_4_0};
+use crate::runtime::bindings::{
+    since_v0_1_0, since_v0_2_0, since_v0_3_0, since_v0_4_0, since_v0_5_0,
+};
 use crate::runtime::call_state::CallState;
 use crate::runtime::engine::CapstanEngine;
 use crate::runtime::limits::Limits;
@@ -193,6 +196,7 @@ pub(crate) enum Pre {
     V0_2(since_v0_2_0::CloudProviderWorldPre<CallState>),
     V0_3(since_v0_3_0::CloudProviderWorldPre<CallState>),
     V0_4(since_v0_4_0::CloudProviderWorldPre<CallState>),
+    V0_5(since_v0_5_0::CloudProviderWorldPre<CallState>),
 }
 
 /// An instance of the component, by the bindings that run it.
@@ -201,15 +205,20 @@ enum World {
     V0_2(since_v0_2_0::CloudProviderWorld),
     V0_3(since_v0_3_0::CloudProviderWorld),
     V0_4(since_v0_4_0::CloudProviderWorld),
+    V0_5(since_v0_5_0::CloudProviderWorld),
 }
 
 /// Calls `$method` of the `cloud-provider` export of `$call`'s instance, whichever version it
-/// is. Where 0.4 changed a function's result, `$older` turns an older version's answer into 0.4's.
+/// is. Where 0.4 changed a function's result, `$older` turns an answer of 0.1 to 0.3 into 0.4's;
+/// where 0.5 changed it, `$v0_4` turns 0.4's into 0.5's (the newest answer is the host's).
 macro_rules! guest_call {
     ($call:ident, $method:ident($($arg:expr),*)) => {
         guest_call!($call, $method($($arg),*), ::std::convert::identity)
     };
     ($call:ident, $method:ident($($arg:expr),*), $older:expr) => {
+        guest_call!($call, $method($($arg),*), $older, ::std::convert::identity)
+    };
+    ($call:ident, $method:ident($($arg:expr),*), $older:expr, $v0_4:expr) => {
         match &$call.world {
             World::V0_1(world) => world
                 .capstan_provider_cloud_provider()
@@ -226,9 +235,30 @@ macro_rules! guest_call {
                 .$method(&mut $call.store $(, $arg)*)
                 .await
                 .map($older),
+            World::V0_4(world) => world
+                .capstan_provider_cloud_provider()
+                .$method(&mut $call.store $(, $arg)*)
+                .await
+                .map($v0_4),
+            World::V0_5(world) => {
+                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
+            }
+        }
+    };
+}
+
+/// Calls `$method`, a function of the `cloud-provider` export new in 0.4, on `$call`'s instance;
+/// an older instance answers `$before` without a call.
+macro_rules! guest_call_since_v0_4 {
+    ($call:ident, $method:ident($($arg:expr),*), $before:expr) => {
+        match &$call.world {
             World::V0_4(world) => {
                 world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
             }
+            World::V0_5(world) => {
+                world.capstan_provider_cloud_provider().$method(&mut $call.store $(, $arg)*).await
+            }
+            World::V0_1(_) | World::V0_2(_) | World::V0_3(_) => Ok($before),
         }
     };
 }
@@ -354,7 +384,7 @@ impl ProviderPre {
 
     /// `get-instance-types(pool, class)`: the provider's catalog as it sent it (check it with
     /// [`crate::provider::convert::catalog::CatalogView`] before use), with the volume limits of
-    /// its instance types (none before 0.4).
+    /// its instance types (none before 0.4) and their devices (none before 0.5).
     pub async fn get_instance_types(
         &self,
         pool: &NodePool,
@@ -370,6 +400,16 @@ impl ProviderPre {
                     answer.map(|catalog| InstanceTypes {
                         catalog,
                         volume_limits: Vec::new(),
+                        slices: Vec::new(),
+                        devices: Vec::new(),
+                    })
+                },
+                |answer: Result<lifecycle::InstanceTypes, ProviderError>| {
+                    answer.map(|answer| InstanceTypes {
+                        catalog: answer.catalog,
+                        volume_limits: answer.volume_limits,
+                        slices: Vec::new(),
+                        devices: Vec::new(),
                     })
                 }
             );
@@ -474,15 +514,11 @@ impl ProviderPre {
         }
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let result = match &call.world {
-                World::V0_4(world) => {
-                    let guest = world.capstan_provider_cloud_provider();
-                    guest
-                        .call_reboot(&mut call.store, claim, operation_id)
-                        .await
-                }
-                _ => Ok(Err(RebootError::NotImplemented)),
-            };
+            let result = guest_call_since_v0_4!(
+                call,
+                call_reboot(claim, operation_id),
+                Err(RebootError::NotImplemented)
+            );
             call.finish(result)
         })
         .await
@@ -497,13 +533,8 @@ impl ProviderPre {
         }
         self.guarded(F, async {
             let mut call = self.instantiate(F).await?;
-            let result = match &call.world {
-                World::V0_4(world) => {
-                    let guest = world.capstan_provider_cloud_provider();
-                    guest.call_registered(&mut call.store, claim).await
-                }
-                _ => Ok(Ok(Registration::Ready)),
-            };
+            let result =
+                guest_call_since_v0_4!(call, call_registered(claim), Ok(Registration::Ready));
             provider_result(F, call.finish(result)?)
         })
         .await
@@ -596,6 +627,7 @@ impl ProviderPre {
             Pre::V0_2(pre) => pre.instantiate_async(&mut store).await.map(World::V0_2),
             Pre::V0_3(pre) => pre.instantiate_async(&mut store).await.map(World::V0_3),
             Pre::V0_4(pre) => pre.instantiate_async(&mut store).await.map(World::V0_4),
+            Pre::V0_5(pre) => pre.instantiate_async(&mut store).await.map(World::V0_5),
         };
         match world {
             Ok(world) => Ok(Call {

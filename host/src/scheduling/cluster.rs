@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use capstan_dra::template::ResourceSliceTemplate;
+
 use super::pod::Pod;
 use super::requirements::Requirements;
 use super::resources::{ResourceLimits, Resources};
@@ -24,6 +26,9 @@ pub struct InstanceType {
     /// `VolumeAttachmentLimits`); a driver not listed is not limited. A registered node's CSINode
     /// takes precedence ([`ExistingNode::volume_limits`]).
     pub volume_limits: BTreeMap<String, i64>,
+    /// The DRA devices a node of this type will carry, as the ResourceSlices its drivers will
+    /// publish (Karpenter's `DynamicResources`); shared with the other types that carry them.
+    pub devices: Vec<Arc<ResourceSliceTemplate>>,
 }
 
 impl InstanceType {

@@ -194,6 +194,7 @@ pub(crate) mod tests {
             capacity: Resources::new(4000, 8 * GI, 40),
             overhead: Resources::default(),
             volume_limits: Default::default(),
+            devices: Vec::new(),
         };
         NodePoolView::new("default", vec![four].into())
     }

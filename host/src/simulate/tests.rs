@@ -22,6 +22,7 @@ fn catalog() -> Vec<InstanceType> {
             capacity: Resources::new(cpu * 1000, cpu * 4 * GIB, 110),
             overhead: Resources::default(),
             volume_limits: Default::default(),
+            devices: Vec::new(),
         })
         .collect()
 }

@@ -9,6 +9,9 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::runtime::watcher;
 use kube::{Api, Client, ResourceExt};
@@ -54,6 +57,23 @@ pub struct ClusterState {
     pub replica_sets: Cache<ReplicaSet>,
     pub stateful_sets: Cache<StatefulSet>,
     pub replication_controllers: Cache<ReplicationController>,
+    /// Dynamic Resource Allocation (`resource.k8s.io/v1`), watched when the host provisions for
+    /// pods' ResourceClaims: the claims, their templates, the device classes and the slices the
+    /// nodes' drivers published.
+    dra: bool,
+    pub resource_claims: Cache<ResourceClaim>,
+    pub claim_templates: Cache<ResourceClaimTemplate>,
+    pub device_classes: Cache<DeviceClass>,
+    pub resource_slices: Cache<ResourceSlice>,
+}
+
+/// What a view holds of Dynamic Resource Allocation (empty unless the host watches it).
+#[derive(Debug, Clone, Default)]
+pub struct DraView {
+    pub claims: Vec<Arc<ResourceClaim>>,
+    pub templates: Vec<Arc<ResourceClaimTemplate>>,
+    pub classes: Vec<Arc<DeviceClass>>,
+    pub slices: Vec<Arc<ResourceSlice>>,
 }
 
 /// One moment of the caches: every object as the caches held it when the view was taken.
@@ -79,16 +99,20 @@ pub struct View {
     /// kube-scheduler's default topology spread constraints over the workloads they deduce
     /// selectors from, when the host is given them.
     pub default_spread: Option<Arc<DefaultSpread>>,
+    /// ResourceClaims, their templates, DeviceClasses and ResourceSlices (when watched).
+    pub dra: DraView,
 }
 
 impl ClusterState {
     /// Caches that mirror `scheduler` (kube-scheduler's configuration) as well, when it has
-    /// default topology spread constraints.
-    pub fn with_scheduler(scheduler: Option<SchedulerConfig>) -> Self {
+    /// default topology spread constraints, and with `dra` Dynamic Resource Allocation's
+    /// objects.
+    pub fn new(scheduler: Option<SchedulerConfig>, dra: bool) -> Self {
         Self {
             scheduler: scheduler
                 .filter(|c| !c.default_constraints().is_empty())
                 .map(Arc::new),
+            dra,
             ..Self::default()
         }
     }
@@ -124,6 +148,14 @@ impl ClusterState {
                     self.replication_controllers
                         .run(Api::all(client.clone()), all()),
                 ),
+            ]);
+        }
+        if self.dra {
+            tasks.extend([
+                tokio::spawn(self.resource_claims.run(Api::all(client.clone()), all())),
+                tokio::spawn(self.claim_templates.run(Api::all(client.clone()), all())),
+                tokio::spawn(self.device_classes.run(Api::all(client.clone()), all())),
+                tokio::spawn(self.resource_slices.run(Api::all(client.clone()), all())),
             ]);
         }
         let ready = |kind: &'static str| {
@@ -214,6 +246,28 @@ impl ClusterState {
                 .await
                 .map_err(ready("ReplicationController"))?;
         }
+        if self.dra {
+            self.resource_claims
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("ResourceClaim"))?;
+            self.claim_templates
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("ResourceClaimTemplate"))?;
+            self.device_classes
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("DeviceClass"))?;
+            self.resource_slices
+                .store()
+                .wait_until_ready()
+                .await
+                .map_err(ready("ResourceSlice"))?;
+        }
         Ok(tasks)
     }
 
@@ -239,6 +293,10 @@ impl ClusterState {
             self.replica_sets.generation(),
             self.stateful_sets.generation(),
             self.replication_controllers.generation(),
+            self.resource_claims.generation(),
+            self.claim_templates.generation(),
+            self.device_classes.generation(),
+            self.resource_slices.generation(),
         ]
         .into_iter()
         .fold(0u64, u64::wrapping_add)
@@ -282,6 +340,12 @@ impl ClusterState {
                 };
                 DefaultSpread::new(config, &workloads).map(Arc::new)
             }),
+            dra: DraView {
+                claims: self.resource_claims.store().state(),
+                templates: self.claim_templates.store().state(),
+                classes: self.device_classes.store().state(),
+                slices: self.resource_slices.store().state(),
+            },
         }
     }
 }

@@ -234,6 +234,23 @@ fn helm_template_renders_a_locked_down_deployment_and_least_privilege_rbac() {
     ] {
         assert!(host_role.contains(resource), "{resource}: {host_role}");
     }
+    // Dynamic Resource Allocation (on unless settings.ignoreDRARequests): pods' claims, their
+    // templates, device classes and the nodes' slices, read only.
+    for resource in [
+        "\"resourceclaims\"",
+        "\"resourceclaimtemplates\"",
+        "\"deviceclasses\"",
+        "\"resourceslices\"",
+    ] {
+        assert!(host_role.contains(resource), "{resource}: {host_role}");
+    }
+    let ignoring = template(&["--set", "settings.ignoreDRARequests=true"]);
+    let ignoring_role =
+        serde_json::to_string(&find(&ignoring, "ClusterRole", "rel-capstan").data).unwrap();
+    assert!(
+        !ignoring_role.contains("resource.k8s.io"),
+        "{ignoring_role}"
+    );
     let providers =
         serde_json::to_string(&find(&objects, "ClusterRole", "rel-capstan-providers").data)
             .unwrap();
@@ -453,6 +470,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
          \x20 batchIdleDuration: 2s\n\
          \x20 preferencePolicy: Ignore\n\
          \x20 minValuesPolicy: BestEffort\n\
+         \x20 ignoreDRARequests: true\n\
          \x20 schedulerConfig:\n\
          \x20   podTopologySpread:\n\
          \x20     defaultConstraints:\n\
@@ -483,6 +501,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
             ("BATCH_IDLE_DURATION", "2s"),
             ("PREFERENCE_POLICY", "Ignore"),
             ("MIN_VALUES_POLICY", "BestEffort"),
+            ("IGNORE_DRA_REQUESTS", "true"),
             ("KUBE_CLIENT_QPS", "50"),
             ("KUBE_CLIENT_BURST", "75"),
             (
@@ -503,6 +522,7 @@ fn karpenter_style_helm_values_become_the_hosts_settings() {
     assert_eq!(settings["batchIdleDuration"], "2s");
     assert_eq!(settings["preferencePolicy"], "Ignore");
     assert_eq!(settings["minValuesPolicy"], "BestEffort");
+    assert_eq!(settings["ignoreDraRequests"], true);
     assert_eq!(settings["kubeClientQPS"], 50);
     assert_eq!(settings["kubeClientBurst"], 75);
     assert_eq!(settings["leaderElection"], true);

@@ -104,7 +104,7 @@ fn a_rust_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
     // The kit fails (exit status) while functions are missing, and says which.
     assert_kit_lists_what_is_missing(&out, "my-cloud");
 
-    // What it built is a contract 0.4 component (the default, the newest) the host accepts.
+    // What it built is a contract 0.5 component (the default, the newest) the host accepts.
     let wasm = skeleton_target().join("wasm32-wasip2/release/my_cloud.wasm");
     let inspect = Command::new(capstan)
         .args(["provider", "inspect", "--json"])
@@ -113,7 +113,7 @@ fn a_rust_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
         .unwrap();
     assert!(inspect.status.success(), "{}", text(&inspect.stderr));
     let json: serde_json::Value = serde_json::from_slice(&inspect.stdout).unwrap();
-    assert_eq!(json["provider"]["wit"], "0.4");
+    assert_eq!(json["provider"]["wit"], "0.5");
 }
 
 /// The Python toolchain venv the repository's build uses (componentize-py, pytest; pinned), so

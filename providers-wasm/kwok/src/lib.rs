@@ -5,12 +5,14 @@
 //! types come from a generated catalog shaped like Karpenter's kwok one, or from the NodeClass
 //! parameters; see `README.md` for the parameters and the grants the provider needs.
 //!
-//! Modules: [`params`] (NodeClass parameters), [`catalog`] (instance types), [`selection`]
+//! Modules: [`params`] (NodeClass parameters), [`catalog`] (instance types), [`devices`] (their
+//! DRA devices, from Karpenter's DRA KWOK driver's `DRAConfig`s), [`selection`]
 //! (cheapest compatible offering), [`node`] (the Node object), [`drift`], [`reboot`] (a reboot as
 //! kwok plays one), [`errors`] (kube → provider errors) are pure and unit-tested natively; [`provider`] is the glue to the WIT export
 //! and the `kube` import.
 
 pub mod catalog;
+pub mod devices;
 pub mod drift;
 pub mod errors;
 pub mod node;

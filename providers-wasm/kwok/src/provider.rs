@@ -1,6 +1,8 @@
 //! The `cloud-provider` export: glue between the WIT calls, the pure modules and the `kube` import.
-//! Every kube call targets `v1/Node` (cluster-scoped) in the workload cluster.
+//! Every kube call targets `v1/Node` (cluster-scoped) in the workload cluster, but the list of the
+//! DRA KWOK driver's `DRAConfig`s that gives the instance types their devices ([`devices`]).
 
+use capstan_provider_sdk::catalog::DeviceTemplates;
 use capstan_provider_sdk::kube::{self, Cluster, ListOptions, ObjectRef, Target};
 use capstan_provider_sdk::{
     Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
@@ -10,6 +12,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use crate::catalog;
+use crate::devices::{self, DraConfig};
 use crate::drift::{self, Recorded};
 use crate::errors::{self, from_kube};
 use crate::node::{self, HASH_ANNOTATION, IMAGE_ANNOTATION, Node, Provenance};
@@ -27,6 +30,30 @@ pub const REBOOT_REQUIRED_CONDITION: &str = "KWOKRebootRequired";
 
 /// The kwok provider.
 pub struct Kwok;
+
+/// How long a list of the `DRAConfig`s is reused (`get-instance-types` is called often).
+const DRA_CONFIGS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The DRA KWOK driver's configurations, listed at most every [`DRA_CONFIGS_TTL`]. None when
+/// the driver's CRD is not installed or the grants do not reach it: then no type has devices.
+fn dra_configs() -> Vec<DraConfig> {
+    let listed =
+        capstan_provider_sdk::cache::get_or_insert_with("dra-configs", DRA_CONFIGS_TTL, || {
+            kube::list::<DraConfig>(
+                &Target::new(Cluster::Workload, devices::API_VERSION, devices::KIND),
+                &ListOptions::default(),
+            )
+        });
+    match listed {
+        Ok(configs) => configs,
+        Err(err) => {
+            if !err.is_not_found() {
+                capstan_provider_sdk::debug!("no DRAConfigs, so no devices: {err}");
+            }
+            Vec::new()
+        }
+    }
+}
 
 fn nodes() -> Target {
     Target::new(Cluster::Workload, "v1", "Node")
@@ -92,10 +119,18 @@ impl Guest for Kwok {
         class: NodeClass,
     ) -> Result<InstanceTypes, ProviderError> {
         let params = Parameters::parse(&class.parameters)?;
-        Ok(InstanceTypes {
-            catalog: catalog::to_catalog(&catalog::build(&params)?),
-            volume_limits: Vec::new(),
-        })
+        let entries = catalog::build(&params)?;
+        let configs = dra_configs();
+        let mut templates = DeviceTemplates::new();
+        if !configs.is_empty() {
+            for (i, entry) in entries.iter().enumerate() {
+                templates.add(
+                    i as u32,
+                    &devices::templates(&configs, &entry.node_labels()),
+                );
+            }
+        }
+        Ok(templates.answer(catalog::to_catalog(&entries), Vec::new()))
     }
 
     fn create(claim: NodeClaim, class: NodeClass) -> Result<NodeClaim, ProviderError> {

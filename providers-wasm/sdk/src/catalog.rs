@@ -34,6 +34,11 @@
 //! millicores, memory in milli-bytes. [`milli_value`] converts a [`Quantity`], and the `*_list`
 //! methods take whole [`ResourceList`]s.
 
+#[cfg(feature = "v0_5")]
+mod devices;
+#[cfg(feature = "v0_5")]
+pub use devices::DeviceTemplates;
+
 use crate::requirements::Requirements;
 use crate::{Catalog, Quantity, Requirement, ResourceList, Span};
 

@@ -2,7 +2,8 @@
 //!
 //! A provider is a WebAssembly component implementing the `capstan:provider` world
 //! (`wit/since_v0.1.0/provider.wit`; with the `v0_2` feature `wit/since_v0.2.0/provider.wit`; with
-//! `v0_3`, `wit/since_v0.3.0/provider.wit`; with `v0_4`, `wit/since_v0.4.0/provider.wit`). This crate
+//! `v0_3`, `wit/since_v0.3.0/provider.wit`; with `v0_4`, `wit/since_v0.4.0/provider.wit`; with
+//! `v0_5`, `wit/since_v0.5.0/provider.wit`). This crate
 //! generates the bindings once and adds what every provider needs on
 //! top of them, so a provider crate is mostly its own logic:
 //!
@@ -30,6 +31,9 @@
 //! - With `v0_4`: Karpenter v1.15's contract. [`Guest`] gains `reboot` and `registered`,
 //!   `repair-policies` returns [`RepairRule`]s and `get-instance-types` an [`InstanceTypes`] (the
 //!   catalog with [`VolumeLimit`]s).
+//! - With `v0_5`: devices. `get-instance-types` returns [`devices::InstanceTypes`] (0.4's answer
+//!   with the DRA devices of each instance type as [`devices::SliceTemplate`]s, built with
+//!   [`catalog::DeviceTemplates`]).
 //!
 //! ```ignore
 //! use capstan_provider_sdk::{Guest, Catalog, CatalogBuilder, NodeClaim, NodeClass, NodePool, ProviderError, RepairPolicy};
@@ -58,7 +62,7 @@ pub mod config;
 pub mod http;
 
 /// The bindings `wit-bindgen` generates for `capstan:provider/cloud-provider-world` (0.1.0; with
-/// the `v0_2` feature, 0.2.0; with `v0_3`, 0.3.0; with `v0_4`, 0.4.0).
+/// the `v0_2` feature, 0.2.0; with `v0_3`, 0.3.0; with `v0_4`, 0.4.0; with `v0_5`, 0.5.0).
 #[cfg(not(any(feature = "v0_2", feature = "v0_3")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
@@ -127,12 +131,23 @@ pub mod bindings {
 
 /// The bindings for `capstan:provider/cloud-provider-world@0.4.0`: 0.3's, with Karpenter v1.15's
 /// contract in the export and the `lifecycle` interface.
-#[cfg(feature = "v0_4")]
+#[cfg(all(feature = "v0_4", not(feature = "v0_5")))]
 #[allow(missing_docs, clippy::all)]
 pub mod bindings {
     bindings_with_wasi_http!(
         "../../wit/since_v0.4.0",
         "capstan:provider/kube@0.4.0/list-options"
+    );
+}
+
+/// The bindings for `capstan:provider/cloud-provider-world@0.5.0`: 0.4's, with the `devices`
+/// interface and `get-instance-types` answering [`devices::InstanceTypes`].
+#[cfg(feature = "v0_5")]
+#[allow(missing_docs, clippy::all)]
+pub mod bindings {
+    bindings_with_wasi_http!(
+        "../../wit/since_v0.5.0",
+        "capstan:provider/kube@0.5.0/list-options"
     );
 }
 
@@ -193,9 +208,22 @@ pub use bindings::capstan::provider::types::RepairPolicy;
 /// What contract 0.4 adds (its `lifecycle` interface).
 #[cfg(feature = "v0_4")]
 pub use bindings::capstan::provider::lifecycle::{
-    InstanceTypes, RebootError, Registration, RegistrationWait, RepairAction, RepairRule,
-    VolumeLimit,
+    RebootError, Registration, RegistrationWait, RepairAction, RepairRule, VolumeLimit,
 };
+
+/// The answer of `get-instance-types` under 0.4: the catalog and its volume limits.
+#[cfg(all(feature = "v0_4", not(feature = "v0_5")))]
+pub use bindings::capstan::provider::lifecycle::InstanceTypes;
+
+/// What contract 0.5 adds (its `devices` interface): the DRA devices of instance types, as the
+/// ResourceSlices their drivers will publish. Kept in a module of its own: its `Device`,
+/// `Attribute` and `Quantity` would shadow other names at the crate root.
+#[cfg(feature = "v0_5")]
+pub use bindings::capstan::provider::devices;
+
+/// The answer of `get-instance-types` under 0.5: 0.4's and the devices.
+#[cfg(feature = "v0_5")]
+pub use devices::InstanceTypes;
 
 pub use catalog::{CatalogBuilder, InstanceTypeBuilder};
 

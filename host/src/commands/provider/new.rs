@@ -28,7 +28,8 @@ pub struct NewArgs {
     dir: Option<PathBuf>,
     /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3` for
     /// paged lists as well; `0.4` for Karpenter v1.15's reboot, repair rules and registration
-    /// hook). Default: the newest the language's skeleton speaks (0.4 for Rust and Python).
+    /// hook; `0.5` for the DRA devices of instance types). Default: the newest the language's
+    /// skeleton speaks (0.5 for Rust, 0.4 for Python).
     #[arg(long, value_parser = parse_contract)]
     contract: Option<WitVersion>,
 }
@@ -56,7 +57,7 @@ const README: &str = include_str!("new/README.md.tmpl");
 const GRANTS: &str = include_str!("new/grants.yaml.tmpl");
 
 const RUST: Skeleton = Skeleton {
-    newest: WitVersion::V0_4,
+    newest: WitVersion::V0_5,
     files: &[
         ("Cargo.toml", include_str!("new/rust/Cargo.toml.tmpl")),
         ("src/lib.rs", include_str!("new/rust/lib.rs.tmpl")),
@@ -304,11 +305,19 @@ mod tests {
         assert!(get(&files, "src/lib.rs").contains("-> Vec<RepairPolicy>"));
         let old = rendered(Lang::Rust, WitVersion::V0_1);
         assert!(!old.keys().any(|p| p.starts_with("wit/deps")));
-        let newest = rendered(Lang::Rust, WitVersion::V0_4);
-        let lib = get(&newest, "src/lib.rs");
+        let v0_4 = rendered(Lang::Rust, WitVersion::V0_4);
+        let lib = get(&v0_4, "src/lib.rs");
         assert!(lib.contains("-> Result<InstanceTypes, ProviderError>"));
+        assert!(lib.contains("lifecycle::{\n    InstanceTypes"));
         assert!(lib.contains("fn reboot(_claim: NodeClaim, _operation_id: String)"));
-        assert!(get(&newest, "wit/provider.wit").contains("package capstan:provider@0.4.0"));
+        assert!(get(&v0_4, "wit/provider.wit").contains("package capstan:provider@0.4.0"));
+        assert_eq!(skeleton(Lang::Rust).newest, WitVersion::V0_5);
+        let newest = rendered(Lang::Rust, WitVersion::V0_5);
+        let lib = get(&newest, "src/lib.rs");
+        assert!(lib.contains("use bindings::capstan::provider::devices::InstanceTypes;"));
+        assert!(lib.contains("-> Result<InstanceTypes, ProviderError>"));
+        assert!(lib.contains("fn registered(_claim: NodeClaim)"));
+        assert!(get(&newest, "wit/provider.wit").contains("package capstan:provider@0.5.0"));
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl InstanceTypeSource for FourZones {
             capacity: scheduling::Resources::new(4000, 16 << 30, 110),
             overhead: scheduling::Resources::default(),
             volume_limits: Default::default(),
+            devices: Vec::new(),
         };
         Ok(Arc::from(vec![it("amd-4", "amd64"), it("arm-4", "arm64")]))
     }

@@ -26,6 +26,7 @@ fn it(name: &str, cpu: i64, od: f64, spot: Option<f64>) -> InstanceType {
         capacity: Resources::new(cpu * 1000, cpu * 4 * GIB, 110),
         overhead: Resources::default(),
         volume_limits: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -23,6 +23,7 @@ fn instance_type(name: &str, cpu: i64) -> InstanceType {
         capacity: Resources::new(cpu * 1000, 2 * cpu * GI, 10 * cpu),
         overhead: Resources::default(),
         volume_limits: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -15,8 +15,8 @@ macro_rules! wit_files {
 
 const V0_1: &[WitFile] = wit_files!("since_v0.1.0": "provider.wit");
 
-/// A contract of 0.2 or later: its package and the standard WASI packages under `deps/` (0.3's
-/// and 0.4's `deps` are links to 0.2's).
+/// A contract of 0.2 or later: its package and the standard WASI packages under `deps/` (the
+/// later versions' `deps` are links to 0.2's).
 macro_rules! with_wasi_deps {
     ($dir:literal) => {
         wit_files!($dir:
@@ -40,6 +40,8 @@ const V0_3: &[WitFile] = with_wasi_deps!("since_v0.3.0");
 
 const V0_4: &[WitFile] = with_wasi_deps!("since_v0.4.0");
 
+const V0_5: &[WitFile] = with_wasi_deps!("since_v0.5.0");
+
 /// Every file of `version`'s contract (the package and the WASI packages it imports).
 pub fn files(version: WitVersion) -> &'static [WitFile] {
     match version {
@@ -47,6 +49,7 @@ pub fn files(version: WitVersion) -> &'static [WitFile] {
         WitVersion::V0_2 => V0_2,
         WitVersion::V0_3 => V0_3,
         WitVersion::V0_4 => V0_4,
+        WitVersion::V0_5 => V0_5,
     }
 }
 
@@ -57,6 +60,7 @@ pub fn directory(version: WitVersion) -> &'static str {
         WitVersion::V0_2 => "since_v0.2.0",
         WitVersion::V0_3 => "since_v0.3.0",
         WitVersion::V0_4 => "since_v0.4.0",
+        WitVersion::V0_5 => "since_v0.5.0",
     }
 }
 

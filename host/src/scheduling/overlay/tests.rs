@@ -24,6 +24,7 @@ fn it(name: &str, prices: &[(&str, &str, f64)]) -> InstanceType {
         capacity: Resources::new(4000, 8 << 30, 110),
         overhead: Resources::default(),
         volume_limits: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -39,6 +39,7 @@ fn types() -> Arc<[InstanceType]> {
                 overhead: Resources::default(),
                 name,
                 volume_limits: Default::default(),
+                devices: Vec::new(),
             }
         })
         .collect()

@@ -37,6 +37,7 @@ fn instance_type(name: &str, cpu_millis: i64, arch: &str, price: f64) -> Instanc
         capacity: Resources::new(cpu_millis, 4 * cpu_millis / 1000 * GI, 110),
         overhead: Resources::default(),
         volume_limits: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -32,6 +32,7 @@ fn instance_type(
         capacity: Resources::new(cpu * 1000, mem_gib * GI, pods),
         overhead: Resources::default(),
         volume_limits: Default::default(),
+        devices: Vec::new(),
     }
 }
 

@@ -215,7 +215,7 @@ async fn packaged_manifests_apply_and_load() {
     let provider = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
     assert_eq!(
         provider.status.unwrap().wit_version.as_deref(),
-        Some("0.4.0")
+        Some("0.5.0")
     );
     let _ = kube::Api::<Provider>::all(setup.client.clone())
         .delete(&name, &Default::default())

@@ -1,6 +1,7 @@
 //! The parts of a skeleton's provider source that differ by contract: its imports (`{{imports}}`),
-//! what `get-instance-types` answers (`{{catalog}}`), and `repair-policies` with what 0.4 adds
-//! (`reboot`, `registered`) (`{{repair}}`).
+//! what `get-instance-types` answers (`{{catalog}}`: 0.4's catalog with volume limits, 0.5's
+//! with devices too), and `repair-policies` with what 0.4 adds (`reboot`, `registered`)
+//! (`{{repair}}`).
 
 use capstan::runtime::bindings::WitVersion;
 
@@ -14,6 +15,7 @@ pub fn parts(lang: Lang, contract: WitVersion) -> [Part; 3] {
     let since_0_4 = contract >= WitVersion::V0_4;
     match (lang, since_0_4) {
         (Lang::Rust, false) => RUST_BEFORE_0_4,
+        (Lang::Rust, true) if contract >= WitVersion::V0_5 => RUST_0_5,
         (Lang::Rust, true) => RUST_0_4,
         (Lang::Python, false) => PYTHON_BEFORE_0_4,
         (Lang::Python, true) => PYTHON_0_4,
@@ -53,6 +55,19 @@ const RUST_0_4: [Part; 3] = [
          fn registered(_claim: NodeClaim) -> Result<Registration, ProviderError> {\n        \
          Ok(Registration::Ready)\n    }",
     ),
+];
+
+/// 0.4's, but `get-instance-types` answers 0.5's `devices.instance-types` (the devices of each
+/// type as DRA ResourceSlice templates, none to start with).
+const RUST_0_5: [Part; 3] = [
+    (
+        "{{imports}}",
+        "use bindings::capstan::provider::devices::InstanceTypes;\n\
+         use bindings::capstan::provider::lifecycle::{RebootError, Registration, RepairRule};\n\
+         use bindings::capstan::provider::types::{NodeClaim, NodeClass, NodePool, ProviderError};",
+    ),
+    ("{{catalog}}", "InstanceTypes"),
+    RUST_0_4[2],
 ];
 
 const PYTHON_BEFORE_0_4: [Part; 3] = [
