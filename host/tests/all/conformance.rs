@@ -12,7 +12,9 @@ use capstan_test_support::ControlPlane;
 
 use crate::fixtures::{chaos, claim, class, kwok_compiled, kwok_file, kwok_in, runtime};
 
-/// What kwok needs: its own Nodes, and their status (`scope: owned` is the default, written out).
+/// What kwok needs: its own Nodes, and their status (`scope: owned` is the default, written out);
+/// and the DRA KWOK driver's DRAConfigs its instance types' devices come from (any: cluster
+/// configuration no provider owns).
 pub const KWOK_GRANTS: &str = r#"
 - apiGroups: [""]
   resources: [nodes]
@@ -22,6 +24,10 @@ pub const KWOK_GRANTS: &str = r#"
   resources: [nodes/status]
   verbs: [get, patch]
   scope: owned
+- apiGroups: [test.karpenter.sh]
+  resources: [draconfigs]
+  verbs: [list]
+  scope: any
 "#;
 
 fn kwok_grants() -> Grants {
@@ -144,7 +150,7 @@ async fn chaos_failures_are_reported_per_check() {
 
 #[test]
 fn kwok_grants_parse() {
-    assert_eq!(kwok_grants().0.len(), 2);
+    assert_eq!(kwok_grants().0.len(), 3);
 }
 
 /// `capstan provider test` on the kwok provider built in `language`.

@@ -3,7 +3,7 @@
 //! DRA KWOK driver's `DRAConfig`s that gives the instance types their devices ([`devices`]).
 
 use capstan_provider_sdk::catalog::DeviceTemplates;
-use capstan_provider_sdk::kube::{self, Cluster, ListOptions, ObjectRef, Target};
+use capstan_provider_sdk::kube::{self, Cluster, KubeError, ListOptions, ObjectRef, Target};
 use capstan_provider_sdk::{
     Guest, InstanceTypes, NodeClaim, NodeClass, NodePool, ProviderError, RebootError, Registration,
     RepairAction, RepairRule, Requirements, ResourceList, clock, lookup, timestamp,
@@ -35,24 +35,30 @@ pub struct Kwok;
 const DRA_CONFIGS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The DRA KWOK driver's configurations, listed at most every [`DRA_CONFIGS_TTL`]. None when
-/// the driver's CRD is not installed or the grants do not reach it: then no type has devices.
+/// the driver's CRD is not installed or the grants do not reach it (then no type has devices;
+/// that answer is cached too, so a provider without the grant is not refused on every call).
 fn dra_configs() -> Vec<DraConfig> {
     let listed =
         capstan_provider_sdk::cache::get_or_insert_with("dra-configs", DRA_CONFIGS_TTL, || {
-            kube::list::<DraConfig>(
+            match kube::list::<DraConfig>(
                 &Target::new(Cluster::Workload, devices::API_VERSION, devices::KIND),
                 &ListOptions::default(),
-            )
-        });
-    match listed {
-        Ok(configs) => configs,
-        Err(err) => {
-            if !err.is_not_found() {
-                capstan_provider_sdk::debug!("no DRAConfigs, so no devices: {err}");
+            ) {
+                Ok(configs) => Ok(configs),
+                Err(err)
+                    if err.is_not_found()
+                        || matches!(err.kube_error(), Some(KubeError::PermissionDenied(_))) =>
+                {
+                    capstan_provider_sdk::debug!("no DRAConfigs, so no devices: {err}");
+                    Ok(Vec::new())
+                }
+                Err(err) => Err(err),
             }
-            Vec::new()
-        }
-    }
+        });
+    listed.unwrap_or_else(|err| {
+        capstan_provider_sdk::warn!("listing DRAConfigs failed, no devices this time: {err}");
+        Vec::new()
+    })
 }
 
 fn nodes() -> Target {
