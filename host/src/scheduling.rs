@@ -60,6 +60,7 @@
 pub mod buffer;
 pub mod cluster;
 pub mod convert;
+pub mod devices;
 pub mod overlay;
 pub mod pod;
 pub mod policy;

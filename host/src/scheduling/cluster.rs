@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use capstan_dra::template::ResourceSliceTemplate;
 
+use super::devices::NodeDevices;
 use super::pod::Pod;
 use super::requirements::Requirements;
 use super::resources::{ResourceLimits, Resources};
@@ -131,6 +132,9 @@ pub struct ExistingNode {
     /// `spec.drivers[].allocatable.count`); a driver not listed is not limited. The volumes of
     /// `pods` ([`Pod::csi_volumes`]) count against it.
     pub volume_limits: BTreeMap<String, i64>,
+    /// Its devices: the ResourceSlices its drivers published (less what claims hold), or until
+    /// they do its instance type's templates; none when it has no devices.
+    pub devices: Option<NodeDevices>,
 }
 
 /// A NodeClaim that is launching but has no node yet. DaemonSet pods that would land on it are
@@ -147,4 +151,6 @@ pub struct InflightClaim {
     /// Requests of pods already bound or nominated to it.
     pub used: Resources,
     pub pods: Vec<Arc<Pod>>,
+    /// Its devices, from its instance type's templates once it has one.
+    pub devices: Option<NodeDevices>,
 }

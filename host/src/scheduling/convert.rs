@@ -591,6 +591,8 @@ pub fn node(
         initialized,
         name,
         volume_limits: BTreeMap::new(),
+        // Filled by the snapshot, which holds the ResourceSlices and the catalogs.
+        devices: None,
     })
 }
 
@@ -726,6 +728,8 @@ pub fn inflight_claim(
         used,
         pods,
         name,
+        // Filled by the snapshot from the claim's instance type.
+        devices: None,
     })
 }
 

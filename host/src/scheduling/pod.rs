@@ -42,6 +42,8 @@ pub struct Pod {
     /// Its persistent volumes with the CSI driver that attaches each, for the nodes' attach
     /// limits ([`super::ExistingNode::volume_limits`]).
     pub csi_volumes: Vec<CsiVolume>,
+    /// The devices its ResourceClaims ask for (Dynamic Resource Allocation).
+    pub devices: super::devices::PodDevices,
     /// A CapacityBuffer's virtual pod ([`super::buffer`]): placed after every real pod, so real
     /// pods take the room and buffer pods fill what is left.
     pub buffer: bool,

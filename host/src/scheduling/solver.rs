@@ -27,6 +27,8 @@ mod setup;
 mod topology;
 
 #[cfg(test)]
+mod devices_tests;
+#[cfg(test)]
 mod index_tests;
 #[cfg(test)]
 mod reach_tests;
@@ -47,6 +49,7 @@ use topology::{DomainId, GroupId, GroupKind, Topology};
 
 use super::SchedulingInput;
 use super::cluster::{InstanceType, NodePoolView};
+use super::devices;
 use super::pod::{CsiVolume, HostPort, Pod, host_port_conflict, volume_limit_exceeded};
 use super::policy::MinValuesPolicy;
 use super::requirements::{Requirement, Requirements, ValueSet};
@@ -120,6 +123,10 @@ struct Bin<'a> {
     /// types' limits narrow the types they may launch as (as Karpenter v1.15).
     volume_limits: Option<&'a BTreeMap<String, i64>>,
     volumes: Vec<CsiVolume>,
+    /// Existing capacity's devices (a new claim's are its instance types', in the pool's
+    /// catalog), and the claims of the pods placed on it in this run.
+    devices: Option<&'a capstan_dra::Inventory>,
+    claims: Vec<Arc<capstan_dra::ClaimRequests>>,
 }
 
 /// The domains a bin's requirements allow for one topology key.

@@ -2,11 +2,17 @@
 //! allocatable (DaemonSet overhead already taken off), per-key compatibility indexes and compact
 //! offerings, so narrowing a claim's options is bit-set arithmetic.
 
+use std::cell::OnceCell;
+use std::sync::Arc;
+
+use capstan_dra::{ClaimRequests, Inventory};
+
 use super::fast_hash::FastMap;
 
 use super::bitset::BitSet;
 use crate::api::labels::{CAPACITY_TYPE, ZONE};
 use crate::scheduling::cluster::{InstanceType, NodePoolView};
+use crate::scheduling::devices;
 use crate::scheduling::pod::{CsiVolume, Pod, volume_limit_exceeded};
 use crate::scheduling::requirements::{Requirements, ValueSet};
 use crate::scheduling::resources::{ResourceLimits, Resources};
@@ -64,6 +70,9 @@ pub(super) struct Catalog {
     offering_keys: Vec<String>,
     zone_scratch: Vec<bool>,
     capacity_type_scratch: Vec<bool>,
+    /// Per type, the devices a node of it carries (none: no devices, or templates that do not
+    /// form an inventory); worked out on the first pod that asks for devices.
+    inventories: OnceCell<Vec<Option<Inventory>>>,
 }
 
 fn intern(names: &mut Vec<String>, name: &str) -> u32 {
@@ -131,6 +140,7 @@ impl Catalog {
             offering_keys: Vec::new(),
             zone_scratch: Vec::new(),
             capacity_type_scratch: Vec::new(),
+            inventories: OnceCell::new(),
         };
         let daemons_for_pool: Vec<&(&Pod, Requirements)> = daemonsets
             .iter()
@@ -382,6 +392,48 @@ impl Catalog {
                         Some(_) => {}
                         None => refused = Some((driver.to_owned(), limit)),
                     }
+                    false
+                }
+            }
+        });
+        if mask.is_empty() { refused } else { None }
+    }
+
+    /// Keeps the types whose devices hold `adding` besides the claims `placed` on the claim;
+    /// when none is left, why the first type with devices refused (none: no type has devices).
+    pub(super) fn restrict_to_devices(
+        &self,
+        mask: &mut BitSet,
+        view: &NodePoolView,
+        placed: &[Arc<ClaimRequests>],
+        adding: &[Arc<ClaimRequests>],
+    ) -> Option<String> {
+        let inventories = self.inventories.get_or_init(|| {
+            self.types
+                .iter()
+                .map(|&i| {
+                    let templates = &view.instance_types[i].devices;
+                    if templates.is_empty() {
+                        return None;
+                    }
+                    let owned: Vec<_> = templates.iter().map(|t| (**t).clone()).collect();
+                    Inventory::from_templates(&owned)
+                        .inspect_err(|err| {
+                            tracing::debug!(instance_type = %view.instance_types[i].name, error = %err, "devices left out");
+                        })
+                        .ok()
+                })
+                .collect()
+        });
+        let mut refused: Option<String> = None;
+        mask.retain(|t| {
+            let Some(inventory) = inventories[t].as_ref() else {
+                return false;
+            };
+            match devices::fit(Some(inventory), placed, adding) {
+                Ok(()) => true,
+                Err(why) => {
+                    refused.get_or_insert(why);
                     false
                 }
             }

@@ -269,6 +269,8 @@ impl<'a> Solver<'a> {
             host_ports: Vec::new(),
             volume_limits: None,
             volumes: Vec::new(),
+            devices: None,
+            claims: Vec::new(),
         });
         self.index_last_bin(true);
         let b = self.bins.len() - 1;
@@ -347,6 +349,24 @@ impl<'a> Solver<'a> {
                 want,
                 "the node attaches at most {limit} volume(s) of {driver}"
             );
+        }
+        // Devices: claims allocated already pin the pod to their node; existing capacity must
+        // hold the rest besides what the pods placed on it take (a new claim's types are
+        // narrowed below).
+        if let Some(node) = &pod.devices.pinned_to {
+            let here = match bin.kind {
+                BinKind::Node(i) => input.existing_nodes[i].name == *node,
+                _ => false,
+            };
+            if !here {
+                bail!(want, "its ResourceClaims are allocated on node {node}");
+            }
+        }
+        if !pod.devices.claims.is_empty()
+            && matches!(bin.capacity, Capacity::Fixed(_))
+            && let Err(why) = devices::fit(bin.devices, &bin.claims, &pod.devices.claims)
+        {
+            bail!(want, "{why}");
         }
 
         // Resources, against the best case.
@@ -536,6 +556,22 @@ impl<'a> Solver<'a> {
                     );
                 }
             }
+            if !pod.devices.claims.is_empty() {
+                let refused = ps.catalog.restrict_to_devices(
+                    &mut scratch.mask,
+                    ps.view,
+                    &bin.claims,
+                    &pod.devices.claims,
+                );
+                if scratch.mask.is_empty() {
+                    bail!(
+                        want,
+                        "no instance type of nodepool {} carries the devices its ResourceClaims ask for: {}",
+                        ps.view.name,
+                        refused.unwrap_or_else(|| "no type has devices".to_owned())
+                    );
+                }
+            }
             let before_fit = if want {
                 Some(scratch.mask.clone())
             } else {
@@ -651,6 +687,10 @@ impl<'a> Solver<'a> {
         if bin.volume_limits.is_some() || matches!(bin.kind, BinKind::New { .. }) {
             bin.volumes.extend(pod.csi_volumes.iter().cloned());
         }
+        let added: Vec<_> = devices::new_claims(&bin.claims, &pod.devices.claims)
+            .cloned()
+            .collect();
+        bin.claims.extend(added);
         if let BinKind::New { .. } = bin.kind {
             self.index.grew(b, bin.pods.len());
         }

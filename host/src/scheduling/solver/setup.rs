@@ -195,6 +195,7 @@ impl<'a> Solver<'a> {
                 &node.allocatable,
                 &node.pods,
                 Some(&node.volume_limits).filter(|l| !l.is_empty()),
+                node.devices.as_ref().map(|d| &d.0),
             );
         }
         for i in claims {
@@ -222,6 +223,7 @@ impl<'a> Solver<'a> {
                 &claim.allocatable,
                 &claim.pods,
                 None,
+                claim.devices.as_ref().map(|d| &d.0),
             );
         }
         self.fixed = self.bins.len();
@@ -242,6 +244,7 @@ impl<'a> Solver<'a> {
         allocatable: &Resources,
         running: &[Arc<Pod>],
         volume_limits: Option<&'a BTreeMap<String, i64>>,
+        devices: Option<&'a capstan_dra::Inventory>,
     ) {
         let host_domain = self.hostname_domain(&requirements);
         // Count the running pods in every group that selects them, and where the ones with
@@ -292,6 +295,8 @@ impl<'a> Solver<'a> {
                     .collect(),
                 None => Vec::new(),
             },
+            devices,
+            claims: Vec::new(),
         });
         self.index_last_bin(false);
     }
