@@ -79,7 +79,7 @@ pub fn is_provisionable(pod: &Pod) -> bool {
 }
 
 /// Whether the pod asks for devices through Dynamic Resource Allocation (`spec.resourceClaims`).
-/// Until the scheduler places such claims, Capstan does as Karpenter v1.15 does by default
+/// With `--ignore-dra-requests` Capstan does as Karpenter v1.15 does by default
 /// (`IGNORE_DRA_REQUESTS=true`): it makes no node for them and says why on the pod.
 pub fn asks_for_devices(pod: &Pod) -> bool {
     pod.spec
@@ -90,8 +90,8 @@ pub fn asks_for_devices(pod: &Pod) -> bool {
 
 /// Why no node is made for a pod that [`asks_for_devices`].
 pub const DEVICES_NOT_PROVISIONED: &str = "the pod asks for devices through Dynamic Resource \
-    Allocation (spec.resourceClaims), which Capstan does not provision for yet; no node is made \
-    for it";
+    Allocation (spec.resourceClaims), and the host ignores such requests (IGNORE_DRA_REQUESTS); \
+    no node is made for it";
 
 /// Whether a pod bound to a leaving node needs a place elsewhere: active (not finished, not
 /// terminating) and neither a DaemonSet's (its DaemonSet runs one on the new node) nor static.

@@ -7,6 +7,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
+use capstan_dra::Inventory;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::ResourceExt;
 
@@ -15,8 +16,10 @@ use crate::api::shared::{ConditionStatus, find_condition};
 use crate::api::{NodeClaim, NodeClass, NodePool};
 use crate::rules::selector::Selector;
 use crate::scheduling::InstanceType;
+use crate::scheduling::convert::claims::ClaimIndex;
 use crate::scheduling::convert::volumes::{VolumeIndex, csi_limits};
 use crate::scheduling::convert::{self, NamespaceLabels};
+use crate::scheduling::devices::NodeDevices;
 use crate::scheduling::{self, SchedulingInput};
 use crate::state::View;
 
@@ -56,6 +59,9 @@ pub struct Snapshot {
     pub volume_limits: HashMap<String, BTreeMap<String, i64>>,
     /// kube-scheduler's default topology spread constraints, when the host is given them.
     pub default_spread: Option<Arc<DefaultSpread>>,
+    /// Dynamic Resource Allocation's claims, templates, classes and slices; none when the host
+    /// ignores pods' ResourceClaims (then no node is made for such pods).
+    pub resource_claims: Option<ClaimIndex>,
 }
 
 /// What [`Snapshot::input_from`] built, with what it had to leave out.
@@ -222,6 +228,10 @@ impl Snapshot {
                 .filter(|(_, limits)| !limits.is_empty())
                 .collect(),
             default_spread: view.default_spread.clone(),
+            resource_claims: view
+                .dra
+                .as_ref()
+                .map(|dra| ClaimIndex::new(&dra.claims, &dra.templates, &dra.classes, &dra.slices)),
         }
     }
 
@@ -286,6 +296,13 @@ impl Snapshot {
             .requirements(pod)
             .map_err(|err| err.to_string())?;
         converted.csi_volumes = self.volumes.csi_volumes(pod);
+        if let Some(claims) = &self.resource_claims {
+            // A bound pod is one a disruption would move: its claims' requests go with it.
+            let bound = pod.spec.as_ref().is_some_and(|s| s.node_name.is_some());
+            converted.devices = claims
+                .pod_devices(pod, bound)
+                .map_err(|err| err.to_string())?;
+        }
         Ok(converted)
     }
 
@@ -294,7 +311,7 @@ impl Snapshot {
     pub async fn input_from(&self, source: &impl InstanceTypeSource) -> Built {
         let mut built = Built::default();
         for (i, pod) in self.pending.iter().enumerate() {
-            if asks_for_devices(pod) {
+            if self.resource_claims.is_none() && asks_for_devices(pod) {
                 built.rejected.push((i, DEVICES_NOT_PROVISIONED.to_owned()));
                 continue;
             }
@@ -353,6 +370,15 @@ impl Snapshot {
             }
             match convert::node(node, pods, &self.namespaces, claim) {
                 Ok(mut n) => {
+                    if let Some(claims) = &self.resource_claims {
+                        n.devices = claims.node_devices(&name).or_else(|| {
+                            template_devices(
+                                &built.input.node_pools,
+                                n.node_pool.as_deref(),
+                                &n.labels,
+                            )
+                        });
+                    }
                     if let Some(limits) = self.volume_limits.get(&name) {
                         n.volume_limits = limits.clone();
                         // The volumes of its pods count against its limits.
@@ -381,7 +407,16 @@ impl Snapshot {
                 continue;
             }
             match inflight(claim, &self.namespaces) {
-                Ok(c) => built.input.inflight_claims.push(c),
+                Ok(mut c) => {
+                    if self.resource_claims.is_some() {
+                        c.devices = template_devices(
+                            &built.input.node_pools,
+                            c.node_pool.as_deref(),
+                            &claim.metadata.labels.clone().unwrap_or_default(),
+                        );
+                    }
+                    built.input.inflight_claims.push(c)
+                }
                 Err(err) => {
                     tracing::warn!(nodeclaim = %claim.name_any(), error = %err, "in-flight claim left out")
                 }
@@ -410,6 +445,26 @@ impl Snapshot {
         view.remaining = limits::remaining(view.limits.as_ref(), pool, &usage);
         Ok(view)
     }
+}
+
+/// The devices a node of the instance type its `labels` name, in NodePool `pool`, will carry
+/// (its provider's templates): what a node stands for until its drivers publish slices.
+fn template_devices(
+    pools: &[scheduling::NodePoolView],
+    pool: Option<&str>,
+    labels: &BTreeMap<String, String>,
+) -> Option<NodeDevices> {
+    let instance_type = labels.get(crate::api::labels::INSTANCE_TYPE)?;
+    let view = pools.iter().find(|p| Some(p.name.as_str()) == pool)?;
+    let it = view
+        .instance_types
+        .iter()
+        .find(|t| &t.name == instance_type)?;
+    if it.devices.is_empty() {
+        return None;
+    }
+    let templates: Vec<_> = it.devices.iter().map(|t| (**t).clone()).collect();
+    Inventory::from_templates(&templates).ok().map(NodeDevices)
 }
 
 /// Why `pool` takes no part in provisioning for pending pods, if it does not: a static pool

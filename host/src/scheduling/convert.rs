@@ -21,6 +21,7 @@ use super::taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 use crate::api;
 use crate::api::labels::{HOSTNAME, INITIALIZED, NODEPOOL, REBOOTING_TAINT_KEY};
 
+pub mod claims;
 pub mod volumes;
 
 /// An object the scheduler cannot take as it is.

@@ -401,9 +401,9 @@ impl Dump {
             csi_nodes: self.csi_nodes.values().cloned().map(Arc::new).collect(),
             // A dump carries no kube-scheduler configuration.
             default_spread: None,
-            // Nor, yet, Dynamic Resource Allocation's objects: pods with ResourceClaims wait
-            // for their claims in a simulation.
-            dra: Default::default(),
+            // Nor, yet, Dynamic Resource Allocation's objects: pods with ResourceClaims are
+            // left out of a simulation, as with `--ignore-dra-requests`.
+            dra: None,
         }
     }
 }

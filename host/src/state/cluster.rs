@@ -99,8 +99,9 @@ pub struct View {
     /// kube-scheduler's default topology spread constraints over the workloads they deduce
     /// selectors from, when the host is given them.
     pub default_spread: Option<Arc<DefaultSpread>>,
-    /// ResourceClaims, their templates, DeviceClasses and ResourceSlices (when watched).
-    pub dra: DraView,
+    /// ResourceClaims, their templates, DeviceClasses and ResourceSlices; none when the host
+    /// does not watch them (`--ignore-dra-requests`).
+    pub dra: Option<DraView>,
 }
 
 impl ClusterState {
@@ -340,12 +341,12 @@ impl ClusterState {
                 };
                 DefaultSpread::new(config, &workloads).map(Arc::new)
             }),
-            dra: DraView {
+            dra: self.dra.then(|| DraView {
                 claims: self.resource_claims.store().state(),
                 templates: self.claim_templates.store().state(),
                 classes: self.device_classes.store().state(),
                 slices: self.resource_slices.store().state(),
-            },
+            }),
         }
     }
 }
