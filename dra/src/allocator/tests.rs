@@ -58,7 +58,12 @@ fn packs_pods_until_the_node_is_full() {
 fn capacity_selectors_pick_the_big_devices() {
     let node = Inventory::from_templates(&[gpu_template(
         "pool",
-        &[("small-0", "40Gi"), ("big-0", "80Gi"), ("small-1", "40Gi"), ("big-1", "80Gi")],
+        &[
+            ("small-0", "40Gi"),
+            ("big-0", "80Gi"),
+            ("small-1", "40Gi"),
+            ("big-1", "80Gi"),
+        ],
     )])
     .expect("inventory");
     let selector = r#"device.capacity["gpu.example.com"].memory.compareTo(quantity("60Gi")) >= 0"#;
@@ -113,17 +118,31 @@ fn allocation_mode_all_takes_every_matching_device() {
 fn first_available_falls_back_in_order() {
     let spec = first_available(
         "gpu",
-        &[("big", GPU_CLASS, 4), ("medium", GPU_CLASS, 2), ("small", GPU_CLASS, 1)],
+        &[
+            ("big", GPU_CLASS, 4),
+            ("medium", GPU_CLASS, 2),
+            ("small", GPU_CLASS, 1),
+        ],
     );
     let node = gpu_node(8, "80Gi");
     let allocation = node.allocate(&[claim("pod", &spec)]).expect("fits");
-    assert!(allocation.claims[0].devices.iter().all(|d| d.request == "gpu/big"));
+    assert!(
+        allocation.claims[0]
+            .devices
+            .iter()
+            .all(|d| d.request == "gpu/big")
+    );
     assert_eq!(allocation.claims[0].devices.len(), 4);
 
     let node = gpu_node(3, "80Gi");
     let allocation = node.allocate(&[claim("pod", &spec)]).expect("fits");
     assert_eq!(allocation.claims[0].devices.len(), 2);
-    assert!(allocation.claims[0].devices.iter().all(|d| d.request == "gpu/medium"));
+    assert!(
+        allocation.claims[0]
+            .devices
+            .iter()
+            .all(|d| d.request == "gpu/medium")
+    );
 
     let error = gpu_node(0, "80Gi")
         .allocate(&[claim("pod", &spec)])
@@ -163,7 +182,11 @@ fn mig_partitions_share_the_gpu_counters() {
     assert_eq!(allocation.claims[0].devices.len(), 2);
 
     // 4g + 2g + 1g + 1g fill it exactly, across pods.
-    for (pod, class) in [("p1", MIG_4G_CLASS), ("p2", MIG_2G_CLASS), ("p3", MIG_1G_CLASS)] {
+    for (pod, class) in [
+        ("p1", MIG_4G_CLASS),
+        ("p2", MIG_2G_CLASS),
+        ("p3", MIG_1G_CLASS),
+    ] {
         let claim = claim(pod, &exact("mig", class, 1, &[]));
         let allocation = node.allocate(&[claim]).expect("fits");
         node.commit(&allocation).expect("commits");
@@ -222,7 +245,8 @@ fn a_claim_shared_by_pods_is_allocated_once() {
     // The second pod needs nothing more on this node.
     let again = node.allocate(std::slice::from_ref(&shared)).expect("fits");
     assert!(again.claims.is_empty());
-    node.commit(&allocation).expect("committing twice is harmless");
+    node.commit(&allocation)
+        .expect("committing twice is harmless");
     let id = DeviceId {
         driver: "gpu.example.com".into(),
         pool: "node".into(),
@@ -289,9 +313,7 @@ fn match_attribute_keeps_devices_on_one_numa_node() {
         exact_request("a", GPU_CLASS, 2, &[]),
         exact_request("b", GPU_CLASS, 1, &[]),
     );
-    let allocation = node
-        .allocate(&[claim("pod", &spec)])
-        .expect("fits");
+    let allocation = node.allocate(&[claim("pod", &spec)]).expect("fits");
     let numa: BTreeSet<_> = device_names(&allocation)
         .iter()
         .map(|name| name.trim_start_matches("gpu-").parse::<u32>().unwrap_or(99) / 4)
@@ -363,7 +385,10 @@ fn clones_are_independent() {
     clone.commit(&allocation).expect("commits");
     assert_eq!(clone.uses(&gpu_id("gpu-0")), Some(1));
     assert_eq!(node.uses(&gpu_id("gpu-0")), Some(0));
-    assert!(node.allocate(&[claim("b", &exact("gpu", GPU_CLASS, 2, &[]))]).is_ok());
+    assert!(
+        node.allocate(&[claim("b", &exact("gpu", GPU_CLASS, 2, &[]))])
+            .is_ok()
+    );
 }
 
 #[test]
@@ -373,7 +398,10 @@ fn a_hostile_claim_hits_the_step_budget() {
     let devices: Vec<(String, String)> = (0..24)
         .map(|i| (format!("gpu-{i}"), format!("{}Gi", 10 + i)))
         .collect();
-    let refs: Vec<(&str, &str)> = devices.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    let refs: Vec<(&str, &str)> = devices
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
     let mut template = gpu_template("pool", &refs);
     for (i, device) in template.devices.iter_mut().enumerate() {
         let group = i64::try_from(i % 11).unwrap_or(0);

@@ -29,7 +29,10 @@ pub fn classes() -> DeviceClasses {
                 .into(),
         ],
     );
-    classes.insert(NIC_CLASS, vec![r#"device.driver == "nic.example.com""#.into()]);
+    classes.insert(
+        NIC_CLASS,
+        vec![r#"device.driver == "nic.example.com""#.into()],
+    );
     for (class, profile) in [
         (MIG_1G_CLASS, "1g"),
         (MIG_2G_CLASS, "2g"),
@@ -216,7 +219,9 @@ pub fn published_slice(node: &str, count: usize) -> resource::ResourceSlice {
 pub fn allocated_claim(devices: &[&str]) -> resource::ResourceClaim {
     let results: Vec<_> = devices
         .iter()
-        .map(|d| json!({"request": "gpu", "driver": "gpu.example.com", "pool": "node", "device": d}))
+        .map(
+            |d| json!({"request": "gpu", "driver": "gpu.example.com", "pool": "node", "device": d}),
+        )
         .collect();
     serde_json::from_value(json!({
         "apiVersion": "resource.k8s.io/v1",

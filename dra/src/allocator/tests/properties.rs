@@ -105,10 +105,7 @@ fn selector() -> impl Strategy<Value = Selector> {
 }
 
 fn alternative() -> impl Strategy<Value = GenAlt> {
-    (
-        selector(),
-        prop::option::weighted(0.85, 1..4usize),
-    )
+    (selector(), prop::option::weighted(0.85, 1..4usize))
         .prop_map(|(selector, count)| GenAlt { selector, count })
 }
 
@@ -173,7 +170,10 @@ fn inventory(case: &Case) -> Inventory {
         .map(|(i, d)| Device {
             name: format!("d{i}"),
             attributes: BTreeMap::from([
-                ("kind".into(), AttributeValue::String(format!("k{}", d.kind))),
+                (
+                    "kind".into(),
+                    AttributeValue::String(format!("k{}", d.kind)),
+                ),
                 ("numa".into(), AttributeValue::Int(d.numa.into())),
             ]),
             capacity: BTreeMap::from([("memory".into(), q(&format!("{}Gi", MEMORY[d.memory])))]),
@@ -232,7 +232,9 @@ fn claims(case: &Case) -> Vec<ClaimRequests> {
                                     .compile(&alt.selector.expression())
                                     .unwrap_or_else(|e| panic!("{e}")),
                             ],
-                            mode: alt.count.map_or(AllocationMode::All, AllocationMode::ExactCount),
+                            mode: alt
+                                .count
+                                .map_or(AllocationMode::All, AllocationMode::ExactCount),
                         })
                         .collect(),
                 })
@@ -335,7 +337,11 @@ fn exists(case: &Case, slot: usize, choice: &mut Choice) -> bool {
                 Some(count) => devices.len() == count,
                 None => true,
             };
-            if !fits || !devices.iter().all(|&d| alt.selector.matches(&case.devices[d])) {
+            if !fits
+                || !devices
+                    .iter()
+                    .all(|&d| alt.selector.matches(&case.devices[d]))
+            {
                 continue;
             }
             choice[c].push((a, devices));
@@ -363,8 +369,9 @@ fn choice_of(case: &Case, allocation: &Allocation) -> Choice {
                 .iter()
                 .enumerate()
                 .map(|(r, alts)| {
-                    let names: Vec<String> =
-                        (0..alts.len()).map(|a| alt_name(r, a, alts.len())).collect();
+                    let names: Vec<String> = (0..alts.len())
+                        .map(|a| alt_name(r, a, alts.len()))
+                        .collect();
                     let mut chosen = None;
                     let mut devices = Vec::new();
                     for device in &got.devices {
@@ -376,7 +383,10 @@ fn choice_of(case: &Case, allocation: &Allocation) -> Choice {
                         }
                     }
                     devices.sort_unstable();
-                    (chosen.unwrap_or_else(|| panic!("request r{r} unallocated")), devices)
+                    (
+                        chosen.unwrap_or_else(|| panic!("request r{r} unallocated")),
+                        devices,
+                    )
                 })
                 .collect()
         })
