@@ -35,7 +35,7 @@ pub use request::{
     AllocationMode, Alternative, ClaimKey, ClaimRequests, Constraint, ConstraintKind,
     DeviceClasses, ExistingAllocation, Request,
 };
-pub use selector::{CompiledSelector, DeviceValue, SelectorCache, SelectorError};
+pub use selector::{CompiledSelector, DeviceValue, SelectorCache, SelectorError, matches_all};
 pub use template::{
     AttributeValue, CounterConsumption, CounterSet, Device, DeviceId, ResourceSliceTemplate,
     TemplateError,

@@ -536,30 +536,12 @@ fn candidates(
     alt: &Alternative,
     values: &mut [Option<DeviceValue>],
 ) -> (Vec<usize>, Option<String>) {
-    let mut note = None;
-    let mut matching = Vec::new();
-    for (index, entry) in inventory.entries.iter().enumerate() {
-        let value =
-            values[index].get_or_insert_with(|| DeviceValue::new(&entry.id.driver, &entry.device));
-        let mut all = true;
-        for selector in &alt.selectors {
-            match selector.matches(value) {
-                Ok(true) => {}
-                Ok(false) => {
-                    all = false;
-                    break;
-                }
-                Err(error) => {
-                    note.get_or_insert_with(|| error.to_string());
-                    all = false;
-                    break;
-                }
-            }
-        }
-        if all {
-            matching.push(index);
-        }
-    }
+    let matched = inventory.matching(&alt.selectors, |index, entry| {
+        values[index]
+            .get_or_insert_with(|| DeviceValue::new(&entry.id.driver, &entry.device))
+            .clone()
+    });
+    let mut matching = matched.devices.clone();
     let untouched = |device: &usize| {
         inventory.entries[*device]
             .consumes
@@ -570,5 +552,5 @@ fn candidates(
             .count()
     };
     matching.sort_by_key(untouched);
-    (matching, note)
+    (matching, matched.note.clone())
 }
