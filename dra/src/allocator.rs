@@ -75,8 +75,11 @@ pub struct Inventory {
     committed: Arc<BTreeSet<ClaimKey>>,
     /// Which devices each list of selectors matches, shared by clones (their devices are the
     /// same): the solver asks the same questions of many copies of one node.
-    matches: Arc<Mutex<HashMap<Vec<Arc<str>>, Arc<Matches>>>>,
+    matches: Arc<Mutex<MatchCache>>,
 }
+
+/// Selector expressions (in order) → the devices they all match.
+type MatchCache = HashMap<Vec<Arc<str>>, Arc<Matches>>;
 
 /// The devices a list of selectors matches, in node order, and the first evaluation error.
 #[derive(Debug)]
