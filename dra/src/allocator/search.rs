@@ -496,13 +496,23 @@ impl<'a> Search<'a> {
     }
 
     fn explain(&mut self) -> Unsatisfiable {
-        match self.failure.take() {
-            Some((_, _, reason)) => reason,
-            None => Unsatisfiable::Contention {
-                claim: String::new(),
-                request: String::new(),
-                wanted: 0,
-            },
+        if let Some((_, _, reason)) = self.failure.take() {
+            return reason;
+        }
+        // Every failing pick records a reason; this is only a fallback naming the last request.
+        let slot = self.slots.len().saturating_sub(1);
+        Unsatisfiable::Contention {
+            claim: self
+                .claims
+                .first()
+                .map(|c| c.key.to_string())
+                .unwrap_or_default(),
+            request: self
+                .slots
+                .get(slot)
+                .map(|s| s.request.name.clone())
+                .unwrap_or_default(),
+            wanted: 0,
         }
     }
 
