@@ -3,12 +3,13 @@
 mod search;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use k8s_openapi::api::resource::v1 as resource;
 use serde::{Deserialize, Serialize};
 
 use crate::request::{ClaimKey, ClaimRequests};
+use crate::selector::{CompiledSelector, DeviceValue, matches_all};
 use crate::template::qualified_name;
 use crate::template::{AttributeValue, Device, DeviceId, ResourceSliceTemplate, TemplateError};
 use crate::unsatisfiable::Unsatisfiable;
@@ -72,6 +73,19 @@ pub struct Inventory {
     /// Remaining amount per counter, in milli-units.
     remaining: Arc<Vec<i128>>,
     committed: Arc<BTreeSet<ClaimKey>>,
+    /// Which devices each list of selectors matches, shared by clones (their devices are the
+    /// same): the solver asks the same questions of many copies of one node.
+    matches: Arc<Mutex<MatchCache>>,
+}
+
+/// Selector expressions (in order) → the devices they all match.
+type MatchCache = HashMap<Vec<Arc<str>>, Arc<Matches>>;
+
+/// The devices a list of selectors matches, in node order, and the first evaluation error.
+#[derive(Debug)]
+struct Matches {
+    devices: Vec<usize>,
+    note: Option<String>,
 }
 
 /// A device allocated to one request of a claim.
@@ -199,6 +213,7 @@ impl Inventory {
             index: Arc::new(index),
             remaining: Arc::new(remaining),
             committed: Arc::default(),
+            matches: Arc::default(),
         })
     }
 
@@ -334,6 +349,47 @@ impl Inventory {
             Arc::make_mut(&mut self.committed).insert(claim.claim.clone());
         }
         Ok(())
+    }
+}
+
+impl Inventory {
+    /// The devices matching all `selectors` (from the shared cache, else evaluated with the
+    /// device values `value` gives).
+    fn matching(
+        &self,
+        selectors: &[CompiledSelector],
+        mut value: impl FnMut(usize, &Entry) -> DeviceValue,
+    ) -> Arc<Matches> {
+        let key: Vec<Arc<str>> = selectors
+            .iter()
+            .map(CompiledSelector::expression_arc)
+            .collect();
+        let cached = self
+            .matches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            .cloned();
+        if let Some(cached) = cached {
+            return cached;
+        }
+        let mut note = None;
+        let mut devices = Vec::new();
+        for (index, entry) in self.entries.iter().enumerate() {
+            match matches_all(selectors, &value(index, entry)) {
+                Ok(true) => devices.push(index),
+                Ok(false) => {}
+                Err(error) => {
+                    note.get_or_insert_with(|| error.to_string());
+                }
+            }
+        }
+        let matches = Arc::new(Matches { devices, note });
+        self.matches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(key, matches.clone());
+        matches
     }
 }
 

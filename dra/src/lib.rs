@@ -21,6 +21,47 @@
 //! - [`unsatisfiable`]: why not, in words for a pod Event.
 //!
 //! Everything is pure: no I/O, no async. Kube-scheduler does the real allocation later.
+//!
+//! # Typical use
+//!
+//! ```
+//! use capstan_dra::{ClaimKey, ClaimRequests, DeviceClasses, Inventory, SelectorCache};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let templates: Vec<capstan_dra::ResourceSliceTemplate> = serde_json::from_str(r#"[{
+//!     "driver": "gpu.example.com", "pool": "node",
+//!     "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}},
+//!                  "capacity": {"memory": "80Gi"}}]
+//! }]"#)?;
+//! let mut node = Inventory::from_templates(&templates)?;
+//! let mut classes = DeviceClasses::new();
+//! classes.insert("gpu", vec![r#"device.driver == "gpu.example.com""#.to_owned()]);
+//! let spec = serde_json::from_str(
+//!     r#"{"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}]}}"#,
+//! )?;
+//! let mut cache = SelectorCache::new();
+//! let claim = ClaimRequests::from_spec(ClaimKey::new("ml", "train"), &spec, &classes, &mut cache)?;
+//! let allocation = node.allocate(&[claim])?;
+//! node.commit(&allocation)?;
+//! assert_eq!(allocation.claims[0].devices[0].device.device, "gpu-0");
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Left out, knowingly
+//!
+//! - Consumable capacity (`exactly.capacity.requests`, `DeviceCapacity.requestPolicy`, alpha in
+//!   1.34): a device with `allowMultipleAllocations` may be shared by any number of requests, and
+//!   its shared counters are taken once. This is optimistic for such devices (rare, alpha).
+//! - `adminAccess`: such requests are treated as ordinary ones (they need a free device), which is
+//!   conservative.
+//! - Device taints and request tolerations, binding conditions, node selectors of slices and
+//!   network-attached (`allNodes`) pools: the caller passes the slices (or templates) of one node.
+//! - Karpenter's `AttributeBindings` (runtime-only attribute values shared by a set of devices):
+//!   templates must carry the attributes `matchAttribute` constrains.
+//! - A selector's runtime error on a device (e.g. a missing attribute) makes that device not
+//!   match (the first such error is quoted if nothing matches). Kube-scheduler 1.34's allocator
+//!   (and Karpenter's) instead fails the allocation on that node, so a node where one device errs
+//!   and another matches is accepted here but refused there: guard attributes with `in`.
 
 pub mod allocator;
 pub mod request;
@@ -35,7 +76,7 @@ pub use request::{
     AllocationMode, Alternative, ClaimKey, ClaimRequests, Constraint, ConstraintKind,
     DeviceClasses, ExistingAllocation, Request,
 };
-pub use selector::{CompiledSelector, DeviceValue, SelectorCache, SelectorError};
+pub use selector::{CompiledSelector, DeviceValue, SelectorCache, SelectorError, matches_all};
 pub use template::{
     AttributeValue, CounterConsumption, CounterSet, Device, DeviceId, ResourceSliceTemplate,
     TemplateError,

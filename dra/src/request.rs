@@ -202,7 +202,7 @@ impl Builder<'_> {
                 Unsatisfiable::SelectorCompile {
                     claim: self.claim.clone(),
                     request: name.clone(),
-                    error,
+                    error: Box::new(error),
                 }
             })?;
             compiled.push(selector);

@@ -195,18 +195,27 @@ impl CompiledSelector {
         &self.expression
     }
 
+    pub(crate) fn expression_arc(&self) -> Arc<str> {
+        self.expression.clone()
+    }
+
     /// Whether `device` matches. A runtime error or a non-bool result is an error naming the
     /// expression and the device; callers treat it as "does not match".
     pub fn matches(&self, device: &DeviceValue) -> Result<bool, SelectorError> {
+        matches_all(std::slice::from_ref(self), device)
+    }
+
+    fn evaluate(
+        &self,
+        context: &Context<'_, '_>,
+        device: &DeviceValue,
+    ) -> Result<bool, SelectorError> {
         let runtime = |message: String| SelectorError::Runtime {
             expression: self.expression.to_string(),
             device: device.name.clone(),
             message,
         };
-        let mut context = Context::with_env(self.env.clone());
-        functions::register(&mut context).map_err(|e| runtime(e.to_string()))?;
-        context.add_variable_from_value("device", device.value.clone());
-        match self.program.execute(&context) {
+        match self.program.execute(context) {
             Ok(Value::Bool(matched)) => Ok(matched),
             Ok(other) => Err(SelectorError::NotBool {
                 expression: self.expression.to_string(),
@@ -216,6 +225,30 @@ impl CompiledSelector {
             Err(error) => Err(runtime(error.to_string())),
         }
     }
+}
+
+/// Whether `device` matches every selector (ANDed, in order, stopping at the first that does
+/// not), evaluated in one context. Errors as for [`CompiledSelector::matches`].
+pub fn matches_all(
+    selectors: &[CompiledSelector],
+    device: &DeviceValue,
+) -> Result<bool, SelectorError> {
+    let Some(first) = selectors.first() else {
+        return Ok(true);
+    };
+    let mut context = Context::with_env(first.env.clone());
+    functions::register(&mut context).map_err(|e| SelectorError::Runtime {
+        expression: first.expression.to_string(),
+        device: device.name.clone(),
+        message: e.to_string(),
+    })?;
+    context.add_variable_from_value("device", device.value.clone());
+    for selector in selectors {
+        if !selector.evaluate(&context, device)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 #[cfg(test)]

@@ -278,3 +278,111 @@ fn device_from_k8s(
         consumes_counters,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn templates_read_and_write_kubernetes_shaped_json() {
+        let value = json!({
+            "driver": "gpu.example.com",
+            "pool": "node",
+            "devices": [{
+                "name": "gpu-0-1g-0",
+                "attributes": {"profile": {"string": "1g"}, "numa.example.com/node": {"int": 0},
+                               "driverVersion": {"version": "1.2.3"}, "healthy": {"bool": true}},
+                "capacity": {"memory": "10Gi"},
+                "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": "1"}}],
+            }],
+            "sharedCounters": [{"name": "gpu-0", "counters": {"memory": 8}}],
+        });
+        let template: ResourceSliceTemplate = serde_json::from_value(value).unwrap();
+        let device = &template.devices[0];
+        assert_eq!(
+            device.attributes["driverVersion"],
+            AttributeValue::Version("1.2.3".into())
+        );
+        assert_eq!(device.capacity["memory"], Quantity::from_bytes(10 << 30));
+        assert!(!device.allow_multiple_allocations);
+        assert_eq!(
+            template.shared_counters[0].counters["memory"],
+            Quantity::from_units(8)
+        );
+        let round_trip: ResourceSliceTemplate =
+            serde_json::from_value(serde_json::to_value(&template).unwrap()).unwrap();
+        assert_eq!(round_trip, template);
+    }
+
+    #[test]
+    fn published_slices_convert() {
+        let slice: resource::ResourceSlice = serde_json::from_value(json!({
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": "node-a-gpu"},
+            "spec": {
+                "driver": "gpu.example.com",
+                "nodeName": "node-a",
+                "pool": {"name": "node-a", "generation": 3, "resourceSliceCount": 1},
+                "sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+                "devices": [{
+                    "name": "gpu-0",
+                    "allowMultipleAllocations": true,
+                    "attributes": {"type": {"string": "gpu"}},
+                    "capacity": {"memory": {"value": "80Gi"}},
+                    "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": "80Gi"}}}],
+                }],
+            },
+        }))
+        .unwrap();
+        let template = ResourceSliceTemplate::try_from(&slice).unwrap();
+        assert_eq!(template.pool, "node-a");
+        assert!(template.devices[0].allow_multiple_allocations);
+        assert_eq!(
+            template.devices[0].consumes_counters[0].counters["memory"],
+            Quantity::from_bytes(80 << 30)
+        );
+        assert_eq!(template.shared_counters[0].name, "gpu-0");
+
+        let mut bad = slice.clone();
+        if let Some(devices) = bad.spec.devices.as_mut() {
+            devices[0].capacity.get_or_insert_default().insert(
+                "memory".into(),
+                resource::DeviceCapacity {
+                    value: k8s_openapi::apimachinery::pkg::api::resource::Quantity("lots".into()),
+                    ..Default::default()
+                },
+            );
+        }
+        assert!(matches!(
+            ResourceSliceTemplate::try_from(&bad),
+            Err(TemplateError::Quantity { .. })
+        ));
+        let mut empty = slice;
+        if let Some(devices) = empty.spec.devices.as_mut() {
+            devices[0]
+                .attributes
+                .get_or_insert_default()
+                .insert("empty".into(), resource::DeviceAttribute::default());
+        }
+        assert!(matches!(
+            ResourceSliceTemplate::try_from(&empty),
+            Err(TemplateError::Attribute { .. })
+        ));
+    }
+
+    #[test]
+    fn names_qualify_in_the_driver_domain() {
+        assert_eq!(
+            qualified_name("memory", "gpu.example.com"),
+            "gpu.example.com/memory"
+        );
+        assert_eq!(
+            qualified_name("numa.example.com/node", "gpu.example.com"),
+            "numa.example.com/node"
+        );
+        assert_eq!(qualify("a/b", "d"), ("a", "b"));
+    }
+}

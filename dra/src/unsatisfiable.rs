@@ -23,8 +23,8 @@ pub enum Unsatisfiable {
         claim: String,
         /// The request.
         request: String,
-        /// The compile error, with the expression.
-        error: SelectorError,
+        /// The compile error, with the expression (boxed: it is large and rare).
+        error: Box<SelectorError>,
     },
     /// The request is malformed (e.g. `count` below 1, unknown allocation mode).
     #[error("claim {claim} request {request}: {reason}")]

@@ -496,13 +496,23 @@ impl<'a> Search<'a> {
     }
 
     fn explain(&mut self) -> Unsatisfiable {
-        match self.failure.take() {
-            Some((_, _, reason)) => reason,
-            None => Unsatisfiable::Contention {
-                claim: String::new(),
-                request: String::new(),
-                wanted: 0,
-            },
+        if let Some((_, _, reason)) = self.failure.take() {
+            return reason;
+        }
+        // Every failing pick records a reason; this is only a fallback naming the last request.
+        let slot = self.slots.len().saturating_sub(1);
+        Unsatisfiable::Contention {
+            claim: self
+                .claims
+                .first()
+                .map(|c| c.key.to_string())
+                .unwrap_or_default(),
+            request: self
+                .slots
+                .get(slot)
+                .map(|s| s.request.name.clone())
+                .unwrap_or_default(),
+            wanted: 0,
         }
     }
 
@@ -536,30 +546,12 @@ fn candidates(
     alt: &Alternative,
     values: &mut [Option<DeviceValue>],
 ) -> (Vec<usize>, Option<String>) {
-    let mut note = None;
-    let mut matching = Vec::new();
-    for (index, entry) in inventory.entries.iter().enumerate() {
-        let value =
-            values[index].get_or_insert_with(|| DeviceValue::new(&entry.id.driver, &entry.device));
-        let mut all = true;
-        for selector in &alt.selectors {
-            match selector.matches(value) {
-                Ok(true) => {}
-                Ok(false) => {
-                    all = false;
-                    break;
-                }
-                Err(error) => {
-                    note.get_or_insert_with(|| error.to_string());
-                    all = false;
-                    break;
-                }
-            }
-        }
-        if all {
-            matching.push(index);
-        }
-    }
+    let matched = inventory.matching(&alt.selectors, |index, entry| {
+        values[index]
+            .get_or_insert_with(|| DeviceValue::new(&entry.id.driver, &entry.device))
+            .clone()
+    });
+    let mut matching = matched.devices.clone();
     let untouched = |device: &usize| {
         inventory.entries[*device]
             .consumes
@@ -570,5 +562,5 @@ fn candidates(
             .count()
     };
     matching.sort_by_key(untouched);
-    (matching, note)
+    (matching, matched.note.clone())
 }

@@ -454,3 +454,11 @@ fn templates_must_declare_the_counters_devices_consume() {
         Err(InventoryError::DuplicateDevice(_))
     ));
 }
+
+#[test]
+fn inventories_and_claims_cross_threads() {
+    fn check<T: Send + Sync>() {}
+    check::<Inventory>();
+    check::<ClaimRequests>();
+    check::<crate::selector::SelectorCache>();
+}

@@ -101,3 +101,55 @@ fn compile_errors_name_the_expression_and_are_cached() {
     assert!(cache.compile("true").is_ok());
     assert_eq!(cache.len(), 2);
 }
+
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn quantity_text() -> impl Strategy<Value = String> {
+        (
+            0u32..5000,
+            prop::sample::select(vec!["", "m", "k", "M", "G", "Ki", "Mi", "Gi"]),
+        )
+            .prop_map(|(n, suffix)| format!("{n}{suffix}"))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        #[test]
+        fn quantity_comparisons_agree_with_rust(a in quantity_text(), b in quantity_text()) {
+            let expected = match q(&a).cmp(&q(&b)) {
+                std::cmp::Ordering::Less => -1,
+                std::cmp::Ordering::Equal => 0,
+                std::cmp::Ordering::Greater => 1,
+            };
+            let mut cache = SelectorCache::new();
+            for (expression, want) in [
+                (format!(r#"quantity("{a}").compareTo(quantity("{b}")) == {expected}"#), true),
+                (format!(r#"quantity("{a}").isGreaterThan(quantity("{b}"))"#), expected > 0),
+                (format!(r#"quantity("{a}").isLessThan(quantity("{b}"))"#), expected < 0),
+                (format!(r#"quantity("{a}") == quantity("{b}")"#), expected == 0),
+            ] {
+                let selector = cache.compile(&expression).unwrap();
+                prop_assert_eq!(selector.matches(&gpu()), Ok(want), "{}", expression);
+            }
+        }
+
+        #[test]
+        fn semver_comparisons_agree_with_tuples(
+            a in (0u8..3, 0u8..3, 0u8..3),
+            b in (0u8..3, 0u8..3, 0u8..3),
+        ) {
+            let text = |(x, y, z): (u8, u8, u8)| format!("{x}.{y}.{z}");
+            let expression = format!(
+                r#"semver("{}").isGreaterThan(semver("{}"))"#,
+                text(a),
+                text(b)
+            );
+            let selector = SelectorCache::new().compile(&expression).unwrap();
+            prop_assert_eq!(selector.matches(&gpu()), Ok(a > b));
+        }
+    }
+}

@@ -428,3 +428,26 @@ proptest! {
         }
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    #[test]
+    fn packing_pods_one_by_one_never_overcommits(case in case(), rounds in 1..4usize) {
+        let mut node = inventory(&case);
+        let claims = claims(&case);
+        for round in 0..rounds {
+            for claim in &claims {
+                let mut claim = claim.clone();
+                claim.key.name = format!("{}-{round}", claim.key.name);
+                if let Ok(allocation) = node.allocate(std::slice::from_ref(&claim)) {
+                    prop_assert!(node.commit(&allocation).is_ok());
+                }
+            }
+        }
+        prop_assert!(node.remaining.iter().all(|left| *left >= 0), "{:?}", node.remaining);
+        for (entry, uses) in node.entries.iter().zip(node.uses.iter()) {
+            prop_assert!(entry.device.allow_multiple_allocations || *uses <= 1);
+        }
+    }
+}
