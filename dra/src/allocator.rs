@@ -384,6 +384,11 @@ impl Inventory {
                 }
             }
         }
+        // Kube-scheduler fails the allocation on a node where a selector errs on a device: none
+        // of its devices match then.
+        if note.is_some() {
+            devices.clear();
+        }
         let matches = Arc::new(Matches { devices, note });
         self.matches
             .lock()

@@ -58,10 +58,11 @@
 //!   network-attached (`allNodes`) pools: the caller passes the slices (or templates) of one node.
 //! - Karpenter's `AttributeBindings` (runtime-only attribute values shared by a set of devices):
 //!   templates must carry the attributes `matchAttribute` constrains.
-//! - A selector's runtime error on a device (e.g. a missing attribute) makes that device not
-//!   match (the first such error is quoted if nothing matches). Kube-scheduler 1.34's allocator
-//!   (and Karpenter's) instead fails the allocation on that node, so a node where one device errs
-//!   and another matches is accepted here but refused there: guard attributes with `in`.
+//!
+//! A selector's runtime error on a device (e.g. a missing attribute) refuses the node for that
+//! request, quoting the error, as kube-scheduler 1.34's allocator fails the allocation on a node
+//! where a device errs (whichever devices it evaluates first): the simulation never counts on a
+//! node kube-scheduler may refuse. Guard attributes with `in` in selectors.
 
 pub mod allocator;
 pub mod request;

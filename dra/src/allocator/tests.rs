@@ -462,3 +462,24 @@ fn inventories_and_claims_cross_threads() {
     check::<ClaimRequests>();
     check::<crate::selector::SelectorCache>();
 }
+
+#[test]
+fn a_selector_erring_on_any_device_refuses_the_node_as_kube_scheduler_does() {
+    // gpu-0 has a `model`, gpu-1 none: reading it errs at run time on gpu-1.
+    let mut template = gpu_template("pool", &[("gpu-0", "80Gi"), ("gpu-1", "80Gi")]);
+    template.devices[0]
+        .attributes
+        .insert("model".into(), AttributeValue::String("a100".into()));
+    let node = Inventory::from_templates(&[template]).expect("inventory");
+    let unguarded = r#"device.attributes["gpu.example.com"].model == "a100""#;
+    let error = node
+        .allocate(&[claim("pod", &exact("gpu", GPU_CLASS, 1, &[unguarded]))])
+        .expect_err("kube-scheduler fails the allocation on this node, gpu-0 matching or not");
+    assert!(error.to_string().contains("model"), "{error}");
+    // Guarded with `in`, the selector is false on gpu-1, not an error: gpu-0 is taken.
+    let guarded = r#""model" in device.attributes["gpu.example.com"] && device.attributes["gpu.example.com"].model == "a100""#;
+    let allocation = node
+        .allocate(&[claim("pod", &exact("gpu", GPU_CLASS, 1, &[guarded]))])
+        .expect("gpu-0 matches");
+    assert_eq!(device_names(&allocation), ["gpu-0"]);
+}
