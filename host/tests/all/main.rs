@@ -24,6 +24,7 @@ mod crd_validation;
 mod csi_limits;
 mod default_spread;
 mod disruption;
+mod dra;
 mod fixtures;
 mod grants;
 mod hostile;

@@ -2,7 +2,8 @@
 // pinned version: it publishes the ResourceSlices its DRAConfig objects describe on kwok nodes) for
 // Karpenter's DRA suite in `make conformance-karpenter`. Upstream's own main binds fixed ports (8082,
 // 8083), and the harness runs one driver per control plane side by side, so this launcher takes them as
-// flags; the controller is upstream's, unchanged.
+// flags, and it registers the list types upstream's scheme leaves out (without them the driver cannot
+// list its DRAConfigs); the controller is upstream's, unchanged.
 package main
 
 import (
@@ -10,6 +11,7 @@ import (
 	"os"
 
 	resourcev1 "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -33,6 +35,11 @@ func main() {
 	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
 	utilruntime.Must(resourcev1.AddToScheme(scheme))
 	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+	// Upstream's scheme registers the DRAConfig types without the group version's list and
+	// option types, so listing DRAConfigs fails in the client ("v1.ListOptions is not suitable
+	// for converting to test.karpenter.sh/v1alpha1") and the driver never publishes a slice.
+	// controller-gen's generated registration adds them; so does this.
+	metav1.AddToGroupVersion(scheme, v1alpha1.GroupVersion)
 	mgr, err := ctrl.NewManager(ctrl.GetConfigOrDie(), ctrl.Options{
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: *metrics},
