@@ -89,8 +89,9 @@ MODULE_DIR="$(cd "$HERE" && GOFLAGS=-mod=mod go list -m -f '{{.Dir}}' "$KARPENTE
 [[ -d "$MODULE_DIR/hack/kwok/stages" ]] || die "no hack/kwok/stages in $MODULE_DIR"
 SUITE_DIR="$CACHE/conformance-karpenter/$KARPENTER_MODULE_VERSION"
 mkdir -p "$SUITE_DIR"
-# Cached binaries are rebuilt when this module's go.mod or go.sum, or the launcher, change.
-SUITE_KEY="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/dra-kwok-driver/main.go" | sha256sum | cut -c1-12)"
+# Cached suites are rebuilt when this module's go.mod or go.sum change (the DRA KWOK driver is
+# built and keyed by dra-kwok-driver.sh).
+SUITE_KEY="$(cat "$HERE/go.mod" "$HERE/go.sum" | sha256sum | cut -c1-12)"
 build_once() { # build_once OUT GO-BUILD-ARGS...: go test -c / go build into OUT unless it is there
 	local out=$1
 	shift
@@ -103,9 +104,11 @@ for suite in $SUITES; do
 	build_once "$SUITE_DIR/$suite-$SUITE_KEY.test" go test -c "$KARPENTER_MODULE/test/suites/$suite"
 done
 DRA_DRIVER=""
+DRA_CRD=""
 if [[ " $SUITES " == *" dra "* ]]; then
-	DRA_DRIVER="$SUITE_DIR/dra-kwok-driver-$SUITE_KEY"
-	build_once "$DRA_DRIVER" go build ./dra-kwok-driver
+	built="$(bash "$HERE/dra-kwok-driver.sh")"
+	DRA_DRIVER="${built%%$'\n'*}"
+	DRA_CRD="${built##*$'\n'}"
 fi
 
 KARPENTER_BIN=""
@@ -281,8 +284,7 @@ run_partition() {
 # DIR/cp, stopped with the partition.
 start_dra_driver() {
 	local dir=$1 health
-	"$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" apply --server-side \
-		-f "$MODULE_DIR/dra-kwok-driver/pkg/apis/crds/test.karpenter.sh_draconfigs.yaml" >/dev/null
+	"$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" apply --server-side -f "$DRA_CRD" >/dev/null
 	"$CP_BIN/kubectl" --kubeconfig "$dir/cp/kubeconfig" wait --for condition=established --timeout=60s \
 		crd/draconfigs.test.karpenter.sh >/dev/null
 	health=$(free_port)
