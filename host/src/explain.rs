@@ -5,9 +5,12 @@
 //! (the same facts it decides on), with the numbers behind it (the node's price, its pods and
 //! their disruption cost) and what would unblock it. For a NodePool: each node's verdict and the
 //! next action the host takes — the disruptions under way, a decision waiting for validation, or
-//! the nodes its next consolidation search may take. [`explain_node`] and [`explain_pool`] work
-//! on a [`View`] (the objects as listed); [`table`] renders them.
+//! the nodes its next consolidation search may take. For a pod ([`pod`]): the host's latest
+//! provisioning decision (the node it nominated, or why it made none, such as no instance type
+//! carrying the devices its ResourceClaims ask for) and its claims' devices. [`explain_node`] and
+//! [`explain_pool`] work on a [`View`] (the objects as listed); [`table`] renders them.
 
+pub mod pod;
 pub mod table;
 
 use std::collections::BTreeMap;

@@ -1,5 +1,6 @@
 //! `capstan explain node NAME` and `capstan explain nodepool NAME`: why a node is, or is not,
-//! consolidated, on a live cluster, read-only. The answer is [`capstan::explain`] over the
+//! consolidated, on a live cluster, read-only; `capstan explain pod NAME`: what the host last
+//! decided for a pod. The answer is [`capstan::explain`] over the
 //! objects as listed now (the host's `ConsolidationBlocked` verdicts, with the numbers behind
 //! them); this lists them and prints.
 
@@ -10,12 +11,14 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::resource::v1::ResourceClaim;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 
 use capstan::api::{NodeClaim, NodePool};
-use capstan::explain::{self, table};
+use capstan::explain::{self, pod, table};
 use capstan::state::View;
 
 use super::{block_on, client, print};
@@ -40,6 +43,9 @@ enum What {
     Node { name: String },
     /// Every node of a NodePool, and what the host does next there.
     Nodepool { name: String },
+    /// A pod (`NAMESPACE/NAME`, or `NAME` in `default`): the host's latest provisioning decision
+    /// for it (the node it nominated, or why it made none) and its ResourceClaims' devices.
+    Pod { name: String },
 }
 
 const AFTER_HELP: &str = "\
@@ -48,7 +54,8 @@ keeps on each NodeClaim (its ConsolidationBlocked condition). See docs/disruptio
 
 Examples:
   capstan explain node ip-10-0-1-23.ec2.internal
-  capstan explain nodepool default -o json";
+  capstan explain nodepool default -o json
+  capstan explain pod ml/trainer-0";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Output {
@@ -87,10 +94,45 @@ async fn run_async(args: ExplainArgs) -> Result<ExitCode> {
                 Output::Table => table::pool(&report),
             }
         }
+        What::Pod { name } => {
+            let report = pod_report(&client, name).await?;
+            match args.output {
+                Output::Json => format!("{}\n", serde_json::to_string_pretty(&report)?),
+                Output::Table => table::pod(&report),
+            }
+        }
     };
     print(&text)?;
     Ok(ExitCode::SUCCESS)
 }
+
+/// `capstan explain pod`: the pod, its Events and the ResourceClaims of its namespace.
+async fn pod_report(client: &Client, name: &str) -> Result<pod::PodReport> {
+    let (namespace, name) = name.split_once('/').unwrap_or(("default", name));
+    let pod = Api::<Pod>::namespaced(client.clone(), namespace)
+        .get(name)
+        .await
+        .with_context(|| format!("cannot get pod {namespace}/{name}"))?;
+    let events = Api::<Event>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+        .await
+        .context("cannot list Events")?;
+    // A cluster without DRA (or a reader without access to it) still gets the decision.
+    let claims = match Api::<ResourceClaim>::namespaced(client.clone(), namespace)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(err) => {
+            tracing::debug!(error = %err, "no ResourceClaims listed");
+            Vec::new()
+        }
+    };
+    Ok(pod::explain_pod(&pod, &events.items, &claims, REPORTER))
+}
+
+/// The reporting controller of the host's Events (`capstan run`'s default).
+const REPORTER: &str = "capstan";
 
 /// The objects an answer needs; with `node`, only the pods of that node (by Node name, or the
 /// node of the NodeClaim of that name).

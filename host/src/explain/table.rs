@@ -2,6 +2,7 @@
 
 use std::fmt::Write as _;
 
+use super::pod::PodReport;
 use super::{NodeAnswer, NodeReport, PoolReport};
 use crate::simulate::table::{columns, dollars};
 
@@ -15,6 +16,45 @@ fn verdict(n: &NodeAnswer) -> String {
         Some(false) => n.verdict.reason.clone(),
         None => "no verdict".to_owned(),
     }
+}
+
+/// `capstan explain pod` as text.
+pub fn pod(report: &PodReport) -> String {
+    let mut rows = vec![
+        vec!["Pod".to_owned(), report.pod.clone()],
+        vec![
+            "Phase".to_owned(),
+            match &report.node {
+                Some(node) => format!("{} on {node}", report.phase),
+                None => report.phase.clone(),
+            },
+        ],
+    ];
+    match &report.decision {
+        Some(d) => rows.push(vec![
+            "Host decided".to_owned(),
+            format!(
+                "{} ({}x, last {}): {}",
+                d.reason,
+                d.count,
+                d.at.as_deref().unwrap_or("-"),
+                d.note
+            ),
+        ]),
+        None => rows.push(vec![
+            "Host decided".to_owned(),
+            "nothing yet (the pod was never pending for it, or its Events expired)".to_owned(),
+        ]),
+    }
+    for c in &report.claims {
+        let state = match (&c.claim, c.devices.is_empty()) {
+            (None, _) => "no ResourceClaim yet".to_owned(),
+            (Some(claim), true) => format!("{claim}: not allocated"),
+            (Some(claim), false) => format!("{claim}: {}", c.devices.join(", ")),
+        };
+        rows.push(vec![format!("Claim {}", c.name), state]);
+    }
+    columns("", &rows)
 }
 
 /// `capstan explain node` as text.
