@@ -18,14 +18,16 @@
 #   make bench-api-load     the host's API requests per minute at rest, 200 nodes and 2,000 pods
 #   make bench-e2e          Capstan beside Karpenter's kwok controller: 1,000 pods, scaled to 500,
 #                           deleted; nodes, $/h, CPU and memory side by side
+#   make bench-dra          Capstan beside Karpenter v1.15 (IGNORE_DRA_REQUESTS=false): 20 pods asking
+#                           for 1-8 GPUs and MIG-like partitions through DRA; time, nodes, $/h
 #   make bench-scale        Capstan beside Karpenter at 2,000 nodes / 20,000 pods (SCALE=5000 for
 #                           5,000 / 50,000): scale-up, rest, drift, scale to half, delete
 #   make bench-capi         the clusterapi provider on real Cluster API: 10 launches, a delete, requests
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-scale bench-capi control-plane providers upstream
+.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi control-plane providers upstream
 
 help:
-	@sed -n '1,24p' Makefile | sed 's/^# \{0,1\}//'
+	@sed -n '1,26p' Makefile | sed 's/^# \{0,1\}//'
 
 test:
 	bash tests/scripts/test.sh
@@ -33,5 +35,5 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-scale bench-capi control-plane providers upstream:
+fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi control-plane providers upstream:
 	bash tests/scripts/task.sh $@

@@ -46,6 +46,12 @@
 //! Sizes: 1, 100, 500, 1,000, 2,000, 5,000 and 20,000 pods (the 20,000-pod case takes minutes
 //! with criterion's 10 samples; filter it out with e.g. `-- 'diverse/(1|100|1000)$'`).
 //!
+//! Devices (`scheduling/devices/N` beside `scheduling/devices_baseline/N`, our addition: Karpenter
+//! v1.15.0 has no DRA benchmark): the same 400 types, every tenth carrying 1, 2, 4 or 8 GPUs as
+//! one ResourceSlice template, and N pods of 500m/1Gi each asking through a ResourceClaim of its
+//! own for 1, 2, 4 or 8 GPUs of a DeviceClass with a CEL selector; the baseline is the same pods
+//! without claims, so the ratio of the two is what devices cost the solver.
+//!
 //! Run with `cargo bench -p capstan --bench scheduling`. On a machine busy with other work,
 //! `CAPSTAN_BENCH_CPU=1 cargo bench -p capstan --bench scheduling [-- <filter>]` times solves by
 //! the bench thread's on-CPU time instead of criterion's wall clock (see `cpu_time_run`).
@@ -55,12 +61,18 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+use capstan::scheduling::devices::PodDevices;
 use capstan::scheduling::{
     InstanceType, LabelSelector, Namespaces, NodeInclusionPolicy, NodePoolView, Offering, Pod,
     PodAffinityTerm, Requirement, Requirements, Resources, SchedulingInput, SchedulingResult,
     TopologySpreadConstraint, WhenUnsatisfiable, solve,
 };
+use capstan_dra::{
+    AttributeValue, ClaimKey, ClaimRequests, Device, DeviceClasses, ResourceSliceTemplate,
+    SelectorCache,
+};
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group};
+use k8s_openapi::api::resource::v1::ResourceClaimSpec;
 
 #[path = "support/karpenter_inputs.rs"]
 mod karpenter_inputs;
@@ -76,6 +88,104 @@ fn input(count: usize, min_values: bool) -> SchedulingInput {
         pods: diverse_pods_v1_15(count),
         node_pools: vec![pool],
         ..SchedulingInput::default()
+    }
+}
+
+/// Type `i` of `types`, with `1 << (i / 10 % 4)` GPUs when `i` is a multiple of ten.
+fn with_gpus(types: &[InstanceType]) -> Arc<[InstanceType]> {
+    types
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let mut t = t.clone();
+            if i % 10 == 0 {
+                let count = 1usize << (i / 10 % 4);
+                t.devices = vec![Arc::new(ResourceSliceTemplate {
+                    driver: "gpu.example.com".to_owned(),
+                    pool: "gpus".to_owned(),
+                    devices: (0..count)
+                        .map(|d| Device {
+                            name: format!("gpu-{d}"),
+                            attributes: BTreeMap::from([(
+                                "type".to_owned(),
+                                AttributeValue::String("gpu".to_owned()),
+                            )]),
+                            capacity: BTreeMap::new(),
+                            allow_multiple_allocations: false,
+                            consumes_counters: Vec::new(),
+                        })
+                        .collect(),
+                    shared_counters: Vec::new(),
+                })];
+            }
+            t
+        })
+        .collect()
+}
+
+/// `count` pods of 500m/1Gi; with `devices`, pod `i` asks for `1 << (i % 4)` GPUs through a
+/// claim of its own.
+fn device_input(count: usize, devices: bool) -> SchedulingInput {
+    let mut classes = DeviceClasses::new();
+    classes.insert(
+        "gpu",
+        vec!["device.driver == \"gpu.example.com\" && device.attributes[\"gpu.example.com\"].type == \"gpu\"".to_owned()],
+    );
+    let mut cache = SelectorCache::new();
+    let pods = (0..count)
+        .map(|i| {
+            let mut pod = Pod::new("default", &format!("p{i}"), Resources::new(500, 1 << 30, 0));
+            if devices {
+                let spec: ResourceClaimSpec = serde_json::from_value(serde_json::json!(
+                    {"devices": {"requests": [{"name": "gpus", "exactly":
+                        {"deviceClassName": "gpu", "count": 1 << (i % 4)}}]}}
+                ))
+                .expect("a valid claim spec");
+                let claim = ClaimRequests::from_spec(
+                    ClaimKey::new("default", &format!("c{i}")),
+                    &spec,
+                    &classes,
+                    &mut cache,
+                )
+                .expect("a valid claim");
+                pod.devices = PodDevices {
+                    claims: vec![Arc::new(claim)],
+                    pinned_to: None,
+                };
+            }
+            pod
+        })
+        .collect();
+    SchedulingInput {
+        pods,
+        node_pools: vec![NodePoolView::new(
+            "default",
+            with_gpus(&instance_types(400)),
+        )],
+        ..SchedulingInput::default()
+    }
+}
+
+fn bench_devices(c: &mut Criterion) {
+    for (name, devices) in [("devices_baseline", false), ("devices", true)] {
+        let mut group = c.benchmark_group(format!("scheduling/{name}"));
+        group.sample_size(10);
+        group.warm_up_time(Duration::from_secs(1));
+        group.measurement_time(Duration::from_secs(5));
+        for count in [100usize, 500, 1000] {
+            let input = device_input(count, devices);
+            let result = solve(&input);
+            eprintln!(
+                "{name}/{count}: {} new nodes, {} unschedulable",
+                result.new_claims.len(),
+                result.unschedulable.len(),
+            );
+            group.throughput(Throughput::Elements(count as u64));
+            group.bench_with_input(BenchmarkId::from_parameter(count), &input, |b, input| {
+                b.iter(|| black_box(solve(black_box(input))));
+            });
+        }
+        group.finish();
     }
 }
 
@@ -166,7 +276,7 @@ fn cpu_time_run() {
     }
 }
 
-criterion_group!(benches, bench);
+criterion_group!(benches, bench, bench_devices);
 
 fn main() {
     if std::env::var_os("CAPSTAN_BENCH_CPU").is_some_and(|v| v == "1") {

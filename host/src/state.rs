@@ -17,4 +17,4 @@ pub mod served;
 
 pub use self::backoff::watch_backoff;
 pub use self::cache::Cache;
-pub use self::cluster::{ClusterState, View};
+pub use self::cluster::{ClusterState, DraView, View};

@@ -100,8 +100,29 @@ build_once() { # build_once OUT GO-BUILD-ARGS...: go test -c / go build into OUT
 	(cd "$HERE" && "$@" -trimpath -o "$out.tmp") >&2
 	mv "$out.tmp" "$out"
 }
+# The DRA suite is built in dra-suite/, where a `go test -overlay` puts upstream's test files (from
+# the module cache, unchanged) beside one file of ours (dra-suite/scheme_test.go says why); the key
+# covers that file.
+DRA_OVERLAY="$SUITE_DIR/dra-overlay.json"
+{
+	printf '{"Replace":{'
+	sep=""
+	for f in "$MODULE_DIR"/test/suites/dra/*.go; do
+		printf '%s"%s":"%s"' "$sep" "$HERE/dra-suite/$(basename "$f")" "$f"
+		sep=","
+	done
+	printf '}}\n'
+} >"$DRA_OVERLAY"
+DRA_KEY="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/dra-suite/scheme_test.go" | sha256sum | cut -c1-12)"
+suite_bin() { # suite_bin SUITE: the cached test binary of SUITE
+	if [[ "$1" == dra ]]; then echo "$SUITE_DIR/$1-$DRA_KEY.test"; else echo "$SUITE_DIR/$1-$SUITE_KEY.test"; fi
+}
 for suite in $SUITES; do
-	build_once "$SUITE_DIR/$suite-$SUITE_KEY.test" go test -c "$KARPENTER_MODULE/test/suites/$suite"
+	if [[ "$suite" == dra ]]; then
+		build_once "$(suite_bin "$suite")" go test -c -overlay "$DRA_OVERLAY" ./dra-suite
+	else
+		build_once "$(suite_bin "$suite")" go test -c "$KARPENTER_MODULE/test/suites/$suite"
+	fi
 done
 DRA_DRIVER=""
 DRA_CRD=""
@@ -270,7 +291,7 @@ run_partition() {
 	for suite in $suites; do
 		log "$controller-$i: $suite suite, [$shown] with ${flags[*]:-the default KWOKNodeClass of the suite} (log: $dir/$suite.log)"
 		rc=0
-		KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$SUITE_DIR/$suite-$SUITE_KEY.test" -test.timeout 0 -test.v \
+		KUBECONFIG="$dir/cp/kubeconfig" OUTPUT_DIR="$dir" "$(suite_bin "$suite")" -test.timeout 0 -test.v \
 			--ginkgo.focus "$focus" --ginkgo.no-color --ginkgo.v \
 			--ginkgo.timeout 3h --ginkgo.junit-report "$dir/junit-$suite.xml" "${flags[@]}" \
 			>"$dir/$suite.log" 2>&1 || rc=$?

@@ -378,6 +378,17 @@ task_bench_e2e() {
   run_measurement bench_e2e::bench_e2e_capstan_beside_karpenter bench-e2e
 }
 
+# Capstan beside Karpenter v1.15 with its DRA allocator on, pods asking for devices
+# (host/tests/all/bench_dra.rs); Karpenter's DRA KWOK driver publishes the nodes' ResourceSlices.
+task_bench_dra() {
+  log "Karpenter's kwok controller and DRA KWOK driver (cached under $CAPSTAN_CACHE)"
+  bash "$REPO_ROOT/tests/bench-e2e/karpenter-kwok.sh" >/dev/null
+  bash "$REPO_ROOT/tests/conformance-karpenter/dra-kwok-driver.sh" >/dev/null
+  bench_host
+  log "bench-dra: Capstan ($CAPSTAN_HOST_BIN) beside Karpenter, pods asking for devices (about 10 minutes)"
+  run_measurement bench_dra::bench_dra_capstan_beside_karpenter bench-dra
+}
+
 # Capstan beside Karpenter at thousands of nodes (host/tests/all/bench_scale.rs; docs/bench-scale.md).
 task_bench_scale() {
   log "Karpenter's kwok controller (cached under $CAPSTAN_CACHE/karpenter-kwok)"

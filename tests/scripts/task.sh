@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One piece of the build or of `make test`, with the setup it needs (each is a make target):
-#   task.sh fmt | lint | unit | e2e | conformance-karpenter | bench | bench-disruption | bench-api-load | bench-e2e | bench-capi | image | chart | providers | control-plane | upstream
+#   task.sh fmt | lint | unit | e2e | conformance-karpenter | bench | bench-disruption | bench-api-load | bench-e2e | bench-dra | bench-capi | image | chart | providers | control-plane | upstream
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$REPO_ROOT"
 case "${1:-}" in
@@ -13,6 +13,7 @@ case "${1:-}" in
   bench-disruption) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_disruption ;;
   bench-api-load) ensure_rust; build_control_plane; build_providers; fetch_upstream; task_bench_api_load ;;
   bench-e2e) ensure_rust; build_control_plane; build_providers; task_bench_e2e ;;
+  bench-dra) ensure_rust; build_control_plane; build_providers; task_bench_dra ;;
   bench-scale) ensure_rust; build_control_plane; build_providers; task_bench_scale ;;
   bench-capi) ensure_rust; build_control_plane; build_providers; task_bench_capi ;;
   image) build_image ;;
@@ -20,5 +21,5 @@ case "${1:-}" in
   providers) build_providers ;;
   control-plane) build_control_plane ;;
   upstream) fetch_upstream ;;
-  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-scale|bench-capi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
+  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-dra|bench-scale|bench-capi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
 esac

@@ -29,8 +29,10 @@ use super::{CacheArgs, block_on, parse_short_duration, print, read_component};
 #[command(after_long_help = AFTER_HELP)]
 pub struct SimulateArgs {
     /// Dump files: `kubectl get nodes,pods,nodepools,nodeclaims,daemonsets,pdb -A -o json`
-    /// (a List), NodeClasses and namespaces (`kubectl get nodeclasses,namespaces -o yaml`), in
-    /// one file or several; JSON or YAML; `-` reads standard input.
+    /// (a List), NodeClasses and namespaces (`kubectl get nodeclasses,namespaces -o yaml`), DRA's
+    /// objects if pods use ResourceClaims (`kubectl get resourceclaims,resourceclaimtemplates,
+    /// deviceclasses,resourceslices -A -o json`), in one file or several; JSON or YAML; `-` reads
+    /// standard input.
     #[arg(required = true, value_name = "DUMP")]
     dumps: Vec<PathBuf>,
     /// A provider component: `FILE.wasm` serves every NodeClass's provider, `NAME=FILE.wasm` the
@@ -91,7 +93,8 @@ turns that off). Only nodes with a NodeClaim can be consolidated.
 Example:
   kubectl get nodes,pods,nodepools,nodeclaims,daemonsets,pdb -A -o json > cluster.json
   kubectl get nodeclasses,namespaces -o yaml > classes.yaml
-  capstan simulate --provider kwok.wasm cluster.json classes.yaml
+  kubectl get resourceclaims,resourceclaimtemplates,deviceclasses,resourceslices -A -o json > dra.json
+  capstan simulate --provider kwok.wasm cluster.json classes.yaml dra.json
   capstan simulate --provider kwok.wasm --node-class-for-all standin.yaml -o json cluster.json";
 
 /// Output formats.

@@ -1,7 +1,9 @@
 //! Reading a cluster dump: the output of `kubectl get nodes,pods,nodepools,nodeclaims,daemonsets,
 //! pdb -A -o json` (a `List`), of `kubectl get nodeclasses,namespaces -o yaml`, single objects, or
 //! several YAML documents, from one file or several, into a [`View`] as the host's caches would
-//! hold it.
+//! hold it. Dynamic Resource Allocation's objects (`resourceclaims,resourceclaimtemplates,
+//! deviceclasses,resourceslices`) make pods' ResourceClaims part of the simulation; a dump with
+//! none of them leaves pods with ResourceClaims out, as `--ignore-dra-requests` does.
 //!
 //! Kinds the simulation does not read (Deployments, Karpenter's `EC2NodeClass`, Events, ...) are
 //! counted and skipped. An object of a kind it reads that does not parse is an error naming the
@@ -13,6 +15,9 @@ use std::sync::Arc;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{
+    DeviceClass, ResourceClaim, ResourceClaimTemplate, ResourceSlice,
+};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use kube::ResourceExt;
 use serde::de::DeserializeOwned;
@@ -20,7 +25,7 @@ use serde::de::DeserializeOwned;
 use crate::api::nodeclass::{GROUP as NODECLASS_GROUP, KIND as NODECLASS_KIND};
 use crate::api::{NodeClaim, NodeClass, NodeClassSpec, NodeOverlay, NodePool};
 use crate::rules::selector::Selector;
-use crate::state::View;
+use crate::state::{DraView, View};
 
 use super::StandIn;
 
@@ -74,6 +79,10 @@ pub struct Dump {
     storage_classes: BTreeMap<String, StorageClass>,
     csi_nodes: BTreeMap<String, CSINode>,
     overlays: BTreeMap<String, NodeOverlay>,
+    resource_claims: BTreeMap<(String, String), ResourceClaim>,
+    claim_templates: BTreeMap<(String, String), ResourceClaimTemplate>,
+    device_classes: BTreeMap<String, DeviceClass>,
+    resource_slices: BTreeMap<String, ResourceSlice>,
     /// Objects of other kinds, by `apiVersion/kind`: how many were skipped.
     pub skipped: BTreeMap<String, usize>,
 }
@@ -260,6 +269,23 @@ impl Dump {
             ("storage.k8s.io/v1", "CSINode") => {
                 insert(&ctx, &mut self.csi_nodes, value, |c: &CSINode| c.name_any())
             }
+            ("resource.k8s.io/v1", "ResourceClaim") => {
+                insert(&ctx, &mut self.resource_claims, value, namespaced)
+            }
+            ("resource.k8s.io/v1", "ResourceClaimTemplate") => {
+                insert(&ctx, &mut self.claim_templates, value, namespaced)
+            }
+            ("resource.k8s.io/v1", "DeviceClass") => {
+                insert(&ctx, &mut self.device_classes, value, |c: &DeviceClass| {
+                    c.name_any()
+                })
+            }
+            ("resource.k8s.io/v1", "ResourceSlice") => insert(
+                &ctx,
+                &mut self.resource_slices,
+                value,
+                |s: &ResourceSlice| s.name_any(),
+            ),
             _ => {
                 tracing::debug!(
                     file,
@@ -401,10 +427,45 @@ impl Dump {
             csi_nodes: self.csi_nodes.values().cloned().map(Arc::new).collect(),
             // A dump carries no kube-scheduler configuration.
             default_spread: None,
-            // Nor, yet, Dynamic Resource Allocation's objects: pods with ResourceClaims are
-            // left out of a simulation, as with `--ignore-dra-requests`.
-            dra: None,
+            dra: self.dra(),
         }
+    }
+}
+
+impl Dump {
+    /// Dynamic Resource Allocation's objects, if the dump has any (without them, pods with
+    /// ResourceClaims are left out, as with `--ignore-dra-requests`).
+    fn dra(&self) -> Option<DraView> {
+        let none = self.resource_claims.is_empty()
+            && self.claim_templates.is_empty()
+            && self.device_classes.is_empty()
+            && self.resource_slices.is_empty();
+        (!none).then(|| DraView {
+            claims: self
+                .resource_claims
+                .values()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+            templates: self
+                .claim_templates
+                .values()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+            classes: self
+                .device_classes
+                .values()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+            slices: self
+                .resource_slices
+                .values()
+                .cloned()
+                .map(Arc::new)
+                .collect(),
+        })
     }
 }
 

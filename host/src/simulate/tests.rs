@@ -491,3 +491,70 @@ async fn a_pool_that_waits_for_jobs_keeps_the_node_of_a_running_job() {
     assert_eq!(n1.verdict, "JobRunning");
     assert!(n1.reason.contains("Job app/batch"), "{}", n1.reason);
 }
+
+/// The source with a third type, `gpu` (8 cpu, 2 GPUs of `gpu.example.com`, $1/h).
+fn fake_with_gpus(
+    pool: &NodePool,
+    classes: &HashMap<String, Arc<NodeClass>>,
+) -> Result<Arc<[InstanceType]>, ProvisionError> {
+    let mut types: Vec<InstanceType> = fake(pool, classes)?.to_vec();
+    let mut gpu = types[1].clone();
+    gpu.name = "gpu".to_owned();
+    gpu.requirements = Requirements::new()
+        .with(Requirement::in_(INSTANCE_TYPE, ["gpu"]))
+        .with(Requirement::in_("kubernetes.io/arch", ["amd64"]));
+    gpu.offerings = vec![Offering::new("zone-a", "on-demand", 1.0)];
+    gpu.devices = vec![Arc::new(capstan_dra::ResourceSliceTemplate {
+        driver: "gpu.example.com".to_owned(),
+        pool: "gpus".to_owned(),
+        devices: (0..2)
+            .map(|i| capstan_dra::Device {
+                name: format!("gpu-{i}"),
+                attributes: BTreeMap::new(),
+                capacity: BTreeMap::new(),
+                allow_multiple_allocations: false,
+                consumes_counters: Vec::new(),
+            })
+            .collect(),
+        shared_counters: Vec::new(),
+    })];
+    types.push(gpu);
+    Ok(types.into())
+}
+
+#[tokio::test]
+async fn a_dump_with_dra_objects_places_pods_asking_for_gpus_on_types_carrying_them() {
+    let mut trainer = pod("trainer", "1", None);
+    trainer["spec"]["resourceClaims"] =
+        json!([{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]);
+    let dra = vec![
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+               "metadata": {"name": "gpu"},
+               "spec": {"selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]}}),
+        json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+               "metadata": {"name": "two-gpus", "namespace": "app"},
+               "spec": {"spec": {"devices": {"requests": [
+                   {"name": "gpus", "exactly": {"deviceClassName": "gpu", "count": 2}}]}}}}),
+    ];
+    let base = vec![class(), pool("default", "c", "Never"), trainer];
+    let mut items = base.clone();
+    items.extend(dra);
+    let report = run(view(items), &fake_with_gpus, &settings()).await;
+    let p = &report.provisioning;
+    assert_eq!(p.node_claims.len(), 1, "{p:#?}");
+    assert_eq!(p.node_claims[0].pods, ["app/trainer"]);
+    // Cheaper types have the cpu but not the GPUs.
+    assert_eq!(p.node_claims[0].instance_types, ["gpu"], "{p:#?}");
+
+    // Without DRA's objects in the dump the pod is left out, as with --ignore-dra-requests.
+    let report = run(view(base), &fake_with_gpus, &settings()).await;
+    assert!(
+        report
+            .provisioning
+            .node_claims
+            .iter()
+            .all(|c| !c.pods.iter().any(|p| p == "app/trainer")),
+        "{:#?}",
+        report.provisioning
+    );
+}

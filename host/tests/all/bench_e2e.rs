@@ -52,7 +52,7 @@ const SIZES: [(&str, &str, &str); 5] = [
 /// overrides them, e.g. `10,20` for a quick run).
 const SAMPLES: [u64; 2] = [60, 180];
 
-fn samples() -> Vec<u64> {
+pub(crate) fn samples() -> Vec<u64> {
     std::env::var("CAPSTAN_BENCH_E2E_SAMPLES")
         .ok()
         .map(|v| v.split(',').filter_map(|s| s.trim().parse().ok()).collect())
@@ -62,33 +62,33 @@ fn samples() -> Vec<u64> {
 
 /// One step of the scenario.
 #[derive(Clone, Debug, Default)]
-struct Step {
-    name: String,
+pub(crate) struct Step {
+    pub(crate) name: String,
     /// Until the pods settled: all Running, or all gone.
-    settled: Option<Duration>,
-    samples: Vec<Sample>,
-    most_nodes: usize,
-    cpu_seconds: f64,
+    pub(crate) settled: Option<Duration>,
+    pub(crate) samples: Vec<Sample>,
+    pub(crate) most_nodes: usize,
+    pub(crate) cpu_seconds: f64,
     /// VmHWM at the end of the step.
-    hwm_kib: u64,
-    rss_kib: u64,
+    pub(crate) hwm_kib: u64,
+    pub(crate) rss_kib: u64,
 }
 
 /// One system's run.
 #[derive(Debug, Default)]
-struct Run {
-    label: String,
+pub(crate) struct Run {
+    pub(crate) label: String,
     /// Until the controller answered `/readyz`.
-    ready: Option<Duration>,
-    startup_cpu_seconds: f64,
-    steps: Vec<Step>,
+    pub(crate) ready: Option<Duration>,
+    pub(crate) startup_cpu_seconds: f64,
+    pub(crate) steps: Vec<Step>,
     /// CPU, peak RSS, load and error of the whole run.
-    finished: Finished,
+    pub(crate) finished: Finished,
 }
 
 /// Watches a step: samples at [`SAMPLES`], until the pods settle (`running` Running and no
 /// other pod) and the last sample is taken, or `timeout`.
-async fn observe(
+pub(crate) async fn observe(
     name: &str,
     want_running: usize,
     watch: &Watch,
@@ -227,7 +227,7 @@ async fn scenario(
     Ok(())
 }
 
-fn print_step(step: &Step) {
+pub(crate) fn print_step(step: &Step) {
     let settled = step.settled.map_or_else(
         || "not settled".to_string(),
         |d| format!("settled in {d:.1?}"),
@@ -257,7 +257,7 @@ fn print_step(step: &Step) {
     }
 }
 
-fn table(runs: &[Run]) -> String {
+pub(crate) fn table(runs: &[Run]) -> String {
     let mut t = Table::new(runs.iter().map(|r| r.label.clone()).collect());
     let mut row = |label: String, digits: usize, f: &dyn Fn(&Run) -> Option<f64>| {
         t.row(label, digits, runs.iter().map(f).collect());

@@ -10,19 +10,23 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use std::collections::BTreeSet;
+
 use capstan_test_support::{ControlPlane, repo_root, wait_until};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceClaim;
-use kube::api::{ApiResource, DynamicObject, PostParams};
+use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::lifecycle::{Host, Names, capstan_notes, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
+use crate::verdict::explain_cli;
 
 /// Karpenter's DRA KWOK driver, running against the control plane until dropped.
-struct DraDriver {
+pub(crate) struct DraDriver {
     child: Child,
     log: PathBuf,
 }
@@ -30,7 +34,7 @@ struct DraDriver {
 impl DraDriver {
     /// Builds it (cached; `tests/conformance-karpenter/dra-kwok-driver.sh`), installs its
     /// DRAConfig CRD and starts it.
-    async fn start(cp: &ControlPlane, run: &str) -> Self {
+    pub(crate) async fn start(cp: &ControlPlane, run: &str) -> Self {
         let script = repo_root().join("tests/conformance-karpenter/dra-kwok-driver.sh");
         let out = Command::new("bash").arg(&script).output().unwrap();
         assert!(
@@ -55,7 +59,7 @@ impl DraDriver {
         Self { child, log }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 }
@@ -67,7 +71,7 @@ impl Drop for DraDriver {
     }
 }
 
-fn draconfigs() -> ApiResource {
+pub(crate) fn draconfigs() -> ApiResource {
     ApiResource {
         group: "test.karpenter.sh".into(),
         version: "v1alpha1".into(),
@@ -104,7 +108,7 @@ fn gpu_pool(name: &str, gpus: usize) -> serde_json::Value {
     })
 }
 
-async fn create_dynamic(
+pub(crate) async fn create_dynamic(
     client: &Client,
     resource: &ApiResource,
     ns: Option<&str>,
@@ -118,7 +122,7 @@ async fn create_dynamic(
     api.create(&PostParams::default(), &object).await.unwrap();
 }
 
-fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
+pub(crate) fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: group.into(),
         version: "v1".into(),
@@ -154,19 +158,7 @@ async fn pods_asking_for_gpus_get_nodes_that_carry_them_and_run() {
     )
     .await;
     let class = names.name("gpu");
-    create_dynamic(
-        &client,
-        &resource("resource.k8s.io", "DeviceClass", "deviceclasses"),
-        None,
-        json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": class},
-            "spec": {"selectors": [{"cel": {"expression": format!(
-                "device.driver == \"{driver_name}\" && device.attributes[\"{driver_name}\"].type == \"gpu\""
-            )}}]},
-        }),
-    )
-    .await;
+    gpu_class(&client, &class, &driver_name).await;
     // The CPU-only type is the cheapest: only devices can make the host pick the others.
     group_pool(
         &client,
@@ -298,6 +290,232 @@ async fn pods_asking_for_gpus_get_nodes_that_carry_them_and_run() {
         pending.status.and_then(|s| s.phase).as_deref(),
         Some("Pending")
     );
+    // `capstan explain pod` says the same, and for a running pod names its allocated devices.
+    let report = explain_pod(cp, &format!("{ns}/gpus-16-0"));
+    assert_eq!(report["decision"]["reason"], "FailedScheduling", "{report}");
+    assert!(
+        report["decision"]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("carries the devices its ResourceClaims ask for")),
+        "{report}"
+    );
+    let report = explain_pod(cp, &format!("{ns}/gpus-4-0"));
+    assert_eq!(report["phase"], "Running", "{report}");
+    assert_eq!(
+        report["claims"][0]["devices"].as_array().map(Vec::len),
+        Some(4),
+        "{report}"
+    );
+    let _ = Api::<DynamicObject>::all_with(client.clone(), &draconfigs())
+        .delete(&names.name("gpus"), &Default::default())
+        .await;
+    teardown(&client, &names, &ns).await;
+}
+
+/// `capstan explain pod NS/NAME -o json` against the control plane.
+fn explain_pod(cp: &ControlPlane, pod: &str) -> serde_json::Value {
+    explain_cli(cp, &["pod", pod])
+}
+
+/// The GPU DeviceClass of `driver` (a CEL selector on the driver and the `type` attribute).
+pub(crate) async fn gpu_class(client: &Client, name: &str, driver: &str) {
+    create_dynamic(
+        client,
+        &resource("resource.k8s.io", "DeviceClass", "deviceclasses"),
+        None,
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": name},
+            "spec": {"selectors": [{"cel": {"expression": format!(
+                "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].type == \"gpu\""
+            )}}]},
+        }),
+    )
+    .await;
+}
+
+/// The instance type of `node`.
+async fn instance_type_of(client: &Client, node: &str) -> String {
+    let node = Api::<Node>::all(client.clone()).get(node).await.unwrap();
+    node.labels()["node.kubernetes.io/instance-type"].clone()
+}
+
+/// Consolidation keeps every pod's devices: four pods of 2 GPUs share one 8-GPU node; scaled to
+/// two, the node is replaced by the cheaper 4-GPU type (consolidation ran and weighed devices),
+/// never by the CPU-only type that would be cheapest if devices did not count, and the pods run
+/// there with their claims allocated by kube-scheduler.
+#[tokio::test]
+async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("dra-cons");
+    let driver_name = format!("gpu.{}.capstan.dev", names.run);
+    let types: Vec<String> = ["cpu", "gpu4", "gpu8"]
+        .iter()
+        .map(|t| names.name(t))
+        .collect();
+    let driver = DraDriver::start(cp, &names.run).await;
+    create_dynamic(
+        &client,
+        &draconfigs(),
+        None,
+        json!({
+            "apiVersion": "test.karpenter.sh/v1alpha1", "kind": "DRAConfig",
+            "metadata": {"name": names.name("gpus")},
+            "spec": {"driver": driver_name, "pools": [gpu_pool(&types[1], 4), gpu_pool(&types[2], 8)]},
+        }),
+    )
+    .await;
+    let class = names.name("gpu");
+    gpu_class(&client, &class, &driver_name).await;
+    let pool = group_pool(
+        &client,
+        &names,
+        json!({"instanceTypes": [
+            instance_type(&types[0], 0.1),
+            instance_type(&types[1], 3.0),
+            instance_type(&types[2], 5.0),
+        ]}),
+        None,
+    )
+    .await;
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &resource("karpenter.sh", "NodePool", "nodepools"),
+    )
+    .patch(
+        &pool,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"disruption": {
+            "consolidationPolicy": "WhenEmptyOrUnderutilized", "consolidateAfter": "0s",
+            "budgets": [{"nodes": "100%"}],
+        }}})),
+    )
+    .await
+    .unwrap();
+    let host = Host::start(cp, &names, &["--batch-idle-duration", "300ms"]);
+    let ns = namespace(cp, "dra-cons").await;
+    create_dynamic(
+        &client,
+        &resource(
+            "resource.k8s.io",
+            "ResourceClaimTemplate",
+            "resourceclaimtemplates",
+        ),
+        Some(&ns),
+        json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "gpus-2", "namespace": ns},
+            "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": class, "count": 2}}
+            ]}}},
+        }),
+    )
+    .await;
+    let deployment: Deployment = serde_json::from_value(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": ns},
+        "spec": {
+            "replicas": 4,
+            "selector": {"matchLabels": {"app": "trainer"}},
+            "template": {
+                "metadata": {"labels": {"app": "trainer"}},
+                "spec": {
+                    "terminationGracePeriodSeconds": 0,
+                    "nodeSelector": {GROUP: names.run},
+                    "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "gpus-2"}],
+                    "containers": [{"name": "app", "image": "fake",
+                                    "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},
+                                                  "claims": [{"name": "gpus"}]}}],
+                },
+            },
+        },
+    }))
+    .unwrap();
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
+    deployments
+        .create(&PostParams::default(), &deployment)
+        .await
+        .unwrap();
+    wait_running(&client, &host, &ns, 4, Duration::from_secs(240)).await;
+
+    // Half the work goes: 4 GPUs are left to carry.
+    deployments
+        .patch(
+            "trainer",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap();
+    // Every NodeClaim's type seen while it settles: never the CPU-only one.
+    let mut seen = BTreeSet::new();
+    let settled = wait_until(
+        Duration::from_secs(240),
+        "two trainers Running on one 4-GPU node",
+        || async {
+            host.check_alive();
+            for claim in claims(&client, &names).await {
+                if let Some(t) = claim.labels().get("node.kubernetes.io/instance-type") {
+                    seen.insert(t.clone());
+                }
+            }
+            let pods = Api::<Pod>::namespaced(client.clone(), &ns)
+                .list(&Default::default())
+                .await?
+                .items;
+            let nodes: BTreeSet<String> = pods
+                .iter()
+                .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+                .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                .collect();
+            let claims_now = claims(&client, &names).await;
+            let done = pods.len() == 2
+                && nodes.len() == 1
+                && claims_now.len() == 1
+                && claims_now[0]
+                    .labels()
+                    .get("node.kubernetes.io/instance-type")
+                    == Some(&types[1]);
+            Ok::<_, kube::Error>(done.then_some(nodes))
+        },
+    )
+    .await;
+    let nodes = match settled {
+        Ok(nodes) => nodes,
+        Err(err) => panic!(
+            "{err}; types seen {seen:?}\nhost log:\n{}\ndriver log:\n{}",
+            host.log_tail(),
+            driver.log()
+        ),
+    };
+    assert!(
+        !seen.contains(&types[0]),
+        "a CPU-only node was made: {seen:?}"
+    );
+    let node = nodes.into_iter().next().unwrap();
+    assert_eq!(instance_type_of(&client, &node).await, types[1]);
+    // Their claims are allocated on that node.
+    for claim in Api::<ResourceClaim>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+    {
+        let results = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.clone())
+            .unwrap_or_default();
+        assert_eq!(results.len(), 2, "{}", claim.name_any());
+        assert!(
+            results.iter().all(|r| r.pool.ends_with(&node)),
+            "{results:?}"
+        );
+    }
     let _ = Api::<DynamicObject>::all_with(client.clone(), &draconfigs())
         .delete(&names.name("gpus"), &Default::default())
         .await;

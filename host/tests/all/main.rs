@@ -10,6 +10,7 @@ mod api_load;
 mod api_restart;
 mod bad_input;
 mod bench;
+mod bench_dra;
 mod bench_e2e;
 mod bench_scale;
 mod cache;

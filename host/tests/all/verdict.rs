@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use capstan::api::NodeClaim;
-use capstan_test_support::wait_until;
+use capstan_test_support::{ControlPlane, wait_until};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
@@ -134,12 +134,17 @@ async fn one_pool(prefix: &str) -> (Scene, String) {
     (scene, p)
 }
 
-/// `capstan explain ARGS -o json` against the control plane.
+/// `capstan explain ARGS -o json` against the scene's control plane.
 pub(crate) fn explain(scene: &Scene, args: &[&str]) -> serde_json::Value {
+    explain_cli(scene.cp, args)
+}
+
+/// `capstan explain ARGS -o json` against `cp`.
+pub(crate) fn explain_cli(cp: &ControlPlane, args: &[&str]) -> serde_json::Value {
     let out = Command::new(env!("CARGO_BIN_EXE_capstan"))
         .arg("explain")
         .arg("--kubeconfig")
-        .arg(scene.cp.kubeconfig_path())
+        .arg(cp.kubeconfig_path())
         .args(args)
         .args(["-o", "json"])
         .output()

@@ -39,7 +39,8 @@ pub enum ClaimError {
     #[error("pod {pod}: {reason}")]
     Claim {
         pod: String,
-        reason: capstan_dra::Unsatisfiable,
+        /// Boxed: the reason is large and the error is returned on every path.
+        reason: Box<capstan_dra::Unsatisfiable>,
     },
 }
 
@@ -166,7 +167,7 @@ impl ClaimIndex {
             .map(Arc::new)
             .map_err(|reason| ClaimError::Claim {
                 pod: pod.to_owned(),
-                reason,
+                reason: Box::new(reason),
             })
     }
 

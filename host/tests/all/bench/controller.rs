@@ -132,11 +132,19 @@ pub struct Karpenter {
 }
 
 impl Karpenter {
-    pub fn start(bin: &Path, cp: &ControlPlane, health_port: u16) -> Result<Self> {
+    /// Starts it with `settings` (environment variables, e.g. `IGNORE_DRA_REQUESTS`) on top of
+    /// the harness's.
+    pub fn start(
+        bin: &Path,
+        cp: &ControlPlane,
+        health_port: u16,
+        settings: &[(&str, &str)],
+    ) -> Result<Self> {
         let log = cp.dir().join("logs/karpenter.log");
         let file = std::fs::File::create(&log)?;
         let metrics_port = free_port()?;
         let child = Command::new(bin)
+            .envs(settings.iter().copied())
             .env("KUBECONFIG", cp.kubeconfig_path())
             .env("DISABLE_LEADER_ELECTION", "true")
             .env("METRICS_PORT", metrics_port.to_string())
@@ -288,6 +296,19 @@ pub async fn start_controller(
     beside: Option<Beside<'_>>,
     node_pool: &dyn Fn(Value, Value) -> Value,
 ) -> Result<Started> {
+    start_controller_with(system, cp, run, beside, node_pool, &[]).await
+}
+
+/// [`start_controller`] with Karpenter's `settings` (environment variables) on top of the
+/// harness's; Capstan's defaults are the settings the benchmarks compare against.
+pub async fn start_controller_with(
+    system: System,
+    cp: &ControlPlane,
+    run: &str,
+    beside: Option<Beside<'_>>,
+    node_pool: &dyn Fn(Value, Value) -> Value,
+    karpenter_settings: &[(&str, &str)],
+) -> Result<Started> {
     let client = cp.client()?;
     let names = Names::new(run);
     let (upstream, catalog) = (beside.map(|b| b.0), beside.map(|b| b.1));
@@ -308,7 +329,12 @@ pub async fn start_controller(
         System::Karpenter => {
             let upstream = upstream.context("Karpenter needs its module")?;
             cp.install_crds_from_files(&upstream.crds()?).await?;
-            Controller::Karpenter(Karpenter::start(&upstream.bin, cp, health)?)
+            Controller::Karpenter(Karpenter::start(
+                &upstream.bin,
+                cp,
+                health,
+                karpenter_settings,
+            )?)
         }
     };
     loop {
