@@ -98,6 +98,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     ),
     python_sdk!("__init__.py"),
     python_sdk!("catalog.py"),
+    python_sdk!("devices.py"),
     python_sdk!("errors.py"),
     python_sdk!("host.py"),
     python_sdk!("kube.py"),
@@ -119,7 +120,8 @@ const PYTHON: Skeleton = Skeleton {
                  `{{name}}.wasm`",
     file_notes: "- `app.py`: the provider, one method per export of the contract (class `CloudProvider`).\n\
                  - `capstan_provider/`: Capstan's Python SDK (catalog builder, requirements, quantities, \
-                 labels, typed `kube`, parameters, and `lifecycle`: what contract 0.4 adds).\n\
+                 labels, typed `kube`, parameters, `lifecycle`: what contract 0.4 adds, and `devices`: \
+                 what 0.5 adds).\n\
                  - `requirements.txt`: componentize-py and pytest, pinned with hashes.\n\
                  - `tests/`: pytest tests of the pure logic (`make unit`).\n\
                  - `Makefile`: `build`, `test`, `package`, `unit`.",
