@@ -5,13 +5,14 @@
 #
 #   providers-wasm/python/build.sh OUT_DIR
 #
-# Artifacts: kwok-python.wasm (contract 0.4.0), serving Karpenter's KWOKNodeClass from the same CRD
+# Artifacts: kwok-python.wasm (contract 0.5.0: its instance types' DRA devices from the DRA KWOK
+# driver's DRAConfigs, as the Rust kwok's), serving Karpenter's KWOKNodeClass from the same CRD
 # file as the Rust kwok provider (node_class_crds.py embeds it).
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="$(realpath -m "${1:?usage: build.sh OUT_DIR}")"
-wit="$here/../../wit/since_v0.4.0"
+wit="$here/../../wit/since_v0.5.0"
 cache="${CAPSTAN_CACHE:-$HOME/.cache/capstan}/python-components"
 # shellcheck source=providers-wasm/python/toolchain.sh
 source "$here/toolchain.sh"

@@ -3,7 +3,7 @@
 interpreter's environment, and the packages are put on ``sys.path``, so the pure logic runs
 natively against the real binding types.
 
-The session's bindings are the newest contract's (0.4, which the kwok provider speaks); a test of
+The session's bindings are the newest contract's (0.5, which the kwok provider speaks); a test of
 an older contract asks :func:`bindings` for that contract's and runs in a subprocess with them (one
 interpreter holds one ``wit_world``)."""
 
@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 
 HERE = Path(__file__).resolve().parent
-NEWEST = "0.4"
+NEWEST = "0.5"
 SDK = HERE / "sdk"
 
 
 @functools.cache
 def bindings(contract: str) -> Path:
-    """A directory with the bindings of contract ``contract`` (``0.1`` to ``0.4``), generated once."""
+    """A directory with the bindings of contract ``contract`` (``0.1`` to ``0.5``), generated once."""
     wit = HERE.parent.parent / "wit" / f"since_v{contract}.0"
     out = Path(tempfile.mkdtemp(prefix=f"capstan-py-bindings-{contract}-"))
     tool = Path(sys.executable).with_name("componentize-py")

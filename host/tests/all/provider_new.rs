@@ -137,9 +137,9 @@ fn a_python_skeleton_builds_and_the_kit_lists_what_is_not_implemented() {
     std::fs::create_dir_all(&root).unwrap();
     let capstan = env!("CARGO_BIN_EXE_capstan");
     let venv = python_venv();
-    // The oldest contract, and the default: the newest the SDK speaks, 0.4 (0.3's paged lists with
-    // Karpenter v1.15's reboot, repair rules and registration hook).
-    for (asked, contract) in [(Some("0.1"), "0.1"), (None, "0.4")] {
+    // The oldest contract, and the default: the newest the SDK speaks, 0.5 (0.4's Karpenter v1.15
+    // reboot, repair rules and registration hook, with the DRA devices of instance types).
+    for (asked, contract) in [(Some("0.1"), "0.1"), (None, "0.5")] {
         let dir = root.join(format!("py-cloud-{contract}"));
         let out = Command::new(capstan)
             .args(["provider", "new", "py-cloud", "--lang", "python"])

@@ -29,7 +29,7 @@ pub struct NewArgs {
     /// The contract version (`0.1`; `0.2` for outbound HTTP and configuration values; `0.3` for
     /// paged lists as well; `0.4` for Karpenter v1.15's reboot, repair rules and registration
     /// hook; `0.5` for the DRA devices of instance types). Default: the newest the language's
-    /// skeleton speaks (0.5 for Rust, 0.4 for Python).
+    /// skeleton speaks (0.5 for Rust and Python).
     #[arg(long, value_parser = parse_contract)]
     contract: Option<WitVersion>,
 }
@@ -98,6 +98,7 @@ const PYTHON_FILES: &[(&str, &str)] = &[
     ),
     python_sdk!("__init__.py"),
     python_sdk!("catalog.py"),
+    python_sdk!("devices.py"),
     python_sdk!("errors.py"),
     python_sdk!("host.py"),
     python_sdk!("kube.py"),
@@ -112,14 +113,15 @@ const PYTHON_FILES: &[(&str, &str)] = &[
 ];
 
 const PYTHON: Skeleton = Skeleton {
-    newest: WitVersion::V0_4,
+    newest: WitVersion::V0_5,
     files: PYTHON_FILES,
     language: "Python",
     build_note: "componentize-py from `requirements.txt` in a venv under `.venv`; the component is \
                  `{{name}}.wasm`",
     file_notes: "- `app.py`: the provider, one method per export of the contract (class `CloudProvider`).\n\
                  - `capstan_provider/`: Capstan's Python SDK (catalog builder, requirements, quantities, \
-                 labels, typed `kube`, parameters, and `lifecycle`: what contract 0.4 adds).\n\
+                 labels, typed `kube`, parameters, `lifecycle`: what contract 0.4 adds, and `devices`: \
+                 what 0.5 adds).\n\
                  - `requirements.txt`: componentize-py and pytest, pinned with hashes.\n\
                  - `tests/`: pytest tests of the pure logic (`make unit`).\n\
                  - `Makefile`: `build`, `test`, `package`, `unit`.",
@@ -336,24 +338,33 @@ mod tests {
     }
 
     #[test]
-    fn a_python_skeleton_speaks_0_4_by_default() {
-        assert_eq!(skeleton(Lang::Python).newest, WitVersion::V0_4);
-        let files = rendered(Lang::Python, WitVersion::V0_4);
-        let app = get(&files, "app.py");
-        assert!(app.contains("capstan:provider@0.4.0"));
-        assert!(app.contains("from capstan_provider import errors, lifecycle\n"));
-        assert!(app.contains("builder.finish_instance_types()"));
-        assert!(app.contains("    def reboot(self, claim, operation_id):\n"));
-        assert!(app.contains("        raise lifecycle.reboot_not_implemented()\n"));
-        assert!(app.contains("    def registered(self, claim):\n"));
-        assert!(app.contains("        return lifecycle.ready()\n"));
-        // What the skeleton calls is in the SDK it carries.
-        let lifecycle = get(&files, "capstan_provider/lifecycle.py");
-        for function in ["def reboot_not_implemented(", "def ready(", "def wait("] {
-            assert!(lifecycle.contains(function), "{function}");
+    fn a_python_skeleton_speaks_0_5_by_default_and_0_4_on_request() {
+        assert_eq!(skeleton(Lang::Python).newest, WitVersion::V0_5);
+        for (contract, version) in [(WitVersion::V0_4, "0.4.0"), (WitVersion::V0_5, "0.5.0")] {
+            let files = rendered(Lang::Python, contract);
+            let app = get(&files, "app.py");
+            assert!(app.contains(&format!("capstan:provider@{version}")));
+            assert!(app.contains("from capstan_provider import errors, lifecycle\n"));
+            assert!(app.contains("builder.finish_instance_types()"));
+            assert!(app.contains("    def reboot(self, claim, operation_id):\n"));
+            assert!(app.contains("        raise lifecycle.reboot_not_implemented()\n"));
+            assert!(app.contains("    def registered(self, claim):\n"));
+            assert!(app.contains("        return lifecycle.ready()\n"));
+            // What the skeleton calls is in the SDK it carries.
+            let lifecycle = get(&files, "capstan_provider/lifecycle.py");
+            for function in ["def reboot_not_implemented(", "def ready(", "def wait("] {
+                assert!(lifecycle.contains(function), "{function}");
+            }
+            assert!(
+                get(&files, "capstan_provider/catalog.py").contains("def finish_instance_types(")
+            );
+            assert!(get(&files, "capstan_provider/devices.py").contains("class SliceBuilder"));
+            let wit = get(&files, "wit/provider.wit");
+            assert!(wit.contains(&format!("package capstan:provider@{version}")));
+            assert!(wit.contains("interface lifecycle"));
         }
-        assert!(get(&files, "capstan_provider/catalog.py").contains("def finish_instance_types("));
-        assert!(get(&files, "wit/provider.wit").contains("package capstan:provider@0.4.0"));
-        assert!(get(&files, "wit/provider.wit").contains("interface lifecycle"));
+        let newest = rendered(Lang::Python, WitVersion::V0_5);
+        assert!(get(&newest, "app.py").contains(".slices([...])"));
+        assert!(get(&newest, "wit/provider.wit").contains("interface devices"));
     }
 }

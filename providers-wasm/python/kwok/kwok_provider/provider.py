@@ -1,22 +1,60 @@
 """The ``cloud-provider`` export: glue between the contract, the pure modules and the ``kube``
-import. Every kube call targets ``v1/Node`` (cluster-scoped) in the workload cluster."""
+import. Every kube call targets ``v1/Node`` (cluster-scoped) in the workload cluster, but the list
+of the DRA KWOK driver's ``DRAConfig``\\ s that gives the instance types their devices
+(:mod:`.devices`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from capstan_provider import devices as sdk_devices
 from capstan_provider import errors, host, kube, lifecycle
+from capstan_provider.devices import DeviceTemplates
 from capstan_provider.provider import Provider, lookup
 from capstan_provider.quantity import QuantityError
 from capstan_provider.requirements import RequirementError, Requirements
 from capstan_provider.resources import parse_resources
 from capstan_provider.types import NodeClaim, NodeClass, NodePool
 
-from . import catalog, drift, node, reboot, repair
+from . import catalog, devices, drift, node, reboot, repair
 from .params import Parameters
 from .selection import NoLaunch, cheapest
 
 NODES = kube.Target.workload("v1", "Node")
+DRA_CONFIGS = kube.Target.workload(devices.API_VERSION, devices.KIND)
+DRA_CONFIGS_CACHE_KEY = "dra-configs"
+DRA_CONFIGS_TTL_MILLIS = 10_000
+"""How long a list of the ``DRAConfig``\\ s is reused (``get-instance-types`` is called often)."""
+
+
+def dra_configs() -> list[devices.DraConfig]:
+    """The DRA KWOK driver's configurations, listed at most every :data:`DRA_CONFIGS_TTL_MILLIS`.
+    None when the driver's CRD is not installed or the grants do not reach it (then no type has
+    devices; that answer is cached too, so a provider without the grant is not refused on every
+    call). Any other failure, or a config that does not decode, is logged and means no devices
+    this time (not cached), as in the Rust kwok."""
+    cached = host.cache_get(DRA_CONFIGS_CACHE_KEY)
+    if isinstance(cached, list):
+        try:
+            return devices.parse_list(cached)
+        except devices.DraConfigError:
+            pass  # listed again, as a cached value that does not decode
+    try:
+        items = kube.list_items(DRA_CONFIGS)
+        configs = devices.parse_list(items)
+    except kube.KubeCallError as e:
+        if e.is_not_found() or e.kind == "permission-denied":
+            host.debug(f"no DRAConfigs, so no devices: {e}")
+            host.cache_set(DRA_CONFIGS_CACHE_KEY, [], DRA_CONFIGS_TTL_MILLIS)
+            return []
+        host.warn(f"listing DRAConfigs failed, no devices this time: {e}")
+        return []
+    except devices.DraConfigError as e:
+        host.warn(f"listing DRAConfigs failed, no devices this time: {e}")
+        return []
+    # What is read of them, their specs, is what the cache keeps.
+    host.cache_set(DRA_CONFIGS_CACHE_KEY, [{"spec": item.get("spec")} for item in items], DRA_CONFIGS_TTL_MILLIS)
+    return configs
 
 
 def registration_refused(error: kube.KubeCallError) -> bool:
@@ -72,8 +110,15 @@ class Kwok(Provider):
     def name(self) -> str:
         return node.PROVIDER_NAME
 
-    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> lifecycle.InstanceTypes:
-        return lifecycle.instance_types(catalog.to_catalog(catalog.build(Parameters.parse(class_.parameters))))
+    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> sdk_devices.InstanceTypes:
+        entries = catalog.build(Parameters.parse(class_.parameters))
+        # Devices need contract 0.5; built against an older one, kwok lists no DRAConfigs.
+        configs = dra_configs() if sdk_devices.V0_5 else []
+        templates = DeviceTemplates()
+        if configs:
+            for i, entry in enumerate(entries):
+                templates.add(i, devices.templates(configs, entry.node_labels()))
+        return templates.answer(catalog.to_catalog(entries))
 
     def create(self, claim: NodeClaim, class_: NodeClass) -> NodeClaim:
         params = Parameters.parse(class_.parameters)

@@ -1,7 +1,7 @@
 """Guest SDK for Capstan providers written in Python (componentize-py).
 
 A provider is a WebAssembly component implementing ``capstan:provider/cloud-provider-world`` of
-one contract, 0.1.0 to 0.4.0 (``wit/since_v0.1.0/provider.wit`` to ``wit/since_v0.4.0``).
+one contract, 0.1.0 to 0.5.0 (``wit/since_v0.1.0/provider.wit`` to ``wit/since_v0.5.0``).
 componentize-py generates the bindings (the ``wit_world`` package) from the contract's WIT; this
 package works with the bindings of any of them, answering in the shape of the one the component is
 built against, and adds what every provider needs on top of them:
@@ -20,6 +20,9 @@ built against, and adds what every provider needs on top of them:
 - :mod:`.provider`: a base class with every export stubbed.
 - :mod:`.lifecycle`: what contract 0.4 adds (repair rules, reboot errors, registration answers,
   volume limits), with answers that fit whichever contract the component is built against.
+- :mod:`.devices`: what contract 0.5 adds, the DRA devices of instance types
+  (:class:`~.devices.SliceBuilder`, :class:`~.devices.DeviceBuilder`,
+  :class:`~.devices.DeviceTemplates`); :func:`~.catalog.expand_devices` reads them back.
 
 Everything but the host imports runs natively, so provider logic is tested with pytest.
 """

@@ -11,10 +11,12 @@ provider just describes each instance type::
     t.offering("zone-a", "on-demand", 0.05)
     t.capacity({"cpu": Quantity.parse("2"), "memory": Quantity.parse("4Gi"), "pods": Quantity.parse("110")})
     t.volume_limit("ebs.csi.aws.com", 25)          # contract 0.4
+    t.slices([gpus])                               # contract 0.5: devices.SliceBuilder
     catalog = b.finish()                           # the catalog alone
     answer = b.finish_instance_types()             # get-instance-types' answer, any contract
 
 Amounts are in thousandths of the resource's unit, as ``Quantity.milli_value()`` gives them.
+:func:`expand_volume_limits` and :func:`expand_devices` read back what 0.4 and 0.5 add.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from capstan_provider.types import (
     Span,
 )
 
-from . import lifecycle
+from . import devices, lifecycle
 from .quantity import Quantity
 
 _EMPTY = Span(0, 0)
@@ -58,6 +60,7 @@ class InstanceTypeBuilder:
     capacity_amounts: dict[str, Quantity] = field(default_factory=dict)
     overhead: tuple[dict[str, Quantity], dict[str, Quantity], dict[str, Quantity]] = field(default_factory=lambda: ({}, {}, {}))
     volume_limits: dict[str, int] = field(default_factory=dict)
+    device_slices: list[devices.SliceBuilder] = field(default_factory=list)
 
     def requirement(self, requirement: Requirement) -> InstanceTypeBuilder:
         """A requirement every node of this type meets."""
@@ -103,6 +106,13 @@ class InstanceTypeBuilder:
         if not 0 <= limit < 2**32:
             raise ValueError(f"volume limit {limit} for {driver} is not a u32")
         self.volume_limits[driver] = limit
+        return self
+
+    def slices(self, templates: Iterable[devices.SliceBuilder]) -> InstanceTypeBuilder:
+        """DRA devices a node of this type carries: the ResourceSlices its drivers will publish
+        (contract 0.5; types with identical slices share them in the answer). Adds to those given
+        before."""
+        self.device_slices.extend(templates)
         return self
 
 
@@ -196,10 +206,13 @@ class CatalogBuilder:
             )
         return Catalog(list(self._strings), list(self._values), list(self._requirements), list(self._requirement_lists), list(self._amounts), offerings, instance_types)
 
-    def finish_instance_types(self) -> Catalog | lifecycle.InstanceTypes:
+    def finish_instance_types(self):
         """``get-instance-types``' answer for the contract the component is built against: under
-        0.4 the catalog with each type's volume limits (``lifecycle.InstanceTypes``); before 0.4
-        the catalog alone (older contracts carry no volume limits, so those given are left out)."""
+        0.5 the catalog with each type's volume limits and devices (``devices.InstanceTypes``);
+        under 0.4 the catalog with the volume limits (``lifecycle.InstanceTypes``); before 0.4 the
+        catalog alone. What an older contract cannot carry (devices before 0.5, volume limits
+        before 0.4) is left out. Raises ``ValueError`` for a slice with both devices and shared
+        counters."""
         if not lifecycle.V0_4:
             return self.finish()
         # The drivers' names go into the string table before the catalog copies it.
@@ -208,7 +221,12 @@ class CatalogBuilder:
             for index, t in enumerate(self._types)
             for driver, limit in sorted(t.volume_limits.items())
         ]
-        return lifecycle.instance_types(self.finish(), limits)
+        if not devices.V0_5:
+            return lifecycle.instance_types(self.finish(), limits)
+        templates = devices.DeviceTemplates()
+        for index, t in enumerate(self._types):
+            templates.add(index, t.device_slices)
+        return templates.answer(self.finish(), limits)
 
 
 @dataclass
@@ -295,4 +313,30 @@ def expand_volume_limits(answer: lifecycle.InstanceTypes) -> dict[str, dict[str,
         if v.driver >= len(catalog.strings) or name >= len(catalog.strings):
             raise CatalogError(f"volume limit driver {v.driver}: string index out of range ({len(catalog.strings)})")
         out.setdefault(catalog.strings[name], {})[catalog.strings[v.driver]] = v.limit
+    return out
+
+
+def expand_devices(answer) -> dict[str, list[devices.SliceBuilder]]:
+    """A 0.5 ``get-instance-types`` answer's devices by instance type name, each type's slices in
+    order as :class:`~capstan_provider.devices.SliceBuilder`\\ s (types without devices are
+    absent); raises :class:`CatalogError` on an index out of range or a slice the host refuses."""
+    catalog = answer.catalog
+    converted: dict[int, devices.SliceBuilder] = {}
+    out: dict[str, list[devices.SliceBuilder]] = {}
+    for entry in answer.devices:
+        if entry.instance_type >= len(catalog.instance_types):
+            raise CatalogError(f"devices of instance type {entry.instance_type}: out of range ({len(catalog.instance_types)})")
+        name = catalog.instance_types[entry.instance_type].name
+        if name >= len(catalog.strings):
+            raise CatalogError(f"instance type name {name}: string index out of range ({len(catalog.strings)})")
+        slices = out.setdefault(catalog.strings[name], [])
+        for i in entry.slices:
+            if i >= len(answer.slices):
+                raise CatalogError(f"slice {i} out of range ({len(answer.slices)})")
+            if i not in converted:
+                try:
+                    converted[i] = devices.SliceBuilder.of(answer.slices[i])
+                except ValueError as e:
+                    raise CatalogError(f"slice {i}: {e}") from None
+            slices.append(converted[i])
     return out

@@ -1,6 +1,8 @@
 """What contract 0.4 (Karpenter v1.15's contract) adds: the ``lifecycle`` interface's repair rules,
 reboot errors, registration answers and volume limits, and helpers that answer in the shape of the
 contract the component is built against, so one provider speaks 0.4 and the older contracts alike.
+Contract 0.5 keeps all of it; its ``get-instance-types`` answer, with devices, is
+:mod:`capstan_provider.devices`'.
 
 Under 0.4 (``wit/since_v0.4.0/provider.wit``) ``repair-policies`` returns :class:`RepairRule`\\ s,
 ``get-instance-types`` an :class:`InstanceTypes` (the catalog with :class:`VolumeLimit`\\ s), and
@@ -33,8 +35,14 @@ try:
 except ImportError:  # contracts 0.1 to 0.3
     _wit = None
 
+try:
+    from wit_world.imports import devices as _devices
+except ImportError:  # contracts 0.1 to 0.4
+    _devices = None
+
 V0_4 = _wit is not None
-"""Whether the component is built against contract 0.4 (its bindings have ``lifecycle``)."""
+"""Whether the component is built against contract 0.4 or later (its bindings have
+``lifecycle``)."""
 
 if _wit is not None:
     from wit_world.imports.lifecycle import (  # noqa: F401 (re-exported)
@@ -106,22 +114,27 @@ def repair_answer(policies: Iterable[RepairPolicy]) -> list:
     return as_repair_rules(policies) if V0_4 else policies
 
 
-def instance_types(catalog: Catalog, volume_limits: Iterable = ()) -> Catalog | InstanceTypes:
+def instance_types(catalog: Catalog, volume_limits: Iterable = ()):
     """``get-instance-types``' answer for the contract the component is built against: under 0.4
     an :class:`InstanceTypes` of the catalog and ``volume_limits`` (:class:`VolumeLimit`\\ s, as
-    :meth:`~capstan_provider.catalog.CatalogBuilder.finish_instance_types` makes them); before 0.4
-    the catalog itself (older contracts carry no volume limits: none may be given)."""
+    :meth:`~capstan_provider.catalog.CatalogBuilder.finish_instance_types` makes them); under 0.5
+    ``devices.InstanceTypes`` of them and no devices (:class:`~capstan_provider.devices.DeviceTemplates`
+    answers with devices); before 0.4 the catalog itself (older contracts carry no volume limits:
+    none may be given)."""
     limits = list(volume_limits)
     if _wit is None:
         if limits:
             raise ContractError("volume limits need contract 0.4: the component is built against an older one")
         return catalog
+    if _devices is not None:
+        return _devices.InstanceTypes(catalog, limits, [], [])
     return _wit.InstanceTypes(catalog, limits)
 
 
-def catalog_of(answer: Catalog | InstanceTypes) -> Catalog:
+def catalog_of(answer) -> Catalog:
     """The catalog of a ``get-instance-types`` answer of any contract."""
-    return answer.catalog if _wit is not None and isinstance(answer, _wit.InstanceTypes) else answer
+    answers = tuple(m.InstanceTypes for m in (_wit, _devices) if m is not None)
+    return answer.catalog if answers and isinstance(answer, answers) else answer
 
 
 def ready():

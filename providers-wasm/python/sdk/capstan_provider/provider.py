@@ -19,7 +19,7 @@ from __future__ import annotations
 from wit_world import exports
 from capstan_provider.types import Catalog, NodeClaim, NodeClass, NodePool, RepairPolicy
 
-from . import lifecycle
+from . import devices, lifecycle
 from .errors import not_implemented
 
 
@@ -44,7 +44,7 @@ class Provider(exports.CloudProvider):
     def name(self) -> str:
         raise NotImplementedError("a provider must name itself")
 
-    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> Catalog | lifecycle.InstanceTypes:
+    def get_instance_types(self, pool: NodePool, class_: NodeClass) -> Catalog | lifecycle.InstanceTypes | devices.InstanceTypes:
         raise not_implemented("get-instance-types")
 
     def create(self, claim: NodeClaim, class_: NodeClass) -> NodeClaim:

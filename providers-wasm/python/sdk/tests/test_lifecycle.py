@@ -1,6 +1,7 @@
-"""What contract 0.4 adds (the session's bindings are 0.4's): the base class's ``reboot`` and
-``registered`` defaults, repair rules, registration answers, reboot errors and volume limits; and
-that the SDK still answers in the older shapes under the bindings of 0.1 to 0.3."""
+"""What contract 0.4 adds (the session's bindings are 0.5's, which keep 0.4's ``lifecycle``): the
+base class's ``reboot`` and ``registered`` defaults, repair rules, registration answers, reboot
+errors and volume limits; and that the SDK still answers in the older shapes under the bindings of
+0.1 to 0.4."""
 
 import os
 import subprocess
@@ -8,15 +9,15 @@ import sys
 import textwrap
 
 import pytest
-from capstan_provider import catalog, lifecycle
+from capstan_provider import catalog, devices, lifecycle
 from capstan_provider.kube import KubeCallError
 from capstan_provider.provider import Provider, ready_repair_policies
 from capstan_provider.quantity import Quantity
 from capstan_provider.types import NodeClaim, RepairPolicy
 from componentize_py_types import Err
 from wit_world.imports.kube import KubeError_Invalid, KubeError_NotFound, KubeError_PermissionDenied, KubeError_Unavailable
+from wit_world.imports.devices import InstanceTypes
 from wit_world.imports.lifecycle import (
-    InstanceTypes,
     RebootError_Failed,
     RebootError_NotFound,
     RebootError_NotImplemented,
@@ -38,8 +39,8 @@ def claim(name="c"):
     return NodeClaim(name, None, [], [], [], [], [], [], "bare://c", None, None, [], [], None)
 
 
-def test_the_session_speaks_0_4():
-    assert lifecycle.V0_4
+def test_the_session_speaks_0_5_and_so_0_4():
+    assert lifecycle.V0_4 and devices.V0_5
 
 
 def test_a_provider_without_reboot_says_not_implemented():
@@ -120,7 +121,9 @@ def builder_with_limits():
 
 def test_instance_types_carry_volume_limits():
     answer = builder_with_limits().finish_instance_types()
+    # 0.5's answer: 0.4's, and no devices when no type was given any.
     assert isinstance(answer, InstanceTypes)
+    assert answer.slices == [] and answer.devices == []
     assert catalog.expand_volume_limits(answer) == {
         "small": {"ebs.csi.aws.com": 16, "efs.csi.aws.com": 8},
         "large": {"ebs.csi.aws.com": 32},
@@ -135,7 +138,7 @@ def test_instance_types_carry_volume_limits():
 def test_a_catalog_alone_is_an_answer_without_limits():
     built = builder_with_limits().finish()
     answer = lifecycle.instance_types(built)
-    assert answer == InstanceTypes(built, [])
+    assert answer == InstanceTypes(built, [], [], [])
     assert lifecycle.catalog_of(built) is built
 
 
@@ -154,8 +157,13 @@ OLDER = textwrap.dedent(
     assert not lifecycle.V0_4
     assert ready_repair_policies(60) == [RepairPolicy("Ready", "False", 60), RepairPolicy("Ready", "Unknown", 60)]
     assert Bare().repair_policies() == []
+    from capstan_provider import devices
+
+    assert not devices.V0_5
     b = catalog.CatalogBuilder()
-    b.instance_type("small").capacity({"cpu": Quantity.parse("1")}).volume_limit("ebs.csi.aws.com", 16)
+    gpus = devices.SliceBuilder("gpu.example.com", "gpus")
+    gpus.device("gpu-0").attribute("type", "gpu")
+    b.instance_type("small").capacity({"cpu": Quantity.parse("1")}).volume_limit("ebs.csi.aws.com", 16).slices([gpus])
     answer = b.finish_instance_types()
     assert isinstance(answer, Catalog) and "ebs.csi.aws.com" not in answer.strings, answer
     assert lifecycle.catalog_of(answer) is answer
@@ -174,4 +182,43 @@ OLDER = textwrap.dedent(
 def test_older_contracts_keep_their_shapes(contract, older_path):
     env = {**os.environ, "PYTHONPATH": older_path(contract)}
     run = subprocess.run([sys.executable, "-c", OLDER], env=env, capture_output=True, text=True)
+    assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr
+
+
+# Run under 0.4's bindings: volume limits as before, devices left out.
+V0_4 = textwrap.dedent(
+    """
+    from capstan_provider import catalog, devices, lifecycle
+    from capstan_provider.quantity import Quantity
+    from wit_world.imports.lifecycle import InstanceTypes, VolumeLimit
+
+    assert lifecycle.V0_4 and not devices.V0_5
+    b = catalog.CatalogBuilder()
+    gpus = devices.SliceBuilder("gpu.example.com", "gpus")
+    gpus.device("gpu-0").attribute("type", "gpu")
+    b.instance_type("small").capacity({"cpu": Quantity.parse("1")}).volume_limit("ebs.csi.aws.com", 16).slices([gpus])
+    answer = b.finish_instance_types()
+    assert type(answer) is InstanceTypes, answer
+    assert answer.volume_limits == [VolumeLimit(0, answer.catalog.strings.index("ebs.csi.aws.com"), 16)]
+    assert "gpu.example.com" not in answer.catalog.strings
+    built = b.finish()
+    assert lifecycle.instance_types(built) == InstanceTypes(built, [])
+    templates = devices.DeviceTemplates()
+    templates.add(0, [gpus])
+    assert templates.answer(built) == InstanceTypes(built, [])
+    assert lifecycle.catalog_of(answer) is answer.catalog
+    try:
+        gpus.wit()
+    except lifecycle.ContractError:
+        pass
+    else:
+        raise AssertionError("a slice template under 0.4")
+    print("ok")
+    """
+)
+
+
+def test_0_4_keeps_its_shape(older_path):
+    env = {**os.environ, "PYTHONPATH": older_path("0.4")}
+    run = subprocess.run([sys.executable, "-c", V0_4], env=env, capture_output=True, text=True)
     assert run.returncode == 0 and run.stdout.strip() == "ok", run.stderr

@@ -18,6 +18,7 @@ pub fn parts(lang: Lang, contract: WitVersion) -> [Part; 3] {
         (Lang::Rust, true) if contract >= WitVersion::V0_5 => RUST_0_5,
         (Lang::Rust, true) => RUST_0_4,
         (Lang::Python, false) => PYTHON_BEFORE_0_4,
+        (Lang::Python, true) if contract >= WitVersion::V0_5 => PYTHON_0_5,
         (Lang::Python, true) => PYTHON_0_4,
     }
 }
@@ -106,4 +107,17 @@ const PYTHON_0_4: [Part; 3] = [
          ``lifecycle.wait(message)`` to hold it.\"\"\"\n        \
          return lifecycle.ready()",
     ),
+];
+
+/// 0.4's, but `get-instance-types` answers with devices too (the SDK's `finish_instance_types`
+/// answers in the shape of the contract the bindings are built against).
+const PYTHON_0_5: [Part; 3] = [
+    PYTHON_0_4[0],
+    (
+        "{{catalog}}",
+        "``builder.finish_instance_types()`` (the catalog with\n        \
+         each type's volume limits, ``.volume_limit(driver, limit)``, and DRA devices,\n        \
+         ``.slices([...])`` of ``capstan_provider.devices.SliceBuilder``)",
+    ),
+    PYTHON_0_4[2],
 ];
