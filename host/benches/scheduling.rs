@@ -56,6 +56,8 @@
 //! `CAPSTAN_BENCH_CPU=1 cargo bench -p capstan --bench scheduling [-- <filter>]` times solves by
 //! the bench thread's on-CPU time instead of criterion's wall clock (see `cpu_time_run`).
 
+#![allow(clippy::expect_used)] // a benchmark: a broken fixture should stop it
+
 use std::collections::BTreeMap;
 use std::hint::black_box;
 use std::sync::Arc;
@@ -134,7 +136,7 @@ fn device_input(count: usize, devices: bool) -> SchedulingInput {
     let mut cache = SelectorCache::new();
     let pods = (0..count)
         .map(|i| {
-            let mut pod = Pod::new("default", &format!("p{i}"), Resources::new(500, 1 << 30, 0));
+            let mut pod = Pod::new("default", format!("p{i}"), Resources::new(500, 1 << 30, 0));
             if devices {
                 let spec: ResourceClaimSpec = serde_json::from_value(serde_json::json!(
                     {"devices": {"requests": [{"name": "gpus", "exactly":
@@ -142,7 +144,7 @@ fn device_input(count: usize, devices: bool) -> SchedulingInput {
                 ))
                 .expect("a valid claim spec");
                 let claim = ClaimRequests::from_spec(
-                    ClaimKey::new("default", &format!("c{i}")),
+                    ClaimKey::new("default", format!("c{i}")),
                     &spec,
                     &classes,
                     &mut cache,

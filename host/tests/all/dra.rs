@@ -10,6 +10,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use std::cell::RefCell;
 use std::collections::BTreeSet;
 
 use capstan_test_support::{ControlPlane, repo_root, wait_until};
@@ -448,7 +449,7 @@ async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
         .await
         .unwrap();
     // Every NodeClaim's type seen while it settles: never the CPU-only one.
-    let mut seen = BTreeSet::new();
+    let seen = RefCell::new(BTreeSet::new());
     let settled = wait_until(
         Duration::from_secs(240),
         "two trainers Running on one 4-GPU node",
@@ -456,7 +457,7 @@ async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
             host.check_alive();
             for claim in claims(&client, &names).await {
                 if let Some(t) = claim.labels().get("node.kubernetes.io/instance-type") {
-                    seen.insert(t.clone());
+                    seen.borrow_mut().insert(t.clone());
                 }
             }
             let pods = Api::<Pod>::namespaced(client.clone(), &ns)
@@ -483,11 +484,13 @@ async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
     let nodes = match settled {
         Ok(nodes) => nodes,
         Err(err) => panic!(
-            "{err}; types seen {seen:?}\nhost log:\n{}\ndriver log:\n{}",
+            "{err}; types seen {:?}\nhost log:\n{}\ndriver log:\n{}",
+            seen.borrow(),
             host.log_tail(),
             driver.log()
         ),
     };
+    let seen = seen.into_inner();
     assert!(
         !seen.contains(&types[0]),
         "a CPU-only node was made: {seen:?}"
