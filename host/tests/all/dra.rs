@@ -21,7 +21,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
-use crate::lifecycle::{Host, Names, capstan_notes, cluster};
+use crate::lifecycle::{Host, Names, RUN_LABEL, capstan_notes, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
 use crate::verdict::explain_cli;
@@ -419,7 +419,7 @@ async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
             "replicas": 4,
             "selector": {"matchLabels": {"app": "trainer"}},
             "template": {
-                "metadata": {"labels": {"app": "trainer"}},
+                "metadata": {"labels": {"app": "trainer", RUN_LABEL: names.run}},
                 "spec": {
                     "terminationGracePeriodSeconds": 0,
                     "nodeSelector": {GROUP: names.run},
