@@ -21,6 +21,7 @@ use kube::api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
+use crate::fixtures::kwok_file;
 use crate::lifecycle::{Host, Names, RUN_LABEL, capstan_notes, cluster};
 use crate::provisioner::{claims, namespace, teardown};
 use crate::provisioner_e2e::{GROUP, Pods, group_pool, wait_running};
@@ -135,8 +136,19 @@ pub(crate) fn resource(group: &str, kind: &str, plural: &str) -> ApiResource {
 
 #[tokio::test]
 async fn pods_asking_for_gpus_get_nodes_that_carry_them_and_run() {
+    gpus_scenario("rust").await;
+}
+
+/// The same with the kwok provider in Python (the Python SDK's devices).
+#[tokio::test]
+async fn pods_asking_for_gpus_get_nodes_that_carry_them_and_run_python() {
+    gpus_scenario("python").await;
+}
+
+/// Pods asking for 1, 2, 4, 8 and 16 GPUs with the kwok provider built in `language`.
+async fn gpus_scenario(language: &str) {
     let (cp, client) = cluster().await;
-    let names = Names::new("dra");
+    let names = Names::new(&format!("dra-{language}"));
     let driver_name = format!("gpu.{}.capstan.dev", names.run);
     let types: Vec<String> = ["cpu", "gpu1", "gpu4", "gpu8"]
         .iter()
@@ -173,7 +185,12 @@ async fn pods_asking_for_gpus_get_nodes_that_carry_them_and_run() {
         None,
     )
     .await;
-    let host = Host::start(cp, &names, &["--batch-idle-duration", "300ms"]);
+    let host = Host::start_with_kwok(
+        cp,
+        &names,
+        &["--batch-idle-duration", "300ms"],
+        &kwok_file(language),
+    );
     let ns = namespace(cp, "dra").await;
     let templates = resource(
         "resource.k8s.io",
