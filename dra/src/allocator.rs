@@ -306,6 +306,22 @@ impl Inventory {
         self.index.get(device).map(|&i| self.uses[i])
     }
 
+    /// How many devices claims can still take here: the free ones, or `None` when a device
+    /// allows several allocations (then no count bounds what fits). A quick bound for callers
+    /// that try many nodes: claims needing more devices than this cannot be allocated.
+    pub fn free_devices(&self) -> Option<usize> {
+        let mut free = 0;
+        for (entry, &uses) in self.entries.iter().zip(self.uses.iter()) {
+            if entry.device.allow_multiple_allocations {
+                return None;
+            }
+            if uses == 0 {
+                free += 1;
+            }
+        }
+        Some(free)
+    }
+
     /// Whether `claim` was committed to this inventory (then it needs nothing more here).
     pub fn is_committed(&self, claim: &ClaimKey) -> bool {
         self.committed.contains(claim)

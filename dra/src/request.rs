@@ -161,6 +161,29 @@ pub struct ClaimRequests {
     pub existing: Option<ExistingAllocation>,
 }
 
+impl ClaimRequests {
+    /// The fewest devices allocating the claim takes: per request its smallest alternative
+    /// (`All` takes at least one); none when it is allocated already.
+    pub fn min_devices(&self) -> usize {
+        if self.existing.is_some() {
+            return 0;
+        }
+        self.requests
+            .iter()
+            .map(|r| {
+                r.alternatives
+                    .iter()
+                    .map(|a| match a.mode {
+                        AllocationMode::ExactCount(n) => n,
+                        AllocationMode::All => 1,
+                    })
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+}
+
 struct Builder<'a> {
     claim: String,
     classes: &'a DeviceClasses,

@@ -483,3 +483,22 @@ fn a_selector_erring_on_any_device_refuses_the_node_as_kube_scheduler_does() {
         .expect("gpu-0 matches");
     assert_eq!(device_names(&allocation), ["gpu-0"]);
 }
+
+#[test]
+fn the_device_bound_counts_free_devices_and_the_fewest_a_claim_takes() {
+    let mut node = gpu_node(8, "80Gi");
+    assert_eq!(node.free_devices(), Some(8));
+    let two = claim("a", &exact("gpu", GPU_CLASS, 2, &[]));
+    assert_eq!(two.min_devices(), 2);
+    let allocation = node.allocate(&[two]).expect("fits");
+    node.commit(&allocation).expect("commits");
+    assert_eq!(node.free_devices(), Some(6));
+    let spec = first_available("gpu", &[("big", GPU_CLASS, 4), ("small", GPU_CLASS, 1)]);
+    assert_eq!(claim("b", &spec).min_devices(), 1);
+    assert_eq!(claim("c", &all_request("gpu", GPU_CLASS)).min_devices(), 1);
+    // A shared device bounds nothing.
+    let mut template = gpu_template("pool", &[("gpu-0", "80Gi")]);
+    template.devices[0].allow_multiple_allocations = true;
+    let shared = Inventory::from_templates(&[template]).expect("inventory");
+    assert_eq!(shared.free_devices(), None);
+}

@@ -71,6 +71,23 @@ pub fn fit(
             adding[0].key
         ));
     };
+    // A cheap bound first on nodes that hold claims already: the solver tries a pod on many
+    // of them, most full. (On an empty node the allocator's own answer says more.)
+    if !placed.is_empty()
+        && let Some(free) = inventory.free_devices()
+    {
+        let needed: usize = placed
+            .iter()
+            .chain(new_claims(placed, adding))
+            .filter(|c| !inventory.is_committed(&c.key))
+            .map(|c| c.min_devices())
+            .sum();
+        if needed > free {
+            return Err(format!(
+                "the node has {free} free devices and its claims need at least {needed}"
+            ));
+        }
+    }
     let claims: Vec<ClaimRequests> = placed
         .iter()
         .chain(adding)
