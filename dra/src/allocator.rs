@@ -114,6 +114,25 @@ pub struct Allocation {
     pub claims: Vec<ClaimAllocation>,
 }
 
+/// The devices `claim`'s allocation holds (admin-access results, which take no device, left
+/// out).
+pub fn allocated_devices(claim: &resource::ResourceClaim) -> impl Iterator<Item = DeviceId> + '_ {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref())
+        .into_iter()
+        .flatten()
+        .filter(|r| r.admin_access != Some(true))
+        .map(|r| DeviceId {
+            driver: r.driver.clone(),
+            pool: r.pool.clone(),
+            device: r.device.clone(),
+        })
+}
+
 fn symmetry_key(driver: &str, device: &Device) -> String {
     let mut key = String::new();
     key.push_str(driver);
@@ -253,21 +272,8 @@ impl Inventory {
         let templates: Vec<_> = pools.into_values().collect();
         let mut inventory = Self::from_templates(&templates)?;
         for claim in claims {
-            let results = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref());
-            for result in results.into_iter().flatten() {
-                if result.admin_access == Some(true) {
-                    continue;
-                }
-                inventory.mark_allocated(&DeviceId {
-                    driver: result.driver.clone(),
-                    pool: result.pool.clone(),
-                    device: result.device.clone(),
-                });
+            for device in allocated_devices(claim) {
+                inventory.mark_allocated(&device);
             }
         }
         Ok(inventory)

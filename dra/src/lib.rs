@@ -72,6 +72,7 @@ pub mod unsatisfiable;
 
 pub use allocator::{
     AllocatedDevice, Allocation, ClaimAllocation, DEFAULT_STEP_BUDGET, Inventory, InventoryError,
+    allocated_devices,
 };
 pub use request::{
     AllocationMode, Alternative, ClaimKey, ClaimRequests, Constraint, ConstraintKind,

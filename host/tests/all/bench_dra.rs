@@ -24,7 +24,7 @@ use std::time::Duration;
 use anyhow::Result;
 use capstan_test_support::{ControlPlane, Options};
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, DeleteParams, PostParams};
+use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::bench::catalog::Catalog;
@@ -33,8 +33,8 @@ use crate::bench::controller::{
     start_controller_with,
 };
 use crate::bench::watch::Watch;
-use crate::bench::{CONTROL_PLANE_ARGS, env_or, scale_deployments, systems};
-use crate::bench_e2e::{Run, observe, print_step, table};
+use crate::bench::{CONTROL_PLANE_ARGS, env_or, systems};
+use crate::bench_e2e::{Probe, Run, halve_then_delete, table};
 use crate::dra::{DraDriver, create_dynamic, draconfigs, resource};
 use crate::lifecycle::RUN_LABEL;
 
@@ -196,19 +196,13 @@ async fn scenario(
     let total = per_workload * WORKLOADS.len();
     println!("== {}: {total} pods asking for devices", run.label);
     workloads(cp, &ns, &names.run, per_workload).await?;
-    let step = observe(
-        &format!("{total} pods"),
-        total,
-        &watch,
+    let probe = Probe {
+        watch: &watch,
         controller,
         catalog,
         timeout,
-    )
-    .await?;
-    print_step(&step);
-    let settled = step.settled.is_some();
-    run.steps.push(step);
-    if !settled {
+    };
+    if !probe.step(run, &format!("{total} pods"), total).await? {
         println!(
             "== {}: the pods did not all run in {timeout:?}; the rest is skipped\n{}",
             run.label,
@@ -222,31 +216,15 @@ async fn scenario(
         );
         return Ok(());
     }
-
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);
-    let half = per_workload / 2;
-    println!("== {}: scale to {} pods", run.label, half * WORKLOADS.len());
-    scale_deployments(&deployments, WORKLOADS.map(|w| w.0), half).await?;
-    let step = observe(
-        &format!("scale to {}", half * WORKLOADS.len()),
-        half * WORKLOADS.len(),
-        &watch,
-        controller,
-        catalog,
-        timeout,
+    halve_then_delete(
+        run,
+        &deployments,
+        &WORKLOADS.map(|w| w.0),
+        per_workload,
+        &probe,
     )
-    .await?;
-    print_step(&step);
-    run.steps.push(step);
-
-    println!("== {}: delete all", run.label);
-    for (name, ..) in WORKLOADS {
-        deployments.delete(name, &DeleteParams::default()).await?;
-    }
-    let step = observe("delete all", 0, &watch, controller, catalog, timeout).await?;
-    print_step(&step);
-    run.steps.push(step);
-    Ok(())
+    .await
 }
 
 #[tokio::test]

@@ -190,40 +190,61 @@ async fn scenario(
             )
             .await?;
     }
-    let step = observe(
-        &format!("{total} pods"),
-        total,
-        &watch,
+    let probe = Probe {
+        watch: &watch,
         controller,
         catalog,
         timeout,
-    )
-    .await?;
-    print_step(&step);
-    run.steps.push(step);
+    };
+    probe.step(run, &format!("{total} pods"), total).await?;
+    halve_then_delete(run, &deployments, &SIZES.map(|s| s.0), per_size, &probe).await
+}
 
-    let half = per_size / 2;
-    println!("== {}: scale to {} pods", run.label, half * SIZES.len());
-    scale_deployments(&deployments, SIZES.map(|s| s.0), half).await?;
-    let step = observe(
-        &format!("scale to {}", half * SIZES.len()),
-        half * SIZES.len(),
-        &watch,
-        controller,
-        catalog,
-        timeout,
-    )
-    .await?;
-    print_step(&step);
-    run.steps.push(step);
+/// What a step is observed with: the watches, the controller, the prices and how long to wait.
+pub(crate) struct Probe<'a> {
+    pub(crate) watch: &'a Watch,
+    pub(crate) controller: &'a Controller,
+    pub(crate) catalog: &'a Catalog,
+    pub(crate) timeout: Duration,
+}
 
+impl Probe<'_> {
+    /// Observes a step until `want` pods run, prints it and adds it to `run`; whether it settled.
+    pub(crate) async fn step(&self, run: &mut Run, name: &str, want: usize) -> Result<bool> {
+        let step = observe(
+            name,
+            want,
+            self.watch,
+            self.controller,
+            self.catalog,
+            self.timeout,
+        )
+        .await?;
+        print_step(&step);
+        let settled = step.settled.is_some();
+        run.steps.push(step);
+        Ok(settled)
+    }
+}
+
+/// The last two steps: Deployments `names` of `per` pods each scaled to half, then deleted.
+pub(crate) async fn halve_then_delete(
+    run: &mut Run,
+    deployments: &Api<Deployment>,
+    names: &[&str],
+    per: usize,
+    probe: &Probe<'_>,
+) -> Result<()> {
+    let half = per / 2;
+    let pods = half * names.len();
+    println!("== {}: scale to {pods} pods", run.label);
+    scale_deployments(deployments, names.iter().copied(), half).await?;
+    probe.step(run, &format!("scale to {pods}"), pods).await?;
     println!("== {}: delete all", run.label);
-    for (name, ..) in SIZES {
+    for name in names {
         deployments.delete(name, &DeleteParams::default()).await?;
     }
-    let step = observe("delete all", 0, &watch, controller, catalog, timeout).await?;
-    print_step(&step);
-    run.steps.push(step);
+    probe.step(run, "delete all", 0).await?;
     Ok(())
 }
 

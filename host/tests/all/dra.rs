@@ -150,28 +150,19 @@ async fn gpus_scenario(language: &str) {
     let (cp, client) = cluster().await;
     let names = Names::new(&format!("dra-{language}"));
     let driver_name = format!("gpu.{}.capstan.dev", names.run);
-    let types: Vec<String> = ["cpu", "gpu1", "gpu4", "gpu8"]
-        .iter()
-        .map(|t| names.name(t))
-        .collect();
-    let driver = DraDriver::start(cp, &names.run).await;
-
+    let types = type_names(&names, &["cpu", "gpu1", "gpu4", "gpu8"]);
     // What the driver publishes, and what the kwok provider reads its types' devices from.
-    create_dynamic(
+    let (driver, class) = gpu_devices(
+        cp,
         &client,
-        &draconfigs(),
-        None,
-        json!({
-            "apiVersion": "test.karpenter.sh/v1alpha1", "kind": "DRAConfig",
-            "metadata": {"name": names.name("gpus")},
-            "spec": {"driver": driver_name, "pools": [
-                gpu_pool(&types[1], 1), gpu_pool(&types[2], 4), gpu_pool(&types[3], 8)
-            ]},
-        }),
+        &names,
+        vec![
+            gpu_pool(&types[1], 1),
+            gpu_pool(&types[2], 4),
+            gpu_pool(&types[3], 8),
+        ],
     )
     .await;
-    let class = names.name("gpu");
-    gpu_class(&client, &class, &driver_name).await;
     // The CPU-only type is the cheapest: only devices can make the host pick the others.
     group_pool(
         &client,
@@ -335,6 +326,38 @@ fn explain_pod(cp: &ControlPlane, pod: &str) -> serde_json::Value {
     explain_cli(cp, &["pod", pod])
 }
 
+/// Karpenter's DRA KWOK driver started, its `DRAConfig` of driver `gpu.<run>.capstan.dev` with
+/// `pools` (what the kwok provider reads its types' devices from too), and DeviceClass `<run>-gpu`
+/// selecting its GPUs; returns the driver and the class's name.
+async fn gpu_devices(
+    cp: &ControlPlane,
+    client: &Client,
+    names: &Names,
+    pools: Vec<serde_json::Value>,
+) -> (DraDriver, String) {
+    let driver_name = format!("gpu.{}.capstan.dev", names.run);
+    let driver = DraDriver::start(cp, &names.run).await;
+    create_dynamic(
+        client,
+        &draconfigs(),
+        None,
+        json!({
+            "apiVersion": "test.karpenter.sh/v1alpha1", "kind": "DRAConfig",
+            "metadata": {"name": names.name("gpus")},
+            "spec": {"driver": driver_name, "pools": pools},
+        }),
+    )
+    .await;
+    let class = names.name("gpu");
+    gpu_class(client, &class, &driver_name).await;
+    (driver, class)
+}
+
+/// The run's instance type names for `short` ones.
+fn type_names(names: &Names, short: &[&str]) -> Vec<String> {
+    short.iter().map(|t| names.name(t)).collect()
+}
+
 /// The GPU DeviceClass of `driver` (a CEL selector on the driver and the `type` attribute).
 pub(crate) async fn gpu_class(client: &Client, name: &str, driver: &str) {
     create_dynamic(
@@ -366,25 +389,14 @@ async fn instance_type_of(client: &Client, node: &str) -> String {
 async fn consolidation_moves_gpu_pods_only_onto_nodes_that_carry_their_gpus() {
     let (cp, client) = cluster().await;
     let names = Names::new("dra-cons");
-    let driver_name = format!("gpu.{}.capstan.dev", names.run);
-    let types: Vec<String> = ["cpu", "gpu4", "gpu8"]
-        .iter()
-        .map(|t| names.name(t))
-        .collect();
-    let driver = DraDriver::start(cp, &names.run).await;
-    create_dynamic(
+    let types = type_names(&names, &["cpu", "gpu4", "gpu8"]);
+    let (driver, class) = gpu_devices(
+        cp,
         &client,
-        &draconfigs(),
-        None,
-        json!({
-            "apiVersion": "test.karpenter.sh/v1alpha1", "kind": "DRAConfig",
-            "metadata": {"name": names.name("gpus")},
-            "spec": {"driver": driver_name, "pools": [gpu_pool(&types[1], 4), gpu_pool(&types[2], 8)]},
-        }),
+        &names,
+        vec![gpu_pool(&types[1], 4), gpu_pool(&types[2], 8)],
     )
     .await;
-    let class = names.name("gpu");
-    gpu_class(&client, &class, &driver_name).await;
     let pool = group_pool(
         &client,
         &names,

@@ -112,25 +112,12 @@ impl ClaimIndex {
             ..Self::default()
         };
         for claim in claims {
-            let results = claim
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref());
-            for result in results.into_iter().flatten() {
-                if result.admin_access == Some(true) {
-                    continue;
-                }
+            for device in capstan_dra::allocated_devices(claim) {
                 index
                     .allocated
-                    .entry((result.driver.clone(), result.pool.clone()))
+                    .entry((device.driver.clone(), device.pool.clone()))
                     .or_default()
-                    .push(DeviceId {
-                        driver: result.driver.clone(),
-                        pool: result.pool.clone(),
-                        device: result.device.clone(),
-                    });
+                    .push(device);
             }
             index.claims.insert(key(&claim.metadata), claim.clone());
         }
