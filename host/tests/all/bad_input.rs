@@ -97,7 +97,7 @@ fn unsupported_major_version() {
     match &err {
         LoadError::Invalid(ValidateError::UnsupportedVersion { found, supported }) => {
             assert_eq!(found, "1.0.0");
-            assert_eq!(supported, "0.1.x, 0.2.x, 0.3.x, 0.4.x");
+            assert_eq!(supported, "0.1.x, 0.2.x, 0.3.x, 0.4.x, 0.5.x");
         }
         other => panic!("expected UnsupportedVersion, got {other:?}"),
     }
@@ -106,7 +106,7 @@ fn unsupported_major_version() {
 
 #[test]
 fn newer_minor_version_of_major_zero() {
-    let bytes = component_exporting("capstan:provider/cloud-provider@0.5.0", &["name"]);
+    let bytes = component_exporting("capstan:provider/cloud-provider@0.6.0", &["name"]);
     let err = load(&bytes);
     assert!(
         matches!(

@@ -21,6 +21,7 @@ use crate::api::nodepool::{ConsolidationPolicy, DisruptionReason};
 use crate::rules::budgets;
 use crate::rules::candidates::{Joined, Machine, eligible, held};
 use crate::rules::claims::is_true;
+use crate::rules::pods::asks_for_devices;
 use crate::rules::pods::is_reschedulable;
 use crate::rules::selector::Selector;
 use crate::rules::snapshot::Snapshot;
@@ -173,7 +174,8 @@ pub fn cluster_from(
     // A candidate's pods are its node's in the input, shared rather than converted again (a
     // conversion of every pod of 5,000 nodes was a fifth of a pass); a pod with a volume claim is
     // converted with its volumes' requirements, and one kube-scheduler's default spread applies
-    // to with those constraints, which the node's pods leave out.
+    // to with those constraints, and one with ResourceClaims with their requests (a move takes
+    // its devices along), which the node's pods leave out.
     let converted: HashMap<&str, &[Arc<crate::scheduling::Pod>]> = input
         .existing_nodes
         .iter()
@@ -189,7 +191,11 @@ pub fn cluster_from(
                 .find(|p| p.name == name && p.namespace == namespace)
         });
         match shared {
-            Some(p) if !has_claims(pod) && !snapshot.spread_by_default(pod) => {
+            Some(p)
+                if !has_claims(pod)
+                    && !asks_for_devices(pod)
+                    && !snapshot.spread_by_default(pod) =>
+            {
                 Ok::<_, String>(Arc::clone(p))
             }
             _ => snapshot.pod(pod).map(Arc::new),

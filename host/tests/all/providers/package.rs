@@ -209,7 +209,8 @@ async fn packaged_manifests_apply_and_load() {
         &grants,
     );
     let (_, provider) = apply(&setup, &manifests).await;
-    assert_eq!(provider.spec.grants.len(), 2);
+    // KWOK_GRANTS: nodes, node-class kinds, and the DRA driver's DRAConfigs.
+    assert_eq!(provider.spec.grants.len(), 3);
     let pre = setup.wait_serving(&name, &sha256_hex(kwok_bytes())).await;
     assert_eq!(pre.name().await.unwrap(), "kwok");
     let provider = setup.wait_condition(&name, "Ready", "True", "Loaded").await;
