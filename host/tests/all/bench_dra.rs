@@ -22,20 +22,19 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use capstan_test_support::{ControlPlane, Options};
+use capstan_test_support::ControlPlane;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 
 use crate::bench::catalog::Catalog;
 use crate::bench::controller::{
-    Controller, Started, System, Upstream, on_own_control_plane, prepare, report, run_label,
-    start_controller_with,
+    Controller, Started, System, Upstream, prepare, report, start_controller_with,
 };
 use crate::bench::watch::Watch;
-use crate::bench::{CONTROL_PLANE_ARGS, env_or, systems};
-use crate::bench_e2e::{Probe, Run, halve_then_delete, table};
-use crate::dra::{DraDriver, create_dynamic, draconfigs, resource};
+use crate::bench::{env_or, systems};
+use crate::bench_e2e::{Probe, Run, halve_then_delete, run_on_own_control_plane, table};
+use crate::dra::{DraDriver, create_dynamic, device_class, draconfigs, resource};
 use crate::lifecycle::RUN_LABEL;
 
 /// The driver whose devices the scenario asks for.
@@ -103,19 +102,7 @@ fn dra_config() -> Value {
 async fn workloads(cp: &ControlPlane, ns: &str, run: &str, per_workload: usize) -> Result<()> {
     let client = cp.client()?;
     for (class, kind) in [("bench-gpu", "gpu"), ("bench-mig", "mig")] {
-        create_dynamic(
-            &client,
-            &resource("resource.k8s.io", "DeviceClass", "deviceclasses"),
-            None,
-            json!({
-                "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-                "metadata": {"name": class},
-                "spec": {"selectors": [{"cel": {"expression": format!(
-                    "device.driver == \"{DRIVER}\" && device.attributes[\"{DRIVER}\"].type == \"{kind}\""
-                )}}]},
-            }),
-        )
-        .await;
+        device_class(&client, class, DRIVER, kind).await;
     }
     let templates = resource(
         "resource.k8s.io",
@@ -236,29 +223,21 @@ async fn bench_dra_capstan_beside_karpenter() {
     let (upstream, catalog) = prepare(&systems);
     let mut runs = Vec::new();
     for system in systems {
-        let mut run = Run {
-            label: run_label(system, &upstream),
-            ..Run::default()
-        };
-        let options = Options {
-            extra_args: CONTROL_PLANE_ARGS.iter().map(|s| s.to_string()).collect(),
-            ..Options::default()
-        };
-        let label = run.label.clone();
-        run.finished = on_own_control_plane(&label, options, async |cp, slot| {
-            scenario(
-                system,
-                cp,
-                (&upstream, &catalog),
-                per_workload,
-                timeout,
-                &mut run,
-                slot,
-            )
-            .await
-        })
-        .await;
-        runs.push(run);
+        runs.push(
+            run_on_own_control_plane(system, &upstream, async |cp, run, slot| {
+                scenario(
+                    system,
+                    cp,
+                    (&upstream, &catalog),
+                    per_workload,
+                    timeout,
+                    run,
+                    slot,
+                )
+                .await
+            })
+            .await,
+        );
     }
     report(
         "bench-dra",

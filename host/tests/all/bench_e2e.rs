@@ -137,6 +137,19 @@ async fn run_system(
     pods: usize,
     timeout: Duration,
 ) -> Run {
+    run_on_own_control_plane(system, upstream, async |cp, run, slot| {
+        scenario(system, cp, upstream, catalog, pods, timeout, run, slot).await
+    })
+    .await
+}
+
+/// `scenario` on `system`, on a fresh control plane of its own (with [`CONTROL_PLANE_ARGS`]):
+/// the run it records, with how it finished.
+pub(crate) async fn run_on_own_control_plane(
+    system: System,
+    upstream: &Upstream,
+    scenario: impl AsyncFnOnce(&ControlPlane, &mut Run, &mut Option<Controller>) -> Result<()>,
+) -> Run {
     let mut run = Run {
         label: run_label(system, upstream),
         ..Run::default()
@@ -147,7 +160,7 @@ async fn run_system(
     };
     let label = run.label.clone();
     let finished = on_own_control_plane(&label, options, async |cp, slot| {
-        scenario(system, cp, upstream, catalog, pods, timeout, &mut run, slot).await
+        scenario(cp, &mut run, slot).await
     })
     .await;
     run.finished = finished;

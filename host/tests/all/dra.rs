@@ -349,7 +349,7 @@ async fn gpu_devices(
     )
     .await;
     let class = names.name("gpu");
-    gpu_class(client, &class, &driver_name).await;
+    device_class(client, &class, &driver_name, "gpu").await;
     (driver, class)
 }
 
@@ -358,8 +358,8 @@ fn type_names(names: &Names, short: &[&str]) -> Vec<String> {
     short.iter().map(|t| names.name(t)).collect()
 }
 
-/// The GPU DeviceClass of `driver` (a CEL selector on the driver and the `type` attribute).
-pub(crate) async fn gpu_class(client: &Client, name: &str, driver: &str) {
+/// DeviceClass `name`: the devices of `driver` whose `type` attribute is `kind` (a CEL selector).
+pub(crate) async fn device_class(client: &Client, name: &str, driver: &str, kind: &str) {
     create_dynamic(
         client,
         &resource("resource.k8s.io", "DeviceClass", "deviceclasses"),
@@ -368,7 +368,7 @@ pub(crate) async fn gpu_class(client: &Client, name: &str, driver: &str) {
             "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
             "metadata": {"name": name},
             "spec": {"selectors": [{"cel": {"expression": format!(
-                "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].type == \"gpu\""
+                "device.driver == \"{driver}\" && device.attributes[\"{driver}\"].type == \"{kind}\""
             )}}]},
         }),
     )
