@@ -6,14 +6,21 @@
 //! provider's answer is kept, so a change of the overlays re-applies them without asking the
 //! provider), and the price metrics show the result.
 //!
-//! The controllers ask it through their provisioner's source (the live providers); `capstan
-//! simulate` through the providers it loaded from files.
+//! The controllers ask it through their provisioner's source (the live providers), with
+//! [`InstanceTypeCache::get_within`]: one provider's slow or failing `get-instance-types` must not
+//! hold up the pools of the others. Its call runs in a task of its own; a pass waits for a first
+//! answer at most a bound, and after that uses the last answer while a fresh one is fetched
+//! (stale while it revalidates); a provider whose last call failed is not waited for again until
+//! it answers. `capstan simulate` asks with [`InstanceTypeCache::get_catalog`], which waits.
 
 pub mod convert;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::{BoxFuture, Shared};
 
 use crate::api::{NodeClass, NodePool};
 use crate::provider::convert::{node_class_to_wit, node_pool_to_wit};
@@ -26,6 +33,15 @@ pub use self::convert::{from_answer, from_catalog};
 
 /// How long an entry is fresh.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
+
+/// How long [`InstanceTypeCache::get_within`] waits for a catalog it has no answer for yet.
+pub const DEFAULT_FIRST_WAIT: Duration = Duration::from_secs(5);
+
+/// How long after a failed `get-instance-types` the provider is not asked again.
+pub const FAILURE_BACKOFF: Duration = Duration::from_secs(15);
+
+/// A `get-instance-types` call running in a task of its own, shared by whoever waits for it.
+type Fetch = Shared<BoxFuture<'static, Result<Arc<[InstanceType]>, String>>>;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
@@ -66,13 +82,36 @@ type Entry = (
 );
 
 /// The cache.
-#[derive(Debug)]
 pub struct InstanceTypeCache {
     ttl: Duration,
-    entries: Mutex<HashMap<Key, Entry>>,
+    entries: Arc<Mutex<HashMap<Key, Entry>>>,
     overlays: Mutex<Overlays>,
     /// Per pool, what the overlays changed in the catalog it was last answered with.
     applied: Mutex<HashMap<String, overlay::Applied>>,
+    /// Calls running in the background ([`Self::get_within`]), by key.
+    fetching: Arc<Mutex<HashMap<Key, Fetch>>>,
+    /// The last failure of each key not answered since: when, and why.
+    failed: Arc<Mutex<HashMap<Key, (Instant, String)>>>,
+    /// Told whenever a background call answers, so that a provisioner can look again.
+    answered: Arc<tokio::sync::Notify>,
+}
+
+impl std::fmt::Debug for InstanceTypeCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InstanceTypeCache")
+            .field("ttl", &self.ttl)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What [`InstanceTypeCache::get_within`] found for a key without a fresh entry.
+enum Pending {
+    /// An answer older than the TTL: used while the call for a fresh one runs.
+    Stale(Arc<[InstanceType]>, Option<(u64, Arc<[InstanceType]>)>),
+    /// A call to wait for, at most the bound.
+    Wait(Fetch),
+    /// Not waited for: why.
+    Refused(String),
 }
 
 impl Default for InstanceTypeCache {
@@ -86,9 +125,12 @@ impl InstanceTypeCache {
     pub fn new(ttl: Duration) -> Self {
         Self {
             ttl,
-            entries: Mutex::new(HashMap::new()),
+            entries: Arc::new(Mutex::new(HashMap::new())),
             overlays: Mutex::new(Overlays::Off),
             applied: Mutex::new(HashMap::new()),
+            fetching: Arc::new(Mutex::new(HashMap::new())),
+            failed: Arc::new(Mutex::new(HashMap::new())),
+            answered: Arc::new(tokio::sync::Notify::new()),
         }
     }
 
@@ -142,7 +184,17 @@ impl InstanceTypeCache {
             .await
     }
 
-    /// [`Self::get`], the catalog as `catalog` says.
+    fn key(provider: &ProviderPre, pool: &NodePool, class: &NodeClass) -> Key {
+        Key {
+            pool: pool.metadata.name.clone().unwrap_or_default(),
+            pool_generation: pool.metadata.generation,
+            class: class.metadata.name.clone().unwrap_or_default(),
+            class_generation: class.metadata.generation,
+            provider_sha256: provider.sha256().to_owned(),
+        }
+    }
+
+    /// [`Self::get`], the catalog as `catalog` says; a miss waits for the provider's answer.
     pub async fn get_catalog(
         &self,
         controller: &str,
@@ -151,32 +203,14 @@ impl InstanceTypeCache {
         class: &NodeClass,
         catalog: Catalog,
     ) -> Result<Arc<[InstanceType]>, ProvisionError> {
-        let key = Key {
-            pool: pool.metadata.name.clone().unwrap_or_default(),
-            pool_generation: pool.metadata.generation,
-            class: class.metadata.name.clone().unwrap_or_default(),
-            class_generation: class.metadata.generation,
-            provider_sha256: provider.sha256().to_owned(),
-        };
-        let overlays = self.overlays_lock().clone();
+        let key = Self::key(provider, pool, class);
         let cached = self
             .lock()
             .get(&key)
             .filter(|(at, _, _)| at.elapsed() < self.ttl)
             .cloned();
-        let raw = match cached {
-            Some((_, raw, applied)) => {
-                match (catalog, &overlays, applied) {
-                    (Catalog::Raw, _, _) | (_, Overlays::Off | Overlays::Pending, _) => {
-                        return Ok(raw);
-                    }
-                    (_, Overlays::Ready(version, _), Some((at, applied))) if at == *version => {
-                        return Ok(applied);
-                    }
-                    _ => {}
-                }
-                raw
-            }
+        let (raw, applied, fresh) = match cached {
+            Some((_, raw, applied)) => (raw, applied, false),
             None => {
                 let started = Instant::now();
                 let result = provider
@@ -190,9 +224,191 @@ impl InstanceTypeCache {
                     started.elapsed(),
                     &result,
                 );
-                from_answer(&result?)?.into()
+                (from_answer(&result?)?.into(), None, true)
             }
         };
+        Ok(self.answer(key, pool, (raw, applied), catalog, fresh))
+    }
+
+    /// [`Self::get_catalog`] without holding up the caller for one provider: a catalog older
+    /// than the TTL is answered with while a fresh one is fetched in the background; one never
+    /// answered is waited for at most `first_wait`, once (the call goes on, and a later pass
+    /// finds its answer); a provider whose last call for it failed is not waited for (nor asked
+    /// again within [`FAILURE_BACKOFF`]) until it answers. [`Self::answered`] tells when a background
+    /// call answers.
+    pub async fn get_within(
+        &self,
+        controller: &str,
+        provider: &Arc<ProviderPre>,
+        pool: &NodePool,
+        class: &NodeClass,
+        catalog: Catalog,
+        first_wait: Duration,
+    ) -> Result<Arc<[InstanceType]>, ProvisionError> {
+        let key = Self::key(provider, pool, class);
+        let cached = self.lock().get(&key).cloned();
+        let pending = match cached {
+            Some((at, raw, applied)) if at.elapsed() < self.ttl => {
+                return Ok(self.answer(key, pool, (raw, applied), catalog, false));
+            }
+            Some((_, raw, applied)) => {
+                self.fetch(controller, provider, pool, class, &key)
+                    .map(drop)?;
+                Pending::Stale(raw, applied)
+            }
+            None => {
+                let failed = self
+                    .failed
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&key)
+                    .cloned();
+                let running = self
+                    .fetching
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .contains_key(&key);
+                match failed {
+                    Some((at, why)) if at.elapsed() < FAILURE_BACKOFF => {
+                        Pending::Refused(format!("get-instance-types failed: {why}"))
+                    }
+                    Some((_, why)) => {
+                        self.fetch(controller, provider, pool, class, &key)
+                            .map(drop)?;
+                        Pending::Refused(format!("get-instance-types failed, asked again: {why}"))
+                    }
+                    // An earlier pass waited for it already.
+                    None if running => {
+                        Pending::Refused("get-instance-types has not answered".to_owned())
+                    }
+                    None => Pending::Wait(self.fetch(controller, provider, pool, class, &key)?),
+                }
+            }
+        };
+        match pending {
+            Pending::Stale(raw, applied) => {
+                Ok(self.answer(key, pool, (raw, applied), catalog, false))
+            }
+            Pending::Refused(why) => Err(ProvisionError::Pool(format!(
+                "provider {}: no instance types yet ({why})",
+                provider.capabilities().provider()
+            ))),
+            Pending::Wait(fetch) => match tokio::time::timeout(first_wait, fetch).await {
+                Ok(Ok(raw)) => Ok(self.answer(key, pool, (raw, None), catalog, false)),
+                Ok(Err(why)) => Err(ProvisionError::Pool(format!(
+                    "provider {}: get-instance-types failed: {why}",
+                    provider.capabilities().provider()
+                ))),
+                Err(_) => Err(ProvisionError::Pool(format!(
+                    "provider {} has not answered get-instance-types within {first_wait:?}; the pool is left out until it does",
+                    provider.capabilities().provider()
+                ))),
+            },
+        }
+    }
+
+    /// Told each time a background `get-instance-types` ([`Self::get_within`]) answers (one
+    /// listener: the provisioner).
+    pub fn answered(&self) -> Arc<tokio::sync::Notify> {
+        Arc::clone(&self.answered)
+    }
+
+    /// The call for `key` running in the background: the one already running, else a new one.
+    fn fetch(
+        &self,
+        controller: &str,
+        provider: &Arc<ProviderPre>,
+        pool: &NodePool,
+        class: &NodeClass,
+        key: &Key,
+    ) -> Result<Fetch, ProvisionError> {
+        let mut fetching = self.fetching.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(running) = fetching.get(key) {
+            return Ok(running.clone());
+        }
+        let (wit_pool, wit_class) = (node_pool_to_wit(pool)?, node_class_to_wit(class));
+        let (provider, key_owned, controller) =
+            (Arc::clone(provider), key.clone(), controller.to_owned());
+        let (entries, failed, running, answered) = (
+            Arc::clone(&self.entries),
+            Arc::clone(&self.failed),
+            Arc::clone(&self.fetching),
+            Arc::clone(&self.answered),
+        );
+        let task = tokio::spawn(async move {
+            let started = Instant::now();
+            let result = provider.get_instance_types(&wit_pool, &wit_class).await;
+            crate::metrics::global().cloudprovider.observe(
+                &controller,
+                provider.capabilities().provider(),
+                "get-instance-types",
+                &key_owned.pool,
+                started.elapsed(),
+                &result,
+            );
+            let converted: Result<Arc<[InstanceType]>, String> = match result {
+                Ok(answer) => from_answer(&answer)
+                    .map(Arc::from)
+                    .map_err(|err| err.to_string()),
+                Err(err) => Err(err.to_string()),
+            };
+            match &converted {
+                Ok(raw) => {
+                    failed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&key_owned);
+                    entries
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key_owned.clone(), (Instant::now(), Arc::clone(raw), None));
+                }
+                Err(why) => {
+                    tracing::warn!(provider = %provider.capabilities().provider(), nodepool = %key_owned.pool, error = %why, "get-instance-types failed");
+                    failed
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert(key_owned.clone(), (Instant::now(), why.clone()));
+                }
+            }
+            running
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&key_owned);
+            answered.notify_one();
+            converted
+        });
+        let shared = async move {
+            task.await
+                .unwrap_or_else(|err| Err(format!("get-instance-types task: {err}")))
+        }
+        .boxed()
+        .shared();
+        fetching.insert(key.clone(), shared.clone());
+        Ok(shared)
+    }
+
+    /// The answer for `key` from the provider's catalog `raw` (and the overlays applied to it
+    /// before, `applied`, if still current): overlaid as `catalog` says, and cached.
+    fn answer(
+        &self,
+        key: Key,
+        pool: &NodePool,
+        (raw, applied): (Arc<[InstanceType]>, Option<(u64, Arc<[InstanceType]>)>),
+        catalog: Catalog,
+        fresh: bool,
+    ) -> Arc<[InstanceType]> {
+        let overlays = self.overlays_lock().clone();
+        match (catalog, &overlays, &applied) {
+            (Catalog::Raw, _, _) | (_, Overlays::Off | Overlays::Pending, _) => {
+                self.keep(key, &raw, applied, fresh);
+                return raw;
+            }
+            (_, Overlays::Ready(version, _), Some((at, applied))) if at == version => {
+                return Arc::clone(applied);
+            }
+            _ => {}
+        }
         let applied = match &overlays {
             Overlays::Ready(version, ordered) => {
                 let labels = overlay::template_labels(pool);
@@ -217,13 +433,30 @@ impl InstanceTypeCache {
             Catalog::Raw => Arc::clone(&raw),
             Catalog::Overlaid => Arc::clone(shown),
         };
+        self.keep(key, &raw, applied, fresh);
+        answer
+    }
+
+    /// Caches `raw` (and `applied`) under `key`: the provider's answer of now when `fresh`, else
+    /// the overlays applied to the answer cached (not if a newer answer replaced it meanwhile).
+    /// Entries of other keys older than twice the TTL go (one older than the TTL is still
+    /// answered with while it is fetched afresh).
+    fn keep(
+        &self,
+        key: Key,
+        raw: &Arc<[InstanceType]>,
+        applied: Option<(u64, Arc<[InstanceType]>)>,
+        fresh: bool,
+    ) {
         let mut entries = self.lock();
-        entries.retain(|_, (at, _, _)| at.elapsed() < self.ttl);
-        let at = entries
-            .get(&key)
-            .map_or_else(Instant::now, |(at, _, _)| *at);
-        entries.insert(key, (at, raw, applied));
-        Ok(answer)
+        entries.retain(|k, (at, _, _)| k == &key || at.elapsed() < 2 * self.ttl);
+        match entries.get_mut(&key) {
+            Some(entry) if Arc::ptr_eq(&entry.1, raw) => entry.2 = applied,
+            Some(_) | None if fresh => {
+                entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
+            }
+            Some(_) | None => {}
+        }
     }
 
     /// Whether an overlay changed the price (first) or the capacity (second) of any of `types`

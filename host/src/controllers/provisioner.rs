@@ -76,6 +76,17 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     });
+    // A catalog a pass did not wait for has come: look again.
+    let answered_tx = tx.clone();
+    let answered = ctx.instance_types.answered();
+    let catalogs = tokio::spawn(async move {
+        loop {
+            answered.notified().await;
+            if answered_tx.send(()).is_err() {
+                break;
+            }
+        }
+    });
     let resync = tokio::spawn(async move {
         let mut tick = tokio::time::interval(RESYNC);
         tick.tick().await;
@@ -110,6 +121,7 @@ pub async fn run(ctx: Arc<Context>) {
     watch.abort();
     resync.abort();
     buffers.abort();
+    catalogs.abort();
 }
 
 /// A fresh id for one scheduling simulation (`karpenter_scheduler_queue_depth`'s

@@ -156,6 +156,30 @@ impl UnavailableOfferings {
         added
     }
 
+    /// Records that `provider` could not give `claim` a node (it timed out launching, or kept
+    /// failing): the offering it launched with when its labels name one, else what its
+    /// requirements allow, as
+    /// [`Self::record_insufficient_capacity`]. Returns how many entries were added.
+    pub fn record_failed_claim(&self, provider: &str, claim: &crate::api::NodeClaim) -> usize {
+        let labels = claim.metadata.labels.as_ref();
+        let launched: Option<Vec<Requirement>> = DIMENSIONS
+            .iter()
+            .map(|key| {
+                let value = labels?.get(*key)?;
+                Some(Requirement {
+                    key: (*key).to_owned(),
+                    operator: NodeSelectorOperator::In,
+                    values: vec![value.clone()],
+                    min_values: None,
+                })
+            })
+            .collect();
+        match launched {
+            Some(offering) => self.record_insufficient_capacity(provider, &offering),
+            None => self.record_insufficient_capacity(provider, &claim.spec.requirements),
+        }
+    }
+
     /// The claim's requirements without the values whose every offering is cached for
     /// `provider`, or [`Narrowed::Exhausted`] if nothing the claim allows is left.
     pub fn narrow(&self, provider: &str, requirements: &[Requirement]) -> Narrowed {
@@ -298,6 +322,42 @@ mod tests {
         std::thread::sleep(Duration::from_millis(80));
         assert!(!cache.is_unavailable("aws", "m5.large", "a", "spot"));
         assert!(cache.entries("aws").is_empty());
+    }
+
+    #[test]
+    fn a_failed_claim_marks_its_launched_offering_else_what_it_allows() {
+        let cache = UnavailableOfferings::default();
+        let mut claim: crate::api::NodeClaim = serde_json::from_value(serde_json::json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": {"name": "c"},
+            "spec": {
+                "nodeClassRef": {"group": "capstan.dev", "kind": "NodeClass", "name": "default"},
+                "requirements": [
+                    {"key": INSTANCE_TYPE, "operator": "In", "values": ["small", "large"]},
+                    {"key": ZONE, "operator": "In", "values": ["a"]},
+                ],
+            },
+        }))
+        .unwrap();
+        // Not launched: every offering it allows.
+        assert_eq!(cache.record_failed_claim("p", &claim), 2);
+        assert!(cache.is_unavailable("p", "large", "a", "spot"));
+        let cache = UnavailableOfferings::default();
+        // Launched (its labels name the offering), never registered: that offering only.
+        claim.metadata.labels = Some(
+            [
+                (INSTANCE_TYPE, "small"),
+                (ZONE, "a"),
+                (CAPACITY_TYPE, "spot"),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect(),
+        );
+        assert_eq!(cache.record_failed_claim("p", &claim), 1);
+        assert!(cache.is_unavailable("p", "small", "a", "spot"));
+        assert!(!cache.is_unavailable("p", "small", "a", "on-demand"));
+        assert!(!cache.is_unavailable("p", "large", "a", "spot"));
     }
 
     #[test]

@@ -11,6 +11,12 @@
 //! larger (in the limited resources) than the smallest its pods fit on, so that largest is what
 //! the claim needs, not what happened to fit under the limit.
 //!
+//! A spend limit is the limit [`PRICE`] (`capstan.dev/price-per-hour`): a pool that has it gets
+//! its instance types with their dearest available offering's price as that resource's capacity
+//! ([`with_price_capacity`]), so the solver bounds claims by price as by cpu. A launched claim
+//! counts at the price of the offering it launched with (its instance type, zone and capacity
+//! type labels), one still launching at the dearest offering its types allow.
+//!
 //! When a limit leaves pods without a node, the pool gets a `LimitReached` Event, at most once
 //! per [`LIMIT_EVENT_INTERVAL`] for each limit ([`LimitEvents`]), so a pod pending for an hour does
 //! not add an Event per batch.
@@ -18,9 +24,11 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use crate::api::labels::{INSTANCE_TYPE, NODEPOOL};
+use std::sync::Arc;
+
+use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
 use crate::api::{NodeClaim, NodePool, NodeSelectorOperator, ResourceList};
-use crate::scheduling::resources::{NODES, ResourceLimits};
+use crate::scheduling::resources::{NODES, PRICE, ResourceLimits, price_millis};
 use crate::scheduling::{InstanceType, Resources};
 
 /// What the claims of one pool count against its limits.
@@ -43,12 +51,61 @@ fn parse_list(list: &ResourceList) -> Resources {
     out
 }
 
+/// `types` with [`PRICE`] in their capacity when `limits` bound it (unchanged otherwise): each
+/// type's dearest available offering, the most a claim that may launch it can cost.
+pub fn with_price_capacity(
+    limits: Option<&ResourceLimits>,
+    types: Arc<[InstanceType]>,
+) -> Arc<[InstanceType]> {
+    if !limits.is_some_and(|l| l.0.contains_key(PRICE)) {
+        return types;
+    }
+    types
+        .iter()
+        .map(|t| {
+            let dearest = t
+                .offerings
+                .iter()
+                .filter(|o| o.available)
+                .map(|o| price_millis(o.price))
+                .max()
+                .unwrap_or(0);
+            let mut priced = t.clone();
+            priced.capacity.set(PRICE, dearest);
+            priced
+        })
+        .collect()
+}
+
+/// What a launched `claim` costs per hour in [`PRICE`]'s units: its offering's price among
+/// `types` (by its instance type, zone and capacity type labels), else its type's dearest
+/// ([`with_price_capacity`]); zero when its type is not in `types`.
+fn launched_price(claim: &NodeClaim, types: &[InstanceType]) -> i64 {
+    let labels = claim.metadata.labels.as_ref();
+    let label = |key: &str| labels.and_then(|l| l.get(key)).map(String::as_str);
+    let Some(it) = label(INSTANCE_TYPE).and_then(|name| types.iter().find(|t| t.name == name))
+    else {
+        return 0;
+    };
+    it.offerings
+        .iter()
+        .find(|o| {
+            Some(o.zone.as_str()) == label(ZONE)
+                && Some(o.capacity_type.as_str()) == label(CAPACITY_TYPE)
+        })
+        .map_or_else(|| it.capacity.get(PRICE), |o| price_millis(o.price))
+}
+
 /// The most `claim` can count against its pool's limits, given the pool's instance types.
 pub fn claim_capacity(claim: &NodeClaim, types: &[InstanceType]) -> Resources {
     if let Some(status) = claim.status.as_ref()
         && !status.capacity.is_empty()
     {
-        return parse_list(&status.capacity);
+        let mut capacity = parse_list(&status.capacity);
+        if types.iter().any(|t| t.capacity.get(PRICE) > 0) {
+            capacity.set(PRICE, launched_price(claim, types));
+        }
+        return capacity;
     }
     let allowed: Option<HashSet<&str>> = claim
         .spec

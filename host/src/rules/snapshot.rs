@@ -323,13 +323,21 @@ impl Snapshot {
                 Err(err) => built.rejected.push((i, err)),
             }
         }
+        // Every pool's catalog at once: one provider's slow answer does not add to another's.
+        let mut asked = Vec::new();
         for pool in &self.pools {
             let name = pool.name_any();
-            if let Some(why) = not_for_dynamic_provisioning(pool) {
-                built.skipped_pools.push((name, why));
-                continue;
+            match not_for_dynamic_provisioning(pool) {
+                Some(why) => built.skipped_pools.push((name, why)),
+                None => asked.push((name, self.pool_view(source, pool))),
             }
-            match self.pool_view(source, pool).await {
+        }
+        let (names, views): (Vec<String>, Vec<_>) = asked.into_iter().unzip();
+        for (name, view) in names
+            .into_iter()
+            .zip(futures::future::join_all(views).await)
+        {
+            match view {
                 Ok(view) => built.input.node_pools.push(view),
                 Err(err) => {
                     tracing::warn!(nodepool = %name, error = %err, "nodepool left out of provisioning");
@@ -440,6 +448,10 @@ impl Snapshot {
     ) -> Result<scheduling::NodePoolView, ProvisionError> {
         let types = source.instance_types(pool, &self.classes).await?;
         let mut view = convert::node_pool(pool, types)?;
+        view.instance_types = limits::with_price_capacity(
+            view.limits.as_ref(),
+            std::mem::take(&mut view.instance_types),
+        );
         // Every claim of the pool counts against its limits, not only what its status shows.
         let usage = limits::claim_usage(&pool.name_any(), &self.claims, &view.instance_types);
         view.remaining = limits::remaining(view.limits.as_ref(), pool, &usage);

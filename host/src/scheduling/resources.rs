@@ -15,6 +15,15 @@ pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
 pub const PODS: &str = "pods";
 /// Pseudo-resource of NodePool limits: the number of nodes.
 pub const NODES: &str = "nodes";
+/// Pseudo-resource of NodePool limits: what the pool's nodes cost per hour, in the providers'
+/// price unit, held in thousandths (as `cpu` in millicores). Karpenter ignores a limit it has no
+/// usage for, so a pool with this limit stays valid for it (docs/multi-provider.md).
+pub const PRICE: &str = "capstan.dev/price-per-hour";
+
+/// Whether `name` is held in thousandths (`cpu`, [`PRICE`]) rather than whole units.
+fn in_millis(name: &str) -> bool {
+    name == CPU || name == PRICE
+}
 
 /// A resource vector in fixed point: CPU in millicores, memory and storage in bytes, pods as a
 /// count, extended resources (`nvidia.com/gpu`, `hugepages-2Mi`, ...) in whole units.
@@ -48,7 +57,7 @@ impl Resources {
     {
         let mut out = Self::default();
         for (name, text) in list {
-            let value = if name == CPU {
+            let value = if in_millis(name) {
                 quantity::parse_millis(text)?
             } else {
                 quantity::parse_units(text)?
@@ -233,9 +242,32 @@ impl Resources {
 pub fn format_resource(name: &str, value: i64) -> String {
     match name {
         CPU => format!("{name}={}", quantity::format_millis(value)),
+        PRICE => format!("{name}={}", format_price(value)),
         MEMORY | EPHEMERAL_STORAGE => format!("{name}={}", quantity::format_bytes(value)),
         _ if name.starts_with("hugepages-") => format!("{name}={}", quantity::format_bytes(value)),
         _ => format!("{name}={value}"),
+    }
+}
+
+/// Thousandths of a price as a decimal (`2500` → `2.5`, `-1` → `-0.001`).
+fn format_price(millis: i64) -> String {
+    let sign = if millis < 0 { "-" } else { "" };
+    let (whole, frac) = (millis.unsigned_abs() / 1000, millis.unsigned_abs() % 1000);
+    if frac == 0 {
+        format!("{sign}{whole}")
+    } else {
+        let digits = format!("{frac:03}");
+        format!("{sign}{whole}.{}", digits.trim_end_matches('0'))
+    }
+}
+
+/// A price per hour in [`PRICE`]'s thousandths, rounded up so that a sum of them never
+/// undercounts.
+pub fn price_millis(price: f64) -> i64 {
+    if price.is_finite() && price > 0.0 {
+        (price * 1000.0).ceil().min(i64::MAX as f64) as i64
+    } else {
+        0
     }
 }
 
@@ -270,7 +302,7 @@ impl ResourceLimits {
     {
         let mut out = BTreeMap::new();
         for (name, text) in list {
-            let value = if name == CPU {
+            let value = if in_millis(name) {
                 quantity::parse_millis(text)?
             } else {
                 quantity::parse_units(text)?
@@ -403,5 +435,26 @@ mod tests {
         // Memory is not bounded: a node with more of it is no larger.
         assert!(limits.no_larger(&Resources::new(2000, 1 << 40, 10), &node));
         assert!(limits.share(&node) < limits.share(&big));
+    }
+
+    #[test]
+    fn prices_are_held_in_thousandths() {
+        let limits = ResourceLimits::parse([(PRICE, "12.5"), ("cpu", "8")]).unwrap();
+        assert_eq!(limits.0[PRICE], 12_500);
+        assert_eq!(format_resource(PRICE, 12_500), format!("{PRICE}=12.5"));
+        assert_eq!(format_resource(PRICE, 3), format!("{PRICE}=0.003"));
+        assert_eq!(format_resource(PRICE, 7_000), format!("{PRICE}=7"));
+        assert_eq!(format_resource(PRICE, -1_250), format!("{PRICE}=-1.25"));
+        // Rounded up, so that sums never undercount.
+        assert_eq!(price_millis(0.0336), 34);
+        assert_eq!(price_millis(1.0), 1_000);
+        assert_eq!(price_millis(f64::NAN), 0);
+        assert_eq!(price_millis(-2.0), 0);
+        let node = Resources::default().with(PRICE, price_millis(6.0));
+        let mut left = limits.clone();
+        left.consume(&node);
+        left.consume(&node);
+        assert_eq!(left.exceeded_by(&node), Some(PRICE));
+        assert_eq!(left.0[PRICE], 500);
     }
 }

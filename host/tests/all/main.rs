@@ -15,6 +15,7 @@ mod bench_e2e;
 mod bench_scale;
 mod cache;
 mod capacity_buffers;
+mod catalog_wait;
 mod chart;
 mod cli;
 mod cloudstack;

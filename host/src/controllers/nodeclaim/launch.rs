@@ -16,7 +16,14 @@
 //! | (before `create`) a served node class with `Ready=False` | Event `NodeClassNotReady`, delete the claim |
 //! | `create-failed{reason, message}` | `Launched=Unknown` with that reason; retry with backoff |
 //! | `retryable` | retry with backoff; reported once it fails three times in a row |
-//! | anything else | `Launched=Unknown`, reason `LaunchFailed`; retry with backoff |
+//! | anything else (a trap, a call timeout, an answer the host cannot read) | `Launched=Unknown`, reason `LaunchFailed`; retry with backoff; the third failure in a row marks the claim's offerings unavailable and deletes the claim |
+//!
+//! Karpenter retries such a claim until the launch timeout (15 min here), its pods waiting on a
+//! provider that is failing; here, after [`FAILURES_BEFORE_FALLBACK`] failures in a row (about
+//! 7 s with the backoff) its offerings are avoided as after `insufficient-capacity`, so the
+//! provisioner's next claim for those pods goes to the next NodePool by weight, of this provider
+//! or another. The launch and registration timeouts mark the claim's offerings the same way
+//! ([`super::liveness`]).
 
 use std::time::Instant;
 
@@ -40,6 +47,10 @@ use crate::rules::claims::{is_true, nodepool};
 use crate::rules::resolve::{Resolved, Unresolved};
 use crate::runtime::CallError;
 use crate::runtime::types::{NodeClaim as WitClaim, ProviderError};
+
+/// After this many failures in a row of the provider itself (not `create-failed` or
+/// `retryable`, which are its answers), the claim falls back: see the module's table.
+pub const FAILURES_BEFORE_FALLBACK: u32 = 3;
 
 /// How often an unresolvable claim is looked at again.
 const UNRESOLVED_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
@@ -339,9 +350,51 @@ async fn failed(
         }
         _ => {
             ctx.metrics.own.failed(&pool, "LaunchFailed");
-            retry(claim, ctx, "LaunchFailed", &err.to_string()).await
+            let message = err.to_string();
+            let step = retry(claim, ctx, "LaunchFailed", &message).await?;
+            let key = launch_key(claim);
+            if ctx.failures(&key) < FAILURES_BEFORE_FALLBACK {
+                return Ok(step);
+            }
+            ctx.reset_backoff(&key);
+            let marked = ctx
+                .unavailable_offerings
+                .record_failed_claim(provider, claim);
+            tracing::info!(nodeclaim = %claim.name_any(), provider, offerings = marked, "provider failing: offerings marked unavailable");
+            ctx.metrics
+                .lifecycle
+                .disrupted(claim, "launch_failed", "", 0);
+            // Its own action: the retries' Events aggregate into a series that keeps their note.
+            ctx.events
+                .warning_with_action(
+                    claim,
+                    "LaunchFailed",
+                    "FallBack",
+                    format!(
+                        "NodeClaim {} failed {FAILURES_BEFORE_FALLBACK} times in a row at provider {provider} ({message}): its offerings are avoided for a while and the claim is deleted, so its pods can go to another NodePool",
+                        claim.name_any()
+                    ),
+                )
+                .await;
+            delete(ctx, claim).await?;
+            Ok(Step::Stop(Action::await_change()))
         }
     }
+}
+
+/// Marks the offerings of `claim`, which timed out, unavailable at its provider
+/// ([`crate::controllers::unavailable_offerings::UnavailableOfferings::record_failed_claim`]), so
+/// its pods go elsewhere; how many were marked (none when its provider cannot be resolved).
+pub async fn avoid_offerings(ctx: &Context, claim: &NodeClaim) -> usize {
+    let provider = match resolve::launching_provider(ctx, claim).await {
+        Ok(Ok((name, _))) => name,
+        Ok(Err(_)) | Err(_) => return 0,
+    };
+    let marked = ctx
+        .unavailable_offerings
+        .record_failed_claim(&provider, claim);
+    tracing::info!(nodeclaim = %claim.name_any(), provider, offerings = marked, "timed out: offerings marked unavailable");
+    marked
 }
 
 /// A served node class that is missing or not Ready: as in Karpenter, the claim goes (an Event,

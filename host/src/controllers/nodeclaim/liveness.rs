@@ -1,6 +1,10 @@
 //! Liveness: a claim that has not launched within the launch timeout of its creation, or whose
 //! Node has not registered within the registration timeout of its launch, is deleted (and the
-//! NodePool's registration health marked).
+//! NodePool's registration health marked). A claim that did not launch in time also has its
+//! offerings marked unavailable for a while ([`super::launch::avoid_offerings`]), as after
+//! `insufficient-capacity`, so its pods go to the next NodePool rather than to the same offerings
+//! again (Karpenter re-creates the same claim). A registration timeout is the node's, not the
+//! offering's (Karpenter's suite reuses an offering right after one), and marks nothing.
 
 use std::time::Duration;
 
@@ -88,6 +92,7 @@ pub async fn launch_timed_out(claim: &NodeClaim, ctx: &Context) -> Result<Step, 
             ),
         )
         .await;
+    super::launch::avoid_offerings(ctx, claim).await;
     delete(ctx, claim).await?;
     Ok(Step::Stop(Action::await_change()))
 }

@@ -1,5 +1,7 @@
 //! The provisioner's source of instance types: the NodeClass's live provider, through the
-//! host's [`InstanceTypeCache`], with the offerings recently out of capacity marked unavailable.
+//! host's [`InstanceTypeCache`] without waiting on a slow provider
+//! ([`InstanceTypeCache::get_within`]), with the offerings recently out of capacity marked
+//! unavailable.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,7 +66,14 @@ impl FromProviders<'_> {
         let started = Instant::now();
         let result = self
             .cache
-            .get_catalog(controller::PROVISIONER, provider, pool, class, catalog)
+            .get_within(
+                controller::PROVISIONER,
+                provider,
+                pool,
+                class,
+                catalog,
+                crate::catalog::DEFAULT_FIRST_WAIT,
+            )
             .await;
         if let Err(ProvisionError::Call(err)) = &result {
             tracing::warn!(provider = %class.spec.provider, error = %err, "get-instance-types failed");

@@ -275,6 +275,80 @@ fn claims_in_flight_hold_what_they_need_not_what_fits_under_the_limit() {
     assert_eq!(usage.resources.get("cpu"), 52_000);
 }
 
+/// A spend limit: types cost 0.1 per CPU per hour, the pool may spend 1.5 per hour, a launched
+/// 4-CPU claim (0.4) counts at its offering's price. An 8-CPU node (0.8) fits under what is left,
+/// a second one does not, a 2-CPU one (0.2) still does.
+#[test]
+fn a_spend_limit_bounds_claims_by_their_price() {
+    let p = pool(json!({"capstan.dev/price-per-hour": "1.5"}), None);
+    let limits = limits_of(&p);
+    assert_eq!(limits.0[PRICE], 1_500);
+    let types = with_price_capacity(Some(&limits), Arc::from(types()));
+    assert_eq!(types[3].capacity.get(PRICE), 800, "c8's dearest offering");
+    let unlimited = with_price_capacity(None, Arc::from(self::types()));
+    assert_eq!(
+        unlimited[3].capacity.get(PRICE),
+        0,
+        "no spend limit, no price"
+    );
+
+    let mut c4 = launched("default", "4");
+    c4.metadata.labels.get_or_insert_default().extend([
+        (INSTANCE_TYPE.to_owned(), "c4".to_owned()),
+        (ZONE.to_owned(), "zone-1".to_owned()),
+        (CAPACITY_TYPE.to_owned(), "on-demand".to_owned()),
+    ]);
+    assert_eq!(claim_capacity(&c4, &types).get(PRICE), 400);
+    // Without the labels it is not known which offering it runs on: nothing counts.
+    assert_eq!(
+        claim_capacity(&launched("default", "4"), &types).get(PRICE),
+        0
+    );
+    let mut claims = vec![c4];
+    let usage = claim_usage("default", &claims, &types);
+    let view = |claims: &[NodeClaim]| {
+        let usage = claim_usage("default", claims, &types);
+        let mut view = NodePoolView::new("default", Arc::clone(&types));
+        view.limits = Some(limits.clone());
+        view.remaining = remaining(view.limits.as_ref(), &p, &usage);
+        view
+    };
+    assert_eq!(
+        remaining(Some(&limits), &p, &usage).unwrap().0[PRICE],
+        1_100
+    );
+    let result = scheduling::solve(&SchedulingInput {
+        pods: pods("a", &[8]),
+        node_pools: vec![view(&claims)],
+        ..SchedulingInput::default()
+    });
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c8"]);
+    let mut claim =
+        super::super::new_claim::claim_for(&result.new_claims[0], &p, &Default::default());
+    claim.metadata.name = Some("default-c8".to_owned());
+    claims.push(claim);
+    // Launching, the new claim counts at c8's dearest offering: 0.3 is left, 0.1 once the
+    // 2-CPU pod's c2 counts too.
+    let result = scheduling::solve(&SchedulingInput {
+        pods: pods("b", &[8, 2]),
+        node_pools: vec![view(&claims)],
+        ..SchedulingInput::default()
+    });
+    assert_eq!(result.new_claims.len(), 1);
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c2"]);
+    assert_eq!(
+        result.unschedulable,
+        vec![(0, format!("nodepool default limit {PRICE} exceeded"))]
+    );
+    assert_eq!(
+        limit_note(&result.limits_reached[0]),
+        format!(
+            "limit {PRICE}=1.5 reached: {PRICE}=0.1 left once its nodes and the claims launching count; 1 pending pod(s) need more"
+        )
+    );
+}
+
 #[test]
 fn limit_events_are_rate_limited_per_pool_and_resource() {
     let mut events = LimitEvents::default();
