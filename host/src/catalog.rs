@@ -35,7 +35,7 @@ pub use self::convert::{from_answer, from_catalog};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
 /// How long [`InstanceTypeCache::get_within`] waits for a catalog it has no answer for yet.
-pub const DEFAULT_FIRST_WAIT: Duration = Duration::from_secs(5);
+pub const DEFAULT_FIRST_WAIT: Duration = Duration::from_secs(2);
 
 /// How long after a failed `get-instance-types` the provider is not asked again.
 pub const FAILURE_BACKOFF: Duration = Duration::from_secs(15);

@@ -76,6 +76,18 @@ pub async fn run(ctx: Arc<Context>) {
             }
         }
     });
+    // A claim going before it launched (out of capacity, a failing provider, the launch timeout)
+    // leaves its pods to be provisioned again, elsewhere: look again at once.
+    let claims_tx = tx.clone();
+    let gone = ctx.state.claims.subscribe().for_each(move |claim| {
+        if claim.metadata.deletion_timestamp.is_some()
+            && !crate::rules::claims::is_true(&claim, crate::api::nodeclaim::conditions::LAUNCHED)
+        {
+            let _ = claims_tx.send(());
+        }
+        futures::future::ready(())
+    });
+    let gone = tokio::spawn(gone);
     // A catalog a pass did not wait for has come: look again.
     let answered_tx = tx.clone();
     let answered = ctx.instance_types.answered();
@@ -122,6 +134,7 @@ pub async fn run(ctx: Arc<Context>) {
     resync.abort();
     buffers.abort();
     catalogs.abort();
+    gone.abort();
 }
 
 /// A fresh id for one scheduling simulation (`karpenter_scheduler_queue_depth`'s

@@ -36,6 +36,7 @@ mod leader_election;
 mod lifecycle;
 mod list_paging;
 mod metrics;
+mod multi_provider;
 mod node_class_kinds;
 mod node_overlays;
 mod node_repair;
