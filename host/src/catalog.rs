@@ -94,6 +94,9 @@ pub struct InstanceTypeCache {
     failed: Arc<Mutex<HashMap<Key, (Instant, String)>>>,
     /// Told whenever a background call answers, so that a provisioner can look again.
     answered: Arc<tokio::sync::Notify>,
+    /// Counts the answers that changed a catalog (offerings available again, new prices):
+    /// consolidation searches again when it moves.
+    changes: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for InstanceTypeCache {
@@ -131,6 +134,7 @@ impl InstanceTypeCache {
             fetching: Arc::new(Mutex::new(HashMap::new())),
             failed: Arc::new(Mutex::new(HashMap::new())),
             answered: Arc::new(tokio::sync::Notify::new()),
+            changes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
         }
     }
 
@@ -307,6 +311,11 @@ impl InstanceTypeCache {
         }
     }
 
+    /// How many answers changed a catalog so far.
+    pub fn changes(&self) -> u64 {
+        self.changes.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Told each time a background `get-instance-types` ([`Self::get_within`]) answers (one
     /// listener: the provisioner).
     pub fn answered(&self) -> Arc<tokio::sync::Notify> {
@@ -329,11 +338,12 @@ impl InstanceTypeCache {
         let (wit_pool, wit_class) = (node_pool_to_wit(pool)?, node_class_to_wit(class));
         let (provider, key_owned, controller) =
             (Arc::clone(provider), key.clone(), controller.to_owned());
-        let (entries, failed, running, answered) = (
+        let (entries, failed, running, answered, changes) = (
             Arc::clone(&self.entries),
             Arc::clone(&self.failed),
             Arc::clone(&self.fetching),
             Arc::clone(&self.answered),
+            Arc::clone(&self.changes),
         );
         let task = tokio::spawn(async move {
             let started = Instant::now();
@@ -352,16 +362,20 @@ impl InstanceTypeCache {
                     .map_err(|err| err.to_string()),
                 Err(err) => Err(err.to_string()),
             };
+            tracing::debug!(provider = %provider.capabilities().provider(), nodepool = %key_owned.pool, elapsed = ?started.elapsed(), ok = converted.is_ok(), "get-instance-types answered in the background");
             match &converted {
                 Ok(raw) => {
                     failed
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .remove(&key_owned);
-                    entries
+                    let before = entries
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .insert(key_owned.clone(), (Instant::now(), Arc::clone(raw), None));
+                    if before.is_none_or(|(_, before, _)| before != *raw) {
+                        changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
                 }
                 Err(why) => {
                     tracing::warn!(provider = %provider.capabilities().provider(), nodepool = %key_owned.pool, error = %why, "get-instance-types failed");
@@ -453,7 +467,11 @@ impl InstanceTypeCache {
         match entries.get_mut(&key) {
             Some(entry) if Arc::ptr_eq(&entry.1, raw) => entry.2 = applied,
             Some(_) | None if fresh => {
-                entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
+                let before = entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
+                if before.is_none_or(|(_, before, _)| before != *raw) {
+                    self.changes
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
             }
             Some(_) | None => {}
         }

@@ -88,6 +88,15 @@ pub async fn run(ctx: Arc<Context>) {
         futures::future::ready(())
     });
     let gone = tokio::spawn(gone);
+    // Catalogs are kept fresh while nothing is pending (see `instance_types::refresh`).
+    let refresh_ctx = Arc::clone(&ctx);
+    let refresh = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(crate::catalog::DEFAULT_TTL / 2);
+        loop {
+            tick.tick().await;
+            instance_types::refresh(&refresh_ctx).await;
+        }
+    });
     // A catalog a pass did not wait for has come: look again.
     let answered_tx = tx.clone();
     let answered = ctx.instance_types.answered();
@@ -135,6 +144,7 @@ pub async fn run(ctx: Arc<Context>) {
     buffers.abort();
     catalogs.abort();
     gone.abort();
+    refresh.abort();
 }
 
 /// A fresh id for one scheduling simulation (`karpenter_scheduler_queue_depth`'s

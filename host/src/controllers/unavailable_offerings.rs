@@ -113,6 +113,12 @@ impl UnavailableOfferings {
         entries.keys().cloned().collect()
     }
 
+    /// How many offerings are cached now, of every provider: consolidation searches again when
+    /// it changes (an offering available again may be where a node's pods can go).
+    pub fn live(&self) -> usize {
+        self.live_at(Instant::now()).len()
+    }
+
     /// Whether offering (`instance_type`, `zone`, `capacity_type`) of `provider` is cached.
     pub fn is_unavailable(
         &self,

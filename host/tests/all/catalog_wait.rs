@@ -102,6 +102,19 @@ async fn a_slow_catalog_is_waited_for_once_and_at_most_the_bound() {
     let (took, result) = ask(&cache, &provider, "slow", slow, bound).await;
     assert_eq!(result.unwrap(), 1, "the stale answer");
     assert!(took < Duration::from_millis(50), "{took:?}");
+    tokio::time::timeout(Duration::from_secs(10), answered.notified())
+        .await
+        .expect("the stale answer is fetched afresh");
+    let (took, result) = ask(
+        &cache,
+        &provider,
+        "slow",
+        json!({"mode": "sleep", "millis": 2000}),
+        bound,
+    )
+    .await;
+    assert_eq!(result.unwrap(), 1, "the fresh answer");
+    assert!(took < Duration::from_millis(50), "{took:?}");
 }
 
 #[tokio::test]
@@ -136,4 +149,36 @@ async fn a_failing_catalog_is_not_asked_again_at_every_pass() {
     )
     .await;
     assert_eq!(result.unwrap(), 3);
+}
+
+#[tokio::test]
+async fn a_catalog_is_fetched_afresh_each_time_it_goes_stale() {
+    let provider = Arc::new(chaos(limits(), Capabilities::isolated("chaos")));
+    let cache = InstanceTypeCache::new(Duration::from_millis(300));
+    let answered = cache.answered();
+    let echo = json!({});
+    let (_, result) = ask(
+        &cache,
+        &provider,
+        "echo",
+        echo.clone(),
+        Duration::from_secs(10),
+    )
+    .await;
+    assert_eq!(result.unwrap(), 1);
+    for round in 0..3 {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let (_, result) = ask(
+            &cache,
+            &provider,
+            "echo",
+            echo.clone(),
+            Duration::from_secs(10),
+        )
+        .await;
+        assert_eq!(result.unwrap(), 1);
+        tokio::time::timeout(Duration::from_secs(10), answered.notified())
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: the stale catalog is fetched afresh"));
+    }
 }

@@ -32,6 +32,7 @@ use crate::lifecycle::{Host, Names, cleanup, cluster, node_class, node_pool, nod
 use crate::provisioner_e2e::{Pods, wait_running};
 
 mod bench;
+mod burst;
 mod parity;
 
 /// What the clusterapi provider needs, on the management cluster: its own MachineDeployments,

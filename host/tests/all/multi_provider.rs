@@ -120,7 +120,9 @@ async fn falls_back(error: &str, reason: &str, bound: Duration) {
     assert!(!nodes.is_empty());
     for node in &nodes {
         assert_eq!(
-            node.labels().get("karpenter.sh/nodepool").map(String::as_str),
+            node.labels()
+                .get("karpenter.sh/nodepool")
+                .map(String::as_str),
             Some(cloud.as_str()),
             "{}",
             node.name_any()
@@ -182,7 +184,14 @@ async fn kwok_time_to_running(misbehaving: bool) -> Duration {
             .node_selector(json!({"karpenter.sh/nodepool": cloud}))
             .create()
             .await;
-        wait_running(&client, &host, &ns, 2 * (batch + 1), Duration::from_secs(60)).await;
+        wait_running(
+            &client,
+            &host,
+            &ns,
+            2 * (batch + 1),
+            Duration::from_secs(60),
+        )
+        .await;
     }
     let took = started.elapsed();
     teardown(&client, &names, &ns).await;
@@ -251,7 +260,9 @@ async fn a_spend_limit_stops_a_pool_at_its_price() {
     .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()));
     println!("pool Event: {note}");
     assert!(
-        note.starts_with("limit capstan.dev/price-per-hour=3.5 reached: capstan.dev/price-per-hour=0.5 left"),
+        note.starts_with(
+            "limit capstan.dev/price-per-hour=3.5 reached: capstan.dev/price-per-hour=0.5 left"
+        ),
         "{note}"
     );
     // Later passes add nothing: still three nodes, 3.00 an hour.

@@ -162,11 +162,14 @@ async fn decide(
     let allowance = allowances(ctx, joined, pools, now).await;
     // What the budgets allow is part of what a search depends on: a node that finishes leaving
     // opens the budget without changing the nodes the search sees; so are the prices, which
-    // NodeOverlays change.
+    // NodeOverlays change, and the providers' catalogs (capacity available again on-prem is a
+    // reason to look again at once, where Karpenter waits out its 5 minutes).
     let budgets = key((
         &allowance.empty,
         &allowance.underutilized,
         ctx.instance_types.overlay_version(),
+        ctx.instance_types.changes(),
+        ctx.unavailable_offerings.live(),
     ));
     let quiet_key = {
         let mut recent: Vec<&String> = recent.iter().collect();

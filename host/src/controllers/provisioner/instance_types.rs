@@ -82,3 +82,28 @@ impl FromProviders<'_> {
         Ok((class.spec.provider.clone(), result))
     }
 }
+
+/// Asks every managed NodePool's catalog, so that one older than the cache's TTL is fetched afresh
+/// in the background even when nothing is pending: consolidation sees capacity that freed
+/// ([`InstanceTypeCache::changes`]) without waiting for a pod.
+pub async fn refresh(ctx: &Context) {
+    let view = ctx.state.view();
+    let source = FromProviders {
+        ctx,
+        cache: &ctx.instance_types,
+    };
+    for pool in view
+        .pools
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        match source.fetch(pool, &view.classes, Catalog::Raw).await {
+            Ok((_, Ok(types))) => {
+                tracing::debug!(nodepool = %pool.name_any(), types = types.len(), "catalog refreshed");
+            }
+            Ok((_, Err(err))) | Err(err) => {
+                tracing::debug!(nodepool = %pool.name_any(), error = %err, "catalog not refreshed");
+            }
+        }
+    }
+}

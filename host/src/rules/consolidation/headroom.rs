@@ -1,5 +1,7 @@
 //! A quick test that a candidate cannot go, before any simulation. Its pods may only go to the
-//! room the other nodes have left plus at most one new node cheaper than it, and room only
+//! room the other nodes have left plus at most one new node cheaper than it (of any pool: the
+//! solver places them in every pool by weight, so a cloud node's pods may move to a cheaper
+//! pool of another provider), and room only
 //! counts on a node that could take at least its smallest pod; so its largest pod must fit the
 //! most room one such node has or the largest cheaper type, and all its pods the room of all
 //! such nodes plus that type. These are necessary conditions of what the solver
@@ -7,19 +9,17 @@
 //! a candidate they rule out the solver would refuse too (a property test checks it); in a
 //! packed cluster they spare a simulation per candidate.
 
-use std::collections::BTreeMap;
-
 use super::Candidate;
 use super::price::launch_offering;
 use crate::scheduling::{ExistingNode, NodePoolView, Requirement, Resources};
 
-/// Free room of the initialized nodes, and the cheapest price of each pool's types.
+/// Free room of the initialized nodes, and the cheapest price of every pool's types.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Headroom {
     /// Each initialized node's name and free room.
     free: Vec<(String, Resources)>,
-    /// Per pool: (cheapest launch price, allocatable) of each type, cheapest first.
-    types: BTreeMap<String, Vec<(f64, Resources)>>,
+    /// (cheapest launch price, allocatable) of each type of each pool, cheapest first.
+    types: Vec<(f64, Resources)>,
 }
 
 impl Headroom {
@@ -29,25 +29,21 @@ impl Headroom {
             .filter(|n| n.initialized)
             .map(|n| (n.name.clone(), n.allocatable.minus(&n.used)))
             .collect();
-        let mut types_by_pool = BTreeMap::new();
+        let mut types = Vec::new();
         for pool in pools {
             // The pool's zones and capacity types bound what a replacement may cost.
             let mut allowed = pool.requirements.clone();
             for (k, v) in &pool.labels {
                 allowed.add(Requirement::in_(k.as_str(), [v.as_str()]));
             }
-            let mut types: Vec<(f64, Resources)> = pool
-                .instance_types
-                .iter()
-                .filter_map(|t| Some((launch_offering(t, &allowed)?.price, t.allocatable())))
-                .collect();
-            types.sort_by(|a, b| a.0.total_cmp(&b.0));
-            types_by_pool.insert(pool.name.clone(), types);
+            types.extend(
+                pool.instance_types
+                    .iter()
+                    .filter_map(|t| Some((launch_offering(t, &allowed)?.price, t.allocatable()))),
+            );
         }
-        Self {
-            free,
-            types: types_by_pool,
-        }
+        types.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Self { free, types }
     }
 
     /// Whether `c`'s pods could not possibly move: not into the other nodes' usable room plus
@@ -70,13 +66,7 @@ impl Headroom {
         need.pods = c.pods.len() as i64;
         // The most room one new node cheaper than the candidate could bring (per resource).
         let mut new_node = Resources::default();
-        for (_, alloc) in self
-            .types
-            .get(&c.node_pool)
-            .into_iter()
-            .flatten()
-            .take_while(|(price, _)| *price < c.price)
-        {
+        for (_, alloc) in self.types.iter().take_while(|(price, _)| *price < c.price) {
             new_node.cpu_millis = new_node.cpu_millis.max(alloc.cpu_millis);
             new_node.memory = new_node.memory.max(alloc.memory);
             new_node.pods = new_node.pods.max(alloc.pods);

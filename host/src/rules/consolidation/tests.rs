@@ -41,6 +41,8 @@ fn pod(name: &str, millis: i64) -> Pod {
 struct Builder {
     types: Vec<InstanceType>,
     pool: NodePoolView,
+    /// Pools beside `default` (another provider's, say).
+    others: Vec<NodePoolView>,
     policy: Policy,
     nodes: Vec<ExistingNode>,
     candidates: Vec<Candidate>,
@@ -53,6 +55,7 @@ impl Builder {
         Self {
             types,
             pool,
+            others: Vec::new(),
             policy: Policy::WhenEmptyOrUnderutilized,
             nodes: Vec::new(),
             candidates: Vec::new(),
@@ -138,8 +141,10 @@ impl Builder {
             entry.cost += price::node_price(t, "zone-a", &n.labels[CAPACITY_TYPE]).unwrap();
             entry.disruption_cost += 1.0 + n.pods.len() as f64;
         }
+        let mut node_pools = vec![self.pool];
+        node_pools.extend(self.others);
         let input = SchedulingInput {
-            node_pools: vec![self.pool],
+            node_pools,
             existing_nodes: self.nodes,
             ..SchedulingInput::default()
         };
@@ -265,6 +270,29 @@ fn an_on_demand_only_pool_replaces_on_demand_with_cheaper_on_demand() {
     let replacement = cmd.replacement.unwrap();
     assert_eq!(replacement.instance_type_options, ["small", "medium"]);
     assert!((cmd.price_after - 0.10).abs() < 1e-9);
+}
+
+/// Capacity freed in a cheaper pool of another provider (on-prem, weight 100) takes the pods of a
+/// cloud node (weight 10): the replacement comes from the other pool, which the quick test must
+/// not rule out by looking at the candidate's own pool only.
+#[test]
+fn a_node_is_replaced_from_a_cheaper_pool_of_another_provider() {
+    let mut b = Builder::new(vec![it("std-4", 4, 1.0, None)]);
+    b.pool.weight = 10;
+    let mut onprem = NodePoolView::new("onprem", Arc::from(vec![it("rack-4", 4, 0.05, None)]));
+    onprem.weight = 100;
+    b.others.push(onprem);
+    let mut cluster = b
+        .node("cloud-a", "std-4", "on-demand", vec![pod("p1", 3000)])
+        .build();
+    let cmd = cluster
+        .single_node(&all(1), later())
+        .command
+        .expect("replaced from the on-prem pool");
+    let replacement = cmd.replacement.unwrap();
+    assert_eq!(replacement.node_pool, "onprem");
+    assert_eq!(replacement.instance_type_options, ["rack-4"]);
+    assert!((cmd.price_after - 0.05).abs() < 1e-9);
 }
 
 #[test]
