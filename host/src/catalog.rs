@@ -75,11 +75,10 @@ enum Overlays {
 
 /// One cached catalog: when it was fetched, as the provider gave it, and with the overlays of
 /// one version applied.
-type Entry = (
-    Instant,
-    Arc<[InstanceType]>,
-    Option<(u64, Arc<[InstanceType]>)>,
-);
+type Entry = (Instant, Arc<[InstanceType]>, Applied);
+
+/// A catalog with the overlays of one version applied (`None`: not applied yet).
+type Applied = Option<(u64, Arc<[InstanceType]>)>;
 
 /// The cache.
 pub struct InstanceTypeCache {
@@ -110,7 +109,7 @@ impl std::fmt::Debug for InstanceTypeCache {
 /// What [`InstanceTypeCache::get_within`] found for a key without a fresh entry.
 enum Pending {
     /// An answer older than the TTL: used while the call for a fresh one runs.
-    Stale(Arc<[InstanceType]>, Option<(u64, Arc<[InstanceType]>)>),
+    Stale(Arc<[InstanceType]>, Applied),
     /// A call to wait for, at most the bound.
     Wait(Fetch),
     /// Not waited for: why.
@@ -408,7 +407,7 @@ impl InstanceTypeCache {
         &self,
         key: Key,
         pool: &NodePool,
-        (raw, applied): (Arc<[InstanceType]>, Option<(u64, Arc<[InstanceType]>)>),
+        (raw, applied): (Arc<[InstanceType]>, Applied),
         catalog: Catalog,
         fresh: bool,
     ) -> Arc<[InstanceType]> {
@@ -459,7 +458,7 @@ impl InstanceTypeCache {
         &self,
         key: Key,
         raw: &Arc<[InstanceType]>,
-        applied: Option<(u64, Arc<[InstanceType]>)>,
+        applied: Applied,
         fresh: bool,
     ) {
         let mut entries = self.lock();
