@@ -454,13 +454,7 @@ impl InstanceTypeCache {
     /// the overlays applied to the answer cached (not if a newer answer replaced it meanwhile).
     /// Entries of other keys older than twice the TTL go (one older than the TTL is still
     /// answered with while it is fetched afresh).
-    fn keep(
-        &self,
-        key: Key,
-        raw: &Arc<[InstanceType]>,
-        applied: Applied,
-        fresh: bool,
-    ) {
+    fn keep(&self, key: Key, raw: &Arc<[InstanceType]>, applied: Applied, fresh: bool) {
         let mut entries = self.lock();
         entries.retain(|k, (at, _, _)| k == &key || at.elapsed() < 2 * self.ttl);
         match entries.get_mut(&key) {
