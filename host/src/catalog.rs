@@ -35,7 +35,7 @@ pub use self::convert::{from_answer, from_catalog};
 pub const DEFAULT_TTL: Duration = Duration::from_secs(60);
 
 /// How long [`InstanceTypeCache::get_within`] waits for a catalog it has no answer for yet.
-pub const DEFAULT_FIRST_WAIT: Duration = Duration::from_secs(2);
+pub const DEFAULT_FIRST_WAIT: Duration = Duration::from_secs(10);
 
 /// How long after a failed `get-instance-types` the provider is not asked again.
 pub const FAILURE_BACKOFF: Duration = Duration::from_secs(15);
@@ -87,6 +87,8 @@ pub struct InstanceTypeCache {
     overlays: Mutex<Overlays>,
     /// Per pool, what the overlays changed in the catalog it was last answered with.
     applied: Mutex<HashMap<String, overlay::Applied>>,
+    /// Per pool, the catalog the price metrics show (they are published again when it changes).
+    published: Mutex<HashMap<String, Arc<[InstanceType]>>>,
     /// Calls running in the background ([`Self::get_within`]), by key.
     fetching: Arc<Mutex<HashMap<Key, Fetch>>>,
     /// The last failure of each key not answered since: when, and why.
@@ -130,6 +132,7 @@ impl InstanceTypeCache {
             entries: Arc::new(Mutex::new(HashMap::new())),
             overlays: Mutex::new(Overlays::Off),
             applied: Mutex::new(HashMap::new()),
+            published: Mutex::new(HashMap::new()),
             fetching: Arc::new(Mutex::new(HashMap::new())),
             failed: Arc::new(Mutex::new(HashMap::new())),
             answered: Arc::new(tokio::sync::Notify::new()),
@@ -413,11 +416,17 @@ impl InstanceTypeCache {
     ) -> Arc<[InstanceType]> {
         let overlays = self.overlays_lock().clone();
         match (catalog, &overlays, &applied) {
-            (Catalog::Raw, _, _) | (_, Overlays::Off | Overlays::Pending, _) => {
+            (_, Overlays::Off | Overlays::Pending, _) => {
+                self.publish(&key.pool, &raw);
+                self.keep(key, &raw, applied, fresh);
+                return raw;
+            }
+            (Catalog::Raw, _, _) => {
                 self.keep(key, &raw, applied, fresh);
                 return raw;
             }
             (_, Overlays::Ready(version, _), Some((at, applied))) if at == version => {
+                self.publish(&key.pool, applied);
                 return Arc::clone(applied);
             }
             _ => {}
@@ -440,14 +449,31 @@ impl InstanceTypeCache {
         };
         // The price metrics show what scheduling uses.
         let shown = applied.as_ref().map_or(&raw, |(_, types)| types);
-        let metrics = crate::metrics::global();
-        metrics.exclusive(|| metrics.cloudprovider.catalog(&key.pool, shown));
+        self.publish(&key.pool, shown);
         let answer = match catalog {
             Catalog::Raw => Arc::clone(&raw),
             Catalog::Overlaid => Arc::clone(shown),
         };
         self.keep(key, &raw, applied, fresh);
         answer
+    }
+
+    /// Shows `shown`, the catalog scheduling uses for `pool`, in the price metrics, unless they
+    /// show it already.
+    fn publish(&self, pool: &str, shown: &Arc<[InstanceType]>) {
+        let mut published = self
+            .published
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if published
+            .get(pool)
+            .is_some_and(|before| Arc::ptr_eq(before, shown))
+        {
+            return;
+        }
+        published.insert(pool.to_owned(), Arc::clone(shown));
+        let metrics = crate::metrics::global();
+        metrics.exclusive(|| metrics.cloudprovider.catalog(pool, shown));
     }
 
     /// Caches `raw` (and `applied`) under `key`: the provider's answer of now when `fresh`, else
