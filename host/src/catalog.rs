@@ -218,19 +218,9 @@ impl InstanceTypeCache {
         let (raw, applied, fresh) = match cached {
             Some((_, raw, applied)) => (raw, applied, false),
             None => {
-                let started = Instant::now();
-                let result = provider
-                    .get_instance_types(&node_pool_to_wit(pool)?, &node_class_to_wit(class))
-                    .await;
-                crate::metrics::global().cloudprovider.observe(
-                    controller,
-                    provider.capabilities().provider(),
-                    "get-instance-types",
-                    &key.pool,
-                    started.elapsed(),
-                    &result,
-                );
-                (from_answer(&result?)?.into(), None, true)
+                let (wit_pool, wit_class) = (node_pool_to_wit(pool)?, node_class_to_wit(class));
+                let raw = ask(controller, provider, &key.pool, &wit_pool, &wit_class).await?;
+                (raw, None, true)
             }
         };
         Ok(self.answer(key, pool, (raw, applied), catalog, fresh))
@@ -349,21 +339,15 @@ impl InstanceTypeCache {
         );
         let task = tokio::spawn(async move {
             let started = Instant::now();
-            let result = provider.get_instance_types(&wit_pool, &wit_class).await;
-            crate::metrics::global().cloudprovider.observe(
+            let converted = ask(
                 &controller,
-                provider.capabilities().provider(),
-                "get-instance-types",
+                &provider,
                 &key_owned.pool,
-                started.elapsed(),
-                &result,
-            );
-            let converted: Result<Arc<[InstanceType]>, String> = match result {
-                Ok(answer) => from_answer(&answer)
-                    .map(Arc::from)
-                    .map_err(|err| err.to_string()),
-                Err(err) => Err(err.to_string()),
-            };
+                &wit_pool,
+                &wit_class,
+            )
+            .await
+            .map_err(|err| err.to_string());
             tracing::debug!(provider = %provider.capabilities().provider(), nodepool = %key_owned.pool, elapsed = ?started.elapsed(), ok = converted.is_ok(), "get-instance-types answered in the background");
             match &converted {
                 Ok(raw) => {
@@ -371,13 +355,8 @@ impl InstanceTypeCache {
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .remove(&key_owned);
-                    let before = entries
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .insert(key_owned.clone(), (Instant::now(), Arc::clone(raw), None));
-                    if before.is_none_or(|(_, before, _)| before != *raw) {
-                        changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
+                    let mut entries = entries.lock().unwrap_or_else(PoisonError::into_inner);
+                    insert_fresh(&mut entries, &changes, key_owned.clone(), raw, None);
                 }
                 Err(why) => {
                     tracing::warn!(provider = %provider.capabilities().provider(), nodepool = %key_owned.pool, error = %why, "get-instance-types failed");
@@ -485,13 +464,7 @@ impl InstanceTypeCache {
         entries.retain(|k, (at, _, _)| k == &key || at.elapsed() < 2 * self.ttl);
         match entries.get_mut(&key) {
             Some(entry) if Arc::ptr_eq(&entry.1, raw) => entry.2 = applied,
-            Some(_) | None if fresh => {
-                let before = entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
-                if before.is_none_or(|(_, before, _)| before != *raw) {
-                    self.changes
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
+            Some(_) | None if fresh => insert_fresh(&mut entries, &self.changes, key, raw, applied),
             Some(_) | None => {}
         }
     }
@@ -515,6 +488,43 @@ impl InstanceTypeCache {
 
     fn overlays_lock(&self) -> std::sync::MutexGuard<'_, Overlays> {
         self.overlays.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// One `get-instance-types` call of `provider` for pool `pool_name`, timed for `controller`
+/// (`karpenter_cloudprovider_*`), its answer converted.
+async fn ask(
+    controller: &str,
+    provider: &ProviderPre,
+    pool_name: &str,
+    pool: &crate::runtime::types::NodePool,
+    class: &crate::runtime::types::NodeClass,
+) -> Result<Arc<[InstanceType]>, ProvisionError> {
+    let started = Instant::now();
+    let result = provider.get_instance_types(pool, class).await;
+    crate::metrics::global().cloudprovider.observe(
+        controller,
+        provider.capabilities().provider(),
+        "get-instance-types",
+        pool_name,
+        started.elapsed(),
+        &result,
+    );
+    Ok(from_answer(&result?)?.into())
+}
+
+/// Caches `raw`, the provider's answer of now, under `key`, and counts a change when it differs
+/// from the answer cached before ([`InstanceTypeCache::changes`]).
+fn insert_fresh(
+    entries: &mut HashMap<Key, Entry>,
+    changes: &std::sync::atomic::AtomicU64,
+    key: Key,
+    raw: &Arc<[InstanceType]>,
+    applied: Applied,
+) {
+    let before = entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
+    if before.is_none_or(|(_, before, _)| before != *raw) {
+        changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

@@ -23,8 +23,7 @@ use serde_json::json;
 use crate::api::nodeoverlay::{READY, VALIDATION_SUCCEEDED};
 use crate::api::shared::set_condition;
 use crate::api::{ConditionStatus, NodeOverlay, NodeOverlayStatus};
-use crate::catalog::Catalog;
-use crate::controllers::provisioner::instance_types::FromProviders;
+use crate::controllers::provisioner::instance_types;
 use crate::controllers::{Context, ControllerError, evaluations, now};
 use crate::scheduling::overlay::{self, Overlay};
 
@@ -124,23 +123,12 @@ async fn evaluate(ctx: &Context) -> Result<(), ControllerError> {
 /// Every managed NodePool's catalog as its provider gives it (a pool whose catalog cannot be had
 /// is left out, as Karpenter leaves it out): name, template labels, instance types.
 async fn raw_catalogs(ctx: &Context) -> Vec<overlay::PoolCatalog> {
-    // The pools and classes only (a snapshot would copy every pod).
-    let view = ctx.state.view();
-    let classes = view.classes;
-    let source = FromProviders {
-        ctx,
-        cache: &ctx.instance_types,
-    };
     let mut out = Vec::new();
-    for pool in view
-        .pools
-        .iter()
-        .filter(|p| p.metadata.deletion_timestamp.is_none())
-    {
+    for (pool, types) in instance_types::raw_catalogs(ctx).await {
         let name = pool.name_any();
-        match source.fetch(pool, &classes, Catalog::Raw).await {
-            Ok((_, Ok(types))) => out.push((name, overlay::template_labels(pool), types)),
-            Ok((_, Err(err))) | Err(err) => {
+        match types {
+            Ok(types) => out.push((name, overlay::template_labels(&pool), types)),
+            Err(err) => {
                 tracing::debug!(nodepool = %name, error = %err, "nodepool left out of the overlay evaluation");
             }
         }

@@ -88,13 +88,17 @@ pub async fn run(ctx: Arc<Context>) {
         futures::future::ready(())
     });
     let gone = tokio::spawn(gone);
-    // Catalogs are kept fresh while nothing is pending (see `instance_types::refresh`).
+    // Catalogs are kept fresh while nothing is pending (see `instance_types::raw_catalogs`).
     let refresh_ctx = Arc::clone(&ctx);
     let refresh = tokio::spawn(async move {
         let mut tick = tokio::time::interval(crate::catalog::DEFAULT_TTL / 2);
         loop {
             tick.tick().await;
-            instance_types::refresh(&refresh_ctx).await;
+            for (pool, types) in instance_types::raw_catalogs(&refresh_ctx).await {
+                if let Err(err) = types {
+                    tracing::debug!(nodepool = %pool.name_any(), error = %err, "catalog not refreshed");
+                }
+            }
         }
     });
     // A catalog a pass did not wait for has come: look again.

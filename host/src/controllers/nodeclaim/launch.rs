@@ -22,8 +22,7 @@
 //! provider that is failing; here, after [`FAILURES_BEFORE_FALLBACK`] failures in a row (about
 //! 7 s with the backoff) its offerings are avoided as after `insufficient-capacity`, so the
 //! provisioner's next claim for those pods goes to the next NodePool by weight, of this provider
-//! or another. The launch and registration timeouts mark the claim's offerings the same way
-//! ([`super::liveness`]).
+//! or another. The launch timeout marks the claim's offerings the same way ([`super::liveness`]).
 
 use std::time::Instant;
 

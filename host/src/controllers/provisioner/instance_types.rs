@@ -83,27 +83,31 @@ impl FromProviders<'_> {
     }
 }
 
-/// Asks every managed NodePool's catalog, so that one older than the cache's TTL is fetched afresh
-/// in the background even when nothing is pending: consolidation sees capacity that freed
-/// ([`InstanceTypeCache::changes`]) without waiting for a pod.
-pub async fn refresh(ctx: &Context) {
+/// Every managed NodePool (not being deleted) with its catalog as its provider gives it (a miss
+/// waits at most the first-answer bound; see [`FromProviders::fetch`]). The NodeOverlay
+/// controller evaluates overlays over these; the provisioner asks them every half TTL so that a
+/// stale catalog is fetched afresh even when nothing is pending, and consolidation sees capacity
+/// that freed ([`InstanceTypeCache::changes`]) without waiting for a pod.
+pub async fn raw_catalogs(
+    ctx: &Context,
+) -> Vec<(Arc<NodePool>, Result<Arc<[InstanceType]>, ProvisionError>)> {
+    // The pools and classes only (a snapshot would copy every pod).
     let view = ctx.state.view();
     let source = FromProviders {
         ctx,
         cache: &ctx.instance_types,
     };
+    let mut out = Vec::new();
     for pool in view
         .pools
         .iter()
         .filter(|p| p.metadata.deletion_timestamp.is_none())
     {
-        match source.fetch(pool, &view.classes, Catalog::Raw).await {
-            Ok((_, Ok(types))) => {
-                tracing::debug!(nodepool = %pool.name_any(), types = types.len(), "catalog refreshed");
-            }
-            Ok((_, Err(err))) | Err(err) => {
-                tracing::debug!(nodepool = %pool.name_any(), error = %err, "catalog not refreshed");
-            }
-        }
+        let types = match source.fetch(pool, &view.classes, Catalog::Raw).await {
+            Ok((_, result)) => result,
+            Err(err) => Err(err),
+        };
+        out.push((Arc::clone(pool), types));
     }
+    out
 }
