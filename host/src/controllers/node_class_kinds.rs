@@ -10,7 +10,8 @@
 //! validated through its provider's `validate-node-class` (its `spec` and kind as the parameters),
 //! and where the kind's CRD has a status its `Ready` condition is written (`Ready`,
 //! `InvalidParameters`, `NodeClassNotReady`, `ProviderNotFound`, `ValidationFailed`), with an
-//! Event when it turns not ready.
+//! Event when it turns not ready. A verdict is written once per generation: another writer's
+//! `Ready` stands until the class or the verdict changes (see [`observe`]).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
@@ -175,6 +176,7 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
         ))
         .boxed();
     let mut listing: HashSet<String> = HashSet::new();
+    let mut written = Written::default();
     let mut reported_error = false;
     while let Some(event) = events.next().await {
         // The watcher announces `Init` before every list attempt, failed ones too: only an
@@ -186,11 +188,17 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
             Ok(watcher::Event::Init) => listing.clear(),
             Ok(watcher::Event::InitApply(object)) => {
                 listing.insert(object.name_any());
-                observe(&ctx, &api, &kind, &served, object).await;
+                observe(&ctx, &api, (&kind, &served), &mut written, object).await;
             }
-            Ok(watcher::Event::InitDone) => ctx.state.served.retain(&kind, &listing),
-            Ok(watcher::Event::Apply(object)) => observe(&ctx, &api, &kind, &served, object).await,
+            Ok(watcher::Event::InitDone) => {
+                ctx.state.served.retain(&kind, &listing);
+                written.retain(|name, _| listing.contains(name));
+            }
+            Ok(watcher::Event::Apply(object)) => {
+                observe(&ctx, &api, (&kind, &served), &mut written, object).await
+            }
             Ok(watcher::Event::Delete(object)) => {
+                written.remove(&object.name_any());
                 ctx.state.served.remove(&kind, &object.name_any());
                 ctx.state.served.touch();
             }
@@ -205,12 +213,31 @@ async fn watch_kind(ctx: Arc<Context>, kind: GroupKind, served: Served) {
     }
 }
 
+/// The `Ready` verdict the host last wrote on one object of a served kind.
+#[derive(Debug, Clone, PartialEq)]
+struct Verdict {
+    uid: Option<String>,
+    generation: Option<i64>,
+    status: ConditionStatus,
+    reason: &'static str,
+    message: String,
+}
+
+/// The verdicts written so far, by object name.
+type Written = HashMap<String, Verdict>;
+
 /// One object of a served kind: stored, validated, its `Ready` condition kept.
+///
+/// The host writes `Ready` when its verdict differs from the object's condition, except where it
+/// already wrote that same verdict on that same generation: a `Ready` another writer set since
+/// (an operator holding a class back, Karpenter's suite marking it not ready) then stands until
+/// the class changes or the host's verdict does. Controllers that rewrite a condition on every
+/// event fight such writers and win the race by timing alone.
 async fn observe(
     ctx: &Context,
     api: &Api<DynamicObject>,
-    kind: &GroupKind,
-    served: &Served,
+    (kind, served): (&GroupKind, &Served),
+    written: &mut Written,
     object: DynamicObject,
 ) {
     let class = served::to_node_class(&object, served);
@@ -233,7 +260,19 @@ async fn observe(
             && c.message.as_deref().unwrap_or_default() == message
             && c.observed_generation == object.metadata.generation
     });
+    let verdict = Verdict {
+        uid: object.metadata.uid.clone(),
+        generation: object.metadata.generation,
+        status,
+        reason,
+        message: message.clone(),
+    };
+    let name = object.name_any();
     if same {
+        written.insert(name, verdict);
+        return;
+    }
+    if written.get(&name) == Some(&verdict) {
         return;
     }
     // Conditions of other types on the object are kept (the merge patch replaces the list).
@@ -256,7 +295,6 @@ async fn observe(
         now(),
     );
     raw.extend(ready.iter().filter_map(|c| serde_json::to_value(c).ok()));
-    let name = object.name_any();
     let patch = json!({
         "apiVersion": format!("{}/{}", kind.group, served.version),
         "kind": kind.kind,
@@ -267,6 +305,7 @@ async fn observe(
         .await
     {
         Ok(_) => {
+            written.insert(name.clone(), verdict);
             if status != ConditionStatus::True {
                 let reference = ObjectReference {
                     api_version: Some(format!("{}/{}", kind.group, served.version)),

@@ -105,11 +105,10 @@ pub(crate) fn millicores(q: &str) -> i64 {
 }
 
 /// The live, Ready nodes of `pool` and how many 1-CPU pods still fit on all of them.
-async fn room(client: &Client, pool: &str) -> (usize, i64) {
+async fn room(client: &Client, pool: &str) -> Result<(usize, i64), kube::Error> {
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{GROUP}={pool}")))
-        .await
-        .unwrap()
+        .await?
         .items;
     let mut count = 0;
     let mut slots = 0;
@@ -128,8 +127,7 @@ async fn room(client: &Client, pool: &str) -> (usize, i64) {
             .map_or(0, |q| millicores(&q.0));
         let used: i64 = Api::<Pod>::all(client.clone())
             .list(&ListParams::default().fields(&format!("spec.nodeName={}", node.name_any())))
-            .await
-            .unwrap()
+            .await?
             .items
             .iter()
             .filter(|p| {
@@ -145,7 +143,7 @@ async fn room(client: &Client, pool: &str) -> (usize, i64) {
         count += 1;
         slots += (allocatable - used).max(0) / POD_CPU;
     }
-    (count, slots)
+    Ok((count, slots))
 }
 
 #[tokio::test]
@@ -183,7 +181,7 @@ async fn a_buffer_keeps_room_through_a_scale_up_and_a_consolidation() {
 
     // The buffer resolves to 2 pods and the provisioner launches room for them.
     let (replicas, ready) = (Some(2), Some(("True".to_owned(), "Resolved".to_owned())));
-    wait_until(Duration::from_secs(60), "the buffer resolved", || async {
+    wait_until(Duration::from_secs(120), "the buffer resolved", || async {
         host.check_alive();
         let (c, n) = buffer_state(&client, &ns, &name, "ReadyForProvisioning").await;
         Ok::<_, kube::Error>((c == ready && n == replicas).then_some(()))
@@ -200,7 +198,7 @@ async fn a_buffer_keeps_room_through_a_scale_up_and_a_consolidation() {
             fits.clone(),
         );
         async move {
-            let (nodes, slots) = room(&client, &p).await;
+            let (nodes, slots) = room(&client, &p).await?;
             let (c, _) = buffer_state(&client, &ns, &name, "Provisioning").await;
             Ok::<_, kube::Error>((slots >= 2 && c == fits).then_some(nodes))
         }
@@ -272,7 +270,11 @@ async fn a_buffer_keeps_room_through_a_scale_up_and_a_consolidation() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
     for _ in 0..20 {
-        let (nodes, slots) = room(&client, &p).await;
+        // A loaded API server may fail a list now and then: that is not the buffer's room going.
+        let Ok((nodes, slots)) = room(&client, &p).await else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
         assert!(
             nodes == before && slots >= 2,
             "consolidation kept the buffer's room: {nodes} node(s), {slots} slot(s)\n{}",

@@ -364,6 +364,82 @@ async fn a_missing_or_not_ready_kwok_node_class_deletes_the_claim() {
         .await;
 }
 
+/// The host writes a served class's `Ready` once per generation and verdict: a `Ready=False`
+/// another writer sets afterwards (an operator holding the class back, with no admission policy
+/// to keep the host out) stands, a claim of the class is deleted, and a change of the class's
+/// spec brings the host's verdict back.
+#[tokio::test]
+async fn another_writers_not_ready_stands_until_the_class_changes() {
+    let (cp, client) = with_kwok_crd().await;
+    let names = Names::new("kinds-held");
+    let host = Host::start(cp, &names, &[]);
+    let (class, pool) = (names.name("held"), names.name("pool"));
+    let created = kwok_class(&client, &names, &class, json!({})).await;
+    kwok_pool(&client, &names, &pool, &class).await;
+    let verdict = |generation: Option<i64>| {
+        let (client, class) = (client.clone(), class.clone());
+        async move {
+            let object = kwok_classes(&client).get(&class).await?;
+            Ok::<_, kube::Error>(ready(&object).filter(|(status, reason, observed)| {
+                status == "True" && reason == "Ready" && *observed == generation
+            }))
+        }
+    };
+    wait_until(Duration::from_secs(60), "the host's Ready=True", || {
+        host.check_alive();
+        verdict(created.metadata.generation)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+
+    let patch = json!({"status": {"conditions": [{
+        "type": "Ready", "status": "False", "reason": "HeldByOperator",
+        "message": "held for maintenance", "lastTransitionTime": "2024-01-01T01:01:01Z",
+        "observedGeneration": created.metadata.generation,
+    }]}});
+    kwok_classes(&client)
+        .patch_status(&class, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let object = kwok_classes(&client).get(&class).await.unwrap();
+    assert_eq!(
+        ready(&object).map(|(status, reason, _)| (status, reason)),
+        Some(("False".to_owned(), "HeldByOperator".to_owned())),
+        "the host overwrote another writer's Ready\n{}",
+        host.log_tail()
+    );
+    let held = names.name("held-claim");
+    kwok_claim(&client, &names, &held, &pool, &class, json!({})).await;
+    wait_claim_gone(&client, &host, &held, Duration::from_secs(60)).await;
+
+    // A new generation gets the host's verdict again.
+    let bumped = kwok_classes(&client)
+        .patch(
+            &class,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"nodeRegistrationDelay": "1s"}})),
+        )
+        .await
+        .unwrap();
+    assert_ne!(bumped.metadata.generation, created.metadata.generation);
+    wait_until(
+        Duration::from_secs(60),
+        "Ready=True on the new generation",
+        || {
+            host.check_alive();
+            verdict(bumped.metadata.generation)
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+
+    cleanup(&client, &names).await;
+    let _ = kwok_classes(&client)
+        .delete(&class, &DeleteParams::default())
+        .await;
+}
+
 /// kwok launches the instance and its Node registers afterwards: a Node the API server refuses
 /// (a ValidatingAdmissionPolicy, as Karpenter's suite blocks registration) leaves the claim
 /// `Launched` with `Registered=Unknown` until the registration timeout deletes it.
