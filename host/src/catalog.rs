@@ -502,7 +502,7 @@ async fn ask(
 ) -> Result<Arc<[InstanceType]>, ProvisionError> {
     let started = Instant::now();
     let result = provider.get_instance_types(pool, class).await;
-    crate::metrics::global().cloudprovider.observe(
+    crate::metrics::global().provider_call(
         controller,
         provider.capabilities().provider(),
         "get-instance-types",

@@ -290,17 +290,18 @@ impl Context {
 
     /// Records a provider call of `controller` (Karpenter's controller name, see
     /// [`crate::metrics::cloudprovider::controller`]) for `nodepool` (empty when it covers
-    /// several): its duration and, when it failed, its error category.
+    /// several): its duration, its error category when it failed, and the provider's health
+    /// ([`Metrics::provider_call`]).
     pub fn observe_call<T>(
         &self,
         controller: &str,
         provider: &str,
-        function: &str,
+        function: &'static str,
         nodepool: &str,
         result: &Result<T, CallError>,
         started: Instant,
     ) {
-        self.metrics.cloudprovider.observe(
+        self.metrics.provider_call(
             controller,
             provider,
             function,

@@ -135,6 +135,9 @@ pub struct Metrics {
     pub state: state::State,
     /// Capstan's own metrics.
     pub own: own::Own,
+    /// Each provider's health from the calls recorded by [`Metrics::provider_call`] (the source
+    /// of `capstan_provider_healthy` and of the Provider's `Healthy` condition).
+    pub health: crate::provider::health::HealthBook,
 }
 
 impl Default for Metrics {
@@ -173,6 +176,31 @@ impl Metrics {
             scheduler,
             state,
             own,
+            health: crate::provider::health::HealthBook::default(),
+        }
+    }
+
+    /// A call of `controller` to `function` of `provider` for `nodepool` (empty when the call
+    /// covers several) took `elapsed` and ended with `result`: timed and counted
+    /// (`karpenter_cloudprovider_*`), and recorded in the provider's [`Self::health`].
+    pub fn provider_call<T>(
+        &self,
+        controller: &str,
+        provider: &str,
+        function: &'static str,
+        nodepool: &str,
+        elapsed: std::time::Duration,
+        result: &Result<T, crate::runtime::CallError>,
+    ) {
+        self.cloudprovider
+            .observe(controller, provider, function, nodepool, elapsed, result);
+        let recorded = self.health.record(provider, function, result);
+        if let Some(failure) = recorded.failure {
+            self.own
+                .provider_call_failure(provider, function, failure.label());
+        }
+        if let Some(verdict) = recorded.changed {
+            self.own.provider_healthy(provider, !verdict.is_unhealthy());
         }
     }
 

@@ -8,6 +8,7 @@
 pub mod convert;
 pub mod crypto;
 pub mod fetch;
+pub mod health;
 pub mod kinds;
 pub mod launch_answer;
 pub mod oci;

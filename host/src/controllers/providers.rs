@@ -42,6 +42,7 @@ use crate::capability::outbound_http::{self, HttpSettings};
 use crate::controllers::events::Events;
 use crate::controllers::now;
 use crate::provider::fetch::{self, FetchError, FetchSettings};
+use crate::provider::health::Verdict;
 use crate::provider::oci::{self, OciError};
 use crate::provider::source::{self, SourceError};
 use crate::provider::verify::VerifyError;
@@ -52,6 +53,9 @@ use crate::runtime::{LoadError, ProviderPre};
 pub const READY: &str = "Ready";
 /// The condition saying whether the latest source was refused (the last good one serving).
 pub const DEGRADED: &str = "Degraded";
+/// Condition: whether the serving version does its job ([`crate::provider::health`]): False
+/// once a function failed 3 times in a row, True again at its next working call.
+pub const HEALTHY: &str = "Healthy";
 /// Condition: whether every grant is `scope: owned` (False names the `scope: any` ones; it does
 /// not block Ready, it flags them).
 pub const GRANTS_SCOPED: &str = "GrantsScoped";
@@ -335,6 +339,7 @@ impl ProviderController {
             denials,
         } = self;
         let denial_task = tokio::spawn(report_denials(Arc::clone(&ctx), denials));
+        let health_task = tokio::spawn(report_health(Arc::clone(&ctx)));
         let deletion_task = tokio::spawn(watch_deletions(Arc::clone(&ctx)));
         let config_maps: Api<ConfigMap> = match &ctx.settings.source_namespace {
             Some(namespace) => Api::namespaced(ctx.client.clone(), namespace),
@@ -386,6 +391,7 @@ impl ProviderController {
             })
             .await;
         denial_task.abort();
+        health_task.abort();
         deletion_task.abort();
     }
 }
@@ -432,7 +438,60 @@ async fn watch_deletions(ctx: Arc<Ctx>) {
 /// Unloads a deleted Provider (if this controller loaded it).
 fn unload(ctx: &Ctx, name: &str) {
     if ctx.state.forget(name) && ctx.registry.remove(name).is_some() {
+        forget_health(name);
         tracing::info!(provider = name, "provider deleted: unloaded");
+    }
+}
+
+/// Drops `name`'s health record and series.
+fn forget_health(name: &str) {
+    let metrics = crate::metrics::global();
+    metrics.health.forget(name);
+    metrics.own.forget_provider(name);
+}
+
+/// Writes the `Healthy` condition of every Provider whose health changed, with an Event:
+/// Warning `ProviderUnhealthy` when it turns unhealthy, Normal `ProviderHealthy` when it
+/// recovers.
+async fn report_health(ctx: Arc<Ctx>) {
+    let health = &crate::metrics::global().health;
+    let mut changes = health.subscribe();
+    let mut reported: HashMap<String, bool> = HashMap::new();
+    loop {
+        for provider in ctx.store.state() {
+            let name = provider.name_any();
+            if ctx.registry.get(&name).is_none() {
+                continue;
+            }
+            let verdict = health.verdict(&name);
+            if matches!(verdict, Verdict::Unknown) {
+                continue;
+            }
+            let unhealthy = verdict.is_unhealthy();
+            if reported.get(&name) == Some(&unhealthy) {
+                continue;
+            }
+            if let Err(err) = write_status(&provider, &ctx).await {
+                tracing::debug!(provider = %name, error = %err, "cannot write the Healthy condition");
+                continue;
+            }
+            let (_, reason, message) = verdict.condition();
+            if unhealthy {
+                tracing::warn!(provider = %name, %reason, %message, "provider unhealthy");
+                ctx.events
+                    .warning_with_action(provider.as_ref(), "ProviderUnhealthy", reason, message)
+                    .await;
+            } else if reported.contains_key(&name) {
+                tracing::info!(provider = %name, "provider healthy again");
+                ctx.events
+                    .normal(provider.as_ref(), "ProviderHealthy", &message)
+                    .await;
+            }
+            reported.insert(name, unhealthy);
+        }
+        if changes.changed().await.is_err() {
+            return;
+        }
     }
 }
 
@@ -541,6 +600,8 @@ async fn reconcile(
             let digest = pre.sha256().to_owned();
             let wit = pre.export().version.to_string();
             ctx.registry.insert(name.clone(), Arc::new(pre));
+            // A new version starts with a clean record (it may fix what failed).
+            forget_health(&name);
             ctx.state.update(&name, |record| {
                 record.digest = Some(digest.clone());
                 record.generation = generation;
@@ -881,6 +942,18 @@ async fn write_status(provider: &Provider, ctx: &Ctx) -> Result<(), ProviderCont
             at.clone(),
         ),
     };
+    if serving.is_some() {
+        let (status, reason, message) = crate::metrics::global().health.verdict(&name).condition();
+        set_condition(
+            &mut next.conditions,
+            HEALTHY,
+            status,
+            Some(reason),
+            Some(&message),
+            generation,
+            at.clone(),
+        );
+    }
     if let Ok(grants) = spec::grants(&provider.spec) {
         let (status, reason, message) = match grants.unscoped_summary() {
             Some(message) => (ConditionStatus::False, "UnscopedGrants", message),

@@ -22,6 +22,8 @@ pub struct Own {
     provider_loads: Counters,
     provider_load_duration: Histograms,
     instance_types_ready: Gauges,
+    provider_healthy: Gauges,
+    provider_call_failures: Counters,
     consolidation_blocked: Gauges,
     /// The (nodepool, reason) pairs of `consolidation_blocked` set last time.
     verdicts_seen: std::sync::Mutex<BTreeSet<(String, &'static str)>>,
@@ -49,6 +51,8 @@ impl Own {
             provider_loads: Counters::default(),
             provider_load_duration: Histograms::new_with_constructor(load_histogram),
             instance_types_ready: Gauges::default(),
+            provider_healthy: Gauges::default(),
+            provider_call_failures: Counters::default(),
             consolidation_blocked: Gauges::default(),
             verdicts_seen: std::sync::Mutex::default(),
             reasons: BoundedValues::new(MAX_LABEL_VALUES),
@@ -87,6 +91,16 @@ impl Own {
             "nodeclass_instance_types_ready",
             "1 while the provider answers get-instance-types with a catalog the host takes for every NodePool of the NodeClass, else 0",
             this.instance_types_ready.clone(),
+        );
+        registry.register(
+            "provider_healthy",
+            "1 while no function of the provider has failed 3 times in a row (traps, limits, timeouts, retryable or create-failed answers), else 0",
+            this.provider_healthy.clone(),
+        );
+        registry.register(
+            "provider_call_failures",
+            "Provider calls that failed its health, by provider, function and failure",
+            this.provider_call_failures.clone(),
         );
         registry.register(
             "nodeclaims_consolidation_blocked",
@@ -167,6 +181,31 @@ impl Own {
         self.instance_types_ready
             .get_or_create(&labels(&[("nodeclass", nodeclass)]))
             .set(if ready { 1.0 } else { 0.0 });
+    }
+
+    /// A call of `function` of `provider` failed its health with `failure`
+    /// ([`crate::provider::health`]).
+    pub fn provider_call_failure(&self, provider: &str, function: &str, failure: &str) {
+        self.provider_call_failures
+            .get_or_create(&labels(&[
+                ("provider", provider),
+                ("function", function),
+                ("failure", failure),
+            ]))
+            .inc();
+    }
+
+    /// Whether `provider` is healthy now.
+    pub fn provider_healthy(&self, provider: &str, healthy: bool) {
+        self.provider_healthy
+            .get_or_create(&labels(&[("provider", provider)]))
+            .set(if healthy { 1.0 } else { 0.0 });
+    }
+
+    /// Provider `provider` is unloaded: its health series goes.
+    pub fn forget_provider(&self, provider: &str) {
+        self.provider_healthy
+            .remove(&labels(&[("provider", provider)]));
     }
 
     /// NodeClass `nodeclass` is gone: its series goes too.

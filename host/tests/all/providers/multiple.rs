@@ -12,20 +12,32 @@ use kube::{Api, ResourceExt};
 use serde_json::json;
 
 use crate::conformance::KWOK_GRANTS;
-use crate::fixtures::kwok_bytes;
+use crate::fixtures::{chaos_bytes, kwok_bytes};
+use crate::leader_election::{address_in, http_get};
 use crate::lifecycle::{
-    Host, Names, RUN_LABEL, claim, claim_json, cluster, node_class, node_pool, node_pool_json,
-    wait_condition,
+    Host, Names, RUN_LABEL, capstan_notes, claim, claim_json, cleanup, cluster, node_class,
+    node_pool, node_pool_json, wait_condition,
 };
+use crate::metrics::parse;
 
 async fn put_provider(client: &kube::Client, names: &Names, name: &str, namespace: &str) {
+    put_provider_from(client, names, name, (namespace, "kwok")).await;
+}
+
+/// Provider `name` loading ConfigMap `config_map` of `namespace` (key `provider.wasm.gz`).
+async fn put_provider_from(
+    client: &kube::Client,
+    names: &Names,
+    name: &str,
+    (namespace, config_map): (&str, &str),
+) {
     let grants: Vec<ProviderGrant> = serde_saphyr::from_str(KWOK_GRANTS).unwrap();
     let value = json!({
         "apiVersion": "capstan.dev/v1alpha1",
         "kind": "Provider",
         "metadata": {"name": name, "labels": {RUN_LABEL: names.run}},
         "spec": {
-            "source": {"configMap": {"namespace": namespace, "name": "kwok", "key": "provider.wasm.gz"}},
+            "source": {"configMap": {"namespace": namespace, "name": config_map, "key": "provider.wasm.gz"}},
             "grants": grants,
         },
     });
@@ -35,6 +47,31 @@ async fn put_provider(client: &kube::Client, names: &Names, name: &str, namespac
             &PatchParams::apply("capstan-tests").force(),
             &Patch::Apply(&value),
         )
+        .await
+        .unwrap();
+}
+
+/// ConfigMap `name` of `namespace` holding `component` gzip-compressed under `provider.wasm.gz`.
+async fn put_component(client: &kube::Client, namespace: &str, name: &str, component: &[u8]) {
+    let stored =
+        capstan::provider::source::encode(component, capstan::provider::source::Compression::Gzip);
+    let config_map = k8s_openapi::api::core::v1::ConfigMap {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.to_owned()),
+            ..ObjectMeta::default()
+        },
+        binary_data: Some(
+            [(
+                "provider.wasm.gz".to_owned(),
+                k8s_openapi::ByteString(stored),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), namespace)
+        .create(&Default::default(), &config_map)
         .await
         .unwrap();
 }
@@ -64,29 +101,7 @@ async fn node_classes_pick_their_provider_and_survive_its_deletion() {
     let names = Names::new("multi");
     let namespace = cp.create_namespace_unique("multi").await.unwrap();
     // One ConfigMap (gzip-compressed), two Providers loading it under different names.
-    let stored = capstan::provider::source::encode(
-        kwok_bytes(),
-        capstan::provider::source::Compression::Gzip,
-    );
-    let config_map = k8s_openapi::api::core::v1::ConfigMap {
-        metadata: ObjectMeta {
-            name: Some("kwok".into()),
-            namespace: Some(namespace.clone()),
-            ..ObjectMeta::default()
-        },
-        binary_data: Some(
-            [(
-                "provider.wasm.gz".to_owned(),
-                k8s_openapi::ByteString(stored),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &namespace)
-        .create(&Default::default(), &config_map)
-        .await
-        .unwrap();
+    put_component(&client, &namespace, "kwok", kwok_bytes()).await;
     let (a, b) = (names.name("a"), names.name("b"));
     put_provider(&client, &names, &a, &namespace).await;
     put_provider(&client, &names, &b, &namespace).await;
@@ -160,6 +175,148 @@ async fn node_classes_pick_their_provider_and_survive_its_deletion() {
     .await
     .unwrap();
     for name in [&a, &b] {
+        let _ = Api::<Provider>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+}
+
+/// Provider `name`'s `Healthy` condition as `(status, reason)`.
+async fn healthy(client: &kube::Client, name: &str) -> Option<(String, String)> {
+    let provider = Api::<Provider>::all(client.clone()).get(name).await.ok()?;
+    let condition = provider
+        .status?
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Healthy")?;
+    Some((
+        format!("{:?}", condition.status),
+        condition.reason.unwrap_or_default(),
+    ))
+}
+
+async fn wait_healthy(host: &Host, client: &kube::Client, name: &str, want: (&str, &str)) {
+    wait_until(
+        Duration::from_secs(90),
+        &format!("Provider {name} Healthy={} ({})", want.0, want.1),
+        || async {
+            host.check_alive();
+            let found = healthy(client, name).await;
+            Ok::<_, String>((found == Some((want.0.to_owned(), want.1.to_owned()))).then_some(()))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}\nhost log:\n{}", host.log_tail()));
+}
+
+/// `capstan_provider_healthy` of `provider` on the host's `/metrics`.
+async fn healthy_gauge(host: &Host, provider: &str) -> Option<f64> {
+    let address = address_in(&host.log(), "serving /metrics")?;
+    let (_, body) = http_get(&address, "/metrics").await;
+    parse(&body)
+        .get("capstan_provider_healthy")?
+        .iter()
+        .find(|s| s.labels.get("provider").map(String::as_str) == Some(provider))
+        .map(|s| s.value)
+}
+
+/// Per-provider health: a provider whose launches keep trapping turns `Healthy=False`
+/// (`Trapped`, a Warning Event, `capstan_provider_healthy` 0) while the provider beside it stays
+/// healthy and keeps launching; a working launch brings it back (`ProviderHealthy`).
+#[tokio::test]
+async fn a_provider_whose_launches_keep_failing_is_unhealthy_until_one_works() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("health");
+    let namespace = cp.create_namespace_unique("health").await.unwrap();
+    put_component(&client, &namespace, "kwok", kwok_bytes()).await;
+    put_component(&client, &namespace, "chaos", chaos_bytes()).await;
+    let (steady, flaky) = (names.name("steady"), names.name("flaky"));
+    put_provider_from(&client, &names, &steady, (&namespace, "kwok")).await;
+    put_provider_from(&client, &names, &flaky, (&namespace, "chaos")).await;
+    let host = Host::start(cp, &names, &["--provider-source-namespace", &namespace]);
+
+    let (steady_class, flaky_class) = (names.name("nc-steady"), names.name("nc-flaky"));
+    node_class(&client, &names, &steady_class, &steady, json!({})).await;
+    node_class(
+        &client,
+        &names,
+        &flaky_class,
+        &flaky,
+        json!({"mode": "create-error", "error": "trap"}),
+    )
+    .await;
+    let (steady_pool, flaky_pool) = (names.name("pool-steady"), names.name("pool-flaky"));
+    node_pool(&client, node_pool_json(&names, &steady_pool, &steady_class)).await;
+    node_pool(&client, node_pool_json(&names, &flaky_pool, &flaky_class)).await;
+    wait_class(&client, &flaky_class, "True", "Ready").await;
+
+    // Three launches trap (the third sends the claim to another pool): unhealthy.
+    let failing = names.name("failing");
+    claim(
+        &client,
+        claim_json(&names, &failing, &flaky_pool, &flaky_class),
+    )
+    .await;
+    wait_healthy(&host, &client, &flaky, ("False", "Trapped")).await;
+    let notes = capstan_notes(&client, "default", &flaky, "ProviderUnhealthy").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n
+                .starts_with("create failed 3 times in a row; last: create: the provider trapped")),
+        "{notes:?}"
+    );
+    assert_eq!(healthy_gauge(&host, &flaky).await, Some(0.0));
+
+    // The other provider launches meanwhile and is healthy.
+    let working = names.name("working");
+    claim(
+        &client,
+        claim_json(&names, &working, &steady_pool, &steady_class),
+    )
+    .await;
+    wait_condition(
+        &client,
+        &host,
+        &working,
+        "Registered",
+        "True",
+        None,
+        Duration::from_secs(90),
+    )
+    .await;
+    wait_healthy(&host, &client, &steady, ("True", "Healthy")).await;
+    assert_eq!(healthy_gauge(&host, &steady).await, Some(1.0));
+    assert_eq!(
+        healthy(&client, &flaky).await,
+        Some(("False".to_owned(), "Trapped".to_owned()))
+    );
+
+    // The flaky provider's next launch works: healthy again.
+    Api::<capstan::api::NodeClass>::all(client.clone())
+        .patch(
+            &flaky_class,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"parameters": {"mode": "ok", "error": null}}})),
+        )
+        .await
+        .unwrap();
+    let recovered = names.name("recovered");
+    claim(
+        &client,
+        claim_json(&names, &recovered, &flaky_pool, &flaky_class),
+    )
+    .await;
+    wait_healthy(&host, &client, &flaky, ("True", "Healthy")).await;
+    assert_eq!(healthy_gauge(&host, &flaky).await, Some(1.0));
+    assert!(
+        !capstan_notes(&client, "default", &flaky, "ProviderHealthy")
+            .await
+            .is_empty()
+    );
+
+    cleanup(&client, &names).await;
+    for name in [&steady, &flaky] {
         let _ = Api::<Provider>::all(client.clone())
             .delete(name, &DeleteParams::default())
             .await;
