@@ -24,7 +24,7 @@
 #                           5,000 / 50,000): scale-up, rest, drift, scale to half, delete
 #   make bench-capi         the clusterapi provider on real Cluster API: 10 launches, a delete, requests
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi control-plane providers upstream
+.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi bench-multi control-plane providers upstream
 
 help:
 	@sed -n '1,26p' Makefile | sed 's/^# \{0,1\}//'

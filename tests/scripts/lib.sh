@@ -408,6 +408,22 @@ task_bench_capi() {
   run_ignored_tests --exact --nocapture -- clusterapi::bench::bench_clusterapi | tee "$out"
 }
 
+# Falling back from a full preferred NodePool (host/tests/all/bench_multi.rs): Capstan beside
+# Karpenter's kwok controller at a pool limit, and Capstan alone where the preferred pool's provider
+# is out of capacity or failing; then the multi-provider e2e tests with their figures (fallback times,
+# a misbehaving provider beside another, the Cluster API burst and return). About 20 minutes.
+task_bench_multi() {
+  log "Karpenter's kwok controller (cached under $CAPSTAN_CACHE/karpenter-kwok)"
+  bash "$REPO_ROOT/tests/bench-e2e/karpenter-kwok.sh" >/dev/null
+  bench_host
+  log "bench-multi: weighted fallback, Capstan ($CAPSTAN_HOST_BIN) beside Karpenter"
+  run_measurement bench_multi::bench_multi_weighted_fallback bench-multi
+  log "bench-multi: the multi-provider e2e tests and their figures"
+  (cd "$REPO_ROOT" && cargo test --locked -p capstan --test all -- --nocapture --test-threads 1 \
+    multi_provider:: clusterapi::burst:: providers::multiple::a_provider_whose) 2>&1 \
+    | grep -E '^(test |kwok pods|insufficient-capacity|trap|burst|pool Event|explain pod|test result)'
+}
+
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to
 # criterion (a filter, `--test` to run each benchmark once).
 task_bench() {

@@ -16,10 +16,11 @@ case "${1:-}" in
   bench-dra) ensure_rust; build_control_plane; build_providers; task_bench_dra ;;
   bench-scale) ensure_rust; build_control_plane; build_providers; task_bench_scale ;;
   bench-capi) ensure_rust; build_control_plane; build_providers; task_bench_capi ;;
+  bench-multi) ensure_rust; build_control_plane; build_providers; task_bench_multi ;;
   image) build_image ;;
   chart) build_image; build_control_plane; package_chart ;;
   providers) build_providers ;;
   control-plane) build_control_plane ;;
   upstream) fetch_upstream ;;
-  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-dra|bench-scale|bench-capi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
+  *) echo "usage: $0 fmt|lint|unit|e2e|conformance-karpenter|bench|bench-disruption|bench-api-load|bench-e2e|bench-dra|bench-scale|bench-capi|bench-multi|image|chart|providers|control-plane|upstream" >&2; exit 2 ;;
 esac

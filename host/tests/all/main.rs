@@ -12,6 +12,7 @@ mod bad_input;
 mod bench;
 mod bench_dra;
 mod bench_e2e;
+mod bench_multi;
 mod bench_scale;
 mod cache;
 mod capacity_buffers;
