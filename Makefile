@@ -2,6 +2,7 @@
 #   make demo   runs the demo on an embedded real control plane with the kwok provider
 #   make test   installs what the tests need, then runs lint, unit and e2e (below)
 # The pieces (each installs or builds what it needs first):
+#   make demo-multi   the multi-provider demo: on-prem first, burst to a cloud at its spend limit, back
 #   make fmt    format both cargo workspaces (host, providers-wasm) in place
 #   make lint   format check and clippy: host; guests natively and for wasm32-wasip2
 #   make unit   unit and property tests, no control plane (host lib, bins and docs; guests)
@@ -23,8 +24,10 @@
 #   make bench-scale        Capstan beside Karpenter at 2,000 nodes / 20,000 pods (SCALE=5000 for
 #                           5,000 / 50,000): scale-up, rest, drift, scale to half, delete
 #   make bench-capi         the clusterapi provider on real Cluster API: 10 launches, a delete, requests
+#   make bench-multi        falling back from a full preferred pool, Capstan beside Karpenter's kwok
+#                           controller, then the multi-provider e2e tests' figures
 #   make control-plane | providers | upstream   build or fetch one prerequisite
-.PHONY: help test demo fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi bench-multi control-plane providers upstream
+.PHONY: help test demo demo-multi fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi bench-multi control-plane providers upstream
 
 help:
 	@sed -n '1,26p' Makefile | sed 's/^# \{0,1\}//'
@@ -35,5 +38,8 @@ test:
 demo:
 	bash tests/scripts/demo.sh
 
-fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi control-plane providers upstream:
+demo-multi:
+	bash tests/scripts/demo-multi.sh
+
+fmt lint unit e2e conformance-karpenter image chart bench bench-disruption bench-api-load bench-e2e bench-dra bench-scale bench-capi bench-multi control-plane providers upstream:
 	bash tests/scripts/task.sh $@

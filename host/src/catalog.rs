@@ -50,6 +50,8 @@ struct Key {
     class: String,
     class_generation: Option<i64>,
     provider_sha256: String,
+    /// The provider's registry name (offerings available again are reported under it).
+    provider: String,
 }
 
 /// Which catalog [`InstanceTypeCache`] answers with.
@@ -95,9 +97,71 @@ pub struct InstanceTypeCache {
     failed: Arc<Mutex<HashMap<Key, (Instant, String)>>>,
     /// Told whenever a background call answers, so that a provisioner can look again.
     answered: Arc<tokio::sync::Notify>,
+    /// What fresh answers changed.
+    changes: Arc<Changes>,
+}
+
+/// What the fresh answers changed.
+#[derive(Debug, Default)]
+struct Changes {
     /// Counts the answers that changed a catalog (offerings available again, new prices):
     /// consolidation searches again when it moves.
-    changes: Arc<std::sync::atomic::AtomicU64>,
+    count: std::sync::atomic::AtomicU64,
+    /// Offerings a provider's catalog said were unavailable and now says are available, not
+    /// taken yet ([`InstanceTypeCache::take_restored`]).
+    restored: Mutex<Vec<Restored>>,
+}
+
+/// An offering a provider's catalog said was unavailable and now says is available: capacity
+/// that came back, as the provider knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Restored {
+    /// The provider (registry name).
+    pub provider: String,
+    /// The instance type.
+    pub instance_type: String,
+    /// The zone.
+    pub zone: String,
+    /// The capacity type.
+    pub capacity_type: String,
+}
+
+/// The offerings of `after` that are available where `before` had them unavailable (an offering
+/// new in `after` is not restored: nothing said it was unavailable).
+fn restored(provider: &str, before: &[InstanceType], after: &[InstanceType]) -> Vec<Restored> {
+    let unavailable: std::collections::HashSet<(&str, &str, &str)> = before
+        .iter()
+        .flat_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| !o.available)
+                .map(|o| (t.name.as_str(), o.zone.as_str(), o.capacity_type.as_str()))
+        })
+        .collect();
+    if unavailable.is_empty() {
+        return Vec::new();
+    }
+    after
+        .iter()
+        .flat_map(|t| {
+            t.offerings
+                .iter()
+                .filter(|o| o.available)
+                .filter(|o| {
+                    unavailable.contains(&(
+                        t.name.as_str(),
+                        o.zone.as_str(),
+                        o.capacity_type.as_str(),
+                    ))
+                })
+                .map(|o| Restored {
+                    provider: provider.to_owned(),
+                    instance_type: t.name.clone(),
+                    zone: o.zone.clone(),
+                    capacity_type: o.capacity_type.clone(),
+                })
+        })
+        .collect()
 }
 
 impl std::fmt::Debug for InstanceTypeCache {
@@ -136,7 +200,7 @@ impl InstanceTypeCache {
             fetching: Arc::new(Mutex::new(HashMap::new())),
             failed: Arc::new(Mutex::new(HashMap::new())),
             answered: Arc::new(tokio::sync::Notify::new()),
-            changes: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            changes: Arc::new(Changes::default()),
         }
     }
 
@@ -197,6 +261,7 @@ impl InstanceTypeCache {
             class: class.metadata.name.clone().unwrap_or_default(),
             class_generation: class.metadata.generation,
             provider_sha256: provider.sha256().to_owned(),
+            provider: provider.capabilities().provider().to_owned(),
         }
     }
 
@@ -305,7 +370,22 @@ impl InstanceTypeCache {
 
     /// How many answers changed a catalog so far.
     pub fn changes(&self) -> u64 {
-        self.changes.load(std::sync::atomic::Ordering::Relaxed)
+        self.changes
+            .count
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// The offerings a provider's catalog said were unavailable and has since said are available
+    /// again, each once: the unavailable-offerings cache forgets them (capacity that came back,
+    /// as the provider knows it, need not wait out the cache's TTL).
+    pub fn take_restored(&self) -> Vec<Restored> {
+        std::mem::take(
+            &mut *self
+                .changes
+                .restored
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        )
     }
 
     /// Told each time a background `get-instance-types` ([`Self::get_within`]) answers (one
@@ -513,18 +593,32 @@ async fn ask(
     Ok(from_answer(&result?)?.into())
 }
 
-/// Caches `raw`, the provider's answer of now, under `key`, and counts a change when it differs
-/// from the answer cached before ([`InstanceTypeCache::changes`]).
+/// Caches `raw`, the provider's answer of now, under `key`, counts a change when it differs
+/// from the answer cached before ([`InstanceTypeCache::changes`]) and notes the offerings it
+/// says are available again ([`InstanceTypeCache::take_restored`]).
 fn insert_fresh(
     entries: &mut HashMap<Key, Entry>,
-    changes: &std::sync::atomic::AtomicU64,
+    changes: &Changes,
     key: Key,
     raw: &Arc<[InstanceType]>,
     applied: Applied,
 ) {
+    let provider = key.provider.clone();
     let before = entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
-    if before.is_none_or(|(_, before, _)| before != *raw) {
-        changes.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if before.as_ref().is_none_or(|(_, before, _)| before != raw) {
+        changes
+            .count
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    if let Some((_, before, _)) = before {
+        let back = restored(&provider, &before, raw);
+        if !back.is_empty() {
+            changes
+                .restored
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(back);
+        }
     }
 }
 
@@ -532,6 +626,51 @@ fn insert_fresh(
 mod tests {
     use super::*;
     use crate::scheduling::Requirements;
+    use crate::scheduling::cluster::Offering;
+
+    fn shape(name: &str, offerings: &[(&str, bool)]) -> InstanceType {
+        InstanceType {
+            name: name.into(),
+            requirements: Requirements::default(),
+            offerings: offerings
+                .iter()
+                .map(|(zone, available)| Offering {
+                    available: *available,
+                    ..Offering::new(*zone, "on-demand", 1.0)
+                })
+                .collect(),
+            capacity: Default::default(),
+            overhead: Default::default(),
+            volume_limits: Default::default(),
+            devices: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn only_offerings_the_catalog_had_unavailable_are_restored() {
+        let before = [
+            shape("a", &[("z1", false), ("z2", true)]),
+            shape("b", &[("z1", false)]),
+        ];
+        let after = [
+            shape("a", &[("z1", true), ("z2", true), ("z3", true)]),
+            shape("b", &[("z1", false)]),
+            shape("c", &[("z1", true)]),
+        ];
+        let back = restored("p", &before, &after);
+        assert_eq!(
+            back,
+            vec![Restored {
+                provider: "p".into(),
+                instance_type: "a".into(),
+                zone: "z1".into(),
+                capacity_type: "on-demand".into(),
+            }]
+        );
+        // A provider whose catalog never says unavailable (capacity found only at launch)
+        // restores nothing.
+        assert!(restored("p", &after[..1], &after[..1]).is_empty());
+    }
 
     #[test]
     fn overlays_gate_the_cache_and_version_its_catalogs() {

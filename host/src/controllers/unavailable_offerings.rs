@@ -113,6 +113,22 @@ impl UnavailableOfferings {
         entries.keys().cloned().collect()
     }
 
+    /// Forgets the entries covering the offering `restored` names: its provider's catalog, which
+    /// had it unavailable, says it is available again. Returns how many went. (Karpenter keeps an
+    /// entry its whole TTL; a provider that knows its capacity, such as a Cluster API
+    /// MachineDeployment below its maximum again, need not wait that out.)
+    pub fn forget_restored(&self, restored: &crate::catalog::Restored) -> usize {
+        let combo = [
+            Some(restored.instance_type.as_str()),
+            Some(restored.zone.as_str()),
+            Some(restored.capacity_type.as_str()),
+        ];
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let before = entries.len();
+        entries.retain(|key, _| !key.covers(&restored.provider, &combo));
+        before - entries.len()
+    }
+
     /// How many offerings are cached now, of every provider: consolidation searches again when
     /// it changes (an offering available again may be where a node's pods can go).
     pub fn live(&self) -> usize {
@@ -295,6 +311,32 @@ fn combos<'a>(domains: &[Option<Vec<&'a str>>; 3]) -> Vec<Combo<'a>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offering_the_catalog_restores_is_forgotten_and_no_other() {
+        let cache = UnavailableOfferings::default();
+        let pinned = |t: &str| Requirement {
+            key: INSTANCE_TYPE.to_owned(),
+            operator: NodeSelectorOperator::In,
+            values: vec![t.to_owned()],
+            min_values: None,
+        };
+        // Any zone and capacity type of `a`, and of `b`; and `a` of another provider.
+        cache.record_insufficient_capacity("p", &[pinned("a")]);
+        cache.record_insufficient_capacity("p", &[pinned("b")]);
+        cache.record_insufficient_capacity("q", &[pinned("a")]);
+        let restored = crate::catalog::Restored {
+            provider: "p".into(),
+            instance_type: "a".into(),
+            zone: "z1".into(),
+            capacity_type: "on-demand".into(),
+        };
+        assert_eq!(cache.forget_restored(&restored), 1);
+        assert!(!cache.is_unavailable("p", "a", "z1", "on-demand"));
+        assert!(cache.is_unavailable("p", "b", "z1", "on-demand"));
+        assert!(cache.is_unavailable("q", "a", "z1", "on-demand"));
+        assert_eq!(cache.forget_restored(&restored), 0);
+    }
     use crate::scheduling::cluster::Offering;
 
     fn req(key: &str, values: &[&str]) -> Requirement {

@@ -40,6 +40,7 @@ impl InstanceTypeSource for FromProviders<'_> {
         }
         let (provider_name, result) = self.fetch(pool, classes, Catalog::Overlaid).await?;
         let mut types = result?;
+        forget_restored(ctx, self.cache);
         // Offerings that recently ran out of capacity are simulated as unavailable.
         if !ctx.unavailable_offerings.entries(&provider_name).is_empty() {
             let mut marked = types.to_vec();
@@ -109,5 +110,17 @@ pub async fn raw_catalogs(
         };
         out.push((Arc::clone(pool), types));
     }
+    forget_restored(ctx, &ctx.instance_types);
     out
+}
+
+/// Forgets the unavailable offerings the providers' catalogs say are available again
+/// ([`InstanceTypeCache::take_restored`]).
+fn forget_restored(ctx: &Context, cache: &InstanceTypeCache) {
+    for restored in cache.take_restored() {
+        let forgotten = ctx.unavailable_offerings.forget_restored(&restored);
+        if forgotten > 0 {
+            tracing::info!(provider = %restored.provider, instance_type = %restored.instance_type, zone = %restored.zone, capacity_type = %restored.capacity_type, forgotten, "offering available again in the provider's catalog: no longer avoided");
+        }
+    }
 }
