@@ -84,19 +84,23 @@ until_state() {
   done
 }
 
+# deploy_until NAME REPLICAS WHAT CHECK: deploys, then waits until CHECK holds; sets took (s) and cost ($/h).
+deploy_until() {
+  step_start=$(date +%s)
+  deploy "$1" "$2"
+  until_state 120 "$3" "$4"
+  took=$(( $(date +%s) - step_start )); cost=$(price)
+}
+
 log "1. two pods of 3 CPU: on-prem first (weight 100)"
-step_start=$(date +%s)
-deploy base 2
 two_onprem() { [ "$(pool_pods onprem)" = 2 ]; }
-until_state 120 "two pods on-prem" two_onprem
-t_onprem=$(( $(date +%s) - step_start )); p_onprem=$(price)
+deploy_until base 2 "two pods on-prem" two_onprem
+t_onprem=$took; p_onprem=$cost
 
 log "2. three more: on-prem is at its limit, they burst to the cloud, whose budget pays for two nodes"
-step_start=$(date +%s)
-deploy burst 3
 two_cloud() { [ "$(pool_pods cloud)" = 2 ]; }
-until_state 120 "two pods in the cloud" two_cloud
-t_burst=$(( $(date +%s) - step_start )); p_burst=$(price)
+deploy_until burst 3 "two pods in the cloud" two_cloud
+t_burst=$took; p_burst=$cost
 limit_note=""
 limit_seen() { limit_note=$(k get events -n default --field-selector reason=LimitReached,involvedObject.name=cloud -o jsonpath='{.items[0].message}' 2>/dev/null); [ -n "$limit_note" ]; }
 wait_for 60 "the cloud pool's LimitReached Event" limit_seen

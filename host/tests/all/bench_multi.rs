@@ -193,13 +193,14 @@ async fn scenario(
             &crate::bench::deployment(&names.run, "app", PODS, "1", "1Gi"),
         )
         .await?;
-    let probe = Probe {
+    Probe {
         watch: &watch,
         controller,
         catalog,
         timeout,
-    };
-    probe.step(run, &format!("{PODS} pods"), PODS).await?;
+    }
+    .step(run, &format!("{PODS} pods"), PODS)
+    .await?;
     *placed = placement(&watch);
     println!(
         "   pods on the preferred pool: {}, on the fallback pool: {}",

@@ -27,7 +27,7 @@ use crate::fixtures::wasm;
 use crate::lifecycle::{
     Host, Names, RUN_LABEL, class_ready, cleanup, cluster, node_class, node_pool, node_pool_json,
 };
-use crate::provisioner_e2e::{Pods, wait_running};
+use crate::provisioner_e2e::{GROUP, Pods, wait_running};
 
 /// The NodeClass parameters for the emulator's sample cloud (the endpoint comes from the
 /// Provider's configuration).
@@ -722,4 +722,75 @@ async fn the_cloudstack_readme_example_applies_unchanged_and_provisions() {
 
     world.tear_down(&host, &ns).await;
     let _ = classes.delete("default", &DeleteParams::default()).await;
+}
+
+/// CloudStack beside another provider (docs/multi-provider.md): the CloudStack pool (weight 100)
+/// takes the pods its cloud has room for; when the emulator answers `deployVirtualMachine` with
+/// error 533 (no capacity), the provider says `insufficient-capacity` and the remaining pods run on
+/// the kwok provider's pool (weight 10) of the same host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_cloudstack_cloud_bursts_to_another_providers_pool() {
+    let (world, cp) = World::new("cs-burst", DEFAULT_SECRET_KEY).await;
+    // Room for one VM (3-CPU pods fit only the 8-vCPU `large`, in zone A, two to a VM).
+    assert!(world.cs.set_zone_capacity(sample::ZONE_A, Some(1)));
+    assert!(world.cs.set_zone_capacity(sample::ZONE_B, Some(0)));
+    let host = world.host(cp);
+    let (_, cs_pool) = world.class_and_pool(parameters()).await;
+    let pools = Api::<capstan::api::NodePool>::all(world.client.clone());
+    pools
+        .patch(
+            &cs_pool,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"weight": 100, "template": {
+                "metadata": {"labels": {GROUP: world.names.run}},
+            }}})),
+        )
+        .await
+        .unwrap();
+    let (kwok_class, kwok_pool) = (world.names.name("kwok-nc"), world.names.name("kwok"));
+    node_class(&world.client, &world.names, &kwok_class, "kwok", json!({})).await;
+    let mut spec = node_pool_json(&world.names, &kwok_pool, &kwok_class);
+    spec["spec"]["weight"] = json!(10);
+    spec["spec"]["template"]["metadata"] = json!({"labels": {GROUP: world.names.run}});
+    node_pool(&world.client, spec).await;
+
+    let ns = cp.create_namespace_unique("cs-burst-pods").await.unwrap();
+    let started = Instant::now();
+    Pods::new(&world.client, &world.names, &ns, "app")
+        .count(4)
+        .cpu("3")
+        .node_selector(json!({GROUP: world.names.run}))
+        .create()
+        .await;
+    wait_running(&world.client, &host, &ns, 4, Duration::from_secs(120)).await;
+    let took = started.elapsed();
+    let by_pool = |pool: String| {
+        let client = world.client.clone();
+        async move {
+            Api::<Node>::all(client)
+                .list(&ListParams::default().labels(&format!("karpenter.sh/nodepool={pool}")))
+                .await
+                .unwrap()
+                .items
+                .len()
+        }
+    };
+    let (on_cs, on_kwok) = (by_pool(cs_pool.clone()).await, by_pool(kwok_pool).await);
+    println!(
+        "CloudStack full after one VM: 4 pods Running after {took:?}, {on_cs} CloudStack node(s), {on_kwok} kwok node(s)"
+    );
+    assert_eq!(on_cs, 1, "{}", host.log_tail());
+    assert!(on_kwok >= 1, "{}", host.log_tail());
+    assert_eq!(world.live_vms().len(), 1);
+    let failed: Vec<_> = world
+        .cs
+        .jobs()
+        .iter()
+        .filter_map(|j| j.error.clone())
+        .collect();
+    assert!(
+        failed.iter().any(|(code, _)| *code == 533),
+        "the cloud said it was full: {failed:?}"
+    );
+    world.tear_down(&host, &ns).await;
 }
