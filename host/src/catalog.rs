@@ -375,6 +375,21 @@ impl InstanceTypeCache {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Makes every catalog of `provider` stale: the next look answers with it and fetches a
+    /// fresh one. After an `insufficient-capacity`, a provider that knows its capacity lists the
+    /// offering unavailable in that fresh catalog, and available again once it frees, which
+    /// [`Self::take_restored`] then reports.
+    pub fn expire_provider(&self, provider: &str) {
+        let Some(stale) = Instant::now().checked_sub(self.ttl) else {
+            return;
+        };
+        for (key, entry) in self.lock().iter_mut() {
+            if key.provider == provider {
+                entry.0 = entry.0.min(stale);
+            }
+        }
+    }
+
     /// The offerings a provider's catalog said were unavailable and has since said are available
     /// again, each once: the unavailable-offerings cache forgets them (capacity that came back,
     /// as the provider knows it, need not wait out the cache's TTL).

@@ -297,6 +297,9 @@ async fn failed(
             let marked = ctx
                 .unavailable_offerings
                 .record_insufficient_capacity(provider, &claim.spec.requirements);
+            // Its catalogs are asked again: one that knows its capacity says so, and says when
+            // it is back (`InstanceTypeCache::take_restored`).
+            ctx.instance_types.expire_provider(provider);
             tracing::info!(nodeclaim = %claim.name_any(), provider, offerings = marked, "offerings marked unavailable");
             ctx.events
                 .warning(
