@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::bench::catalog::Catalog;
 use crate::bench::controller::{
-    Controller, Started, System, Upstream, prepare, report, start_controller_with,
+    Controller, System, Upstream, prepare, report, start_controller_with,
 };
 use crate::bench::watch::Watch;
 use crate::bench::{env_or, systems};
@@ -161,12 +161,7 @@ async fn scenario(
     let driver = DraDriver::start(cp, "bench").await;
     let client = cp.client()?;
     create_dynamic(&client, &draconfigs(), None, dra_config()).await;
-    let Started {
-        controller,
-        ready,
-        client,
-        names,
-    } = start_controller_with(
+    let started = start_controller_with(
         system,
         cp,
         "bench",
@@ -175,9 +170,7 @@ async fn scenario(
         &[("IGNORE_DRA_REQUESTS", "false")],
     )
     .await?;
-    run.ready = Some(ready);
-    let controller = slot.insert(controller);
-    run.startup_cpu_seconds = controller.usage().cpu_seconds;
+    let (controller, client, names) = run.started(started, slot);
     let ns = cp.create_namespace_unique("bench").await?;
     let watch = Watch::start(&client, &ns).await?;
     let total = per_workload * WORKLOADS.len();

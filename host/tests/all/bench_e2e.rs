@@ -86,6 +86,27 @@ pub(crate) struct Run {
     pub(crate) finished: Finished,
 }
 
+impl Run {
+    /// Records a controller started for this run (its time to `/readyz`, its CPU so far) and
+    /// keeps it in `slot`: the controller, an admin client and the run's names.
+    pub(crate) fn started<'s>(
+        &mut self,
+        started: Started,
+        slot: &'s mut Option<Controller>,
+    ) -> (&'s Controller, kube::Client, crate::lifecycle::Names) {
+        let Started {
+            controller,
+            ready,
+            client,
+            names,
+        } = started;
+        self.ready = Some(ready);
+        let controller = slot.insert(controller);
+        self.startup_cpu_seconds = controller.usage().cpu_seconds;
+        (controller, client, names)
+    }
+}
+
 /// Watches a step: samples at [`SAMPLES`], until the pods settle (`running` Running and no
 /// other pod) and the last sample is taken, or `timeout`.
 pub(crate) async fn observe(
@@ -179,15 +200,8 @@ async fn scenario(
     slot: &mut Option<Controller>,
 ) -> Result<()> {
     let beside = Some((upstream, catalog));
-    let Started {
-        controller,
-        ready,
-        client,
-        names,
-    } = start_controller(system, cp, "bench", beside, &crate::bench::node_pool).await?;
-    run.ready = Some(ready);
-    let controller = slot.insert(controller);
-    run.startup_cpu_seconds = controller.usage().cpu_seconds;
+    let started = start_controller(system, cp, "bench", beside, &crate::bench::node_pool).await?;
+    let (controller, client, names) = run.started(started, slot);
     let ns = cp.create_namespace_unique("bench").await?;
     let watch = Watch::start(&client, &ns).await?;
     let deployments = Api::<Deployment>::namespaced(client.clone(), &ns);

@@ -29,7 +29,7 @@ use serde_json::{Value, json};
 
 use crate::bench::catalog::Catalog;
 use crate::bench::controller::{
-    Controller, POOL, Started, System, Upstream, apply, footer, prepare, report, start_controller,
+    Controller, POOL, System, Upstream, apply, footer, prepare, report, start_controller,
 };
 use crate::bench::table::Table;
 use crate::bench::watch::Watch;
@@ -146,14 +146,8 @@ async fn scenario(
         None => pool(POOL, 100, class_ref, labels, limit),
     };
     let beside = Some((upstream, catalog));
-    let Started {
-        controller,
-        ready,
-        client,
-        names,
-    } = start_controller(system, cp, "multi", beside, &preferred).await?;
-    run.ready = Some(ready);
-    let controller = slot.insert(controller);
+    let started = start_controller(system, cp, "multi", beside, &preferred).await?;
+    let (controller, client, names) = run.started(started, slot);
     let labels = json!({crate::lifecycle::RUN_LABEL: names.run});
     let class_ref = match system {
         System::Capstan => json!({"group": "capstan.dev", "kind": "NodeClass", "name": "default"}),
