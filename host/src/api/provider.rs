@@ -32,6 +32,11 @@ use super::shared::{Condition, Quantity};
         type_ = "string",
         json_path = ".status.conditions[?(@.type==\"Degraded\")].status"
     ),
+    printcolumn(
+        name = "Healthy",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Healthy\")].status"
+    ),
     printcolumn(name = "WIT", type_ = "string", json_path = ".status.witVersion"),
     printcolumn(
         name = "Digest",
