@@ -108,7 +108,7 @@ echo "  cloud NodePool Event LimitReached: $limit_note"
 waiting=$(k get pods -l demo=multi --no-headers -o custom-columns=N:.metadata.name,NODE:.spec.nodeName | awk '$2 == "<none>" {print $1; exit}')
 echo "  capstan explain pod default/$waiting:"
 "$CAPSTAN" explain --kubeconfig "$KUBECONFIG" pod "default/$waiting" | sed 's/^/    /'
-k get providers -o custom-columns='PROVIDER:.metadata.name,READY:.status.conditions[?(@.type=="Ready")].status,HEALTHY:.status.conditions[?(@.type=="Healthy")].status,DIGEST:.status.digest'
+k get providers
 
 log "3. the on-prem pods go: on-prem capacity frees and the burst comes back where it fits"
 step_start=$(date +%s)
