@@ -620,11 +620,13 @@ fn insert_fresh(
 ) {
     let provider = key.provider.clone();
     let before = entries.insert(key, (Instant::now(), Arc::clone(raw), applied));
-    if before.as_ref().is_none_or(|(_, before, _)| before != raw) {
-        changes
-            .count
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    if before.as_ref().is_some_and(|(_, before, _)| before == raw) {
+        return;
     }
+    changes
+        .count
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    // Only a catalog that changed can list an offering available again.
     if let Some((_, before, _)) = before {
         let back = restored(&provider, &before, raw);
         if !back.is_empty() {

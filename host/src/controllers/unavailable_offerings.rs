@@ -312,31 +312,6 @@ fn combos<'a>(domains: &[Option<Vec<&'a str>>; 3]) -> Vec<Combo<'a>> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_offering_the_catalog_restores_is_forgotten_and_no_other() {
-        let cache = UnavailableOfferings::default();
-        let pinned = |t: &str| Requirement {
-            key: INSTANCE_TYPE.to_owned(),
-            operator: NodeSelectorOperator::In,
-            values: vec![t.to_owned()],
-            min_values: None,
-        };
-        // Any zone and capacity type of `a`, and of `b`; and `a` of another provider.
-        cache.record_insufficient_capacity("p", &[pinned("a")]);
-        cache.record_insufficient_capacity("p", &[pinned("b")]);
-        cache.record_insufficient_capacity("q", &[pinned("a")]);
-        let restored = crate::catalog::Restored {
-            provider: "p".into(),
-            instance_type: "a".into(),
-            zone: "z1".into(),
-            capacity_type: "on-demand".into(),
-        };
-        assert_eq!(cache.forget_restored(&restored), 1);
-        assert!(!cache.is_unavailable("p", "a", "z1", "on-demand"));
-        assert!(cache.is_unavailable("p", "b", "z1", "on-demand"));
-        assert!(cache.is_unavailable("q", "a", "z1", "on-demand"));
-        assert_eq!(cache.forget_restored(&restored), 0);
-    }
     use crate::scheduling::cluster::Offering;
 
     fn req(key: &str, values: &[&str]) -> Requirement {
@@ -512,5 +487,25 @@ mod tests {
             .collect();
         assert_eq!(available, vec![("b", "spot")]);
         assert_eq!(cache.mark("other", &mut types), 0);
+    }
+
+    #[test]
+    fn an_offering_the_catalog_restores_is_forgotten_and_no_other() {
+        let cache = UnavailableOfferings::default();
+        // Any zone and capacity type of `a`, and of `b`; and `a` of another provider.
+        cache.record_insufficient_capacity("p", &[req(INSTANCE_TYPE, &["a"])]);
+        cache.record_insufficient_capacity("p", &[req(INSTANCE_TYPE, &["b"])]);
+        cache.record_insufficient_capacity("q", &[req(INSTANCE_TYPE, &["a"])]);
+        let restored = crate::catalog::Restored {
+            provider: "p".into(),
+            instance_type: "a".into(),
+            zone: "z1".into(),
+            capacity_type: "on-demand".into(),
+        };
+        assert_eq!(cache.forget_restored(&restored), 1);
+        assert!(!cache.is_unavailable("p", "a", "z1", "on-demand"));
+        assert!(cache.is_unavailable("p", "b", "z1", "on-demand"));
+        assert!(cache.is_unavailable("q", "a", "z1", "on-demand"));
+        assert_eq!(cache.forget_restored(&restored), 0);
     }
 }
