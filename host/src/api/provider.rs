@@ -73,6 +73,13 @@ pub struct ProviderSpec {
     pub config: Vec<ProviderConfigEntry>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limits: Option<ProviderLimits>,
+    /// What the nodes of all the NodePools this provider launches for may cost together per
+    /// hour, in the provider's price unit with NodeOverlays applied (a decimal: `12.5`).
+    /// Provisioning stops at it as at a pool's `capstan.dev/price-per-hour` limit. Absent: no
+    /// limit over the pools.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(super::nodeoverlay::PRICE_PATTERN))]
+    pub spend_limit_per_hour: Option<String>,
     /// The node class kinds this provider serves besides `capstan.dev` NodeClass. Absent: every
     /// kind its component declares. A list restricts it to those kinds, and may remap: a kind the
     /// component does not declare is served when it names `version`, `plural` and `servedAs`, the

@@ -573,6 +573,19 @@ fn denial_sink(ctx: &Ctx) -> DenialSink {
     })
 }
 
+/// `spec.spendLimitPerHour` in thousandths of the price unit (the CRD's pattern keeps it a
+/// decimal; one that does not parse is logged and ignored).
+fn spend_limit(name: &str, spec: &crate::api::ProviderSpec) -> Option<i64> {
+    let text = spec.spend_limit_per_hour.as_deref()?;
+    match crate::scheduling::quantity::parse_millis(text) {
+        Ok(millis) => Some(millis),
+        Err(err) => {
+            tracing::warn!(provider = %name, limit = %text, error = %err, "spendLimitPerHour ignored");
+            None
+        }
+    }
+}
+
 /// One reconcile of one Provider.
 async fn reconcile(
     provider: Arc<Provider>,
@@ -580,6 +593,8 @@ async fn reconcile(
 ) -> Result<Action, ProviderControllerError> {
     let name = provider.name_any();
     let generation = provider.metadata.generation;
+    ctx.registry
+        .set_spend_limit(&name, spend_limit(&name, &provider.spec));
     let outcome = load(&provider, &ctx).await?;
     let record = ctx.state.record(&name);
     let serving = ctx.registry.get(&name);

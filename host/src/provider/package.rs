@@ -154,6 +154,7 @@ pub fn package(component: &[u8], options: &PackageOptions) -> Result<Package, Pa
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: options.limits.clone(),
+            spend_limit_per_hour: None,
             node_class_kinds: None,
             verification: None,
         },

@@ -1,6 +1,8 @@
 //! The registry of live providers: name → provider, swappable at run time. In-flight calls keep
 //! the `Arc` they took, so replacing a provider never disturbs them. Every change bumps a
 //! generation that controllers can [`Registry::subscribe`] to (e.g. to re-validate NodeClasses).
+//! Beside each provider the registry keeps its Provider's spend limit
+//! ([`Registry::spend_limit`]), which the provisioner applies over the provider's NodePools.
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -12,6 +14,8 @@ use crate::runtime::ProviderPre;
 pub struct Registry {
     providers: RwLock<HashMap<String, Arc<ProviderPre>>>,
     changes: tokio::sync::watch::Sender<u64>,
+    /// `spec.spendLimitPerHour` by Provider name, in thousandths of the price unit.
+    spend_limits: RwLock<HashMap<String, i64>>,
 }
 
 impl Default for Registry {
@@ -19,6 +23,7 @@ impl Default for Registry {
         Self {
             providers: RwLock::default(),
             changes: tokio::sync::watch::Sender::new(0),
+            spend_limits: RwLock::default(),
         }
     }
 }
@@ -62,8 +67,30 @@ impl Registry {
             .cloned()
     }
 
-    /// Removes provider `name`; returns it.
+    /// Sets (or, with `None`, clears) provider `name`'s spend limit per hour, in thousandths.
+    pub fn set_spend_limit(&self, name: &str, millis: Option<i64>) {
+        let mut limits = self
+            .spend_limits
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
+        match millis {
+            Some(millis) => limits.insert(name.to_owned(), millis),
+            None => limits.remove(name),
+        };
+    }
+
+    /// Provider `name`'s spend limit per hour over all its NodePools, in thousandths.
+    pub fn spend_limit(&self, name: &str) -> Option<i64> {
+        self.spend_limits
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .copied()
+    }
+
+    /// Removes provider `name` (and its spend limit); returns it.
     pub fn remove(&self, name: &str) -> Option<Arc<ProviderPre>> {
+        self.set_spend_limit(name, None);
         let removed = self
             .providers
             .write()

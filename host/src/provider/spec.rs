@@ -348,6 +348,7 @@ mod tests {
             egress_ca_bundle: None,
             config: Vec::new(),
             limits,
+            spend_limit_per_hour: None,
             node_class_kinds: None,
             verification: None,
         }

@@ -17,6 +17,11 @@
 //! counts at the price of the offering it launched with (its instance type, zone and capacity
 //! type labels), one still launching at the dearest offering its types allow.
 //!
+//! A Provider's `spendLimitPerHour` bounds the spend of all its pools together: each of them
+//! gets the limit [`PROVIDER_PRICE`] ([`join_spend_group`]), and what it leaves is worked out
+//! over the claims of every pool of the provider ([`share_spend_groups`]). The solver keeps that
+//! room shared: what one pool of the group opens, the others no longer have.
+//!
 //! When a limit leaves pods without a node, the pool gets a `LimitReached` Event, at most once
 //! per [`LIMIT_EVENT_INTERVAL`] for each limit ([`LimitEvents`]), so a pod pending for an hour does
 //! not add an Event per batch.
@@ -26,10 +31,10 @@ use std::time::{Duration, Instant};
 
 use std::sync::Arc;
 
-use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, ZONE};
+use crate::api::labels::{CAPACITY_TYPE, INSTANCE_TYPE, NODEPOOL, PRICE_ANNOTATION, ZONE};
 use crate::api::{NodeClaim, NodePool, NodeSelectorOperator, ResourceList};
-use crate::scheduling::resources::{NODES, PRICE, ResourceLimits, price_millis};
-use crate::scheduling::{InstanceType, Resources};
+use crate::scheduling::resources::{NODES, PRICE, PROVIDER_PRICE, ResourceLimits, price_millis};
+use crate::scheduling::{InstanceType, NodePoolView, Resources};
 
 /// What the claims of one pool count against its limits.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -57,7 +62,7 @@ pub fn with_price_capacity(
     limits: Option<&ResourceLimits>,
     types: Arc<[InstanceType]>,
 ) -> Arc<[InstanceType]> {
-    if !limits.is_some_and(|l| l.0.contains_key(PRICE)) {
+    if !limits.is_some_and(|l| l.0.contains_key(PRICE) || l.0.contains_key(PROVIDER_PRICE)) {
         return types;
     }
     types
@@ -148,6 +153,81 @@ pub fn claim_usage<C: std::borrow::Borrow<NodeClaim>>(
     usage
 }
 
+/// A provider's spend limit over all its pools ([`PROVIDER_PRICE`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpendGroup {
+    /// The provider's name.
+    pub name: String,
+    /// Thousandths of the price unit per hour.
+    pub limit: i64,
+}
+
+/// Puts `view` under `group`'s limit: [`PROVIDER_PRICE`] among its limits, before its types get
+/// their prices ([`with_price_capacity`]) and its `remaining` is worked out.
+pub fn join_spend_group(view: &mut NodePoolView, group: &SpendGroup) {
+    view.limits
+        .get_or_insert_with(ResourceLimits::default)
+        .0
+        .insert(PROVIDER_PRICE.to_owned(), group.limit);
+    view.spend_group = Some(group.name.clone());
+}
+
+/// Sets, in the `remaining` of every view of a spend group, what the group's limit leaves once
+/// every claim of every pool of the group counts. `groups` names the group of each pool (those
+/// left out of `views` too: their claims still spend). A claim counts at its price among its
+/// pool's types ([`claim_capacity`]), or, for a pool not in `views`, at its price annotation.
+/// Claims being deleted are left out, as in [`claim_usage`].
+pub fn share_spend_groups<C: std::borrow::Borrow<NodeClaim>>(
+    views: &mut [NodePoolView],
+    groups: &HashMap<String, SpendGroup>,
+    claims: &[C],
+) {
+    if groups.is_empty() {
+        return;
+    }
+    let mut spent: HashMap<&str, i64> = HashMap::new();
+    for claim in claims.iter().map(|c| c.borrow()) {
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some((pool, group)) = claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(NODEPOOL))
+            .and_then(|pool| Some((pool, groups.get(pool)?)))
+        else {
+            continue;
+        };
+        let price = match views.iter().find(|v| &v.name == pool) {
+            Some(view) => claim_capacity(claim, &view.instance_types).get(PRICE),
+            None => annotated_price(claim),
+        };
+        *spent.entry(group.name.as_str()).or_default() += price;
+    }
+    for view in views.iter_mut() {
+        let Some(group) = groups.get(&view.name) else {
+            continue;
+        };
+        let left = group.limit - spent.get(group.name.as_str()).copied().unwrap_or(0);
+        view.remaining
+            .get_or_insert_with(ResourceLimits::default)
+            .0
+            .insert(PROVIDER_PRICE.to_owned(), left);
+    }
+}
+
+/// A claim's [`PRICE_ANNOTATION`] in thousandths (zero without one).
+fn annotated_price(claim: &NodeClaim) -> i64 {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(PRICE_ANNOTATION))
+        .and_then(|p| p.parse::<f64>().ok())
+        .map_or(0, price_millis)
+}
+
 /// What `limits` leave after the larger of `usage` and the pool's `status` for each resource.
 /// `None` when the pool has no limits.
 pub fn remaining(
@@ -173,10 +253,11 @@ pub fn remaining(
     };
     let mut out = limits.clone();
     for (name, value) in out.0.iter_mut() {
-        let claimed = if name == NODES {
-            usage.nodes
-        } else {
-            usage.resources.get(name)
+        let claimed = match name.as_str() {
+            NODES => usage.nodes,
+            // The pool's own share; [`share_spend_groups`] counts the whole group's.
+            PROVIDER_PRICE => usage.resources.get(PRICE),
+            _ => usage.resources.get(name),
         };
         *value = value.saturating_sub(claimed.max(status_used(name)));
     }
@@ -215,8 +296,13 @@ impl LimitEvents {
 /// The note of a `LimitReached` Event: `limit cpu=64 reached: cpu=2 left ...`.
 pub fn limit_note(reached: &crate::scheduling::LimitReached) -> String {
     use crate::scheduling::resources::format_resource;
+    let whose = if reached.resource == PROVIDER_PRICE {
+        "the nodes and launching claims of every NodePool of its provider count"
+    } else {
+        "its nodes and the claims launching count"
+    };
     format!(
-        "limit {} reached: {} left once its nodes and the claims launching count; {} pending pod(s) need more",
+        "limit {} reached: {} left once {whose}; {} pending pod(s) need more",
         format_resource(&reached.resource, reached.limit),
         format_resource(&reached.resource, reached.left),
         reached.pods.len()

@@ -111,6 +111,15 @@ pub trait InstanceTypeSource {
         pool: &NodePool,
         classes: &HashMap<String, Arc<Class>>,
     ) -> impl Future<Output = Result<Arc<[InstanceType]>, ProvisionError>> + Send;
+
+    /// The spend group `pool` shares a limit with (its provider's `spendLimitPerHour`), if any.
+    fn spend_group(
+        &self,
+        _pool: &NodePool,
+        _classes: &HashMap<String, Arc<Class>>,
+    ) -> Option<limits::SpendGroup> {
+        None
+    }
 }
 
 /// A function of the pool and the classes is a source too (a fixed catalog, in tests and
@@ -244,7 +253,9 @@ impl Snapshot {
         source: &impl InstanceTypeSource,
         pool: &NodePool,
     ) -> Result<Result<scheduling::NewClaim, String>, ProvisionError> {
-        let view = self.pool_view(source, pool).await?;
+        let groups = self.spend_groups(source);
+        let mut view = self.pool_view(source, pool, &groups).await?;
+        limits::share_spend_groups(std::slice::from_mut(&mut view), &groups, &self.claims);
         let mut pod = scheduling::Pod::new("", "static-capacity", scheduling::Resources::default());
         pod.node_selector
             .insert(crate::api::labels::NODEPOOL.to_owned(), pool.name_any());
@@ -324,12 +335,13 @@ impl Snapshot {
             }
         }
         // Every pool's catalog at once: one provider's slow answer does not add to another's.
+        let groups = self.spend_groups(source);
         let mut asked = Vec::new();
         for pool in &self.pools {
             let name = pool.name_any();
             match not_for_dynamic_provisioning(pool) {
                 Some(why) => built.skipped_pools.push((name, why)),
-                None => asked.push((name, self.pool_view(source, pool))),
+                None => asked.push((name, self.pool_view(source, pool, &groups))),
             }
         }
         let (names, views): (Vec<String>, Vec<_>) = asked.into_iter().unzip();
@@ -345,6 +357,7 @@ impl Snapshot {
                 }
             }
         }
+        limits::share_spend_groups(&mut built.input.node_pools, &groups, &self.claims);
         let mut by_node: HashMap<&str, Vec<&Pod>> = HashMap::new();
         for pod in &self.bound {
             if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
@@ -441,13 +454,28 @@ impl Snapshot {
         built
     }
 
+    /// The spend group of every pool that has one, by pool name.
+    fn spend_groups(
+        &self,
+        source: &impl InstanceTypeSource,
+    ) -> HashMap<String, limits::SpendGroup> {
+        self.pools
+            .iter()
+            .filter_map(|pool| Some((pool.name_any(), source.spend_group(pool, &self.classes)?)))
+            .collect()
+    }
+
     async fn pool_view(
         &self,
         source: &impl InstanceTypeSource,
         pool: &NodePool,
+        groups: &HashMap<String, limits::SpendGroup>,
     ) -> Result<scheduling::NodePoolView, ProvisionError> {
         let types = source.instance_types(pool, &self.classes).await?;
         let mut view = convert::node_pool(pool, types)?;
+        if let Some(group) = groups.get(&pool.name_any()) {
+            limits::join_spend_group(&mut view, group);
+        }
         view.instance_types = limits::with_price_capacity(
             view.limits.as_ref(),
             std::mem::take(&mut view.instance_types),

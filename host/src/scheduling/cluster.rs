@@ -92,6 +92,12 @@ pub struct NodePoolView {
     /// What the limits leave for new nodes (limits minus what the pool's nodes already have);
     /// `None` when unlimited.
     pub remaining: Option<ResourceLimits>,
+    /// The spend group the pool shares [`PROVIDER_PRICE`] in `limits` and `remaining` with (its
+    /// provider's name): the pools of a group draw on one room, so what one opens the others
+    /// no longer have.
+    ///
+    /// [`PROVIDER_PRICE`]: super::resources::PROVIDER_PRICE
+    pub spend_group: Option<String>,
     /// The instance types the pool's node class offers. Pools sharing a node class share the list.
     pub instance_types: Arc<[InstanceType]>,
 }
@@ -108,6 +114,7 @@ impl NodePoolView {
             startup_taints: Vec::new(),
             limits: None,
             remaining: None,
+            spend_group: None,
             instance_types,
         }
     }

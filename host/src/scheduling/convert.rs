@@ -700,6 +700,7 @@ pub fn node_pool(
         startup_taints: spec.startup_taints.iter().map(api_taint).collect(),
         limits,
         remaining,
+        spend_group: None,
         instance_types,
         name,
     })

@@ -19,10 +19,14 @@ pub const NODES: &str = "nodes";
 /// price unit, held in thousandths (as `cpu` in millicores). Karpenter ignores a limit it has no
 /// usage for, so a pool with this limit stays valid for it (docs/multi-provider.md).
 pub const PRICE: &str = "capstan.dev/price-per-hour";
+/// The limit a Provider's `spendLimitPerHour` sets over all its NodePools, shared by them: a
+/// node counts its price in it as in [`PRICE`].
+pub const PROVIDER_PRICE: &str = "capstan.dev/provider-price-per-hour";
 
-/// Whether `name` is held in thousandths (`cpu`, [`PRICE`]) rather than whole units.
+/// Whether `name` is held in thousandths (`cpu`, [`PRICE`], [`PROVIDER_PRICE`]) rather than
+/// whole units.
 fn in_millis(name: &str) -> bool {
-    name == CPU || name == PRICE
+    name == CPU || name == PRICE || name == PROVIDER_PRICE
 }
 
 /// A resource vector in fixed point: CPU in millicores, memory and storage in bytes, pods as a
@@ -242,7 +246,7 @@ impl Resources {
 pub fn format_resource(name: &str, value: i64) -> String {
     match name {
         CPU => format!("{name}={}", quantity::format_millis(value)),
-        PRICE => format!("{name}={}", format_price(value)),
+        PRICE | PROVIDER_PRICE => format!("{name}={}", format_price(value)),
         MEMORY | EPHEMERAL_STORAGE => format!("{name}={}", quantity::format_bytes(value)),
         _ if name.starts_with("hugepages-") => format!("{name}={}", quantity::format_bytes(value)),
         _ => format!("{name}={value}"),
@@ -370,7 +374,12 @@ impl ResourceLimits {
 
 /// How much of limit `name` a node of `capacity` uses (`nodes` counts one per node).
 fn limit_amount(capacity: &Resources, name: &str) -> i64 {
-    if name == NODES { 1 } else { capacity.get(name) }
+    match name {
+        NODES => 1,
+        // A node's price counts in its provider's spend limit as in its pool's.
+        PROVIDER_PRICE => capacity.get(PRICE),
+        _ => capacity.get(name),
+    }
 }
 
 #[cfg(test)]

@@ -53,7 +53,7 @@ use super::devices;
 use super::pod::{CsiVolume, HostPort, Pod, host_port_conflict, volume_limit_exceeded};
 use super::policy::MinValuesPolicy;
 use super::requirements::{Requirement, Requirements, ValueSet};
-use super::resources::{ResourceLimits, Resources};
+use super::resources::{PROVIDER_PRICE, ResourceLimits, Resources};
 use super::result::{ChosenOffering, LimitReached, NewClaim, SchedulingResult, Target};
 use super::taints::{Taint, first_untolerated};
 use crate::api::labels::{CAPACITY_TYPE, HOSTNAME, INSTANCE_TYPE, NODEPOOL, ZONE};
@@ -376,7 +376,11 @@ impl<'a> Solver<'a> {
         let mut slack: Vec<Option<ResourceLimits>> =
             self.pools.iter().map(|p| p.room.clone()).collect();
         for b in self.fixed..self.bins.len() {
-            match self.finalize(b, &mut slack) {
+            let finalized = self.finalize(b, &mut slack);
+            if let BinKind::New { pool } = self.bins[b].kind {
+                self.share_spend_slack(pool, &mut slack);
+            }
+            match finalized {
                 Ok(claim) => new_claims.push(claim),
                 Err(reason) => {
                     unschedulable.extend(self.bins[b].pods.iter().map(|&p| (p, reason.clone())))
@@ -397,6 +401,28 @@ impl<'a> Solver<'a> {
             existing_placements: self.placements,
             unschedulable,
             limits_reached,
+        }
+    }
+
+    /// After a claim of `pools[pool]` was finalized: the other pools of its spend group get its
+    /// [`PROVIDER_PRICE`] slack (what minValues took from it, the group no longer has).
+    fn share_spend_slack(&self, pool: usize, slack: &mut [Option<ResourceLimits>]) {
+        let Some(group) = self.pools[pool].view.spend_group.as_deref() else {
+            return;
+        };
+        let Some(left) = slack[pool]
+            .as_ref()
+            .and_then(|s| s.0.get(PROVIDER_PRICE))
+            .copied()
+        else {
+            return;
+        };
+        for (other, ps) in self.pools.iter().enumerate() {
+            if ps.view.spend_group.as_deref() == Some(group)
+                && let Some(Some(s)) = slack.get_mut(other)
+            {
+                s.0.insert(PROVIDER_PRICE.to_owned(), left);
+            }
         }
     }
 

@@ -188,6 +188,7 @@ impl Setup {
             egress_ca_bundle: None,
             config: Vec::new(),
             limits: None,
+            spend_limit_per_hour: None,
             node_class_kinds: None,
             verification: None,
         }

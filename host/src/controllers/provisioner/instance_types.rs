@@ -13,6 +13,7 @@ use crate::api::{NodeClass, NodePool};
 use crate::catalog::{Catalog, InstanceTypeCache};
 use crate::controllers::{Context, resolve};
 use crate::metrics::cloudprovider::controller;
+use crate::rules::limits::SpendGroup;
 use crate::rules::snapshot::{InstanceTypeSource, ProvisionError};
 use crate::scheduling::InstanceType;
 
@@ -48,6 +49,20 @@ impl InstanceTypeSource for FromProviders<'_> {
             types = marked.into();
         }
         Ok(types)
+    }
+
+    fn spend_group(
+        &self,
+        pool: &NodePool,
+        classes: &HashMap<String, Arc<NodeClass>>,
+    ) -> Option<SpendGroup> {
+        let resolved =
+            resolve::resolve_in(self.ctx, &pool.spec.template.spec.node_class_ref, classes).ok()?;
+        let limit = self.ctx.registry.spend_limit(&resolved.provider_name)?;
+        Some(SpendGroup {
+            name: resolved.provider_name,
+            limit,
+        })
     }
 }
 

@@ -349,6 +349,88 @@ fn a_spend_limit_bounds_claims_by_their_price() {
     );
 }
 
+/// A provider's spend limit is one budget for all its pools: 2.0 per hour over pools `a`, `b`
+/// and `gone` (not dynamic, left out of the batch). A launched c4 of `a` counts at its offering
+/// (0.4), `gone`'s claim at its price annotation (0.3), one being deleted not at all: 1.3 is
+/// left for both pools together. Three 8-CPU pods (0.8 each) get one c8 in all, not one per pool.
+#[test]
+fn a_provider_spend_limit_is_shared_by_its_pools() {
+    let group = SpendGroup {
+        name: "onprem".to_owned(),
+        limit: 2_000,
+    };
+    let groups: HashMap<String, SpendGroup> = ["a", "b", "gone"]
+        .iter()
+        .map(|p| ((*p).to_owned(), group.clone()))
+        .collect();
+    let labelled = |pool: &str, it: &str| {
+        let mut claim = launched(pool, "4");
+        claim.metadata.labels.get_or_insert_default().extend([
+            (INSTANCE_TYPE.to_owned(), it.to_owned()),
+            (ZONE.to_owned(), "zone-1".to_owned()),
+            (CAPACITY_TYPE.to_owned(), "on-demand".to_owned()),
+        ]);
+        claim
+    };
+    let mut gone = launched("gone", "4");
+    gone.metadata
+        .annotations
+        .get_or_insert_default()
+        .insert(PRICE_ANNOTATION.to_owned(), "0.3".to_owned());
+    let mut deleting = labelled("b", "c8");
+    deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let claims = vec![labelled("a", "c4"), gone, deleting];
+
+    let mut views: Vec<NodePoolView> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            let mut view = NodePoolView::new(*name, Arc::from(types()));
+            join_spend_group(&mut view, &group);
+            view.instance_types =
+                with_price_capacity(view.limits.as_ref(), Arc::clone(&view.instance_types));
+            let usage = claim_usage(name, &claims, &view.instance_types);
+            view.remaining = remaining(view.limits.as_ref(), &pool(json!({}), None), &usage);
+            view
+        })
+        .collect();
+    assert_eq!(
+        views[0].remaining.as_ref().unwrap().0[PROVIDER_PRICE],
+        1_600,
+        "alone, a counts only its own c4"
+    );
+    share_spend_groups(&mut views, &groups, &claims);
+    for view in &views {
+        assert_eq!(view.spend_group.as_deref(), Some("onprem"));
+        assert_eq!(view.remaining.as_ref().unwrap().0[PROVIDER_PRICE], 1_300);
+    }
+
+    let result = scheduling::solve(&SchedulingInput {
+        pods: pods("p", &[8, 8, 8]),
+        node_pools: views,
+        ..SchedulingInput::default()
+    });
+    assert_eq!(result.new_claims.len(), 1, "{result:?}");
+    assert_eq!(result.new_claims[0].instance_type_options, vec!["c8"]);
+    assert_eq!(result.unschedulable.len(), 2);
+    assert!(
+        result
+            .unschedulable
+            .iter()
+            .all(|(_, why)| why.ends_with(&format!("limit {PROVIDER_PRICE} exceeded"))),
+        "{:?}",
+        result.unschedulable
+    );
+    let reached = &result.limits_reached[0];
+    assert_eq!(reached.resource, PROVIDER_PRICE);
+    assert_eq!((reached.limit, reached.left), (2_000, 500));
+    assert_eq!(
+        limit_note(reached),
+        format!(
+            "limit {PROVIDER_PRICE}=2 reached: {PROVIDER_PRICE}=0.5 left once the nodes and launching claims of every NodePool of its provider count; 2 pending pod(s) need more"
+        )
+    );
+}
+
 #[test]
 fn limit_events_are_rate_limited_per_pool_and_resource() {
     let mut events = LimitEvents::default();

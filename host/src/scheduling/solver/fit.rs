@@ -639,6 +639,7 @@ impl<'a> Solver<'a> {
         }));
         let merged: Vec<(String, ValueSet)> =
             merged.into_iter().map(|(k, s)| (k.to_owned(), s)).collect();
+        let mut room_changed = None;
         let bin = &mut self.bins[b];
         bin.key_domains.clear();
         bin.requests = requests;
@@ -679,8 +680,13 @@ impl<'a> Solver<'a> {
                 ps.catalog.apply_limits(ps.view, Some(&room));
                 ps.room = Some(room);
                 self.reach_stale |= ps.catalog.within_limits != before;
+                room_changed = Some(pool);
             }
         }
+        if let Some(pool) = room_changed {
+            self.share_spend_room(pool);
+        }
+        let bin = &mut self.bins[b];
         bin.pods.push(p);
         bin.host_ports.extend(pod.host_ports.iter().cloned());
         // Existing nodes with limits, and new claims (their types' limits).
@@ -728,6 +734,35 @@ impl<'a> Solver<'a> {
         }
         self.sync_occupied();
         Ok(())
+    }
+
+    /// After `pools[pool]`'s room changed: the other pools of its spend group get the same
+    /// [`PROVIDER_PRICE`] room (one budget for all of them), and their catalogs' limits again.
+    pub(super) fn share_spend_room(&mut self, pool: usize) {
+        let view: &'a NodePoolView = self.pools[pool].view;
+        let Some(group) = view.spend_group.as_deref() else {
+            return;
+        };
+        let Some(left) = self.pools[pool]
+            .room
+            .as_ref()
+            .and_then(|r| r.0.get(PROVIDER_PRICE))
+            .copied()
+        else {
+            return;
+        };
+        for (other, ps) in self.pools.iter_mut().enumerate() {
+            if other == pool || ps.view.spend_group.as_deref() != Some(group) {
+                continue;
+            }
+            let Some(room) = ps.room.as_mut() else {
+                continue;
+            };
+            room.0.insert(PROVIDER_PRICE.to_owned(), left);
+            let before = ps.catalog.within_limits.clone();
+            ps.catalog.apply_limits(ps.view, ps.room.as_ref());
+            self.reach_stale |= ps.catalog.within_limits != before;
+        }
     }
 
     /// "no instance type satisfies cpu=64, memory=1Ti with nodepool default (largest: ...)".
