@@ -407,14 +407,7 @@ impl<'a> Solver<'a> {
     /// After a claim of `pools[pool]` was finalized: the other pools of its spend group get its
     /// [`PROVIDER_PRICE`] slack (what minValues took from it, the group no longer has).
     fn share_spend_slack(&self, pool: usize, slack: &mut [Option<ResourceLimits>]) {
-        let Some(group) = self.pools[pool].view.spend_group.as_deref() else {
-            return;
-        };
-        let Some(left) = slack[pool]
-            .as_ref()
-            .and_then(|s| s.0.get(PROVIDER_PRICE))
-            .copied()
-        else {
+        let Some((group, left)) = spend_room(self.pools[pool].view, slack[pool].as_ref()) else {
             return;
         };
         for (other, ps) in self.pools.iter().enumerate() {
@@ -451,4 +444,11 @@ impl<'a> Solver<'a> {
             })
             .collect()
     }
+}
+
+/// The spend group of `view` and the [`PROVIDER_PRICE`] that `room` leaves it, when it has one.
+fn spend_room<'v>(view: &'v NodePoolView, room: Option<&ResourceLimits>) -> Option<(&'v str, i64)> {
+    let group = view.spend_group.as_deref()?;
+    let left = room?.0.get(PROVIDER_PRICE).copied()?;
+    Some((group, left))
 }

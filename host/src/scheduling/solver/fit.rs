@@ -740,15 +740,7 @@ impl<'a> Solver<'a> {
     /// [`PROVIDER_PRICE`] room (one budget for all of them), and their catalogs' limits again.
     pub(super) fn share_spend_room(&mut self, pool: usize) {
         let view: &'a NodePoolView = self.pools[pool].view;
-        let Some(group) = view.spend_group.as_deref() else {
-            return;
-        };
-        let Some(left) = self.pools[pool]
-            .room
-            .as_ref()
-            .and_then(|r| r.0.get(PROVIDER_PRICE))
-            .copied()
-        else {
+        let Some((group, left)) = super::spend_room(view, self.pools[pool].room.as_ref()) else {
             return;
         };
         for (other, ps) in self.pools.iter_mut().enumerate() {
