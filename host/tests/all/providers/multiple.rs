@@ -258,6 +258,8 @@ async fn a_provider_whose_launches_keep_failing_is_unhealthy_until_one_works() {
     )
     .await;
     wait_healthy(&host, &client, &flaky, ("False", "Trapped")).await;
+    // The Event is written just after the condition.
+    crate::lifecycle::wait_event(&client, "default", &flaky, "ProviderUnhealthy").await;
     let notes = capstan_notes(&client, "default", &flaky, "ProviderUnhealthy").await;
     assert!(
         notes
