@@ -675,15 +675,11 @@ impl<'a> Solver<'a> {
             *max_alloc = new_max;
             if let (Some((t, room)), BinKind::New { pool }) = (new_floor, bin.kind) {
                 *floor = Some(t);
-                let ps = &mut self.pools[pool];
-                let before = ps.catalog.within_limits.clone();
-                ps.catalog.apply_limits(ps.view, Some(&room));
-                ps.room = Some(room);
-                self.reach_stale |= ps.catalog.within_limits != before;
-                room_changed = Some(pool);
+                room_changed = Some((pool, room));
             }
         }
-        if let Some(pool) = room_changed {
+        if let Some((pool, room)) = room_changed {
+            self.set_room(pool, room);
             self.share_spend_room(pool);
         }
         let bin = &mut self.bins[b];
@@ -743,18 +739,27 @@ impl<'a> Solver<'a> {
         let Some((group, left)) = super::spend_room(view, self.pools[pool].room.as_ref()) else {
             return;
         };
-        for (other, ps) in self.pools.iter_mut().enumerate() {
+        for other in 0..self.pools.len() {
+            let ps = &self.pools[other];
             if other == pool || ps.view.spend_group.as_deref() != Some(group) {
                 continue;
             }
-            let Some(room) = ps.room.as_mut() else {
+            let Some(mut room) = ps.room.clone() else {
                 continue;
             };
             room.0.insert(PROVIDER_PRICE.to_owned(), left);
-            let before = ps.catalog.within_limits.clone();
-            ps.catalog.apply_limits(ps.view, ps.room.as_ref());
-            self.reach_stale |= ps.catalog.within_limits != before;
+            self.set_room(other, room);
         }
+    }
+
+    /// Sets `pools[pool]`'s room and its catalog's limits to it; a catalog whose types within
+    /// the limits changed makes the reach stale.
+    fn set_room(&mut self, pool: usize, room: ResourceLimits) {
+        let ps = &mut self.pools[pool];
+        let before = ps.catalog.within_limits.clone();
+        ps.catalog.apply_limits(ps.view, Some(&room));
+        ps.room = Some(room);
+        self.reach_stale |= ps.catalog.within_limits != before;
     }
 
     /// "no instance type satisfies cpu=64, memory=1Ti with nodepool default (largest: ...)".
