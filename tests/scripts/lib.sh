@@ -420,8 +420,9 @@ task_bench_multi() {
   run_measurement bench_multi::bench_multi_weighted_fallback bench-multi
   log "bench-multi: the multi-provider e2e tests and their figures"
   (cd "$REPO_ROOT" && cargo test --locked -p capstan --test all -- --nocapture --test-threads 1 \
-    multi_provider:: clusterapi::burst:: providers::multiple::a_provider_whose) 2>&1 \
-    | grep -E '^(test |kwok pods|insufficient-capacity|trap|burst|pool Event|explain pod|test result)'
+    multi_provider:: clusterapi::burst:: providers::multiple::a_provider_whose \
+    providers::multiple::a_provider_spend) 2>&1 \
+    | grep -E '^(test |kwok pods|insufficient-capacity|trap|burst|pool Event|second pool Event|explain pod|test result)'
 }
 
 # The criterion benchmarks in host/benches: all, or the one named by $BENCH; $BENCH_ARGS go to

@@ -24,7 +24,7 @@ use crate::verdict::explain_cli;
 
 /// A pool of `weight` over a NodeClass of `provider` with `parameters`, its nodes labelled
 /// [`GROUP`]` = <run>` (the pods select that); returns the pool's name.
-async fn weighted_pool(
+pub(crate) async fn weighted_pool(
     client: &Client,
     names: &Names,
     what: &str,
@@ -53,7 +53,7 @@ async fn weighted_pool(
 }
 
 /// The Nodes of the test's run (by the pools' template label).
-async fn run_nodes(client: &Client, names: &Names) -> Vec<Node> {
+pub(crate) async fn run_nodes(client: &Client, names: &Names) -> Vec<Node> {
     Api::<Node>::all(client.clone())
         .list(&ListParams::default().labels(&format!("{GROUP}={}", names.run)))
         .await
@@ -216,7 +216,7 @@ async fn a_provider_that_never_answers_does_not_slow_another() {
 }
 
 /// The kwok provider's catalog of one type, `std-4`: 4 CPUs for 1.00 an hour.
-fn priced_catalog() -> serde_json::Value {
+pub(crate) fn priced_catalog() -> serde_json::Value {
     json!({"instanceTypes": [{
         "name": "std-4", "architecture": "amd64", "operatingSystems": ["linux"],
         "resources": {"cpu": "4", "memory": "16Gi", "pods": "110"},

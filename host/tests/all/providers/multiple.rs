@@ -1,6 +1,6 @@
 //! Several providers from `Provider` resources in one `capstan run`: each NodeClass's
 //! `spec.provider` picks its provider, and deleting a Provider turns its NodeClasses not ready
-//! without losing a NodeClaim.
+//! without losing a NodeClaim; a Provider's `spendLimitPerHour` bounds all its pools together.
 
 use std::time::Duration;
 
@@ -19,6 +19,11 @@ use crate::lifecycle::{
     node_pool, node_pool_json, wait_condition,
 };
 use crate::metrics::parse;
+use crate::multi_provider::{priced_catalog, run_nodes, weighted_pool};
+use crate::pool_limits::pending;
+use crate::provisioner::teardown;
+use crate::provisioner_e2e::{GROUP, Pods, wait_running};
+use crate::verdict::explain_cli;
 
 async fn put_provider(client: &kube::Client, names: &Names, name: &str, namespace: &str) {
     put_provider_from(client, names, name, (namespace, "kwok")).await;
@@ -323,4 +328,118 @@ async fn a_provider_whose_launches_keep_failing_is_unhealthy_until_one_works() {
             .delete(name, &DeleteParams::default())
             .await;
     }
+}
+
+/// `spec.spendLimitPerHour` on a Provider bounds every pool of it together: two pools of one
+/// Provider (the preferred one capped at one node by its CPU limit), a budget of 2.50 an hour and
+/// nodes at 1.00 each. Both pools launch one node; alone, the second would have had room for two.
+/// The second pool's `LimitReached` Event and `capstan explain pod` say the provider's room is
+/// spent.
+#[tokio::test]
+async fn a_provider_spend_limit_bounds_all_its_pools_together() {
+    let (cp, client) = cluster().await;
+    let names = Names::new("pspend");
+    let namespace = cp.create_namespace_unique("pspend").await.unwrap();
+    put_component(&client, &namespace, "kwok", kwok_bytes()).await;
+    let billed = names.name("billed");
+    put_provider_from(&client, &names, &billed, (&namespace, "kwok")).await;
+    Api::<Provider>::all(client.clone())
+        .patch(
+            &billed,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"spendLimitPerHour": "2.5"}})),
+        )
+        .await
+        .unwrap();
+    let host = Host::start(
+        cp,
+        &names,
+        &[
+            "--provider-source-namespace",
+            &namespace,
+            "--batch-idle-duration",
+            "300ms",
+        ],
+    );
+    let first = weighted_pool(
+        &client,
+        &names,
+        "first",
+        &billed,
+        priced_catalog(),
+        10,
+        Some(json!({"cpu": "4"})),
+    )
+    .await;
+    let second = weighted_pool(
+        &client,
+        &names,
+        "second",
+        &billed,
+        priced_catalog(),
+        5,
+        None,
+    )
+    .await;
+    wait_class(&client, &names.name("second-nc"), "True", "Ready").await;
+
+    let ns = crate::provisioner::namespace(cp, "pspend").await;
+    // Four pods of 3 CPUs, one per 4-CPU node: the budget pays for two nodes in all.
+    Pods::new(&client, &names, &ns, "app")
+        .count(4)
+        .cpu("3")
+        .node_selector(json!({GROUP: names.run}))
+        .create()
+        .await;
+    wait_running(&client, &host, &ns, 2, Duration::from_secs(90)).await;
+    let note = wait_until(
+        Duration::from_secs(60),
+        "LimitReached on the second pool",
+        || async {
+            let notes = capstan_notes(&client, "default", &second, "LimitReached").await;
+            Ok::<_, kube::Error>(notes.into_iter().next())
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()));
+    println!("second pool Event: {note}");
+    assert!(
+        note.starts_with(
+            "limit capstan.dev/provider-price-per-hour=2.5 reached: \
+             capstan.dev/provider-price-per-hour=0.5 left once the nodes and launching claims \
+             of every NodePool of its provider count"
+        ),
+        "{note}"
+    );
+    // Later passes add nothing: one node in each pool, 2.00 an hour.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let nodes = run_nodes(&client, &names).await;
+    let per_pool = |pool: &str| {
+        nodes
+            .iter()
+            .filter(|n| n.labels().get("karpenter.sh/nodepool").map(String::as_str) == Some(pool))
+            .count()
+    };
+    let node_names: Vec<String> = nodes.iter().map(|n| n.name_any()).collect();
+    assert_eq!(
+        (per_pool(&first), per_pool(&second)),
+        (1, 1),
+        "{node_names:?}"
+    );
+    let waiting = pending(&client, &ns).await;
+    assert_eq!(waiting.len(), 2, "{waiting:?}");
+    let pod = waiting.iter().next().unwrap();
+    let report = explain_cli(cp, &["pod", &format!("{ns}/{pod}")]);
+    println!("explain pod: {}", report["decision"]);
+    assert!(
+        report["decision"]["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("limit capstan.dev/provider-price-per-hour exceeded")),
+        "{report}"
+    );
+    teardown(&client, &names, &ns).await;
+    host.check_alive();
+    let _ = Api::<Provider>::all(client.clone())
+        .delete(&billed, &DeleteParams::default())
+        .await;
 }
