@@ -57,6 +57,10 @@ pub struct Offering {
     pub capacity_type: String,
     /// Price per hour.
     pub price: f64,
+    /// The provider's own price when a NodeOverlay changed [`Self::price`] (`None`: unchanged).
+    /// The provider launches by its own prices, so the claim leaves out what it would pick
+    /// before the host's cheapest (see the solver's `finalize`).
+    pub listed_price: Option<f64>,
     pub available: bool,
     /// Further requirements the offering carries (e.g. a reservation id); usually empty.
     pub requirements: Requirements,
@@ -68,6 +72,7 @@ impl Offering {
             zone: zone.into(),
             capacity_type: capacity_type.into(),
             price,
+            listed_price: None,
             available: true,
             requirements: Requirements::new(),
         }

@@ -424,7 +424,9 @@ pub fn apply(
                 for o in offerings {
                     if !priced[o] {
                         priced[o] = true;
-                        it.offerings[o].price = change.apply(it.offerings[o].price);
+                        let offering = &mut it.offerings[o];
+                        offering.listed_price.get_or_insert(offering.price);
+                        offering.price = change.apply(offering.price);
                     }
                 }
             }

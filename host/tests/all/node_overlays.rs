@@ -1,13 +1,14 @@
 //! NodeOverlays (`--feature-gates NodeOverlay=true`) on the real control plane with
-//! kube-scheduler, kwok and the `capstan run` binary: an overlay that makes the larger kwok type
-//! the cheapest prices the provisioner's NodeClaim and the price metric, and consolidation moves
-//! the pod onto that type; raising its price moves it back; an overlay of the same weight
-//! pricing the same offerings is refused with `ValidationSucceeded=False` (`Conflict`).
+//! kube-scheduler, kwok and the `capstan run` binary: an overlay that makes kwok's cheapest type
+//! the dearest prices the provisioner's NodeClaim and the price metric, and the claim launches
+//! the overlaid cheapest at once; lowering its price makes consolidation move the pod back; an
+//! overlay of the same weight pricing the same offerings is refused with
+//! `ValidationSucceeded=False` (`Conflict`).
 //!
-//! The kwok provider launches the cheapest type by its own prices, which know nothing of
-//! overlays (as Karpenter's providers): the provisioner's choice shows in the claim's price and
-//! its `Provisioned` Event, and consolidation, which compares the overlaid prices, is what puts
-//! the pod on the overlay's type.
+//! The kwok provider launches the cheapest of a claim's types by its own prices, which know
+//! nothing of overlays (as Karpenter's providers). Karpenter's claim lists the overlaid types
+//! regardless, so the provider launches its own cheapest and consolidation replaces it; Capstan's
+//! claim leaves out the types the provider would launch before the overlaid cheapest.
 //!
 //! NodeOverlays are cluster-wide: this test's select its own pool (`karpenter.sh/nodepool`), and
 //! no other test's host runs with the gate on.
@@ -112,23 +113,25 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
     )
     .await;
     let overlays = Api::<NodeOverlay>::all(client.clone());
-    let cheap = names.name("big-cheap");
+    // The provider's cheapest type (ovl-small, 0.10) made the dearest.
+    let repriced = names.name("small-dear");
     overlays
         .create(
             &PostParams::default(),
-            &overlay(&names.run, &cheap, &p, "ovl-big", "0.01"),
+            &overlay(&names.run, &repriced, &p, "ovl-small", "0.99"),
         )
         .await
         .unwrap();
     wait_until(Duration::from_secs(60), "the overlay Ready", || async {
         host.check_alive();
-        let ready = condition(&client, &cheap, "Ready").await;
+        let ready = condition(&client, &repriced, "Ready").await;
         Ok::<_, kube::Error>(ready.filter(|(s, _)| s == "True").map(|_| ()))
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
 
-    // The provisioner prices the claim with the overlay: ovl-big at 0.01 is the cheapest.
+    // The provisioner's cheapest is ovl-big at 0.40; the claim leaves out ovl-small, which kwok
+    // lists cheaper and would launch instead.
     let app = App {
         name: "app",
         replicas: 1,
@@ -143,19 +146,20 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
-    assert_eq!(
-        first.annotations()["capstan.dev/price-per-hour"],
-        "0.01",
-        "the claim's price is the overlay's"
-    );
-    assert_eq!(
-        first.annotations()["karpenter.sh/price-overlay-applied"],
-        "true"
-    );
+    assert_eq!(first.annotations()["capstan.dev/price-per-hour"], "0.4");
+    let types: Vec<String> = first
+        .spec
+        .requirements
+        .iter()
+        .filter(|r| r.key == INSTANCE_TYPE)
+        .flat_map(|r| r.values.clone())
+        .collect();
+    assert_eq!(types, vec!["ovl-big"], "the claim's types");
+    // Karpenter's annotation names overlays that priced one of the claim's types: none did.
     assert!(
         !first
             .annotations()
-            .contains_key("karpenter.sh/capacity-overlay-applied")
+            .contains_key("karpenter.sh/price-overlay-applied")
     );
     let provisioned = wait_until(Duration::from_secs(30), "Provisioned", || async {
         Ok::<_, kube::Error>(
@@ -168,15 +172,15 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
     .await
     .unwrap();
     assert!(
-        provisioned.contains("cheapest ovl-big at 0.01/h"),
+        provisioned.contains("cheapest ovl-big at 0.4/h"),
         "{provisioned}"
     );
     let address = address_in(&host.log(), "serving /metrics").expect("metrics address");
-    assert_eq!(metric_price(&address, "ovl-big").await, Some(0.01));
-    assert_eq!(metric_price(&address, "ovl-small").await, Some(0.10));
+    assert_eq!(metric_price(&address, "ovl-small").await, Some(0.99));
+    assert_eq!(metric_price(&address, "ovl-big").await, Some(0.40));
 
-    // kwok launches its own cheapest (ovl-small); consolidation, on the overlaid prices, moves
-    // the pod to ovl-big.
+    // kwok launches ovl-big at once, and consolidation (5 s after) has nothing to replace: the
+    // first claim is still the only one 20 s later.
     let on_type = |want: &'static str| {
         let (client, ns, p) = (client.clone(), ns.clone(), p.clone());
         async move {
@@ -187,12 +191,19 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
             Ok::<_, kube::Error>(ok.then_some(nodes))
         }
     };
-    wait_until(Duration::from_secs(300), "the pod on ovl-big", || {
+    wait_until(Duration::from_secs(120), "the pod on ovl-big", || {
         host.check_alive();
         on_type("ovl-big")
     })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
+    tokio::time::sleep(Duration::from_secs(20)).await;
+    let names_now: Vec<String> = claims(&client, &names)
+        .await
+        .iter()
+        .map(|c| c.name_any())
+        .collect();
+    assert_eq!(names_now, vec![first.name_any()], "no claim replaced");
 
     // An overlay of the same weight on the same offering conflicts; the name earlier in the
     // alphabet is the one refused.
@@ -200,7 +211,7 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
     overlays
         .create(
             &PostParams::default(),
-            &overlay(&names.run, &rival, &p, "ovl-big", "0.02"),
+            &overlay(&names.run, &rival, &p, "ovl-small", "0.98"),
         )
         .await
         .unwrap();
@@ -212,11 +223,11 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
     assert!(
-        why.starts_with("Conflict: ") && why.contains(&cheap),
+        why.starts_with("Conflict: ") && why.contains(&repriced),
         "{why}"
     );
     assert_eq!(
-        condition(&client, &cheap, "ValidationSucceeded")
+        condition(&client, &repriced, "ValidationSucceeded")
             .await
             .map(|(s, _)| s),
         Some("True".to_owned())
@@ -228,29 +239,26 @@ async fn an_overlay_prices_the_claim_and_consolidation_follows_it() {
         .await
         .unwrap();
 
-    // The overlay's price goes up: consolidation moves the pod back to ovl-small.
+    // The overlay's price drops below ovl-big's: consolidation, on the overlaid prices, moves
+    // the pod to ovl-small.
     overlays
         .patch(
-            &cheap,
+            &repriced,
             &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"price": "1.5"}})),
+            &Patch::Merge(&json!({"spec": {"price": "0.01"}})),
         )
         .await
         .unwrap();
-    wait_until(
-        Duration::from_secs(300),
-        "the pod back on ovl-small",
-        || {
-            host.check_alive();
-            on_type("ovl-small")
-        },
-    )
+    wait_until(Duration::from_secs(300), "the pod on ovl-small", || {
+        host.check_alive();
+        on_type("ovl-small")
+    })
     .await
     .unwrap_or_else(|e| panic!("{e}\n{}", host.log_tail()));
-    assert_eq!(metric_price(&address, "ovl-big").await, Some(1.5));
+    assert_eq!(metric_price(&address, "ovl-small").await, Some(0.01));
 
     overlays
-        .delete(&cheap, &DeleteParams::default())
+        .delete(&repriced, &DeleteParams::default())
         .await
         .unwrap();
     host.check_alive();

@@ -176,8 +176,10 @@ fn the_heaviest_overlay_sets_the_price_and_the_rest_stay() {
     assert_eq!(prices(&out), vec![vec![2.0, 0.01, 2.4], vec![8.0, 0.01]]);
     assert_eq!(applied.priced, vec!["small", "large"]);
     assert!(applied.extended.is_empty());
-    // The provider's catalog is untouched.
+    // The provider's catalog is untouched, and each re-priced offering keeps its listed price.
     assert_eq!(prices(&types)[0], vec![1.0, 0.5, 1.2]);
+    let listed: Vec<Option<f64>> = out[0].offerings.iter().map(|o| o.listed_price).collect();
+    assert_eq!(listed, vec![Some(1.0), Some(0.5), Some(1.2)]);
 }
 
 #[test]
@@ -415,8 +417,11 @@ proptest! {
             for (o, offering) in it.offerings.iter().enumerate() {
                 prop_assert!(offering.price.is_finite() && offering.price >= 0.0);
                 let matched = kept.iter().any(|k| k.price.is_some() && k.matching_offerings(pool("p"), &types[t]).contains(&o));
-                if !matched {
+                if matched {
+                    prop_assert_eq!(offering.listed_price, Some(types[t].offerings[o].price));
+                } else {
                     prop_assert_eq!(offering.price, types[t].offerings[o].price);
+                    prop_assert_eq!(offering.listed_price, None);
                 }
             }
         }

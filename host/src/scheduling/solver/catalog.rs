@@ -56,6 +56,8 @@ pub(super) struct Catalog {
     columns: [Vec<i64>; 4],
     /// Whether any type offers an extended resource.
     any_extended: bool,
+    /// Whether a NodeOverlay re-priced any offering (see [`Pricer::listed`]).
+    pub(super) repriced: bool,
     /// The DaemonSet pods' requests per type.
     pub(super) daemon: Vec<Resources>,
     /// Every type.
@@ -130,6 +132,7 @@ impl Catalog {
             alloc: Vec::with_capacity(n),
             columns: Default::default(),
             any_extended: false,
+            repriced: false,
             daemon: Vec::with_capacity(n),
             all: BitSet::full(n),
             within_limits: BitSet::full(n),
@@ -177,6 +180,7 @@ impl Catalog {
                         catalog.offering_keys.push(r.key().to_owned());
                     }
                 }
+                catalog.repriced |= o.listed_price.is_some();
                 compact.push(CatalogOffering {
                     zone: intern(&mut catalog.zones, &o.zone),
                     capacity_type: intern(&mut catalog.capacity_types, &o.capacity_type),
@@ -588,16 +592,37 @@ impl Pricer<'_> {
     /// cost the scheduling benchmark ~5%.
     #[inline(never)]
     pub(super) fn cheapest(&self, t: usize) -> Option<(f64, usize)> {
-        let it = &self.pool.instance_types[self.catalog.types[t]];
-        self.catalog.offerings[t]
-            .iter()
-            .filter(|o| {
-                self.zones[o.zone as usize] && self.capacity_types[o.capacity_type as usize] && {
-                    let reqs = &it.offerings[o.index].requirements;
-                    reqs.is_empty() || self.requirements.intersects(reqs).is_ok()
-                }
-            })
+        self.allowed(t)
             .map(|o| (o.price, o.index))
             .min_by(|a, b| a.0.total_cmp(&b.0))
+    }
+
+    /// Type `t`'s available offerings the claim's zone, capacity-type and other requirements
+    /// allow.
+    fn allowed(&self, t: usize) -> impl Iterator<Item = &CatalogOffering> {
+        let it = &self.pool.instance_types[self.catalog.types[t]];
+        self.catalog.offerings[t].iter().filter(move |o| {
+            self.zones[o.zone as usize] && self.capacity_types[o.capacity_type as usize] && {
+                let reqs = &it.offerings[o.index].requirements;
+                reqs.is_empty() || self.requirements.intersects(reqs).is_ok()
+            }
+        })
+    }
+
+    /// The provider's own price of type `t` where a NodeOverlay re-priced one of its allowed
+    /// offerings: the cheapest of their listed prices (what the provider launches by), `None`
+    /// when no overlay changed them (the provider then agrees with [`Self::cheapest`]).
+    pub(super) fn listed(&self, t: usize) -> Option<f64> {
+        let it = &self.pool.instance_types[self.catalog.types[t]];
+        let mut overlaid = false;
+        let cheapest = self
+            .allowed(t)
+            .map(|o| {
+                let listed = it.offerings[o.index].listed_price;
+                overlaid |= listed.is_some();
+                listed.unwrap_or(o.price)
+            })
+            .min_by(f64::total_cmp)?;
+        overlaid.then_some(cheapest)
     }
 }

@@ -84,13 +84,23 @@ impl<'a> Solver<'a> {
                 ))
             })
             .collect();
-        drop(pricer);
         priced.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)));
+        // The provider launches the cheapest of the claim's types by its own prices: where
+        // NodeOverlays re-priced some, the types it would launch before the host's cheapest go
+        // last, taken only when minValues needs them (no launch that consolidation replaces).
+        let agreeing = if ps.catalog.repriced {
+            let provider_price =
+                |&(price, _, t, _): &(f64, &str, usize, usize)| pricer.listed(t).unwrap_or(price);
+            agreeing_first(&mut priced, |e| e.0, provider_price)
+        } else {
+            priced.len()
+        };
+        drop(pricer);
         let &(cheapest_price, _, cheapest_t, cheapest_o) =
             priced.first().ok_or_else(|| NO_OFFERING.to_owned())?;
 
         let limit = self.input.options.max_instance_types.max(1);
-        let mut chosen: Vec<usize> = (0..priced.len().min(limit)).collect();
+        let mut chosen: Vec<usize> = (0..agreeing.min(limit)).collect();
         // Keep minValues satisfiable after truncation: add the cheapest types that bring values.
         for r in requirements.iter() {
             let Some(min) = r.min_values() else { continue };
@@ -154,6 +164,29 @@ impl<'a> Solver<'a> {
             pods: bin.pods.clone(),
         })
     }
+}
+
+/// Reorders `priced` (in the host's price order, `host`) so that the types a provider would
+/// launch before the first one, going by its own prices (`provider`), come last: those it lists
+/// below the first, or at the first's price while the host prices them higher. Returns how many
+/// come first (all when the provider agrees, as without overlays). Each part keeps its order.
+fn agreeing_first<E>(
+    priced: &mut Vec<E>,
+    host: impl Fn(&E) -> f64,
+    provider: impl Fn(&E) -> f64,
+) -> usize {
+    let Some(first) = priced.first() else {
+        return 0;
+    };
+    let (host_first, provider_first) = (host(first), provider(first));
+    let (agree, undercut): (Vec<E>, Vec<E>) = priced.drain(1..).partition(|e| {
+        let listed = provider(e);
+        listed > provider_first || (listed == provider_first && host(e) <= host_first)
+    });
+    let agreeing = 1 + agree.len();
+    priced.extend(agree);
+    priced.extend(undercut);
+    agreeing
 }
 
 /// Lowers each `minValues` of `requirements` that the instance types `chosen` cannot meet to the

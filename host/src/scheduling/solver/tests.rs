@@ -1488,3 +1488,42 @@ fn volume_topology_places_pods_where_their_volumes_are() {
     assert_eq!(result.new_claims.len(), 1);
     assert_eq!(result.unschedulable.len(), 1, "{result:?}");
 }
+
+/// The catalog with c1 and c2 re-priced by a NodeOverlay to 0.9 and 0.95 (their providers still
+/// list them at 0.1 and 0.2).
+fn repriced_pool() -> NodePoolView {
+    let mut types: Vec<InstanceType> = catalog().to_vec();
+    for (name, price) in [("c1", 0.9), ("c2", 0.95)] {
+        let it = types.iter_mut().find(|t| t.name == name).unwrap();
+        for o in &mut it.offerings {
+            o.listed_price = Some(o.price);
+            o.price = price;
+        }
+    }
+    NodePoolView::new("default", types.into())
+}
+
+#[test]
+fn a_claim_leaves_out_the_types_its_provider_would_launch_before_the_overlaid_cheapest() {
+    // The host's cheapest is a4 (0.3); the provider lists c1 and c2 below it and would launch
+    // one of them, so they are left out. c4 (0.4) and up follow a4 by both prices.
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![repriced_pool()]));
+    let claim = &result.new_claims[0];
+    assert_eq!(claim.cheapest_offering.instance_type, "a4");
+    assert_eq!(claim.instance_type_options, vec!["a4", "c4", "c8", "c16"]);
+    assert_eq!(
+        claim.requirements.set_of(INSTANCE_TYPE),
+        Some(&ValueSet::in_(["a4", "c16", "c4", "c8"]))
+    );
+
+    // minValues still wins: five types are needed, so the cheapest left out (c1) comes back.
+    let mut p = repriced_pool();
+    p.requirements
+        .add(Requirement::exists(INSTANCE_TYPE).with_min_values(Some(5)));
+    let result = solve(&input(vec![pod("a", 500, GI)], vec![p]));
+    let claim = &result.new_claims[0];
+    assert_eq!(
+        claim.instance_type_options,
+        vec!["a4", "c4", "c8", "c16", "c1"]
+    );
+}
