@@ -21,9 +21,13 @@ mkdir -p "$dir"
 # Rebuilt when this module's go.mod or go.sum, or the launcher, change.
 key="$(cat "$HERE/go.mod" "$HERE/go.sum" "$HERE/dra-kwok-driver/main.go" | sha256sum | cut -c1-12)"
 bin="$dir/dra-kwok-driver-$key"
+# Tests running side by side may all ask for it at once: one builds, the others wait for it.
+exec 9>"$bin.lock"
+flock 9
 if [[ ! -x "$bin" ]]; then
 	echo "==> building $bin (cached)" >&2
 	(cd "$HERE" && go build -trimpath -o "$bin.tmp" ./dra-kwok-driver) >&2
 	mv "$bin.tmp" "$bin"
 fi
+flock -u 9
 printf '%s\n%s\n' "$bin" "$crd"
