@@ -61,6 +61,7 @@ pub mod buffer;
 pub mod cluster;
 pub mod convert;
 pub mod devices;
+pub mod floor;
 pub mod overlay;
 pub mod pod;
 pub mod policy;

@@ -18,6 +18,7 @@
 //! conditions as they are.
 
 pub mod dump;
+pub mod floor;
 pub mod table;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -456,6 +457,9 @@ pub struct Totals {
     pub after_provisioning: Total,
     /// Then without the nodes the decision removes, with its replacement.
     pub after_consolidation: Total,
+    /// What no placement of the pods can cost less than ([`floor`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub floor: Option<floor::CostFloor>,
 }
 
 /// A count of nodes and their price.
@@ -585,6 +589,16 @@ pub async fn run(mut view: View, source: &impl InstanceTypeSource, settings: &Se
     for claim in &provisioning.node_claims {
         totals.after_provisioning.add(Some(claim.price_per_hour));
     }
+    let unplaced: HashSet<usize> = result.unschedulable.iter().map(|(i, _)| *i).collect();
+    let placed: Vec<&scheduling::Pod> = built
+        .input
+        .pods
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| !unplaced.contains(i))
+        .map(|(_, p)| p)
+        .collect();
+    totals.floor = floor::cost_floor(&managed_nodes, &view.pods, &placed, &catalogs);
 
     // The next consolidation pass runs once the provisioner created its claims: they are in
     // flight then, with the pending pods nominated to them.

@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use super::floor::CostFloor;
 use super::{PlannedClaim, Report, Total};
 
 /// How many instance types of a claim the table shows (the JSON has them all).
@@ -74,6 +75,28 @@ fn total(label: &str, t: &Total) -> Vec<String> {
         label.to_owned(),
         t.nodes.to_string(),
         format!("{}{unpriced}", dollars(t.price_per_hour)),
+    ]
+}
+
+/// The cost floor's row: its price, and how far above it the plan ends.
+fn floor_row(floor: &CostFloor, planned: f64) -> Vec<String> {
+    let above = if floor.price_per_hour > 0.0 {
+        format!(
+            " (plan {:+.1}%)",
+            (planned / floor.price_per_hour - 1.0) * 100.0
+        )
+    } else {
+        String::new()
+    };
+    let left_out = if floor.left_out_pods > 0 {
+        format!(", {} pod(s) left out", floor.left_out_pods)
+    } else {
+        String::new()
+    };
+    vec![
+        format!("  cost floor ({} pods{left_out})", floor.pods),
+        "-".to_owned(),
+        format!("{}{above}", dollars(floor.price_per_hour)),
     ]
 }
 
@@ -250,14 +273,15 @@ pub fn render(report: &Report) -> String {
 
     let t = &report.totals;
     out.push('\n');
-    out.push_str(&columns(
-        "",
-        &[
-            vec!["Totals".to_owned(), "NODES".to_owned(), "$/H".to_owned()],
-            total("  now", &t.now),
-            total("  after provisioning", &t.after_provisioning),
-            total("  after consolidation", &t.after_consolidation),
-        ],
-    ));
+    let mut rows = vec![
+        vec!["Totals".to_owned(), "NODES".to_owned(), "$/H".to_owned()],
+        total("  now", &t.now),
+        total("  after provisioning", &t.after_provisioning),
+        total("  after consolidation", &t.after_consolidation),
+    ];
+    if let Some(floor) = &t.floor {
+        rows.push(floor_row(floor, t.after_consolidation.price_per_hour));
+    }
+    out.push_str(&columns("", &rows));
     out
 }

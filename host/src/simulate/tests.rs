@@ -166,6 +166,11 @@ async fn pending_pods_become_claims_and_a_pool_without_its_class_is_left_out() {
         report.totals.after_provisioning
     );
     assert!(report.consolidation.decision.is_none());
+    // The floor counts the three pods the plan places (not the one nothing holds): 3 CPUs at
+    // large's 0.0375 per CPU.
+    let floor = report.totals.floor.expect("a cost floor");
+    assert_eq!((floor.pods, floor.left_out_pods), (3, 0));
+    assert!((floor.price_per_hour - 0.1125).abs() < 1e-9, "{floor:?}");
 }
 
 #[tokio::test]
@@ -259,6 +264,10 @@ async fn an_underutilized_node_is_deleted_when_its_pods_fit_elsewhere() {
     assert_eq!(d.nodes[0].pods.len(), 1);
     assert!((d.savings - 0.10).abs() < 1e-9);
     assert_eq!(report.totals.after_consolidation.nodes, 1);
+    // The running pods count towards the floor: 1 CPU at large's 0.0375 per CPU.
+    let floor = report.totals.floor.expect("a cost floor");
+    assert_eq!(floor.pods, 2);
+    assert!((floor.price_per_hour - 0.0375).abs() < 1e-9, "{floor:?}");
 }
 
 #[tokio::test]
@@ -438,6 +447,8 @@ async fn the_table_shows_the_claims_the_decision_and_the_totals() {
         "  now                  1      0.1000",
         "  after provisioning   2      0.4000",
         "  after consolidation  1      0.3000",
+        // A 4-CPU pod fits only large: half of one at least.
+        "  cost floor (1 pods)  -      0.1500 (plan +100.0%)",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -181,6 +181,7 @@ async fn scenario(
         controller,
         catalog,
         timeout,
+        floor: None,
     };
     if !probe.step(run, &format!("{total} pods"), total).await? {
         println!(

@@ -10,7 +10,9 @@
 //! After each change it records the nodes and their price per hour (each Node's instance type,
 //! capacity type and zone priced from Karpenter's kwok catalog) 60 s and 180 s later, how long
 //! the pods took to settle, and the controller's CPU seconds (`/proc/<pid>/stat` utime + stime)
-//! and peak RSS (`VmHWM`), then prints both systems side by side with the ratios.
+//! and peak RSS (`VmHWM`), then prints both systems side by side with the ratios, and each
+//! step's cost floor (`capstan::scheduling::floor`: no placement of the step's pods on the
+//! catalog costs less) with how far above it each system was.
 //!
 //! Capstan runs the kwok provider with a NodeClass whose `instanceTypes` are Karpenter's kwok
 //! catalog (`kwok/cloudprovider/instance_types.json` of the module the Karpenter binary was built
@@ -27,6 +29,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
+use capstan::scheduling::floor::{Shape, floor};
+use capstan::scheduling::resources::Resources;
 use capstan_test_support::{ControlPlane, Options};
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -68,6 +72,8 @@ pub(crate) struct Step {
     pub(crate) settled: Option<Duration>,
     pub(crate) samples: Vec<Sample>,
     pub(crate) most_nodes: usize,
+    /// The cost floor of the pods the step leaves ([`capstan::scheduling::floor`]), $/h.
+    pub(crate) floor: Option<f64>,
     pub(crate) cpu_seconds: f64,
     /// VmHWM at the end of the step.
     pub(crate) hwm_kib: u64,
@@ -217,14 +223,32 @@ async fn scenario(
             )
             .await?;
     }
+    let shapes = catalog.shapes();
+    let floor = |pods: usize| size_mix_floor(pods, &shapes);
     let probe = Probe {
         watch: &watch,
         controller,
         catalog,
         timeout,
+        floor: Some(&floor),
     };
     probe.step(run, &format!("{total} pods"), total).await?;
     halve_then_delete(run, &deployments, &SIZES.map(|s| s.0), per_size, &probe).await
+}
+
+/// The cost floor of `pods` pods spread evenly over [`SIZES`] on `shapes` (`None` when it cannot
+/// be worked out: printed).
+pub(crate) fn size_mix_floor(pods: usize, shapes: &[Shape]) -> Option<f64> {
+    let per_size = pods / SIZES.len();
+    let mut requests = Vec::with_capacity(pods);
+    for (_, cpu, memory) in SIZES {
+        let request = Resources::parse([("cpu", cpu), ("memory", memory)]).ok()?;
+        requests.extend(std::iter::repeat_n(request, per_size));
+    }
+    floor(&requests, shapes)
+        .map_err(|err| println!("   no cost floor: {err}"))
+        .ok()
+        .map(|f| f.price)
 }
 
 /// What a step is observed with: the watches, the controller, the prices and how long to wait.
@@ -233,12 +257,14 @@ pub(crate) struct Probe<'a> {
     pub(crate) controller: &'a Controller,
     pub(crate) catalog: &'a Catalog,
     pub(crate) timeout: Duration,
+    /// The cost floor of a step that leaves this many pods, if known.
+    pub(crate) floor: Option<&'a dyn Fn(usize) -> Option<f64>>,
 }
 
 impl Probe<'_> {
     /// Observes a step until `want` pods run, prints it and adds it to `run`; whether it settled.
     pub(crate) async fn step(&self, run: &mut Run, name: &str, want: usize) -> Result<bool> {
-        let step = observe(
+        let mut step = observe(
             name,
             want,
             self.watch,
@@ -247,6 +273,7 @@ impl Probe<'_> {
             self.timeout,
         )
         .await?;
+        step.floor = self.floor.and_then(|floor| floor(want));
         print_step(&step);
         let settled = step.settled.is_some();
         run.steps.push(step);
@@ -280,8 +307,12 @@ pub(crate) fn print_step(step: &Step) {
         || "not settled".to_string(),
         |d| format!("settled in {d:.1?}"),
     );
+    let floor = step
+        .floor
+        .map(|f| format!("; cost floor ${f:.3}/h"))
+        .unwrap_or_default();
     println!(
-        "   {}: {settled}; CPU {:.1} s; VmHWM {} MiB",
+        "   {}: {settled}; CPU {:.1} s; VmHWM {} MiB{floor}",
         step.name,
         step.cpu_seconds,
         step.hwm_kib / 1024
@@ -333,7 +364,15 @@ pub(crate) fn table(runs: &[Run]) -> String {
             row(format!("{name}: $/h at +{at} s"), 3, &|r| {
                 step(r).and_then(|s| s.samples.get(j).map(|x| x.price))
             });
+            row(format!("{name}: above the floor at +{at} s (%)"), 1, &|r| {
+                let s = step(r)?;
+                let floor = s.floor.filter(|f| *f > 0.0)?;
+                s.samples.get(j).map(|x| (x.price / floor - 1.0) * 100.0)
+            });
         }
+        row(format!("{name}: cost floor ($/h)"), 3, &|r| {
+            step(r).and_then(|s| s.floor)
+        });
         row(format!("{name}: most nodes"), 0, &|r| {
             step(r).map(|s| s.most_nodes as f64)
         });

@@ -192,6 +192,7 @@ async fn scenario(
         controller,
         catalog,
         timeout,
+        floor: None,
     }
     .step(run, &format!("{PODS} pods"), PODS)
     .await?;

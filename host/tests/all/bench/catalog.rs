@@ -6,6 +6,8 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use anyhow::{Context, Result};
+use capstan::scheduling::floor::Shape;
+use capstan::scheduling::resources::Resources;
 use k8s_openapi::api::core::v1::Node;
 use kube::ResourceExt;
 use serde_json::{Value, json};
@@ -67,6 +69,40 @@ impl Catalog {
             })
             .collect();
         Value::Array(types)
+    }
+
+    /// The Linux types as the cost floor sees them: their capacity as what pods may use (no node
+    /// of them holds more, so the bound stays a bound) at their cheapest offering's price.
+    pub fn shapes(&self) -> Vec<Shape> {
+        self.entries
+            .iter()
+            .filter(|e| {
+                e["operatingSystems"]
+                    .as_array()
+                    .is_some_and(|os| os.iter().any(|o| o == "linux"))
+            })
+            .filter_map(|e| {
+                let name = e["name"].as_str()?.to_owned();
+                let resources = e["resources"].as_object()?;
+                let allocatable = Resources::parse(
+                    resources
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.as_str(), v.as_str()?))),
+                )
+                .ok()?;
+                let price = self
+                    .prices
+                    .iter()
+                    .filter(|((t, _, _), _)| *t == name)
+                    .map(|(_, &p)| p)
+                    .min_by(f64::total_cmp)?;
+                Some(Shape {
+                    name,
+                    allocatable,
+                    price,
+                })
+            })
+            .collect()
     }
 
     pub fn price(&self, node: &Node) -> Option<f64> {
