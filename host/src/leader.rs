@@ -298,6 +298,12 @@ impl LeaderElection {
             .await;
             match attempt {
                 Ok(Ok(true)) => renewed = Instant::now(),
+                // A write conflict with the Lease last read as ours: someone wrote it between the
+                // read and the renewal. Read it again next period (within the renew deadline), as
+                // client-go does, and name the holder then.
+                Ok(Ok(false)) if self.observed_holder() == Some(self.config.identity.as_str()) => {
+                    tracing::debug!(lease = %self.lease_name(), "renewal conflicted; reading the lease again");
+                }
                 Ok(Ok(false)) => {
                     return LeaderError::Lost {
                         name: self.lease_name(),

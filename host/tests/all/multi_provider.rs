@@ -215,6 +215,20 @@ async fn a_provider_that_never_answers_does_not_slow_another() {
     );
 }
 
+/// The note of the first `LimitReached` Event on pool `pool` (waits for it a minute).
+pub(crate) async fn limit_reached(client: &Client, host: &Host, pool: &str) -> String {
+    wait_until(
+        Duration::from_secs(60),
+        &format!("LimitReached on {pool}"),
+        || async {
+            let notes = capstan_notes(client, "default", pool, "LimitReached").await;
+            Ok::<_, kube::Error>(notes.into_iter().next())
+        },
+    )
+    .await
+    .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()))
+}
+
 /// The kwok provider's catalog of one type, `std-4`: 4 CPUs for 1.00 an hour.
 pub(crate) fn priced_catalog() -> serde_json::Value {
     json!({"instanceTypes": [{
@@ -248,16 +262,7 @@ async fn a_spend_limit_stops_a_pool_at_its_price() {
         .create()
         .await;
     wait_running(&client, &host, &ns, 3, Duration::from_secs(90)).await;
-    let note = wait_until(
-        Duration::from_secs(60),
-        "LimitReached on the pool",
-        || async {
-            let notes = capstan_notes(&client, "default", &pool, "LimitReached").await;
-            Ok::<_, kube::Error>(notes.into_iter().next())
-        },
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()));
+    let note = limit_reached(&client, &host, &pool).await;
     println!("pool Event: {note}");
     assert!(
         note.starts_with(

@@ -19,7 +19,7 @@ use crate::lifecycle::{
     node_pool, node_pool_json, wait_condition,
 };
 use crate::metrics::parse;
-use crate::multi_provider::{priced_catalog, run_nodes, weighted_pool};
+use crate::multi_provider::{limit_reached, priced_catalog, run_nodes, weighted_pool};
 use crate::pool_limits::pending;
 use crate::provisioner::teardown;
 use crate::provisioner_e2e::{GROUP, Pods, wait_running};
@@ -30,14 +30,20 @@ async fn put_provider(client: &kube::Client, names: &Names, name: &str, namespac
 }
 
 /// Provider `name` loading ConfigMap `config_map` of `namespace` (key `provider.wasm.gz`).
-async fn put_provider_from(
+async fn put_provider_from(client: &kube::Client, names: &Names, name: &str, source: (&str, &str)) {
+    put_provider_with(client, names, name, source, json!({})).await;
+}
+
+/// [`put_provider_from`] with the fields of `more` added to its spec.
+async fn put_provider_with(
     client: &kube::Client,
     names: &Names,
     name: &str,
     (namespace, config_map): (&str, &str),
+    more: serde_json::Value,
 ) {
     let grants: Vec<ProviderGrant> = serde_saphyr::from_str(KWOK_GRANTS).unwrap();
-    let value = json!({
+    let mut value = json!({
         "apiVersion": "capstan.dev/v1alpha1",
         "kind": "Provider",
         "metadata": {"name": name, "labels": {RUN_LABEL: names.run}},
@@ -46,6 +52,9 @@ async fn put_provider_from(
             "grants": grants,
         },
     });
+    if let (Some(spec), Some(more)) = (value["spec"].as_object_mut(), more.as_object()) {
+        spec.extend(more.clone());
+    }
     Api::<Provider>::all(client.clone())
         .patch(
             name,
@@ -342,15 +351,14 @@ async fn a_provider_spend_limit_bounds_all_its_pools_together() {
     let namespace = cp.create_namespace_unique("pspend").await.unwrap();
     put_component(&client, &namespace, "kwok", kwok_bytes()).await;
     let billed = names.name("billed");
-    put_provider_from(&client, &names, &billed, (&namespace, "kwok")).await;
-    Api::<Provider>::all(client.clone())
-        .patch(
-            &billed,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({"spec": {"spendLimitPerHour": "2.5"}})),
-        )
-        .await
-        .unwrap();
+    put_provider_with(
+        &client,
+        &names,
+        &billed,
+        (&namespace, "kwok"),
+        json!({"spendLimitPerHour": "2.5"}),
+    )
+    .await;
     let host = Host::start(
         cp,
         &names,
@@ -392,16 +400,7 @@ async fn a_provider_spend_limit_bounds_all_its_pools_together() {
         .create()
         .await;
     wait_running(&client, &host, &ns, 2, Duration::from_secs(90)).await;
-    let note = wait_until(
-        Duration::from_secs(60),
-        "LimitReached on the second pool",
-        || async {
-            let notes = capstan_notes(&client, "default", &second, "LimitReached").await;
-            Ok::<_, kube::Error>(notes.into_iter().next())
-        },
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{err}\nhost log:\n{}", host.log_tail()));
+    let note = limit_reached(&client, &host, &second).await;
     println!("second pool Event: {note}");
     assert!(
         note.starts_with(
