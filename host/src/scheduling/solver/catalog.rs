@@ -609,20 +609,13 @@ impl Pricer<'_> {
         })
     }
 
-    /// The provider's own price of type `t` where a NodeOverlay re-priced one of its allowed
-    /// offerings: the cheapest of their listed prices (what the provider launches by), `None`
-    /// when no overlay changed them (the provider then agrees with [`Self::cheapest`]).
+    /// The provider's own price of type `t`: the cheapest of its allowed offerings at the price
+    /// the provider listed (before any NodeOverlay; what it launches by). `None` when no offering
+    /// is allowed.
     pub(super) fn listed(&self, t: usize) -> Option<f64> {
         let it = &self.pool.instance_types[self.catalog.types[t]];
-        let mut overlaid = false;
-        let cheapest = self
-            .allowed(t)
-            .map(|o| {
-                let listed = it.offerings[o.index].listed_price;
-                overlaid |= listed.is_some();
-                listed.unwrap_or(o.price)
-            })
-            .min_by(f64::total_cmp)?;
-        overlaid.then_some(cheapest)
+        self.allowed(t)
+            .map(|o| it.offerings[o.index].listed_price.unwrap_or(o.price))
+            .min_by(f64::total_cmp)
     }
 }
